@@ -1,0 +1,45 @@
+# calico-rr-autoscaler
+SHELL := /bin/bash
+BIN := bin/calico-rr-autoscaler
+GO ?= go
+export GONOSUMDB := github.com/projectcalico
+CONTROLLER_GEN_VERSION := v0.19.0
+CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+TOOLS_ENV := $${RRA_CACHE:-$$HOME/.cache/calico-rr-autoscaler}/bin/env.sh
+IMAGE ?= calico-rr-autoscaler:dev
+
+.PHONY: all build test test-short lint generate tools bench fuzz image demo clean
+
+all: lint build test
+
+build: ## Build the binary into bin/
+	$(GO) build -trimpath -o $(BIN) ./cmd/calico-rr-autoscaler
+
+generate: ## Regenerate deepcopy and the CRD from policy/
+	$(CONTROLLER_GEN) object paths=./policy/... crd:crdVersions=v1 output:crd:artifacts:config=policy/crd
+
+tools: ## Build (or reuse the cached) kube-apiserver, etcd, kubectl and helm
+	hack/tools.sh
+
+test: tools ## Run every test: unit, fuzz seeds, integration on a real kube-apiserver
+	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m ./...
+
+test-short: ## Unit tests only (no cluster binaries needed)
+	$(GO) test -short ./...
+
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+bench: ## Planner benchmarks (figures go to BENCHMARKS.md)
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./extender/
+
+fuzz: ## Fuzz the planner for a minute
+	$(GO) test -run '^$$' -fuzz FuzzPlan -fuzztime 60s ./extender/
+
+image: ## Build the container image (needs a Docker engine)
+	docker build -t $(IMAGE) .
+
+clean:
+	rm -rf bin/

@@ -1,0 +1,55 @@
+// Command calico-rr-autoscaler picks, labels and re-picks Calico route reflectors.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// usageError is bad input: the command prints it on one line and exits with status 2.
+type usageError struct{ error }
+
+const usage = `calico-rr-autoscaler: automatic Calico route reflectors
+
+Usage:
+  calico-rr-autoscaler plan   [flags]   compute and print a plan without a cluster
+  calico-rr-autoscaler help   [command]
+
+Run "calico-rr-autoscaler <command> -h" for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "plan":
+		err = runPlan(args[1:], os.Stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(os.Stdout, usage)
+		return 0
+	default:
+		err = usageError{fmt.Errorf("unknown command %q (want plan)", args[0])}
+	}
+	return exitCode(err)
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	if err == errHelp {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "calico-rr-autoscaler: "+err.Error())
+	if _, ok := err.(usageError); ok {
+		return 2
+	}
+	return 1
+}

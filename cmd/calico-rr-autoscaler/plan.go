@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/report"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+)
+
+var errHelp = errors.New("help")
+
+// planInputs are the flags plan and verify share.
+type planInputs struct {
+	nodes    string
+	simulate int
+	zones    int
+	policy   string
+	now      string
+}
+
+func (in *planInputs) register(fs *flag.FlagSet) {
+	fs.StringVar(&in.nodes, "nodes", "", "file of Kubernetes Node objects (NodeList, List or a stream; YAML or JSON; - for stdin)")
+	fs.IntVar(&in.simulate, "simulate", 0, "simulate N Ready nodes instead of reading --nodes")
+	fs.IntVar(&in.zones, "zones", 3, "number of zones for --simulate")
+	fs.StringVar(&in.policy, "policy", "", "RouteReflectorPolicy YAML file (default: the default policy)")
+	fs.StringVar(&in.now, "now", "", "time of the decision, RFC 3339 (default: now)")
+}
+
+// load reads the nodes and the policy and returns the planner's input.
+func (in *planInputs) load() (extender.Input, error) {
+	var out extender.Input
+	if (in.nodes == "") == (in.simulate == 0) {
+		return out, usageError{errors.New("give exactly one of --nodes FILE and --simulate N")}
+	}
+	var nodes []*corev1.Node
+	var err error
+	if in.nodes != "" {
+		nodes, err = nodesource.ReadNodesFile(in.nodes)
+	} else {
+		nodes, err = nodesource.Simulate(in.simulate, in.zones)
+	}
+	if err != nil {
+		return out, usageError{err}
+	}
+	resolved := policy.MustResolve(policy.Default("default"))
+	if in.policy != "" {
+		_, resolved, err = nodesource.ReadPolicyFile(in.policy)
+		if err != nil {
+			return out, usageError{err}
+		}
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	if in.now != "" {
+		if now, err = time.Parse(time.RFC3339, in.now); err != nil {
+			return out, usageError{fmt.Errorf("--now: %q is not an RFC 3339 time", in.now)}
+		}
+	}
+	return extender.Input{Policy: resolved, Nodes: nodes, Now: now}, nil
+}
+
+func runPlan(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	var in planInputs
+	in.register(fs)
+	output := fs.String("o", "table", "output format: table or json")
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fmt.Fprintln(stdout, "Usage: calico-rr-autoscaler plan (--nodes FILE | --simulate N [--zones Z]) [--policy FILE] [-o table|json]")
+			fs.PrintDefaults()
+			return errHelp
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("plan: unexpected argument %q", fs.Arg(0))}
+	}
+	if *output != "table" && *output != "json" {
+		return usageError{fmt.Errorf("-o: %q is not table or json", *output)}
+	}
+	input, err := in.load()
+	if err != nil {
+		return err
+	}
+	res := extender.Plan(input)
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	return report.PlanTable(stdout, res)
+}

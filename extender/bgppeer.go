@@ -1,0 +1,58 @@
+package extender
+
+import (
+	"fmt"
+	"strings"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// BGPPeer is a Calico BGPPeer (projectcalico.org/v3) the plan needs.
+type BGPPeer struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+	Spec   apiv3.BGPPeerSpec `json:"spec"`
+}
+
+// bgpPeers returns one BGPPeer per distinct peering set (the nodes labelled with the set peer with
+// its route reflectors) and, where route reflectors mesh, one BGPPeer that meshes them.
+func (pl *planner) bgpPeers(sets map[string][]int, mesh bool) []BGPPeer {
+	labels := func() map[string]string {
+		return map[string]string{LabelManagedBy: ManagedByValue, LabelPolicy: pl.p.Name}
+	}
+	var out []BGPPeer
+	if mesh {
+		sel := RouteReflectorSelector(pl.p.RRLabelKey, pl.p.RRLabelValue)
+		out = append(out, BGPPeer{Name: MeshBGPPeerName(pl.p.Name), Labels: labels(),
+			Spec: apiv3.BGPPeerSpec{NodeSelector: sel, PeerSelector: sel}})
+	}
+	for _, set := range sortedKeys(sets) {
+		ids := make([]string, len(sets[set]))
+		for k, j := range sets[set] {
+			ids[k] = "'" + RouteReflectorID(pl.nodes[j].Name) + "'"
+		}
+		out = append(out, BGPPeer{Name: BGPPeerPrefix + set, Labels: labels(), Spec: apiv3.BGPPeerSpec{
+			NodeSelector: fmt.Sprintf("%s == '%s'", LabelPeeringSet, set),
+			PeerSelector: fmt.Sprintf("%s in {%s}", LabelRouteReflectorID, strings.Join(ids, ", ")),
+		}})
+	}
+	return out
+}
+
+// RouteReflectorSelector is the Calico selector of nodes carrying the route reflector label.
+func RouteReflectorSelector(key, value string) string {
+	if value == "" {
+		return fmt.Sprintf("has(%s)", key)
+	}
+	return fmt.Sprintf("%s == '%s'", key, value)
+}
+
+// MeshBGPPeerName names the BGPPeer that meshes a policy's route reflectors.
+func MeshBGPPeerName(policyName string) string {
+	name := BGPPeerPrefix + "mesh-" + policyName
+	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+		name = BGPPeerPrefix + "mesh-" + shortHash(policyName)
+	}
+	return name
+}

@@ -1,0 +1,84 @@
+package extender
+
+import (
+	"time"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+)
+
+// Recommendation is one desired count seen at one time, for the scale-down stabilization window.
+// Key is "" for the whole policy, or a zone's name in SingleCluster.
+type Recommendation struct {
+	Key   string    `json:"key"`
+	Time  time.Time `json:"time"`
+	Count int       `json:"count"`
+}
+
+// ScaledCount applies the policy's scaling rule to a healthy node count, without min/max.
+func ScaledCount(p *policy.Resolved, healthy int) int {
+	if healthy <= 0 {
+		return 0
+	}
+	switch p.Scaling {
+	case ScaleBySteps:
+		for _, s := range p.Steps {
+			if healthy <= int(s.MaxNodes) {
+				return int(s.RouteReflectors)
+			}
+		}
+		return int(p.Steps[len(p.Steps)-1].RouteReflectors)
+	case ScaleByClients:
+		// The smallest d with d*N >= healthy-d clients.
+		n := p.ClientsPerRR + 1
+		return (healthy + n - 1) / n
+	default:
+		num := int64(healthy) * p.RatioNum
+		return int((num + p.RatioDen - 1) / p.RatioDen)
+	}
+}
+
+// The scaling kinds, re-exported for brevity.
+const (
+	ScaleByRatio   = policy.ScaleByRatio
+	ScaleBySteps   = policy.ScaleBySteps
+	ScaleByClients = policy.ScaleByClients
+)
+
+// DesiredCount is clamp(scaling(healthy), min, max).
+func DesiredCount(p *policy.Resolved, healthy int) int {
+	return clamp(ScaledCount(p, healthy), p.Min, p.Max)
+}
+
+// stabilize returns the count to use: the highest recommendation for key within the scale-down
+// window (the new one included), and the history with the new recommendation and without the
+// expired ones. Scaling up is therefore immediate and scaling down waits for the window.
+func stabilize(p *policy.Resolved, history []Recommendation, key string, count int, now time.Time) (int, []Recommendation) {
+	out := make([]Recommendation, 0, len(history)+1)
+	best := count
+	for _, r := range history {
+		if r.Key != key {
+			continue
+		}
+		if now.Sub(r.Time) >= p.ScaleDownWindow || r.Time.After(now) {
+			continue
+		}
+		if r.Count > best {
+			best = r.Count
+		}
+		out = append(out, r)
+	}
+	if p.ScaleDownWindow > 0 {
+		out = append(out, Recommendation{Key: key, Time: now, Count: count})
+	}
+	return best, out
+}
+
+func clamp(v, lo, hi int) int {
+	if v < lo {
+		v = lo
+	}
+	if v > hi {
+		v = hi
+	}
+	return v
+}

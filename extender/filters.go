@@ -1,0 +1,133 @@
+package extender
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+)
+
+// Filter plugin names.
+const (
+	NodeReadyName          = "NodeReady"
+	NodeUnschedulableName  = "NodeUnschedulable"
+	NodeDeletingName       = "NodeDeleting"
+	TaintTolerationName    = "TaintToleration"
+	NotForbiddenName       = "NotForbidden"
+	ReasonNotReady         = "node is not Ready"
+	ReasonUnschedulable    = "node is cordoned (spec.unschedulable)"
+	ReasonDeleting         = "node is being deleted"
+	ReasonForbidden        = "node matches the policy's forbiddenNodeSelector"
+	reasonUntoleratedTaint = "node has taint %s=%s:%s that the route reflector does not tolerate"
+)
+
+// NodeReady passes Ready nodes.
+type NodeReady struct{}
+
+var _ FilterPlugin = &NodeReady{}
+
+// NewNodeReady returns the NodeReady filter.
+func NewNodeReady() *NodeReady { return &NodeReady{} }
+
+// Name implements FilterPlugin.
+func (*NodeReady) Name() string { return NodeReadyName }
+
+// Filter implements FilterPlugin.
+func (*NodeReady) Filter(_ *policy.Resolved, n *NodeInfo) string {
+	if !n.Ready {
+		return ReasonNotReady
+	}
+	return ""
+}
+
+// NodeUnschedulable rejects cordoned nodes.
+type NodeUnschedulable struct{}
+
+var _ FilterPlugin = &NodeUnschedulable{}
+
+// NewNodeUnschedulable returns the NodeUnschedulable filter.
+func NewNodeUnschedulable() *NodeUnschedulable { return &NodeUnschedulable{} }
+
+// Name implements FilterPlugin.
+func (*NodeUnschedulable) Name() string { return NodeUnschedulableName }
+
+// Filter implements FilterPlugin.
+func (*NodeUnschedulable) Filter(_ *policy.Resolved, n *NodeInfo) string {
+	if n.Unschedulable {
+		return ReasonUnschedulable
+	}
+	return ""
+}
+
+// NodeDeleting rejects nodes with a deletion timestamp.
+type NodeDeleting struct{}
+
+var _ FilterPlugin = &NodeDeleting{}
+
+// NewNodeDeleting returns the NodeDeleting filter.
+func NewNodeDeleting() *NodeDeleting { return &NodeDeleting{} }
+
+// Name implements FilterPlugin.
+func (*NodeDeleting) Name() string { return NodeDeletingName }
+
+// Filter implements FilterPlugin.
+func (*NodeDeleting) Filter(_ *policy.Resolved, n *NodeInfo) string {
+	if n.Deleting {
+		return ReasonDeleting
+	}
+	return ""
+}
+
+// TaintToleration rejects nodes with a NoSchedule or NoExecute taint the policy's tolerations do not tolerate.
+type TaintToleration struct{}
+
+var _ FilterPlugin = &TaintToleration{}
+
+// NewTaintToleration returns the TaintToleration filter.
+func NewTaintToleration() *TaintToleration { return &TaintToleration{} }
+
+// Name implements FilterPlugin.
+func (*TaintToleration) Name() string { return TaintTolerationName }
+
+// Filter implements FilterPlugin.
+func (*TaintToleration) Filter(p *policy.Resolved, n *NodeInfo) string {
+	for i := range n.Node.Spec.Taints {
+		t := &n.Node.Spec.Taints[i]
+		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
+			continue
+		}
+		if !tolerated(p.Tolerations, t) {
+			return fmt.Sprintf(reasonUntoleratedTaint, t.Key, t.Value, t.Effect)
+		}
+	}
+	return ""
+}
+
+func tolerated(ts []corev1.Toleration, t *corev1.Taint) bool {
+	for i := range ts {
+		if ts[i].ToleratesTaint(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// NotForbidden rejects nodes matched by the policy's forbiddenNodeSelector.
+type NotForbidden struct{}
+
+var _ FilterPlugin = &NotForbidden{}
+
+// NewNotForbidden returns the NotForbidden filter.
+func NewNotForbidden() *NotForbidden { return &NotForbidden{} }
+
+// Name implements FilterPlugin.
+func (*NotForbidden) Name() string { return NotForbiddenName }
+
+// Filter implements FilterPlugin.
+func (*NotForbidden) Filter(p *policy.Resolved, n *NodeInfo) string {
+	if p.Forbidden.Matches(labelSet(n.Node.Labels)) {
+		return ReasonForbidden
+	}
+	return ""
+}

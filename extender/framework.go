@@ -1,0 +1,40 @@
+package extender
+
+import "github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+
+// FilterPlugin decides whether a node may be a route reflector. A node that fails a filter gets the
+// plugin's human-readable reason.
+type FilterPlugin interface {
+	Name() string
+	// Filter returns "" when the node passes, or the reason it does not.
+	Filter(p *policy.Resolved, n *NodeInfo) string
+}
+
+// ScorePlugin ranks eligible nodes. Scores compare in plugin order, highest first; the node name
+// breaks the last tie, so the ranking never depends on input order.
+type ScorePlugin interface {
+	Name() string
+	Score(p *policy.Resolved, n *NodeInfo) int64
+}
+
+// DefaultFilters are the filters in the order they run.
+func DefaultFilters() []FilterPlugin {
+	return []FilterPlugin{NewNodeReady(), NewNodeUnschedulable(), NewNodeDeleting(), NewTaintToleration(), NewNotForbidden()}
+}
+
+// DefaultScores are the score plugins in order of precedence.
+func DefaultScores() []ScorePlugin {
+	return []ScorePlugin{NewCurrentRole(), NewPreferred(), NewNodeAge()}
+}
+
+// RunFilters runs every filter on n and sets n.Eligible and n.Reason (the first failing filter's).
+func RunFilters(filters []FilterPlugin, p *policy.Resolved, n *NodeInfo) {
+	n.Preferred = p.Preferred.Matches(labelSet(n.Node.Labels))
+	for _, f := range filters {
+		if r := f.Filter(p, n); r != "" {
+			n.Eligible, n.Reason = false, r
+			return
+		}
+	}
+	n.Eligible, n.Reason = true, ""
+}

@@ -1,0 +1,259 @@
+package extender
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// planHierarchical: `redundancy` route reflectors per rack with one cluster ID per rack, under a
+// spine of `redundancy` route reflectors that share the first cluster ID and spread over the zones.
+// Clients peer with their rack's route reflectors, rack route reflectors with every spine route
+// reflector; rack route reflectors of different racks do not peer.
+func (pl *planner) planHierarchical() {
+	p := pl.p
+	pl.assignRacks()
+	base := p.BaseClusterID
+
+	// The spine: current spine members first, balanced over the zones.
+	spineN := min(p.Redundancy, p.Max)
+	byZone := map[string][]*NodeInfo{}
+	for _, n := range pl.ranked {
+		byZone[n.Zone] = append(byZone[n.Zone], n)
+	}
+	isSpine := func(n *NodeInfo) bool { return n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID == base }
+	for z := range byZone {
+		slices.SortStableFunc(byZone[z], func(a, b *NodeInfo) int { return cmp.Compare(b2i(isSpine(b)), b2i(isSpine(a))) })
+	}
+	// Racks and their eligible members.
+	rackMembers := map[string][]*NodeInfo{}
+	var racks []string
+	for i, n := range pl.nodes {
+		r := pl.dec[i].rack
+		if _, ok := rackMembers[r]; !ok {
+			racks = append(racks, r)
+			rackMembers[r] = nil
+		}
+		_ = n
+	}
+	slices.Sort(racks)
+
+	spine := pl.selectSpine(spineN, byZone)
+	inSpine := map[*NodeInfo]bool{}
+	for _, n := range spine {
+		inSpine[n] = true
+	}
+	for _, n := range pl.ranked {
+		if !inSpine[n] {
+			r := pl.dec[pl.idx[n]].rack
+			rackMembers[r] = append(rackMembers[r], n)
+		}
+	}
+	// Per-rack count, lowered while the total exceeds maxRouteReflectors.
+	per := p.Redundancy
+	total := func(limit int) int {
+		t := len(spine)
+		for _, r := range racks {
+			t += min(limit, len(rackMembers[r]))
+		}
+		return t
+	}
+	for per > 1 && total(per) > p.Max {
+		per--
+	}
+	budget := p.Max - len(spine)
+	want := map[string]int{}
+	for _, r := range racks {
+		w := min(per, len(rackMembers[r]), max(budget, 0))
+		want[r] = w
+		budget -= w
+	}
+	planned := len(spine)
+	for _, r := range racks {
+		planned += want[r]
+	}
+	pl.desired = len(racks)*p.Redundancy + spineN
+	if per < p.Redundancy || total(per) > planned {
+		pl.degrade(ReasonMaxRouteReflectors, fmt.Sprintf("%d racks need %d route reflectors but maxRouteReflectors is %d", len(racks), pl.desired, p.Max))
+	}
+	if len(spine) < spineN {
+		pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d eligible nodes for a spine of %d route reflectors", len(spine), spineN))
+	}
+	if planned < p.Min {
+		pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d route reflectors planned, policy requires at least %d", planned, p.Min))
+	}
+	for _, n := range spine {
+		pl.activate(n, base)
+		pl.dec[pl.idx[n]].spine = true
+		pl.zoneWant[n.Zone]++
+	}
+	rackRRs := map[string][]*NodeInfo{}
+	for _, r := range racks {
+		for _, n := range rackMembers[r][:want[r]] {
+			pl.activate(n, 0)
+			rackRRs[r] = append(rackRRs[r], n)
+			pl.zoneWant[n.Zone]++
+		}
+	}
+	pl.retire()
+	pl.assignRackIDs(racks, rackRRs)
+
+	// Sessions.
+	spineIdx := make([]int, len(spine))
+	for i, n := range spine {
+		spineIdx[i] = pl.idx[n]
+	}
+	if len(spine) == 0 {
+		// No spine: every rack route reflector must then mesh with the others.
+		for _, r := range racks {
+			for _, n := range rackRRs[r] {
+				spineIdx = append(spineIdx, pl.idx[n])
+			}
+		}
+	}
+	for i := range pl.dec {
+		d := &pl.dec[i]
+		switch {
+		case d.role == roleClient:
+			var peers []int
+			for _, n := range rackRRs[d.rack] {
+				peers = append(peers, pl.idx[n])
+			}
+			if len(peers) == 0 {
+				peers = slices.Clone(spineIdx)
+			}
+			if len(peers) == 0 {
+				peers = pl.drainingNodes()
+			}
+			pl.setPeers(i, peers)
+		default: // spine, rack and draining route reflectors all peer with the spine
+			pl.setPeers(i, slices.Clone(spineIdx))
+		}
+	}
+}
+
+func (pl *planner) selectSpine(n int, byZone map[string][]*NodeInfo) []*NodeInfo {
+	counts := map[string]int{}
+	for z, ns := range byZone {
+		counts[z] = len(ns)
+	}
+	// zoneQuotas orders zones by current route reflectors and size; reuse it on the spine candidates.
+	q := pl.zoneQuotas(n, byZone)
+	var out []*NodeInfo
+	for _, z := range pl.zones {
+		out = append(out, byZone[z][:q[z]]...)
+	}
+	slices.SortFunc(out, func(a, b *NodeInfo) int { return cmp.Compare(a.rank, b.rank) })
+	return out
+}
+
+// assignRackIDs gives each rack one cluster ID (the spine has the first): the one its current route
+// reflectors carry when no other rack holds it, else the lowest free one.
+func (pl *planner) assignRackIDs(racks []string, rackRRs map[string][]*NodeInfo) {
+	base := pl.p.BaseClusterID
+	used := map[uint32]bool{base: true}
+	for i, n := range pl.nodes {
+		if pl.dec[i].role == roleDraining && n.HasClusterID {
+			used[n.ClusterID] = true
+		}
+	}
+	rackID := map[string]uint32{}
+	var fresh []string
+	for _, r := range racks {
+		count := map[uint32]int{}
+		for _, n := range rackRRs[r] {
+			if n.HasClusterID && n.CurrentRR && n.ClusterID != base {
+				count[n.ClusterID]++
+			}
+		}
+		best, bestN := uint32(0), 0
+		for id, c := range count {
+			if !used[id] && (c > bestN || c == bestN && id < best) {
+				best, bestN = id, c
+			}
+		}
+		if bestN == 0 {
+			fresh = append(fresh, r)
+			continue
+		}
+		used[best] = true
+		rackID[r] = best
+	}
+	alloc := newIDAllocator(base, used)
+	for _, r := range fresh {
+		if len(rackRRs[r]) > 0 {
+			rackID[r] = alloc.take()
+		}
+	}
+	for _, r := range racks {
+		for _, n := range rackRRs[r] {
+			pl.dec[pl.idx[n]].id = rackID[r]
+		}
+	}
+}
+
+// assignRacks puts every managed node in a rack: its rackLabel's value (the zone when the rack
+// label is the zone label), or its zone when it has none; racks larger than maxRackSize are split
+// into equal parts, and a node keeps its part while it stays.
+func (pl *planner) assignRacks() {
+	p := pl.p
+	baseOf := func(n *NodeInfo) string {
+		if v, ok := n.Node.Labels[p.RackLabel]; ok && v != "" {
+			if p.RackLabel == p.ZoneLabel {
+				return v
+			}
+			return v
+		}
+		if n.Zone == "" {
+			return "unracked"
+		}
+		return n.Zone + "-unracked"
+	}
+	groups := map[string][]int{}
+	var bases []string
+	for i, n := range pl.nodes {
+		b := baseOf(n)
+		if _, ok := groups[b]; !ok {
+			bases = append(bases, b)
+		}
+		groups[b] = append(groups[b], i)
+	}
+	for _, b := range bases {
+		members := groups[b]
+		k := (len(members) + p.MaxRackSize - 1) / p.MaxRackSize
+		if k <= 1 {
+			for _, i := range members {
+				pl.dec[i].rack = b
+			}
+			continue
+		}
+		capacity := (len(members) + k - 1) / k
+		names := make([]string, k)
+		index := map[string]int{}
+		for j := range names {
+			names[j] = b + "-" + strconv.Itoa(j+1)
+			index[names[j]] = j
+		}
+		size := make([]int, k)
+		var rest []int
+		for _, i := range members {
+			if j, ok := index[pl.nodes[i].Rack]; ok && size[j] < capacity {
+				pl.dec[i].rack = names[j]
+				size[j]++
+				continue
+			}
+			rest = append(rest, i)
+		}
+		for _, i := range rest {
+			best := 0
+			for j := range size {
+				if size[j] < size[best] {
+					best = j
+				}
+			}
+			pl.dec[i].rack = names[best]
+			size[best]++
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package extender
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// planMulti: route reflectors balanced across zones, all meshed, cluster IDs by group (or one per
+// route reflector); each client peers with `redundancy` route reflectors of distinct groups, one
+// from its own zone and one from another zone.
+func (pl *planner) planMulti() {
+	p := pl.p
+	want := DesiredCount(p, pl.healthy)
+	want, pl.recs = stabilize(p, pl.in.Recommendations, "", want, pl.in.Now)
+	target := want
+	grouped := p.ClusterIDMode != v1alpha1.PerRouteReflector
+	if grouped && p.Groups > 1 && target%p.Groups != 0 {
+		up := (target/p.Groups + 1) * p.Groups
+		down := target / p.Groups * p.Groups
+		switch {
+		case up <= p.Max:
+			target = up
+		case down >= p.Min:
+			target = down
+		}
+	}
+	pl.desired = target
+	if target > pl.eligibleCount() {
+		target = pl.eligibleCount()
+		if target < p.Min {
+			pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d eligible nodes for %d desired route reflectors (minimum %d)", pl.eligibleCount(), pl.desired, p.Min))
+		}
+	}
+	byZone := pl.rankedByZone()
+	quotas := pl.zoneQuotas(target, byZone)
+	var active []*NodeInfo
+	for _, z := range pl.zones {
+		pl.zoneWant[z] = quotas[z]
+		for _, n := range byZone[z][:quotas[z]] {
+			pl.activate(n, 0)
+			active = append(active, n)
+		}
+	}
+	// Keep the global rank order for the ID assignment.
+	slices.SortFunc(active, func(a, b *NodeInfo) int { return cmp.Compare(pl.rankOf(a), pl.rankOf(b)) })
+	pl.retire()
+	if grouped {
+		pl.assignGroupIDs(active)
+	} else {
+		pl.assignPerRRIDs(active)
+	}
+	pl.assignMultiClients()
+}
+
+func (pl *planner) rankOf(n *NodeInfo) int { return n.rank }
+
+// assignPerRRIDs gives every route reflector its own cluster ID, keeping the current one when no
+// higher-ranked route reflector holds it.
+func (pl *planner) assignPerRRIDs(active []*NodeInfo) {
+	used := pl.drainingIDs()
+	var fresh []*NodeInfo
+	for _, n := range active {
+		if n.HasClusterID && !used[n.ClusterID] {
+			used[n.ClusterID] = true
+			pl.dec[pl.idx[n]].id = n.ClusterID
+			continue
+		}
+		fresh = append(fresh, n)
+	}
+	alloc := newIDAllocator(pl.p.BaseClusterID, used)
+	for _, n := range fresh {
+		pl.dec[pl.idx[n]].id = alloc.take()
+	}
+}
+
+// assignGroupIDs puts every route reflector in one of the policy's cluster-ID groups, of equal
+// size: current members keep their group while it has room, a zone's new route reflectors join the
+// group that zone already uses, others the group with the most room.
+func (pl *planner) assignGroupIDs(active []*NodeInfo) {
+	if len(active) == 0 {
+		return
+	}
+	g := min(pl.p.Groups, len(active))
+	// The groups: the cluster IDs most used by the current members, then the lowest free ones.
+	count := map[uint32]int{}
+	for _, n := range active {
+		if n.HasClusterID && n.CurrentRR {
+			count[n.ClusterID]++
+		}
+	}
+	type idc struct {
+		id uint32
+		n  int
+	}
+	var cur []idc
+	for id, c := range count {
+		cur = append(cur, idc{id, c})
+	}
+	slices.SortFunc(cur, func(a, b idc) int {
+		if c := cmp.Compare(b.n, a.n); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	used := pl.drainingIDs()
+	var ids []uint32
+	for _, c := range cur {
+		if len(ids) == g {
+			break
+		}
+		ids = append(ids, c.id)
+		used[c.id] = true
+	}
+	alloc := newIDAllocator(pl.p.BaseClusterID, used)
+	for len(ids) < g {
+		ids = append(ids, alloc.take())
+	}
+	slices.Sort(ids)
+	// Equal sizes; the remainder goes to the groups with the most current members.
+	order := make([]int, g)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(count[ids[b]], count[ids[a]]) })
+	room := make([]int, g)
+	for k, gi := range order {
+		room[gi] = len(active) / g
+		if k < len(active)%g {
+			room[gi]++
+		}
+	}
+	groupOf := map[uint32]int{}
+	for i, id := range ids {
+		groupOf[id] = i
+	}
+	zoneGroup := map[string][]int{} // members per group, per zone
+	put := func(n *NodeInfo, gi int) {
+		pl.dec[pl.idx[n]].id = ids[gi]
+		room[gi]--
+		zg := zoneGroup[n.Zone]
+		if zg == nil {
+			zg = make([]int, g)
+			zoneGroup[n.Zone] = zg
+		}
+		zg[gi]++
+	}
+	var rest []*NodeInfo
+	for _, n := range active {
+		if gi, ok := groupOf[n.ClusterID]; ok && n.HasClusterID && n.CurrentRR && room[gi] > 0 {
+			put(n, gi)
+			continue
+		}
+		rest = append(rest, n)
+	}
+	for _, n := range rest {
+		best := -1
+		if zg := zoneGroup[n.Zone]; zg != nil {
+			for gi := range zg {
+				if room[gi] > 0 && zg[gi] > 0 && (best < 0 || zg[gi] > zg[best]) {
+					best = gi
+				}
+			}
+		}
+		if best < 0 {
+			for gi := range room {
+				if best < 0 || room[gi] > room[best] {
+					best = gi
+				}
+			}
+		}
+		put(n, best)
+	}
+}

@@ -1,0 +1,91 @@
+package extender
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+)
+
+// NodeInfo is what the pipeline knows of one node: its facts and the state this product wrote on it.
+type NodeInfo struct {
+	Node *corev1.Node
+	Name string
+	Zone string
+	// Created is the creation time in Unix seconds.
+	Created int64
+
+	Ready         bool
+	Unschedulable bool
+	Deleting      bool
+
+	// Current state, read back from the node.
+	CurrentRR     bool   // carries the route reflector label or a cluster ID
+	ClusterID     uint32 // valid when HasClusterID
+	HasClusterID  bool
+	DrainingSince time.Time // zero when not draining
+	CurrentRRs    []string  // a client's route reflectors
+	Rack          string
+
+	// Filled by the pipeline.
+	Eligible  bool
+	Reason    string // why the node is not eligible
+	Preferred bool
+
+	rank int // position in the ranking of eligible nodes
+}
+
+// NewNodeInfo reads a node under a policy.
+func NewNodeInfo(n *corev1.Node, p *policy.Resolved) *NodeInfo {
+	ni := &NodeInfo{
+		Node:          n,
+		Name:          n.Name,
+		Zone:          n.Labels[p.ZoneLabel],
+		Created:       n.CreationTimestamp.Unix(),
+		Ready:         IsReady(n),
+		Unschedulable: n.Spec.Unschedulable,
+		Deleting:      n.DeletionTimestamp != nil,
+	}
+	if s, ok := n.Annotations[AnnotationClusterID]; ok {
+		ni.ClusterID, ni.HasClusterID = policy.ParseClusterID(s)
+	}
+	ni.CurrentRR = ni.HasClusterID || p.IsRouteReflectorLabel(n.Labels)
+	if s := n.Annotations[AnnotationDrainingSince]; s != "" && ni.CurrentRR {
+		if t, err := time.Parse(time.RFC3339, s); err == nil {
+			ni.DrainingSince = t
+		}
+	}
+	if s := n.Annotations[AnnotationRouteReflectors]; s != "" && !ni.CurrentRR {
+		ni.CurrentRRs = strings.Split(s, ",")
+	}
+	ni.Rack = n.Annotations[AnnotationRack]
+	return ni
+}
+
+// Healthy reports whether a node counts toward the desired route reflector count: Ready and not being deleted.
+func (n *NodeInfo) Healthy() bool { return n.Ready && !n.Deleting }
+
+// Draining reports whether the node is a route reflector being handed over.
+func (n *NodeInfo) Draining() bool { return !n.DrainingSince.IsZero() }
+
+// IsReady reports whether a node's Ready condition is True.
+func IsReady(n *corev1.Node) bool {
+	for i := range n.Status.Conditions {
+		if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// RouteReflectorID is the value of LabelRouteReflectorID for a node: its name when that is a valid
+// label value, a stable hash otherwise.
+func RouteReflectorID(name string) string {
+	if len(validation.IsValidLabelValue(name)) == 0 {
+		return name
+	}
+	return "h-" + shortHash(name)
+}

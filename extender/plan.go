@@ -1,0 +1,283 @@
+package extender
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// Input is everything a plan depends on.
+type Input struct {
+	Policy *policy.Resolved
+	// Nodes are the cluster's nodes; those the policy does not select are ignored.
+	Nodes []*corev1.Node
+	// Now is the time of the decision (the planner never reads a clock).
+	Now time.Time
+	// Recommendations is the stabilization history returned by the previous plan.
+	Recommendations []Recommendation
+	// Filters and Scores default to DefaultFilters and DefaultScores.
+	Filters []FilterPlugin
+	Scores  []ScorePlugin
+}
+
+// Degraded reasons.
+const (
+	ReasonNotEnoughEligibleNodes = "NotEnoughEligibleNodes"
+	ReasonQuorumAtRisk           = "QuorumAtRisk"
+	ReasonMaxRouteReflectors     = "MaxRouteReflectorsReached"
+)
+
+type role uint8
+
+const (
+	roleClient role = iota
+	roleActive
+	roleDraining
+)
+
+// planner holds one plan's working state.
+type planner struct {
+	in      Input
+	p       *policy.Resolved
+	nodes   []*NodeInfo // managed nodes, by name
+	byName  map[string]*NodeInfo
+	zones   []string // sorted
+	ranked  []*NodeInfo
+	healthy int
+
+	desired  int
+	zoneWant map[string]int
+	recs     []Recommendation
+	degraded []condition
+
+	// decisions, indexed like nodes
+	dec []decision
+	idx map[*NodeInfo]int
+}
+
+type decision struct {
+	role  role
+	id    uint32
+	peers []int // indexes of the route reflectors this node peers with (sorted by name)
+	rack  string
+	spine bool
+	since time.Time
+}
+
+type condition struct{ reason, message string }
+
+// Plan computes the route reflector plan.
+func Plan(in Input) *Result {
+	pl := newPlanner(in)
+	switch pl.p.Topology {
+	case v1alpha1.SingleCluster:
+		pl.planSingle()
+	case v1alpha1.Hierarchical:
+		pl.planHierarchical()
+	default:
+		pl.planMulti()
+	}
+	return pl.result()
+}
+
+func newPlanner(in Input) *planner {
+	p := in.Policy
+	if in.Filters == nil {
+		in.Filters = DefaultFilters()
+	}
+	if in.Scores == nil {
+		in.Scores = DefaultScores()
+	}
+	pl := &planner{in: in, p: p, byName: make(map[string]*NodeInfo, len(in.Nodes)), zoneWant: map[string]int{}}
+	zoneSet := map[string]struct{}{}
+	for _, n := range in.Nodes {
+		if n == nil || !p.NodeSelector.Matches(labelSet(n.Labels)) {
+			continue
+		}
+		if _, dup := pl.byName[n.Name]; dup {
+			continue
+		}
+		ni := NewNodeInfo(n, p)
+		RunFilters(in.Filters, p, ni)
+		pl.byName[n.Name] = ni
+		pl.nodes = append(pl.nodes, ni)
+		zoneSet[ni.Zone] = struct{}{}
+		if ni.Healthy() {
+			pl.healthy++
+		}
+	}
+	slices.SortFunc(pl.nodes, func(a, b *NodeInfo) int { return cmp.Compare(a.Name, b.Name) })
+	for z := range zoneSet {
+		pl.zones = append(pl.zones, z)
+	}
+	slices.Sort(pl.zones)
+	pl.dec = make([]decision, len(pl.nodes))
+	pl.idx = make(map[*NodeInfo]int, len(pl.nodes))
+	for i, n := range pl.nodes {
+		pl.idx[n] = i
+	}
+	pl.rank()
+	return pl
+}
+
+// rank orders the eligible nodes by score vector, highest first, then by name.
+func (pl *planner) rank() {
+	type scored struct {
+		n *NodeInfo
+		s [4]int64
+	}
+	k := len(pl.in.Scores)
+	var all []scored
+	for _, n := range pl.nodes {
+		if !n.Eligible {
+			continue
+		}
+		var s scored
+		s.n = n
+		for i := 0; i < k && i < len(s.s); i++ {
+			s.s[i] = pl.in.Scores[i].Score(pl.p, n)
+		}
+		all = append(all, s)
+	}
+	slices.SortStableFunc(all, func(a, b scored) int {
+		for i := range a.s {
+			if c := cmp.Compare(b.s[i], a.s[i]); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(a.n.Name, b.n.Name)
+	})
+	pl.ranked = make([]*NodeInfo, len(all))
+	for i := range all {
+		pl.ranked[i] = all[i].n
+		all[i].n.rank = i
+	}
+}
+
+func (pl *planner) eligibleCount() int { return len(pl.ranked) }
+
+func (pl *planner) degrade(reason, msg string) {
+	pl.degraded = append(pl.degraded, condition{reason, msg})
+}
+
+// rankedByZone returns the ranked eligible nodes of each zone.
+func (pl *planner) rankedByZone() map[string][]*NodeInfo {
+	m := map[string][]*NodeInfo{}
+	for _, n := range pl.ranked {
+		m[n.Zone] = append(m[n.Zone], n)
+	}
+	return m
+}
+
+// zoneQuotas spreads total over the zones so that they differ by at most one where they have the
+// eligible nodes; a zone short of nodes spills its share into the next zones. Zones that already
+// hold more route reflectors come first, so a remainder does not move roles between zones.
+func (pl *planner) zoneQuotas(total int, byZone map[string][]*NodeInfo) map[string]int {
+	current := map[string]int{}
+	for _, n := range pl.ranked {
+		if n.CurrentRR && !n.Draining() {
+			current[n.Zone]++
+		}
+	}
+	order := slices.Clone(pl.zones)
+	slices.SortStableFunc(order, func(a, b string) int {
+		if c := cmp.Compare(current[b], current[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(len(byZone[b]), len(byZone[a]))
+	})
+	q := map[string]int{}
+	for total > 0 {
+		progress := false
+		for _, z := range order {
+			if total == 0 {
+				break
+			}
+			if q[z] < len(byZone[z]) {
+				q[z]++
+				total--
+				progress = true
+			}
+		}
+		if !progress {
+			break
+		}
+	}
+	return q
+}
+
+// activate makes n an active route reflector with cluster ID id.
+func (pl *planner) activate(n *NodeInfo, id uint32) {
+	d := &pl.dec[pl.idx[n]]
+	d.role, d.id = roleActive, id
+}
+
+// retire decides what happens to current route reflectors the plan no longer selects: they keep
+// their role, draining, until removalDelay has passed since they started draining; while the plan
+// has no active route reflector at all they are never dropped, so no client is left without one.
+func (pl *planner) retire() {
+	anyActive := false
+	for i := range pl.dec {
+		if pl.dec[i].role == roleActive {
+			anyActive = true
+			break
+		}
+	}
+	for i, n := range pl.nodes {
+		d := &pl.dec[i]
+		if d.role == roleActive || !n.CurrentRR {
+			continue
+		}
+		since := n.DrainingSince
+		if since.IsZero() || since.After(pl.in.Now) {
+			since = pl.in.Now
+		}
+		if anyActive && !pl.in.Now.Before(since.Add(pl.p.RemovalDelay)) {
+			continue // handed over: becomes a client
+		}
+		d.role, d.since = roleDraining, since
+		if n.HasClusterID {
+			d.id = n.ClusterID
+		} else {
+			d.id = pl.p.BaseClusterID
+		}
+	}
+}
+
+// usedIDs returns the cluster IDs held by draining route reflectors.
+func (pl *planner) drainingIDs() map[uint32]bool {
+	m := map[uint32]bool{}
+	for i := range pl.dec {
+		if pl.dec[i].role == roleDraining {
+			m[pl.dec[i].id] = true
+		}
+	}
+	return m
+}
+
+// idAllocator hands out the lowest free cluster IDs from the policy's first one upward.
+type idAllocator struct {
+	next uint32
+	used map[uint32]bool
+}
+
+func newIDAllocator(base uint32, used map[uint32]bool) *idAllocator {
+	return &idAllocator{next: base, used: used}
+}
+
+func (a *idAllocator) take() uint32 {
+	for a.used[a.next] {
+		a.next++
+	}
+	id := a.next
+	a.used[id] = true
+	a.next++
+	return id
+}
+
+func (a *idAllocator) reserve(id uint32) { a.used[id] = true }

@@ -1,0 +1,267 @@
+package extender
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+)
+
+// Result is a plan: the route reflectors, each client's route reflectors, the BGPPeers and the
+// labels and annotations every managed node should carry.
+type Result struct {
+	Policy          string           `json:"policy"`
+	Summary         Summary          `json:"summary"`
+	RouteReflectors []RouteReflector `json:"routeReflectors"`
+	Clients         []Client         `json:"clients"`
+	BGPPeers        []BGPPeer        `json:"bgpPeers"`
+	Nodes           []NodeState      `json:"nodes"`
+	Zones           []ZoneCount      `json:"zones"`
+	Ineligible      []Ineligible     `json:"ineligible,omitempty"`
+	Conditions      []Condition      `json:"conditions"`
+	// Recommendations is the stabilization history to pass to the next plan.
+	Recommendations []Recommendation `json:"-"`
+}
+
+// Summary holds the plan's figures (the design's statistics table).
+type Summary struct {
+	Nodes                           int    `json:"nodes"`
+	HealthyNodes                    int    `json:"healthyNodes"`
+	EligibleNodes                   int    `json:"eligibleNodes"`
+	DesiredRouteReflectors          int    `json:"desiredRouteReflectors"`
+	RouteReflectors                 int    `json:"routeReflectors"`
+	DrainingRouteReflectors         int    `json:"drainingRouteReflectors"`
+	Topology                        string `json:"topology"`
+	ClusterIDs                      int    `json:"clusterIDs"`
+	Redundancy                      int    `json:"redundancy"`
+	MaxClientsPerRouteReflector     int    `json:"maxClientsPerRouteReflector"`
+	MaxRouteReflectorsPerRR         int    `json:"maxRouteReflectorsPerRouteReflector"`
+	MaxConnectionsPerRouteReflector int    `json:"maxConnectionsPerRouteReflector"`
+	BGPPeers                        int    `json:"bgpPeers"`
+	Degraded                        bool   `json:"degraded"`
+}
+
+// RouteReflector is one route reflector of the plan.
+type RouteReflector struct {
+	Node        string `json:"node"`
+	Zone        string `json:"zone"`
+	ClusterID   string `json:"clusterID"`
+	Rack        string `json:"rack,omitempty"`
+	Spine       bool   `json:"spine,omitempty"`
+	Draining    bool   `json:"draining,omitempty"`
+	Clients     int    `json:"clients"`
+	Connections int    `json:"connections"`
+}
+
+// Client is a node that is not a route reflector, with the route reflectors it peers with.
+type Client struct {
+	Node            string   `json:"node"`
+	Zone            string   `json:"zone"`
+	RouteReflectors []string `json:"routeReflectors"`
+	PeeringSet      string   `json:"peeringSet,omitempty"`
+	Rack            string   `json:"rack,omitempty"`
+}
+
+// NodeState is what the plan wants on a node: the labels and annotations this product owns, as it
+// would set them. An owned key that is absent here must be absent on the node.
+type NodeState struct {
+	Name        string            `json:"name"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+// ZoneCount holds the counts of one zone.
+type ZoneCount struct {
+	Zone            string   `json:"zone"`
+	Nodes           int      `json:"nodes"`
+	Desired         int      `json:"desiredRouteReflectors"`
+	RouteReflectors int      `json:"routeReflectors"`
+	ClusterIDs      []string `json:"clusterIDs,omitempty"`
+}
+
+// Ineligible is a managed node that may not be a route reflector, and why.
+type Ineligible struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
+}
+
+// Condition is a Degraded condition of the plan.
+type Condition struct {
+	Type    string `json:"type"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+func (pl *planner) result() *Result {
+	p := pl.p
+	res := &Result{Policy: p.Name, Recommendations: pl.recs}
+	s := &res.Summary
+	s.Nodes, s.HealthyNodes, s.EligibleNodes = len(pl.nodes), pl.healthy, len(pl.ranked)
+	s.DesiredRouteReflectors = pl.desired
+	s.Topology = string(p.Topology)
+
+	// Sessions: each node with its route reflectors, plus the mesh of route reflectors.
+	clients := make([]int, len(pl.nodes)) // per route reflector node: clients
+	rrPeers := make([]int, len(pl.nodes))
+	var rrs []int
+	for i := range pl.dec {
+		if pl.dec[i].role != roleClient {
+			rrs = append(rrs, i)
+		}
+	}
+	meshed := p.Topology != "Hierarchical"
+	for i, d := range pl.dec {
+		for _, j := range d.peers {
+			switch {
+			case j == i:
+			case d.role == roleClient:
+				clients[j]++
+			case !meshed && !(d.spine && pl.dec[j].spine):
+				// A rack (or draining) route reflector and a spine member.
+				rrPeers[i]++
+				rrPeers[j]++
+			}
+		}
+	}
+	if !meshed {
+		// Spine members peer with each other once.
+		var spine []int
+		for _, i := range rrs {
+			if pl.dec[i].spine {
+				spine = append(spine, i)
+			}
+		}
+		for _, i := range spine {
+			rrPeers[i] += len(spine) - 1
+		}
+	} else {
+		for _, i := range rrs {
+			rrPeers[i] = len(rrs) - 1
+		}
+	}
+
+	ids := map[uint32]bool{}
+	zone := map[string]*ZoneCount{}
+	for _, z := range pl.zones {
+		zone[z] = &ZoneCount{Zone: z, Desired: pl.zoneWant[z]}
+	}
+	for _, n := range pl.nodes {
+		zone[n.Zone].Nodes++
+	}
+	sets := map[string][]int{}
+	for i, n := range pl.nodes {
+		d := &pl.dec[i]
+		st := NodeState{Name: n.Name, Labels: map[string]string{}, Annotations: map[string]string{}}
+		if d.role != roleClient {
+			id := policy.ClusterIDString(d.id)
+			rr := RouteReflector{Node: n.Name, Zone: n.Zone, ClusterID: id, Spine: d.spine, Draining: d.role == roleDraining,
+				Clients: clients[i], Connections: clients[i] + rrPeers[i]}
+			if p.Topology == "Hierarchical" {
+				rr.Rack = d.rack
+			}
+			res.RouteReflectors = append(res.RouteReflectors, rr)
+			st.Labels[p.RRLabelKey] = p.RRLabelValue
+			st.Labels[LabelRouteReflectorID] = RouteReflectorID(n.Name)
+			st.Annotations[AnnotationClusterID] = id
+			if d.role == roleDraining {
+				st.Annotations[AnnotationDrainingSince] = d.since.UTC().Format(time.RFC3339)
+				s.DrainingRouteReflectors++
+			} else {
+				s.RouteReflectors++
+				ids[d.id] = true
+				zc := zone[n.Zone]
+				zc.RouteReflectors++
+				if !slices.Contains(zc.ClusterIDs, id) {
+					zc.ClusterIDs = append(zc.ClusterIDs, id)
+				}
+				s.MaxClientsPerRouteReflector = max(s.MaxClientsPerRouteReflector, clients[i])
+				s.MaxRouteReflectorsPerRR = max(s.MaxRouteReflectorsPerRR, rrPeers[i])
+				s.MaxConnectionsPerRouteReflector = max(s.MaxConnectionsPerRouteReflector, clients[i]+rrPeers[i])
+			}
+		}
+		if p.Topology == "Hierarchical" {
+			st.Annotations[AnnotationRack] = d.rack
+		}
+		if len(d.peers) > 0 {
+			names := make([]string, len(d.peers))
+			for k, j := range d.peers {
+				names[k] = pl.nodes[j].Name
+			}
+			set := peeringSetName(names)
+			sets[set] = d.peers
+			st.Labels[LabelPeeringSet] = set
+			if d.role == roleClient {
+				st.Annotations[AnnotationRouteReflectors] = strings.Join(names, ",")
+				c := Client{Node: n.Name, Zone: n.Zone, RouteReflectors: names, PeeringSet: set}
+				if p.Topology == "Hierarchical" {
+					c.Rack = d.rack
+				}
+				res.Clients = append(res.Clients, c)
+			}
+		} else if d.role == roleClient {
+			res.Clients = append(res.Clients, Client{Node: n.Name, Zone: n.Zone, RouteReflectors: []string{}})
+		}
+		res.Nodes = append(res.Nodes, st)
+		if !n.Eligible {
+			res.Ineligible = append(res.Ineligible, Ineligible{Node: n.Name, Reason: n.Reason})
+		}
+	}
+	s.ClusterIDs = len(ids)
+	s.Redundancy = p.Redundancy
+	if len(res.Clients) > 0 {
+		s.Redundancy = len(res.Clients[0].RouteReflectors)
+		for _, c := range res.Clients {
+			s.Redundancy = min(s.Redundancy, len(c.RouteReflectors))
+		}
+	}
+	for _, z := range pl.zones {
+		res.Zones = append(res.Zones, *zone[z])
+	}
+	res.BGPPeers = pl.bgpPeers(sets, meshed && len(rrs) > 0)
+	s.BGPPeers = len(res.BGPPeers)
+	for _, c := range pl.degraded {
+		res.Conditions = append(res.Conditions, Condition{Type: "Degraded", Reason: c.reason, Message: c.message})
+	}
+	if s.RouteReflectors > 0 && s.RouteReflectors < 2 && len(res.Clients) > 0 && len(res.Conditions) == 0 {
+		res.Conditions = append(res.Conditions, Condition{Type: "Degraded", Reason: ReasonQuorumAtRisk, Message: "a single route reflector: its failure cuts every client off"})
+	}
+	s.Degraded = len(res.Conditions) > 0
+	if res.RouteReflectors == nil {
+		res.RouteReflectors = []RouteReflector{}
+	}
+	if res.Clients == nil {
+		res.Clients = []Client{}
+	}
+	return res
+}
+
+// peeringSetName is a stable name for a set of route reflectors: a hash of their sorted names.
+func peeringSetName(sortedNames []string) string {
+	return shortHash(strings.Join(sortedNames, ","))
+}
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:5])
+}
+
+// Degraded returns the plan's first Degraded condition, or nil.
+func (r *Result) Degraded() *Condition {
+	if len(r.Conditions) == 0 {
+		return nil
+	}
+	return &r.Conditions[0]
+}
+
+func sortedKeys[M ~map[K]V, K cmp.Ordered, V any](m M) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Builds (or reuses) the real binaries the integration tests run against:
+# kube-apiserver, kubectl, etcd and helm. Everything is built from source
+# fetched through the Go module proxy (no release tarballs) and cached
+# outside the repository, keyed by version:
+#
+#   ${RRA_CACHE:-$HOME/.cache/calico-rr-autoscaler}/bin/<tool>-<version>
+#
+# Usage: hack/tools.sh [kube-apiserver] [kubectl] [etcd] [helm]
+#   (no arguments = all tools). Safe to call repeatedly and concurrently; it
+#   is fast when everything is cached. At the end it writes
+#   ${cache}/bin/env.sh exporting KUBE_APISERVER, ETCD, KUBECTL and HELM.
+#
+# The first build takes ~10 minutes on 2 cores. Versions can be overridden
+# with K8S_VERSION, ETCD_VERSION and HELM_VERSION.
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-v1.34.3}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+HELM_VERSION="${HELM_VERSION:-v3.19.5}"
+
+CACHE="${RRA_CACHE:-$HOME/.cache/calico-rr-autoscaler}"
+BIN="$CACHE/bin"
+SRC="$CACHE/src"
+mkdir -p "$BIN" "$SRC"
+CACHE="$(cd "$CACHE" && pwd -P)"
+BIN="$CACHE/bin"
+SRC="$CACHE/src"
+
+export CGO_ENABLED=0
+export GOFLAGS="-mod=mod -buildvcs=false"
+export GOWORK=off
+export GONOSUMDB="${GONOSUMDB:-github.com/projectcalico}"
+export GO111MODULE=on
+
+ALL_TOOLS=(kube-apiserver kubectl etcd helm)
+
+log() { printf '%s\n' "$*" >&2; }
+die() { log "hack/tools.sh: $*"; exit 1; }
+
+command -v go >/dev/null 2>&1 || die "go is not on PATH"
+
+version_of() {
+  case "$1" in
+    kube-apiserver|kubectl) echo "$K8S_VERSION" ;;
+    etcd) echo "$ETCD_VERSION" ;;
+    helm) echo "$HELM_VERSION" ;;
+    *) die "unknown tool '$1' (known: ${ALL_TOOLS[*]})" ;;
+  esac
+}
+
+path_of() { echo "$BIN/$1-$(version_of "$1")"; }
+
+# Runs the binary's version command; used to check a fresh build before it is
+# moved into place.
+smoke() {
+  local tool="$1" bin="$2"
+  case "$tool" in
+    kube-apiserver|etcd) "$bin" --version ;;
+    kubectl) "$bin" version --client ;;
+    helm) "$bin" version --short ;;
+  esac
+}
+
+# go.mod of a module version, via the module proxy.
+gomod_of() {
+  go mod download -json "$1" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p'
+}
+
+# Prepares $SRC/<name> as a throwaway main module and echoes its path.
+new_module() {
+  local name="$1" dir="$SRC/$1"
+  mkdir -p "$dir"
+  echo "$dir"
+}
+
+prepare_k8s_module() {
+  local dir mod staging_ver replaces
+  dir="$(new_module "kubernetes-$K8S_VERSION")"
+  if [[ ! -f "$dir/.ready" ]]; then
+    mod="$(cd "$dir" && gomod_of "k8s.io/kubernetes@$K8S_VERSION")"
+    [[ -f "$mod" ]] || die "could not fetch k8s.io/kubernetes@$K8S_VERSION go.mod"
+    staging_ver="v0.${K8S_VERSION#v1.}"
+    # Every staging module k8s.io/kubernetes replaces with ./staging/src/...
+    replaces="$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$mod")"
+    [[ -n "$replaces" ]] || die "no staging replaces found in $mod"
+    {
+      echo "module rra.local/kubernetes-tools"
+      echo
+      echo "go 1.24.0"
+      echo
+      echo "godebug default=go1.24"
+      echo
+      echo "require k8s.io/kubernetes $K8S_VERSION"
+      echo
+      echo "replace ("
+      local m
+      for m in $replaces; do
+        echo "	$m => $m $staging_ver"
+      done
+      echo ")"
+    } >"$dir/go.mod.tmp"
+    mv -f "$dir/go.mod.tmp" "$dir/go.mod"
+    touch "$dir/.ready"
+  fi
+  echo "$dir"
+}
+
+prepare_simple_module() {
+  local name="$1" req="$2" ver="$3" dir
+  dir="$(new_module "$name")"
+  if [[ ! -f "$dir/.ready" ]]; then
+    printf 'module rra.local/%s\n\ngo 1.24.0\n\nrequire %s %s\n' "$name" "$req" "$ver" >"$dir/go.mod.tmp"
+    mv -f "$dir/go.mod.tmp" "$dir/go.mod"
+    touch "$dir/.ready"
+  fi
+  echo "$dir"
+}
+
+TMPFILES=()
+cleanup() {
+  local f
+  for f in "${TMPFILES[@]+"${TMPFILES[@]}"}"; do rm -f "$f"; done
+}
+trap cleanup EXIT
+
+build_tool() {
+  local tool="$1" ver dest dir pkg ldflags tmp
+  ver="$(version_of "$tool")"
+  dest="$(path_of "$tool")"
+  case "$tool" in
+    kube-apiserver|kubectl)
+      dir="$(prepare_k8s_module)"
+      pkg="k8s.io/kubernetes/cmd/$tool"
+      local major minor p
+      major="${K8S_VERSION#v}"; major="${major%%.*}"
+      minor="${K8S_VERSION#v*.}"; minor="${minor%%.*}"
+      ldflags="-s -w"
+      for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor"
+        ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+      done
+      ;;
+    etcd)
+      dir="$(prepare_simple_module "etcd-$ETCD_VERSION" go.etcd.io/etcd/server/v3 "$ETCD_VERSION")"
+      # The module root of go.etcd.io/etcd/server/v3 is etcd's main package.
+      pkg="go.etcd.io/etcd/server/v3"
+      ldflags="-s -w"
+      ;;
+    helm)
+      dir="$(prepare_simple_module "helm-$HELM_VERSION" helm.sh/helm/v3 "$HELM_VERSION")"
+      pkg="helm.sh/helm/v3/cmd/helm"
+      # Like helm's Makefile: report the real version and the Kubernetes
+      # version of its client libraries as the default capabilities.
+      local hmod kminor
+      hmod="$(cd "$dir" && gomod_of "helm.sh/helm/v3@$HELM_VERSION")"
+      kminor="$(sed -n 's#^[[:space:]]*k8s\.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$hmod" | head -n1)"
+      ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+      if [[ -n "$kminor" ]]; then
+        ldflags+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$kminor"
+        ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kminor"
+      fi
+      ;;
+  esac
+
+  tmp="$BIN/.$tool-$ver.tmp.$$"
+  TMPFILES+=("$tmp")
+  local start=$SECONDS
+  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$tmp" "$pkg") \
+    || die "building $tool $ver failed"
+  smoke "$tool" "$tmp" >/dev/null 2>&1 || die "built $tool $ver but '$tool' does not run"
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "$dest"
+  log "built $tool $ver in $((SECONDS - start))s -> $dest"
+}
+
+ensure_tool() {
+  local tool="$1" ver dest
+  ver="$(version_of "$tool")"
+  dest="$(path_of "$tool")"
+  if [[ -x "$dest" ]]; then
+    log "using cached $tool $ver ($dest)"
+    return
+  fi
+  # Serialise builds across concurrent callers; re-check after the wait.
+  exec 9>"$CACHE/.build.lock"
+  if command -v flock >/dev/null 2>&1; then
+    if ! flock -n 9; then
+      log "waiting for another hack/tools.sh build to finish..."
+      flock 9
+    fi
+  fi
+  if [[ -x "$dest" ]]; then
+    log "using cached $tool $ver ($dest)"
+  else
+    log "building $tool $ver (first time takes minutes)..."
+    build_tool "$tool"
+  fi
+  exec 9>&-
+}
+
+tools=("$@")
+if [[ ${#tools[@]} -eq 0 ]]; then
+  tools=("${ALL_TOOLS[@]}")
+fi
+for t in "${tools[@]}"; do version_of "$t" >/dev/null; done
+for t in "${tools[@]}"; do ensure_tool "$t"; done
+
+env_tmp="$BIN/.env.sh.tmp.$$"
+TMPFILES+=("$env_tmp")
+{
+  echo "# Generated by hack/tools.sh; source this file."
+  echo "export KUBE_APISERVER='$(path_of kube-apiserver)'"
+  echo "export ETCD='$(path_of etcd)'"
+  echo "export KUBECTL='$(path_of kubectl)'"
+  echo "export HELM='$(path_of helm)'"
+} >"$env_tmp"
+mv -f "$env_tmp" "$BIN/env.sh"
+
+for v in KUBE_APISERVER:kube-apiserver ETCD:etcd KUBECTL:kubectl HELM:helm; do
+  p="$(path_of "${v#*:}")"
+  if [[ -x "$p" ]]; then
+    echo "${v%%:*}=$p"
+  else
+    echo "${v%%:*}=$p (not built yet)"
+  fi
+done
+echo "env: source $BIN/env.sh"

@@ -1,0 +1,94 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Versions of the binaries hack/tools.sh builds. Keep in sync with the
+// defaults in hack/tools.sh.
+const (
+	KubernetesVersion = "v1.34.3"
+	EtcdVersion       = "v3.6.16"
+	HelmVersion       = "v3.19.5"
+)
+
+// Tool names accepted by BinaryPath and RequireBinary.
+const (
+	ToolKubeAPIServer = "kube-apiserver"
+	ToolEtcd          = "etcd"
+	ToolKubectl       = "kubectl"
+	ToolHelm          = "helm"
+)
+
+var toolEnv = map[string]string{
+	ToolKubeAPIServer: "KUBE_APISERVER",
+	ToolEtcd:          "ETCD",
+	ToolKubectl:       "KUBECTL",
+	ToolHelm:          "HELM",
+}
+
+var toolVersion = map[string]string{
+	ToolKubeAPIServer: KubernetesVersion,
+	ToolEtcd:          EtcdVersion,
+	ToolKubectl:       KubernetesVersion,
+	ToolHelm:          HelmVersion,
+}
+
+// CacheDir is hack/tools.sh's cache: $RRA_CACHE, else
+// $HOME/.cache/calico-rr-autoscaler.
+func CacheDir() string {
+	if d := os.Getenv("RRA_CACHE"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "calico-rr-autoscaler")
+}
+
+// BinaryPath finds a tool ("kube-apiserver", "etcd", "kubectl" or "helm"):
+// the path in its environment variable (KUBE_APISERVER, ETCD, KUBECTL,
+// HELM) when set, else <CacheDir>/bin/<tool>-<version> as built by
+// hack/tools.sh. The error is one line that says how to get the binary.
+func BinaryPath(tool string) (string, error) {
+	envName, ok := toolEnv[tool]
+	if !ok {
+		return "", fmt.Errorf("testenv: unknown tool %q", tool)
+	}
+	if p := os.Getenv(envName); p != "" {
+		if err := checkExecutable(p); err != nil {
+			return "", fmt.Errorf("testenv: %s=%s: %v (unset it or run hack/tools.sh)", envName, p, err)
+		}
+		return p, nil
+	}
+	p := filepath.Join(CacheDir(), "bin", tool+"-"+toolVersion[tool])
+	if err := checkExecutable(p); err != nil {
+		return "", fmt.Errorf("testenv: %s not found (%s unset, %s missing): run hack/tools.sh to build it", tool, envName, p)
+	}
+	return p, nil
+}
+
+// RequireBinary is BinaryPath that fails the test when the binary is missing.
+func RequireBinary(t testing.TB, tool string) string {
+	t.Helper()
+	p, err := BinaryPath(tool)
+	if err != nil {
+		t.Fatal(err.Error())
+	}
+	return p
+}
+
+func checkExecutable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("not an executable file")
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package policy
+
+import (
+	"fmt"
+	"math/big"
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// ScalingKind says which scaling rule a policy uses.
+type ScalingKind int
+
+// The scaling rules.
+const (
+	ScaleByRatio ScalingKind = iota
+	ScaleBySteps
+	ScaleByClients
+)
+
+// Resolved is a validated policy with every default filled in, in the form the planner uses.
+type Resolved struct {
+	Name string
+
+	// NodeSelector selects the managed nodes; never nil.
+	NodeSelector labels.Selector
+	// Preferred and Forbidden select nothing when the policy leaves them out; never nil.
+	Preferred labels.Selector
+	Forbidden labels.Selector
+
+	Min, Max int
+
+	Scaling            ScalingKind
+	RatioNum, RatioDen int64
+	Steps              []v1alpha1.Step
+	ClientsPerRR       int
+
+	Topology      v1alpha1.TopologyType
+	BaseClusterID uint32
+	ClusterIDMode v1alpha1.ClusterIDMode
+	Groups        int
+	Redundancy    int
+	RackLabel     string
+	MaxRackSize   int
+
+	RRLabelKey, RRLabelValue string
+	ZoneLabel                string
+	Tolerations              []corev1.Toleration
+
+	RemovalDelay        time.Duration
+	Handover            v1alpha1.HandoverMode
+	ScaleDownWindow     time.Duration
+	MigrateFromNodeMesh bool
+}
+
+// Resolve validates p and fills in the defaults. The error list names every invalid field.
+func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
+	if errs := Validate(p); len(errs) > 0 {
+		return nil, errs
+	}
+	s := &p.Spec
+	r := &Resolved{
+		Name:            p.Name,
+		Min:             int(deref(s.MinRouteReflectors, DefaultMinRouteReflectors)),
+		Max:             int(deref(s.MaxRouteReflectors, DefaultMaxRouteReflectors)),
+		Topology:        DefaultTopology,
+		ClusterIDMode:   DefaultClusterIDMode,
+		Groups:          DefaultClusterIDGroups,
+		Redundancy:      DefaultRedundancy,
+		MaxRackSize:     DefaultMaxRackSize,
+		RRLabelKey:      DefaultRouteReflectorLabelKey,
+		ZoneLabel:       or(s.ZoneLabel, DefaultZoneLabel),
+		Tolerations:     s.Tolerations,
+		RemovalDelay:    DefaultRemovalDelay,
+		Handover:        DefaultHandover,
+		ScaleDownWindow: DefaultStabilizationWindow,
+
+		MigrateFromNodeMesh: s.MigrateFromNodeMesh,
+	}
+	r.NodeSelector = selectorOr(s.NodeSelector, labels.Everything())
+	r.Preferred = selectorOr(s.PreferredNodeSelector, labels.Nothing())
+	r.Forbidden = selectorOr(s.ForbiddenNodeSelector, labels.Nothing())
+	if r.Tolerations == nil {
+		r.Tolerations = DefaultTolerations()
+	}
+	r.Scaling, r.RatioNum, r.RatioDen = ScaleByRatio, 5, 1000
+	if sc := s.Scaling; sc != nil {
+		switch {
+		case sc.Ratio != "":
+			rat, _ := new(big.Rat).SetString(sc.Ratio)
+			r.RatioNum, r.RatioDen = rat.Num().Int64(), rat.Denom().Int64()
+		case len(sc.Steps) > 0:
+			r.Scaling, r.Steps = ScaleBySteps, sc.Steps
+		case sc.ClientsPerRouteReflector != nil:
+			r.Scaling, r.ClientsPerRR = ScaleByClients, int(*sc.ClientsPerRouteReflector)
+		}
+	}
+	base := DefaultClusterID
+	if t := s.Topology; t != nil {
+		r.Topology = v1alpha1.TopologyType(or(string(t.Type), string(r.Topology)))
+		base = or(t.ClusterID, base)
+		r.ClusterIDMode = v1alpha1.ClusterIDMode(or(string(t.ClusterIDs), string(r.ClusterIDMode)))
+		r.Groups = int(deref(t.ClusterIDGroups, int32(r.Groups)))
+		r.Redundancy = int(deref(t.Redundancy, int32(r.Redundancy)))
+		r.RackLabel = t.RackLabel
+		r.MaxRackSize = int(deref(t.MaxRackSize, int32(r.MaxRackSize)))
+	}
+	if r.RackLabel == "" {
+		r.RackLabel = r.ZoneLabel
+	}
+	r.BaseClusterID = IPv4ToUint(netip.MustParseAddr(base))
+	if l := s.RouteReflectorLabel; l != nil {
+		r.RRLabelKey = or(l.Key, r.RRLabelKey)
+		r.RRLabelValue = l.Value
+	}
+	if s.RemovalDelay != nil {
+		r.RemovalDelay = s.RemovalDelay.Duration
+	}
+	r.Handover = v1alpha1.HandoverMode(or(string(s.Handover), string(r.Handover)))
+	if b := s.Behavior; b != nil && b.ScaleDown != nil && b.ScaleDown.StabilizationWindowSeconds != nil {
+		r.ScaleDownWindow = time.Duration(*b.ScaleDown.StabilizationWindowSeconds) * time.Second
+	}
+	return r, nil
+}
+
+// MustResolve resolves a policy known to be valid (the defaults, a test fixture); it panics otherwise.
+func MustResolve(p *v1alpha1.RouteReflectorPolicy) *Resolved {
+	r, errs := Resolve(p)
+	if len(errs) > 0 {
+		panic(fmt.Sprintf("policy %q: %v", p.Name, errs.ToAggregate()))
+	}
+	return r
+}
+
+// IsRouteReflectorLabel reports whether labels carry this policy's route reflector label.
+func (r *Resolved) IsRouteReflectorLabel(l map[string]string) bool {
+	v, ok := l[r.RRLabelKey]
+	return ok && v == r.RRLabelValue
+}
+
+// ClusterIDString formats a cluster ID.
+func ClusterIDString(id uint32) string {
+	return netip.AddrFrom4([4]byte{byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}).String()
+}
+
+// IPv4ToUint converts an IPv4 address to its 32-bit value.
+func IPv4ToUint(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// ParseClusterID parses an IPv4 cluster ID.
+func ParseClusterID(s string) (uint32, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() {
+		return 0, false
+	}
+	return IPv4ToUint(a), true
+}
+
+func selectorOr(s *metav1.LabelSelector, def labels.Selector) labels.Selector {
+	if s == nil {
+		return def
+	}
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	if err != nil { // Validate has rejected it already.
+		return labels.Nothing()
+	}
+	return sel
+}
+
+func deref(p *int32, def int32) int32 {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,270 @@
+// Package v1alpha1 holds the RouteReflectorPolicy API (group routereflector.io).
+//
+// +kubebuilder:object:generate=true
+// +groupName=routereflector.io
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TopologyType names a route reflector layout.
+// +kubebuilder:validation:Enum=SingleCluster;MultiCluster;Hierarchical
+type TopologyType string
+
+const (
+	// SingleCluster: each zone is its own RR cluster with its own cluster ID; clients peer with every RR of their zone.
+	SingleCluster TopologyType = "SingleCluster"
+	// MultiCluster: RRs balanced across zones in a few cluster-ID groups; each client peers with `redundancy` RRs.
+	MultiCluster TopologyType = "MultiCluster"
+	// Hierarchical: rack RRs (one cluster ID per rack) under a spine of RRs sharing one cluster ID.
+	Hierarchical TopologyType = "Hierarchical"
+)
+
+// ClusterIDMode says how MultiCluster hands out cluster IDs.
+// +kubebuilder:validation:Enum=Grouped;PerRouteReflector
+type ClusterIDMode string
+
+const (
+	// Grouped: every RR belongs to one of clusterIDGroups groups and carries its group's cluster ID.
+	Grouped ClusterIDMode = "Grouped"
+	// PerRouteReflector: each RR carries its own cluster ID (the design's original layout).
+	PerRouteReflector ClusterIDMode = "PerRouteReflector"
+)
+
+// HandoverMode says when an obsolete route reflector may lose its role.
+// +kubebuilder:validation:Enum=Delay;BGPSessions
+type HandoverMode string
+
+const (
+	// HandoverDelay waits removalDelay after the replacement is in place.
+	HandoverDelay HandoverMode = "Delay"
+	// HandoverBGPSessions waits until the replacement reports Established sessions (removalDelay is the timeout).
+	HandoverBGPSessions HandoverMode = "BGPSessions"
+)
+
+// RouteReflectorPolicy says how many Calico route reflectors a set of nodes gets, in which topology, and how roles are handed over.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=rrp
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Topology",type=string,JSONPath=`.spec.topology.type`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.healthyNodes`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredRouteReflectors`
+// +kubebuilder:printcolumn:name="RRs",type=integer,JSONPath=`.status.routeReflectors`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RouteReflectorPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   RouteReflectorPolicySpec   `json:"spec,omitempty"`
+	Status RouteReflectorPolicyStatus `json:"status,omitempty"`
+}
+
+// RouteReflectorPolicyList is a list of RouteReflectorPolicy.
+//
+// +kubebuilder:object:root=true
+type RouteReflectorPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RouteReflectorPolicy `json:"items"`
+}
+
+// RouteReflectorPolicySpec is the desired route reflector layout. Every field is optional.
+type RouteReflectorPolicySpec struct {
+	// NodeSelector selects the nodes this policy manages [all nodes]. A node may match at most one policy.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+
+	// MinRouteReflectors is the lowest number of route reflectors [3].
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MinRouteReflectors *int32 `json:"minRouteReflectors,omitempty"`
+
+	// MaxRouteReflectors is the highest number of route reflectors [25].
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxRouteReflectors *int32 `json:"maxRouteReflectors,omitempty"`
+
+	// Scaling says how the desired count follows the node count [ratio "0.005"].
+	// +optional
+	Scaling *Scaling `json:"scaling,omitempty"`
+
+	// Topology is the route reflector layout [MultiCluster].
+	// +optional
+	Topology *Topology `json:"topology,omitempty"`
+
+	// RouteReflectorLabel is the node label that marks a route reflector [calico-route-reflector=""].
+	// +optional
+	RouteReflectorLabel *Label `json:"routeReflectorLabel,omitempty"`
+
+	// ZoneLabel is the node label that names a node's zone [topology.kubernetes.io/zone]. A node without it is in zone "".
+	// +optional
+	ZoneLabel string `json:"zoneLabel,omitempty"`
+
+	// PreferredNodeSelector selects nodes that are picked first.
+	// +optional
+	PreferredNodeSelector *metav1.LabelSelector `json:"preferredNodeSelector,omitempty"`
+
+	// ForbiddenNodeSelector selects nodes that never become route reflectors.
+	// +optional
+	ForbiddenNodeSelector *metav1.LabelSelector `json:"forbiddenNodeSelector,omitempty"`
+
+	// Tolerations are the route reflector's tolerations [tolerate everything, as calico-node does].
+	// A node with a NoSchedule or NoExecute taint that these do not tolerate is not eligible.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// RemovalDelay is how long an obsolete route reflector keeps its role after its replacement is in place [5m].
+	// +optional
+	RemovalDelay *metav1.Duration `json:"removalDelay,omitempty"`
+
+	// Handover says what an obsolete route reflector waits for before it loses its role [Delay].
+	// +optional
+	Handover HandoverMode `json:"handover,omitempty"`
+
+	// Behavior tunes scaling down.
+	// +optional
+	Behavior *Behavior `json:"behavior,omitempty"`
+
+	// MigrateFromNodeMesh turns Calico's node-to-node mesh off once every client has its route reflector sessions.
+	// +optional
+	MigrateFromNodeMesh bool `json:"migrateFromNodeMesh,omitempty"`
+}
+
+// Scaling sets the desired count. At most one field may be set.
+type Scaling struct {
+	// Ratio is a decimal in (0,1]: desired = ceil(healthy nodes x ratio).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9]*\.?[0-9]+$`
+	Ratio string `json:"ratio,omitempty"`
+
+	// Steps maps node counts to route reflector counts; maxNodes strictly increasing.
+	// +optional
+	// +listType=atomic
+	Steps []Step `json:"steps,omitempty"`
+
+	// ClientsPerRouteReflector: desired = ceil(clients / N).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ClientsPerRouteReflector *int32 `json:"clientsPerRouteReflector,omitempty"`
+}
+
+// Step is one row of a stepping table: up to maxNodes healthy nodes get routeReflectors route reflectors.
+type Step struct {
+	// MaxNodes is the largest healthy node count of this step.
+	// +kubebuilder:validation:Minimum=1
+	MaxNodes int32 `json:"maxNodes"`
+	// RouteReflectors is the route reflector count of this step.
+	// +kubebuilder:validation:Minimum=1
+	RouteReflectors int32 `json:"routeReflectors"`
+}
+
+// Topology is the layout of route reflectors and their cluster IDs.
+type Topology struct {
+	// Type is SingleCluster, MultiCluster or Hierarchical [MultiCluster].
+	// +optional
+	Type TopologyType `json:"type,omitempty"`
+
+	// ClusterID is the first cluster ID; the others count up from it [224.0.0.1].
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+
+	// ClusterIDs says how MultiCluster hands out cluster IDs [Grouped].
+	// +optional
+	ClusterIDs ClusterIDMode `json:"clusterIDs,omitempty"`
+
+	// ClusterIDGroups is the number of cluster-ID groups in Grouped mode [3].
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ClusterIDGroups *int32 `json:"clusterIDGroups,omitempty"`
+
+	// Redundancy is the number of route reflectors each client peers with [3].
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Redundancy *int32 `json:"redundancy,omitempty"`
+
+	// RackLabel names a node's rack in Hierarchical [the zone label].
+	// +optional
+	RackLabel string `json:"rackLabel,omitempty"`
+
+	// MaxRackSize is the largest rack in Hierarchical; bigger racks and nodes without a rack are split [500].
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxRackSize *int32 `json:"maxRackSize,omitempty"`
+}
+
+// Label is a label key and value.
+type Label struct {
+	// Key is the label key.
+	// +optional
+	Key string `json:"key,omitempty"`
+	// Value is the label value ("" allowed).
+	// +optional
+	Value string `json:"value,omitempty"`
+}
+
+// Behavior tunes scaling, as the HorizontalPodAutoscaler's behavior does.
+type Behavior struct {
+	// ScaleDown tunes scaling down.
+	// +optional
+	ScaleDown *ScaleDown `json:"scaleDown,omitempty"`
+}
+
+// ScaleDown tunes scaling down.
+type ScaleDown struct {
+	// StabilizationWindowSeconds: the desired count used for scaling down is the highest seen in this window [300].
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	StabilizationWindowSeconds *int32 `json:"stabilizationWindowSeconds,omitempty"`
+}
+
+// RouteReflectorPolicyStatus is what the reconciler last observed and did.
+type RouteReflectorPolicyStatus struct {
+	// ObservedGeneration is the generation of the spec the status is for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Nodes is the number of nodes the policy manages.
+	// +optional
+	Nodes int32 `json:"nodes,omitempty"`
+	// HealthyNodes is the number of Ready nodes not being deleted.
+	// +optional
+	HealthyNodes int32 `json:"healthyNodes,omitempty"`
+	// DesiredRouteReflectors is the planned number of route reflectors.
+	// +optional
+	DesiredRouteReflectors int32 `json:"desiredRouteReflectors,omitempty"`
+	// RouteReflectors is the number of nodes that carry the route reflector role.
+	// +optional
+	RouteReflectors int32 `json:"routeReflectors,omitempty"`
+	// Zones holds per-zone counts.
+	// +optional
+	// +listType=map
+	// +listMapKey=zone
+	Zones []ZoneStatus `json:"zones,omitempty"`
+	// Conditions: Ready, Degraded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastScaleTime is when the route reflector count last changed.
+	// +optional
+	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+}
+
+// ZoneStatus holds the counts of one zone.
+type ZoneStatus struct {
+	// Zone is the zone name ("" for nodes without a zone label).
+	Zone string `json:"zone"`
+	// Nodes is the number of managed nodes in the zone.
+	// +optional
+	Nodes int32 `json:"nodes,omitempty"`
+	// DesiredRouteReflectors is the planned number of route reflectors in the zone.
+	// +optional
+	DesiredRouteReflectors int32 `json:"desiredRouteReflectors,omitempty"`
+	// RouteReflectors is the number of route reflectors in the zone.
+	// +optional
+	RouteReflectors int32 `json:"routeReflectors,omitempty"`
+}
