@@ -11,14 +11,21 @@ import (
 type rrSet struct {
 	nodes  []int    // node indexes
 	zone   []string // per route reflector
+	zoneID []int    // per route reflector, an index of zone names
 	id     []uint32
 	load   []int
 	byNode map[int]int // node index -> position
 	byZone map[string][]int
+	// zoneIndex numbers the zones of the route reflectors.
+	zoneIndex map[string]int
+	group     []int // per route reflector, an index of its cluster ID
+
+	// scratch for bestRR, all false between calls
+	usedGroup, usedZone, taken []bool
 }
 
 func (pl *planner) activeSet() *rrSet {
-	s := &rrSet{byNode: map[int]int{}, byZone: map[string][]int{}}
+	s := &rrSet{byNode: map[int]int{}, byZone: map[string][]int{}, zoneIndex: map[string]int{}}
 	var act []int
 	for i := range pl.dec {
 		if pl.dec[i].role == roleActive {
@@ -29,11 +36,25 @@ func (pl *planner) activeSet() *rrSet {
 	for k, i := range act {
 		s.nodes = append(s.nodes, i)
 		s.zone = append(s.zone, pl.nodes[i].Zone)
+		if _, ok := s.zoneIndex[pl.nodes[i].Zone]; !ok {
+			s.zoneIndex[pl.nodes[i].Zone] = len(s.zoneIndex)
+		}
+		s.zoneID = append(s.zoneID, s.zoneIndex[pl.nodes[i].Zone])
 		s.id = append(s.id, pl.dec[i].id)
 		s.byNode[i] = k
 		s.byZone[pl.nodes[i].Zone] = append(s.byZone[pl.nodes[i].Zone], k)
 	}
+	groups := map[uint32]int{}
+	for _, id := range s.id {
+		if _, ok := groups[id]; !ok {
+			groups[id] = len(groups)
+		}
+		s.group = append(s.group, groups[id])
+	}
 	s.load = make([]int, len(act))
+	s.usedGroup = make([]bool, len(groups))
+	s.usedZone = make([]bool, len(s.zoneIndex))
+	s.taken = make([]bool, len(act))
 	return s
 }
 
@@ -116,7 +137,7 @@ func (pl *planner) assignMultiClients() {
 			if !ok || len(ch) == r {
 				continue
 			}
-			k, ok := s.byNode[pl.idx[o]]
+			k, ok := s.byNode[o.index]
 			if !ok || slices.Contains(ch, k) || s.load[k] >= capLoad {
 				continue
 			}
@@ -127,17 +148,7 @@ func (pl *planner) assignMultiClients() {
 			s.load[k]++
 		}
 		// Make room for the zone rules.
-		for len(ch) > 0 {
-			need := 0
-			if pl.needOwnZone(s, n.Zone, ch) {
-				need++
-			}
-			if pl.needOtherZone(s, n.Zone, ch, zonesWithRR) {
-				need++
-			}
-			if len(ch)+need <= r {
-				break
-			}
+		for len(ch) > 0 && len(ch)+zoneNeeds(s, n.Zone, ch, zonesWithRR) > r {
 			last := ch[len(ch)-1]
 			s.load[last]--
 			ch = ch[:len(ch)-1]
@@ -178,70 +189,97 @@ func groupUsed(s *rrSet, ch []int, id uint32) bool {
 	return false
 }
 
-func (pl *planner) needOwnZone(s *rrSet, zone string, ch []int) bool {
-	if len(s.byZone[zone]) == 0 {
-		return false
-	}
-	for _, k := range ch {
-		if s.zone[k] == zone {
-			return false
-		}
-	}
-	return true
+func needOwnZone(s *rrSet, zone string, ch []int) bool {
+	return len(s.byZone[zone]) > 0 && !zoneUsed(s, ch, s.zoneIndex[zone])
 }
 
-func (pl *planner) needOtherZone(s *rrSet, zone string, ch []int, zonesWithRR int) bool {
-	others := zonesWithRR
-	if len(s.byZone[zone]) > 0 {
-		others--
+// needSecondZone: two zones have route reflectors but the client's are all in one zone.
+func needSecondZone(s *rrSet, ch []int, zonesWithRR int) bool {
+	return zonesWithRR >= 2 && len(ch) > 0 && distinctZones(s, ch) < 2
+}
+
+// zoneNeeds counts the picks still needed for a route reflector in the client's own zone and for
+// route reflectors in two zones.
+func zoneNeeds(s *rrSet, zone string, ch []int, zonesWithRR int) int {
+	need, zones := 0, distinctZones(s, ch)
+	if needOwnZone(s, zone, ch) {
+		need++
+		zones++
 	}
-	if others == 0 {
-		return false
+	if zonesWithRR >= 2 && zones < 2 {
+		need += 2 - zones
 	}
-	for _, k := range ch {
-		if s.zone[k] != zone {
-			return false
+	return need
+}
+
+func distinctZones(s *rrSet, ch []int) int {
+	n := 0
+	for i, k := range ch {
+		if !zoneUsed(s, ch[:i], s.zoneID[k]) {
+			n++
 		}
 	}
-	return true
+	return n
 }
 
 // pickRR chooses the next route reflector for a client in zone that has ch: from its own zone
 // first, then from another zone, then from any; a cluster ID it does not have yet, then the least
 // loaded, then a zone it does not use yet, then rank. It returns -1 when none is left.
 func (pl *planner) pickRR(s *rrSet, zone string, ch []int, zonesWithRR int) int {
-	accept := func(k int) bool { return true }
+	mode := pickAny
 	switch {
-	case pl.needOwnZone(s, zone, ch):
-		accept = func(k int) bool { return s.zone[k] == zone }
-	case pl.needOtherZone(s, zone, ch, zonesWithRR):
-		accept = func(k int) bool { return s.zone[k] != zone }
+	case needOwnZone(s, zone, ch):
+		mode = pickOwnZone
+	case needSecondZone(s, ch, zonesWithRR):
+		mode = pickNewZone
 	}
-	best := pl.bestRR(s, ch, accept)
+	own := -1
+	if z, ok := s.zoneIndex[zone]; ok {
+		own = z
+	}
+	best := s.bestRR(ch, mode, own)
 	if best < 0 {
-		best = pl.bestRR(s, ch, func(int) bool { return true })
+		best = s.bestRR(ch, pickAny, own)
 	}
 	return best
 }
 
-func (pl *planner) bestRR(s *rrSet, ch []int, accept func(int) bool) int {
+const (
+	pickAny     = iota
+	pickOwnZone // a route reflector in the client's zone
+	pickNewZone // a route reflector in a zone the client does not use yet
+)
+
+// bestRR returns the best candidate for mode: a cluster ID the client does not have yet, then the
+// lowest load, then a zone it does not use yet, then rank; -1 when there is none.
+func (s *rrSet) bestRR(ch []int, mode, own int) int {
+	for _, k := range ch {
+		s.usedGroup[s.group[k]] = true
+		s.usedZone[s.zoneID[k]] = true
+		s.taken[k] = true
+	}
 	best := -1
 	var bestKey [3]int
 	for k := range s.nodes {
-		if !accept(k) || slices.Contains(ch, k) {
+		if s.taken[k] || mode == pickOwnZone && s.zoneID[k] != own || mode == pickNewZone && s.usedZone[s.zoneID[k]] {
 			continue
 		}
-		key := [3]int{b2i(groupUsed(s, ch, s.id[k])), s.load[k], b2i(zoneUsed(s, ch, s.zone[k]))}
+		key := [3]int{b2i(s.usedGroup[s.group[k]]), s.load[k], b2i(s.usedZone[s.zoneID[k]])}
 		if best < 0 || less3(key, bestKey) {
 			best, bestKey = k, key
 		}
 	}
+	for _, k := range ch {
+		s.usedGroup[s.group[k]] = false
+		s.usedZone[s.zoneID[k]] = false
+		s.taken[k] = false
+	}
 	return best
 }
 
-func zoneUsed(s *rrSet, ch []int, zone string) bool {
+func zoneUsed(s *rrSet, ch []int, zone int) bool {
 	for _, k := range ch {
-		if s.zone[k] == zone {
+		if s.zoneID[k] == zone {
 			return true
 		}
 	}

@@ -29,13 +29,12 @@ func (pl *planner) planHierarchical() {
 	// Racks and their eligible members.
 	rackMembers := map[string][]*NodeInfo{}
 	var racks []string
-	for i, n := range pl.nodes {
+	for i := range pl.nodes {
 		r := pl.dec[i].rack
 		if _, ok := rackMembers[r]; !ok {
 			racks = append(racks, r)
 			rackMembers[r] = nil
 		}
-		_ = n
 	}
 	slices.Sort(racks)
 
@@ -46,7 +45,7 @@ func (pl *planner) planHierarchical() {
 	}
 	for _, n := range pl.ranked {
 		if !inSpine[n] {
-			r := pl.dec[pl.idx[n]].rack
+			r := pl.dec[n.index].rack
 			rackMembers[r] = append(rackMembers[r], n)
 		}
 	}
@@ -85,7 +84,7 @@ func (pl *planner) planHierarchical() {
 	}
 	for _, n := range spine {
 		pl.activate(n, base)
-		pl.dec[pl.idx[n]].spine = true
+		pl.dec[n.index].spine = true
 		pl.zoneWant[n.Zone]++
 	}
 	rackRRs := map[string][]*NodeInfo{}
@@ -102,13 +101,13 @@ func (pl *planner) planHierarchical() {
 	// Sessions.
 	spineIdx := make([]int, len(spine))
 	for i, n := range spine {
-		spineIdx[i] = pl.idx[n]
+		spineIdx[i] = n.index
 	}
 	if len(spine) == 0 {
 		// No spine: every rack route reflector must then mesh with the others.
 		for _, r := range racks {
 			for _, n := range rackRRs[r] {
-				spineIdx = append(spineIdx, pl.idx[n])
+				spineIdx = append(spineIdx, n.index)
 			}
 		}
 	}
@@ -118,7 +117,7 @@ func (pl *planner) planHierarchical() {
 		case d.role == roleClient:
 			var peers []int
 			for _, n := range rackRRs[d.rack] {
-				peers = append(peers, pl.idx[n])
+				peers = append(peers, n.index)
 			}
 			if len(peers) == 0 {
 				peers = slices.Clone(spineIdx)
@@ -134,10 +133,6 @@ func (pl *planner) planHierarchical() {
 }
 
 func (pl *planner) selectSpine(n int, byZone map[string][]*NodeInfo) []*NodeInfo {
-	counts := map[string]int{}
-	for z, ns := range byZone {
-		counts[z] = len(ns)
-	}
 	// zoneQuotas orders zones by current route reflectors and size; reuse it on the spine candidates.
 	q := pl.zoneQuotas(n, byZone)
 	var out []*NodeInfo
@@ -188,21 +183,19 @@ func (pl *planner) assignRackIDs(racks []string, rackRRs map[string][]*NodeInfo)
 	}
 	for _, r := range racks {
 		for _, n := range rackRRs[r] {
-			pl.dec[pl.idx[n]].id = rackID[r]
+			pl.dec[n.index].id = rackID[r]
 		}
 	}
 }
 
 // assignRacks puts every managed node in a rack: its rackLabel's value (the zone when the rack
-// label is the zone label), or its zone when it has none; racks larger than maxRackSize are split
-// into equal parts, and a node keeps its part while it stays.
+// label is the zone label), or its zone when it has none. Racks larger than maxRackSize are split
+// into parts of at most that size: a node keeps its part while it stays and the part is not over
+// the limit; other nodes go to the emptiest part.
 func (pl *planner) assignRacks() {
 	p := pl.p
 	baseOf := func(n *NodeInfo) string {
-		if v, ok := n.Node.Labels[p.RackLabel]; ok && v != "" {
-			if p.RackLabel == p.ZoneLabel {
-				return v
-			}
+		if v := n.Node.Labels[p.RackLabel]; v != "" {
 			return v
 		}
 		if n.Zone == "" {
@@ -228,7 +221,6 @@ func (pl *planner) assignRacks() {
 			}
 			continue
 		}
-		capacity := (len(members) + k - 1) / k
 		names := make([]string, k)
 		index := map[string]int{}
 		for j := range names {
@@ -238,7 +230,7 @@ func (pl *planner) assignRacks() {
 		size := make([]int, k)
 		var rest []int
 		for _, i := range members {
-			if j, ok := index[pl.nodes[i].Rack]; ok && size[j] < capacity {
+			if j, ok := index[pl.nodes[i].Rack]; ok && size[j] < p.MaxRackSize {
 				pl.dec[i].rack = names[j]
 				size[j]++
 				continue

@@ -65,14 +65,14 @@ func (pl *planner) assignPerRRIDs(active []*NodeInfo) {
 	for _, n := range active {
 		if n.HasClusterID && !used[n.ClusterID] {
 			used[n.ClusterID] = true
-			pl.dec[pl.idx[n]].id = n.ClusterID
+			pl.dec[n.index].id = n.ClusterID
 			continue
 		}
 		fresh = append(fresh, n)
 	}
 	alloc := newIDAllocator(pl.p.BaseClusterID, used)
 	for _, n := range fresh {
-		pl.dec[pl.idx[n]].id = alloc.take()
+		pl.dec[n.index].id = alloc.take()
 	}
 }
 
@@ -105,7 +105,13 @@ func (pl *planner) assignGroupIDs(active []*NodeInfo) {
 		}
 		return cmp.Compare(a.id, b.id)
 	})
-	used := pl.drainingIDs()
+	// Then the groups of route reflectors being handed over: their replacements join them.
+	for _, id := range sortedKeys(pl.drainingIDs()) {
+		if count[id] == 0 {
+			cur = append(cur, idc{id, 0})
+		}
+	}
+	used := map[uint32]bool{}
 	var ids []uint32
 	for _, c := range cur {
 		if len(ids) == g {
@@ -138,7 +144,7 @@ func (pl *planner) assignGroupIDs(active []*NodeInfo) {
 	}
 	zoneGroup := map[string][]int{} // members per group, per zone
 	put := func(n *NodeInfo, gi int) {
-		pl.dec[pl.idx[n]].id = ids[gi]
+		pl.dec[n.index].id = ids[gi]
 		room[gi]--
 		zg := zoneGroup[n.Zone]
 		if zg == nil {

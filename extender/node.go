@@ -35,7 +35,8 @@ type NodeInfo struct {
 	Reason    string // why the node is not eligible
 	Preferred bool
 
-	rank int // position in the ranking of eligible nodes
+	rank  int // position in the ranking of eligible nodes
+	index int // position in the planner's node list
 }
 
 // NewNodeInfo reads a node under a policy.

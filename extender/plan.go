@@ -57,7 +57,6 @@ type planner struct {
 
 	// decisions, indexed like nodes
 	dec []decision
-	idx map[*NodeInfo]int
 }
 
 type decision struct {
@@ -117,9 +116,8 @@ func newPlanner(in Input) *planner {
 	}
 	slices.Sort(pl.zones)
 	pl.dec = make([]decision, len(pl.nodes))
-	pl.idx = make(map[*NodeInfo]int, len(pl.nodes))
 	for i, n := range pl.nodes {
-		pl.idx[n] = i
+		n.index = i
 	}
 	pl.rank()
 	return pl
@@ -213,7 +211,7 @@ func (pl *planner) zoneQuotas(total int, byZone map[string][]*NodeInfo) map[stri
 
 // activate makes n an active route reflector with cluster ID id.
 func (pl *planner) activate(n *NodeInfo, id uint32) {
-	d := &pl.dec[pl.idx[n]]
+	d := &pl.dec[n.index]
 	d.role, d.id = roleActive, id
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -153,9 +154,11 @@ func (pl *planner) result() *Result {
 		zone[n.Zone].Nodes++
 	}
 	sets := map[string][]int{}
+	memo := peeringSets{}
+	res.Nodes = make([]NodeState, 0, len(pl.nodes))
 	for i, n := range pl.nodes {
 		d := &pl.dec[i]
-		st := NodeState{Name: n.Name, Labels: map[string]string{}, Annotations: map[string]string{}}
+		st := NodeState{Name: n.Name, Labels: make(map[string]string, 3), Annotations: make(map[string]string, 3)}
 		if d.role != roleClient {
 			id := policy.ClusterIDString(d.id)
 			rr := RouteReflector{Node: n.Name, Zone: n.Zone, ClusterID: id, Spine: d.spine, Draining: d.role == roleDraining,
@@ -187,16 +190,12 @@ func (pl *planner) result() *Result {
 			st.Annotations[AnnotationRack] = d.rack
 		}
 		if len(d.peers) > 0 {
-			names := make([]string, len(d.peers))
-			for k, j := range d.peers {
-				names[k] = pl.nodes[j].Name
-			}
-			set := peeringSetName(names)
-			sets[set] = d.peers
-			st.Labels[LabelPeeringSet] = set
+			ps := memo.get(pl, d.peers)
+			sets[ps.name] = d.peers
+			st.Labels[LabelPeeringSet] = ps.name
 			if d.role == roleClient {
-				st.Annotations[AnnotationRouteReflectors] = strings.Join(names, ",")
-				c := Client{Node: n.Name, Zone: n.Zone, RouteReflectors: names, PeeringSet: set}
+				st.Annotations[AnnotationRouteReflectors] = ps.joined
+				c := Client{Node: n.Name, Zone: n.Zone, RouteReflectors: ps.names, PeeringSet: ps.name}
 				if p.Topology == "Hierarchical" {
 					c.Rack = d.rack
 				}
@@ -226,6 +225,10 @@ func (pl *planner) result() *Result {
 	for _, c := range pl.degraded {
 		res.Conditions = append(res.Conditions, Condition{Type: "Degraded", Reason: c.reason, Message: c.message})
 	}
+	if s.RouteReflectors < p.Min && len(res.Conditions) == 0 {
+		res.Conditions = append(res.Conditions, Condition{Type: "Degraded", Reason: ReasonNotEnoughEligibleNodes,
+			Message: fmt.Sprintf("%d route reflectors from %d eligible of %d nodes; policy requires at least %d", s.RouteReflectors, s.EligibleNodes, s.Nodes, p.Min)})
+	}
 	if s.RouteReflectors > 0 && s.RouteReflectors < 2 && len(res.Clients) > 0 && len(res.Conditions) == 0 {
 		res.Conditions = append(res.Conditions, Condition{Type: "Degraded", Reason: ReasonQuorumAtRisk, Message: "a single route reflector: its failure cuts every client off"})
 	}
@@ -237,6 +240,32 @@ func (pl *planner) result() *Result {
 		res.Clients = []Client{}
 	}
 	return res
+}
+
+// peeringSet is a set of route reflectors many nodes share: computed once per distinct set.
+type peeringSet struct {
+	name   string
+	names  []string // shared by every client of the set: read only
+	joined string
+}
+
+type peeringSets map[string]*peeringSet
+
+func (m peeringSets) get(pl *planner, peers []int) *peeringSet {
+	key := make([]byte, 0, 4*len(peers))
+	for _, j := range peers {
+		key = append(key, byte(j>>24), byte(j>>16), byte(j>>8), byte(j))
+	}
+	if ps, ok := m[string(key)]; ok {
+		return ps
+	}
+	names := make([]string, len(peers))
+	for k, j := range peers {
+		names[k] = pl.nodes[j].Name
+	}
+	ps := &peeringSet{name: peeringSetName(names), names: names, joined: strings.Join(names, ",")}
+	m[string(key)] = ps
+	return ps
 }
 
 // peeringSetName is a stable name for a set of route reflectors: a hash of their sorted names.

@@ -287,6 +287,9 @@ func startOnce(ctx context.Context, o Options, etcdBin, apiBin string) (_ *Env, 
 		"--service-account-key-file=" + saPub,
 		"--service-account-signing-key-file=" + saKey,
 		"--allow-privileged=true",
+		// The lease reconciler would try to publish 127.0.0.1 as the
+		// endpoint of the "kubernetes" Service, which is invalid.
+		"--endpoint-reconciler-type=none",
 		"--profiling=false",
 	}
 	args = append(args, o.APIServerFlags...)

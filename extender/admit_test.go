@@ -1,0 +1,321 @@
+package extender_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+var admitT0 = time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
+
+func admitNode(i int, zone string, ready bool) *corev1.Node {
+	st := corev1.ConditionTrue
+	if !ready {
+		st = corev1.ConditionFalse
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              fmt.Sprintf("node-%04d", i),
+			CreationTimestamp: metav1.NewTime(admitT0.Add(time.Duration(i) * time.Second)),
+			Labels:            map[string]string{corev1.LabelTopologyZone: zone},
+			Annotations:       map[string]string{},
+		},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}},
+	}
+}
+
+func admitPolicy(t testing.TB, mut func(*v1alpha1.RouteReflectorPolicySpec)) *policy.Resolved {
+	t.Helper()
+	p := policy.Default("default")
+	if mut != nil {
+		mut(&p.Spec)
+	}
+	r, errs := policy.Resolve(p)
+	if len(errs) > 0 {
+		t.Fatal(errs.ToAggregate())
+	}
+	return r
+}
+
+// applyState writes a NodeState's owned keys onto a node.
+func applyState(p *policy.Resolved, n *corev1.Node, st extender.NodeState) {
+	for _, k := range extender.OwnedLabelKeys(p.RRLabelKey) {
+		delete(n.Labels, k)
+	}
+	for _, k := range extender.OwnedAnnotationKeys() {
+		delete(n.Annotations, k)
+	}
+	for k, v := range st.Labels {
+		n.Labels[k] = v
+	}
+	for k, v := range st.Annotations {
+		n.Annotations[k] = v
+	}
+}
+
+func rrOf(p *policy.Resolved, n *corev1.Node) (string, bool) {
+	if !p.IsRouteReflectorLabel(n.Labels) {
+		return "", false
+	}
+	id, ok := n.Annotations[extender.AnnotationClusterID]
+	return id, ok
+}
+
+// joinAll admits nodes one at a time onto the state of a plan of base, applying each decision.
+func joinAll(t *testing.T, p *policy.Resolved, base, joining []*corev1.Node) (*extender.AdmitState, []*corev1.Node) {
+	t.Helper()
+	in := extender.Input{Policy: p, Nodes: base, Now: admitT0.Add(time.Hour)}
+	st := extender.NewAdmitState(in, extender.Plan(in))
+	all := slices.Clone(base)
+	for _, n := range joining {
+		a := st.Admit(n)
+		if a.Role != extender.AdmitNone {
+			applyState(p, n, a.State(p))
+		}
+		st.Record(&a)
+		all = append(all, n)
+	}
+	return st, all
+}
+
+func TestAdmitEmptyClusterPromotesOnePerZone(t *testing.T) {
+	p := admitPolicy(t, nil)
+	var joining []*corev1.Node
+	for i := range 30 {
+		joining = append(joining, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
+	}
+	st, all := joinAll(t, p, nil, joining)
+	ids := map[string]string{}
+	for _, n := range all {
+		if id, ok := rrOf(p, n); ok {
+			ids[n.Name] = id
+		}
+	}
+	want := map[string]string{"node-0000": "224.0.0.1", "node-0001": "224.0.0.2", "node-0002": "224.0.0.3"}
+	if fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("route reflectors %v, want %v", ids, want)
+	}
+	if st.RouteReflectors() != 3 {
+		t.Fatalf("state counts %d route reflectors", st.RouteReflectors())
+	}
+	for _, n := range all[3:] {
+		rrs := n.Annotations[extender.AnnotationRouteReflectors]
+		if rrs != "node-0000,node-0001,node-0002" || n.Labels[extender.LabelPeeringSet] == "" {
+			t.Fatalf("%s: route reflectors %q set %q", n.Name, rrs, n.Labels[extender.LabelPeeringSet])
+		}
+	}
+	// The full plan agrees: nothing to move.
+	res := extender.Plan(extender.Input{Policy: p, Nodes: all, Now: admitT0.Add(time.Hour)})
+	assertNoOvershoot(t, p, all, res)
+}
+
+// assertNoOvershoot checks that a full plan keeps every admitted route reflector and its cluster ID.
+func assertNoOvershoot(t *testing.T, p *policy.Resolved, nodes []*corev1.Node, res *extender.Result) {
+	t.Helper()
+	planned := map[string]extender.RouteReflector{}
+	for _, rr := range res.RouteReflectors {
+		planned[rr.Node] = rr
+	}
+	n := 0
+	for _, node := range nodes {
+		id, ok := rrOf(p, node)
+		if !ok {
+			continue
+		}
+		n++
+		rr, kept := planned[node.Name]
+		if !kept || rr.Draining {
+			t.Errorf("admitted route reflector %s (zone %s) is demoted by the full plan", node.Name, node.Labels[corev1.LabelTopologyZone])
+		} else if p.Topology != v1alpha1.MultiCluster || p.ClusterIDMode == v1alpha1.PerRouteReflector {
+			if rr.ClusterID != id {
+				t.Errorf("%s: admitted cluster ID %s, plan %s", node.Name, id, rr.ClusterID)
+			}
+		}
+	}
+	if n > res.Summary.RouteReflectors {
+		t.Errorf("%d route reflectors admitted, the plan wants %d", n, res.Summary.RouteReflectors)
+	}
+}
+
+func TestAdmitBurstNeverOvershoots(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mut  func(*v1alpha1.RouteReflectorPolicySpec)
+	}{
+		{"default", nil},
+		{"ratio", func(s *v1alpha1.RouteReflectorPolicySpec) { s.Scaling = &v1alpha1.Scaling{Ratio: "0.05"} }},
+		{"per-rr", func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.Scaling = &v1alpha1.Scaling{Ratio: "0.02"}
+			s.Topology = &v1alpha1.Topology{ClusterIDs: v1alpha1.PerRouteReflector}
+		}},
+		{"single", func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.Scaling = &v1alpha1.Scaling{Ratio: "0.02"}
+			s.Topology = &v1alpha1.Topology{Type: v1alpha1.SingleCluster}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := admitPolicy(t, tc.mut)
+			for seed := range uint64(5) {
+				rng := rand.New(rand.NewPCG(seed, 1))
+				var base, joining []*corev1.Node
+				for i := range 240 {
+					n := admitNode(i, fmt.Sprintf("zone-%c", 'a'+rng.IntN(3)), true)
+					if i < 40 {
+						base = append(base, n)
+					} else {
+						joining = append(joining, n)
+					}
+				}
+				// The base cluster is settled on its plan.
+				in := extender.Input{Policy: p, Nodes: base, Now: admitT0.Add(time.Hour)}
+				res := extender.Plan(in)
+				for i, n := range base {
+					applyState(p, n, res.Nodes[i])
+				}
+				rng.Shuffle(len(joining), func(i, j int) { joining[i], joining[j] = joining[j], joining[i] })
+				st, all := joinAll(t, p, base, joining)
+				full := extender.Plan(extender.Input{Policy: p, Nodes: all, Now: admitT0.Add(time.Hour)})
+				assertNoOvershoot(t, p, all, full)
+				if seed == 0 {
+					t.Logf("%d route reflectors admitted incrementally, full plan %d (desired %d)", st.RouteReflectors(), full.Summary.RouteReflectors, full.Summary.DesiredRouteReflectors)
+				}
+				if st.RouteReflectors() > p.Max {
+					t.Fatalf("%d route reflectors, max %d", st.RouteReflectors(), p.Max)
+				}
+				if p.ClusterIDMode == v1alpha1.PerRouteReflector {
+					seen := map[string]string{}
+					for _, n := range all {
+						if id, ok := rrOf(p, n); ok {
+							if o, dup := seen[id]; dup {
+								t.Fatalf("%s and %s share cluster ID %s", o, n.Name, id)
+							}
+							seen[id] = n.Name
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestAdmitIneligibleAndReadiness(t *testing.T) {
+	p := admitPolicy(t, nil)
+	in := extender.Input{Policy: p, Now: admitT0}
+	st := extender.NewAdmitState(in, extender.Plan(in))
+
+	// A joining node that is not Ready yet has nobody to peer with: no decision.
+	n := admitNode(1, "zone-a", false)
+	a := st.Admit(n)
+	if a.Role != extender.AdmitNone || a.Eligible || a.Healthy {
+		t.Fatalf("not-ready joiner: %+v", a)
+	}
+	st.Record(&a)
+	// Ready: promoted.
+	n.Status.Conditions[0].Status = corev1.ConditionTrue
+	a = st.Admit(n)
+	if a.Role != extender.AdmitRouteReflector || a.ClusterID != "224.0.0.1" || a.Reason != "zone zone-a below desired 1" {
+		t.Fatalf("ready joiner: %+v", a)
+	}
+	undo := st.Record(&a)
+	if st.RouteReflectors() != 1 {
+		t.Fatalf("route reflectors %d", st.RouteReflectors())
+	}
+	// A cordoned node becomes a client.
+	c := admitNode(2, "zone-b", true)
+	c.Spec.Unschedulable = true
+	a2 := st.Admit(c)
+	if a2.Role != extender.AdmitClient || a2.PeeringSet == "" || fmt.Sprint(a2.RouteReflectors) != "[node-0001]" {
+		t.Fatalf("cordoned joiner: %+v", a2)
+	}
+	state := a2.State(p)
+	if state.Annotations[extender.AnnotationRouteReflectors] != "node-0001" || state.Labels[extender.LabelPeeringSet] != a2.PeeringSet {
+		t.Fatalf("client state %+v", state)
+	}
+	// Undo takes the promotion back.
+	undo()
+	if st.RouteReflectors() != 0 {
+		t.Fatalf("after undo: %d route reflectors", st.RouteReflectors())
+	}
+}
+
+func TestAdmitKnownNodeAnswersFromPlan(t *testing.T) {
+	p := admitPolicy(t, nil)
+	var nodes []*corev1.Node
+	for i := range 12 {
+		nodes = append(nodes, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
+	}
+	in := extender.Input{Policy: p, Nodes: nodes, Now: admitT0}
+	res := extender.Plan(in)
+	st := extender.NewAdmitState(in, res)
+	for i, n := range nodes {
+		a := st.Admit(n)
+		want := res.Nodes[i]
+		got := a.State(p)
+		if fmt.Sprint(got.Labels, got.Annotations) != fmt.Sprint(want.Labels, want.Annotations) || a.Reason != "planned" {
+			t.Fatalf("%s: admitted %+v (%s), planned %+v", n.Name, got, a.Reason, want)
+		}
+	}
+}
+
+func TestAdmitSingleClusterZoneIDs(t *testing.T) {
+	p := admitPolicy(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.SingleCluster}
+		s.MinRouteReflectors = ptr(int32(2))
+	})
+	var joining []*corev1.Node
+	for i := range 12 {
+		joining = append(joining, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%2), true))
+	}
+	_, all := joinAll(t, p, nil, joining)
+	ids := map[string]map[string]bool{}
+	for _, n := range all {
+		if id, ok := rrOf(p, n); ok {
+			z := n.Labels[corev1.LabelTopologyZone]
+			if ids[z] == nil {
+				ids[z] = map[string]bool{}
+			}
+			ids[z][id] = true
+		}
+	}
+	if len(ids) != 2 || len(ids["zone-a"]) != 1 || len(ids["zone-b"]) != 1 || fmt.Sprint(ids["zone-a"]) == fmt.Sprint(ids["zone-b"]) {
+		t.Fatalf("cluster IDs per zone: %v", ids)
+	}
+	for _, n := range all {
+		if _, ok := rrOf(p, n); ok {
+			continue
+		}
+		if got := n.Annotations[extender.AnnotationRouteReflectors]; got == "" {
+			t.Fatalf("%s has no route reflectors", n.Name)
+		}
+	}
+	assertNoOvershoot(t, p, all, extender.Plan(extender.Input{Policy: p, Nodes: all, Now: admitT0.Add(time.Hour)}))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func BenchmarkAdmit5000(b *testing.B) {
+	p := admitPolicy(b, nil)
+	var nodes []*corev1.Node
+	for i := range 5000 {
+		nodes = append(nodes, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
+	}
+	in := extender.Input{Policy: p, Nodes: nodes, Now: admitT0}
+	st := extender.NewAdmitState(in, extender.Plan(in))
+	n := admitNode(9999, "zone-b", true)
+	b.ReportAllocs()
+	for b.Loop() {
+		a := st.Admit(n)
+		if a.Role == extender.AdmitNone {
+			b.Fatal("no decision")
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package extender
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type nodeOpt func(*corev1.Node)
+
+func node(name, zone string, age int, opts ...nodeOpt) *corev1.Node {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              name,
+			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Minute)),
+			Labels:            map[string]string{corev1.LabelTopologyZone: zone},
+			Annotations:       map[string]string{},
+		},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+	}
+	if zone == "" {
+		delete(n.Labels, corev1.LabelTopologyZone)
+	}
+	for _, o := range opts {
+		o(n)
+	}
+	return n
+}
+
+func notReady(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }
+func cordoned(n *corev1.Node) { n.Spec.Unschedulable = true }
+func deleting(n *corev1.Node) {
+	ts := metav1.NewTime(t0)
+	n.DeletionTimestamp = &ts
+}
+func label(k, v string) nodeOpt { return func(n *corev1.Node) { n.Labels[k] = v } }
+func annot(k, v string) nodeOpt { return func(n *corev1.Node) { n.Annotations[k] = v } }
+func taint(t corev1.Taint) nodeOpt {
+	return func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, t) }
+}
+
+// asRR marks a node as a current route reflector with cluster ID id.
+func asRR(id string) nodeOpt {
+	return func(n *corev1.Node) {
+		n.Labels[policy.DefaultRouteReflectorLabelKey] = ""
+		n.Annotations[AnnotationClusterID] = id
+	}
+}
+
+// cluster returns n Ready nodes spread round-robin over zones, one minute apart.
+func cluster(n, zones int, opts ...nodeOpt) []*corev1.Node {
+	out := make([]*corev1.Node, n)
+	for i := range out {
+		out[i] = node(fmt.Sprintf("node-%05d", i+1), fmt.Sprintf("zone-%c", 'a'+i%zones), i, opts...)
+	}
+	return out
+}
+
+func resolve(t testing.TB, spec v1alpha1.RouteReflectorPolicySpec) *policy.Resolved {
+	t.Helper()
+	p := policy.Default("default")
+	p.Spec = spec
+	r, errs := policy.Resolve(p)
+	if len(errs) > 0 {
+		t.Fatalf("policy: %v", errs.ToAggregate())
+	}
+	return r
+}
+
+func i32(v int32) *int32 { return &v }
+
+func plan(t testing.TB, p *policy.Resolved, nodes []*corev1.Node) *Result {
+	t.Helper()
+	return Plan(Input{Policy: p, Nodes: nodes, Now: t0.Add(24 * time.Hour)})
+}
+
+// apply writes a plan's owned labels and annotations onto the nodes, as the reconciler would.
+func apply(p *policy.Resolved, nodes []*corev1.Node, r *Result) {
+	want := map[string]NodeState{}
+	for _, s := range r.Nodes {
+		want[s.Name] = s
+	}
+	for _, n := range nodes {
+		s, ok := want[n.Name]
+		if !ok {
+			continue
+		}
+		for _, k := range OwnedLabelKeys(p.RRLabelKey) {
+			delete(n.Labels, k)
+		}
+		for _, k := range OwnedAnnotationKeys() {
+			delete(n.Annotations, k)
+		}
+		for k, v := range s.Labels {
+			n.Labels[k] = v
+		}
+		for k, v := range s.Annotations {
+			n.Annotations[k] = v
+		}
+	}
+}
+
+func rrNames(r *Result) map[string]RouteReflector {
+	m := map[string]RouteReflector{}
+	for _, rr := range r.RouteReflectors {
+		m[rr.Node] = rr
+	}
+	return m
+}

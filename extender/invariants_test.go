@@ -1,0 +1,277 @@
+package extender
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// checkInvariants returns every violated plan invariant; the unit tests and the fuzz test share it.
+func checkInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []string {
+	var bad []string
+	fail := func(f string, a ...any) { bad = append(bad, fmt.Sprintf(f, a...)) }
+	byName := map[string]*corev1.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	degraded := len(r.Conditions) > 0
+	rrs := map[string]RouteReflector{}
+	active := 0
+	ids := map[string]int{}
+	for _, rr := range r.RouteReflectors {
+		rrs[rr.Node] = rr
+		if rr.Draining {
+			continue
+		}
+		active++
+		ids[rr.ClusterID]++
+		n := byName[rr.Node]
+		ni := NewNodeInfo(n, p)
+		RunFilters(DefaultFilters(), p, ni)
+		if !ni.Eligible {
+			fail("route reflector %s is not eligible: %s", rr.Node, ni.Reason)
+		}
+	}
+	if active != r.Summary.RouteReflectors {
+		fail("summary says %d route reflectors, list has %d active", r.Summary.RouteReflectors, active)
+	}
+	if !degraded && (active < p.Min || active > p.Max) {
+		fail("%d route reflectors outside [%d, %d] and not Degraded", active, p.Min, p.Max)
+	}
+	if active > p.Max && p.Topology != v1alpha1.SingleCluster {
+		fail("%d route reflectors above maxRouteReflectors %d", active, p.Max)
+	}
+	if len(r.RouteReflectors)+len(r.Clients) != r.Summary.Nodes {
+		fail("%d route reflectors + %d clients != %d nodes", len(r.RouteReflectors), len(r.Clients), r.Summary.Nodes)
+	}
+	for _, c := range r.Clients {
+		if len(r.RouteReflectors) > 0 && len(c.RouteReflectors) == 0 {
+			fail("client %s has no route reflector", c.Node)
+		}
+		for _, name := range c.RouteReflectors {
+			if _, ok := rrs[name]; !ok {
+				fail("client %s peers with %s, which is not a route reflector", c.Node, name)
+			}
+		}
+	}
+	zonesWithRR := map[string]bool{}
+	for _, rr := range r.RouteReflectors {
+		if !rr.Draining {
+			zonesWithRR[rr.Zone] = true
+		}
+	}
+	switch p.Topology {
+	case v1alpha1.SingleCluster:
+		zoneID := map[string]string{}
+		idZone := map[string]string{}
+		for _, rr := range r.RouteReflectors {
+			if rr.Draining {
+				continue
+			}
+			if z, ok := idZone[rr.ClusterID]; ok && z != rr.Zone {
+				fail("zones %q and %q share cluster ID %s", z, rr.Zone, rr.ClusterID)
+			}
+			if id, ok := zoneID[rr.Zone]; ok && id != rr.ClusterID {
+				fail("zone %q has two cluster IDs %s and %s", rr.Zone, id, rr.ClusterID)
+			}
+			idZone[rr.ClusterID], zoneID[rr.Zone] = rr.Zone, rr.ClusterID
+		}
+		bad = append(bad, routesPropagate(r, rrs, nil)...)
+	case v1alpha1.MultiCluster:
+		if p.ClusterIDMode == v1alpha1.PerRouteReflector {
+			for id, n := range ids {
+				if n > 1 {
+					fail("PerRouteReflector: cluster ID %s used %d times", id, n)
+				}
+			}
+		} else if len(ids) > p.Groups {
+			fail("Grouped: %d cluster IDs for %d groups", len(ids), p.Groups)
+		}
+		want := min(p.Redundancy, active)
+		for _, c := range r.Clients {
+			if active > 0 && len(c.RouteReflectors) < want {
+				fail("client %s has %d route reflectors, want %d", c.Node, len(c.RouteReflectors), want)
+			}
+			if len(zonesWithRR) >= 2 && len(c.RouteReflectors) >= 2 {
+				zs := map[string]bool{}
+				for _, name := range c.RouteReflectors {
+					zs[rrs[name].Zone] = true
+				}
+				if len(zs) < 2 {
+					fail("client %s: route reflectors %v all in one zone", c.Node, c.RouteReflectors)
+				}
+			}
+		}
+		bad = append(bad, routesPropagate(r, rrs, nil)...)
+		if len(zonesWithRR) >= 3 && zoneFailureSafe(p, r) {
+			for z := range zonesWithRR {
+				bad = append(bad, routesPropagate(r, rrs, func(zone string) bool { return zone == z })...)
+			}
+		}
+	case v1alpha1.Hierarchical:
+		rackRRs := map[string][]string{}
+		var spine []string
+		for _, rr := range r.RouteReflectors {
+			switch {
+			case rr.Draining:
+			case rr.Spine:
+				spine = append(spine, rr.Node)
+			default:
+				rackRRs[rr.Rack] = append(rackRRs[rr.Rack], rr.Node)
+			}
+		}
+		for _, c := range r.Clients {
+			if want := rackRRs[c.Rack]; len(want) > 0 && !sameSet(want, c.RouteReflectors) {
+				fail("client %s in rack %s peers with %v, not its rack's %v", c.Node, c.Rack, c.RouteReflectors, want)
+			}
+		}
+		peersOf := map[string][]string{}
+		for _, s := range r.Nodes {
+			if set := s.Labels[LabelPeeringSet]; set != "" {
+				peersOf[s.Name] = peersInSet(r, set)
+			}
+		}
+		for _, list := range rackRRs {
+			for _, name := range list {
+				if !sameSet(spine, peersOf[name]) {
+					fail("rack route reflector %s peers with %v, not the spine %v", name, peersOf[name], spine)
+				}
+			}
+		}
+	}
+	return bad
+}
+
+// routesPropagate checks, for every two clients A and B (among those whose zone is not failed),
+// that one of B's surviving route reflectors is one of A's or carries a cluster ID different from
+// one of A's: RFC 4456 says such a route reflector learns A's routes. Route reflectors mesh.
+func routesPropagate(r *Result, rrs map[string]RouteReflector, failed func(zone string) bool) []string {
+	type client struct {
+		name string
+		rrs  []string
+		ids  map[string]bool
+	}
+	var cs []client
+	for _, c := range r.Clients {
+		if failed != nil && failed(c.Zone) {
+			continue
+		}
+		cl := client{name: c.Node, ids: map[string]bool{}}
+		for _, name := range c.RouteReflectors {
+			rr := rrs[name]
+			if failed != nil && failed(rr.Zone) {
+				continue
+			}
+			cl.rrs = append(cl.rrs, name)
+			cl.ids[rr.ClusterID] = true
+		}
+		if len(c.RouteReflectors) > 0 && len(cl.rrs) == 0 {
+			return []string{fmt.Sprintf("client %s loses every route reflector %v when its zone fails", c.Node, c.RouteReflectors)}
+		}
+		cs = append(cs, cl)
+	}
+	// A pair fails only when both clients' route reflectors carry one and the same cluster ID and
+	// they share none.
+	single := map[string][]client{}
+	for _, c := range cs {
+		if len(c.ids) == 1 {
+			for id := range c.ids {
+				single[id] = append(single[id], c)
+			}
+		}
+	}
+	for id, group := range single {
+		for i := range group {
+			for j := i + 1; j < len(group); j++ {
+				if !intersects(group[i].rrs, group[j].rrs) {
+					what := "routes are lost"
+					if failed != nil {
+						what = "routes are lost after a zone failure"
+					}
+					return []string{fmt.Sprintf("clients %s %v and %s %v only use cluster ID %s without a shared route reflector: %s",
+						group[i].name, group[i].rrs, group[j].name, group[j].rrs, id, what)}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func peersInSet(r *Result, set string) []string {
+	var out []string
+	for _, s := range r.Nodes {
+		if _, isRR := s.Labels[LabelRouteReflectorID]; !isRR {
+			continue
+		}
+		for _, b := range r.BGPPeers {
+			if b.Name == BGPPeerPrefix+set && slices.Contains(selectorIDs(b.Spec.PeerSelector), RouteReflectorID(s.Name)) {
+				out = append(out, s.Name)
+			}
+		}
+	}
+	return out
+}
+
+// selectorIDs extracts the IDs of "routereflector.io/rr-id in {'a', 'b'}".
+func selectorIDs(sel string) []string {
+	var out []string
+	inQuote := false
+	cur := []rune{}
+	for _, c := range sel {
+		switch {
+		case c == '\'' && inQuote:
+			out = append(out, string(cur))
+			cur = cur[:0]
+			inQuote = false
+		case c == '\'':
+			inQuote = true
+		case inQuote:
+			cur = append(cur, c)
+		}
+	}
+	return out
+}
+
+func intersects(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// zoneFailureSafe says whether the layout promises that routes survive the loss of a zone:
+// PerRouteReflector with two or more route reflectors per client (every ID differs), or Grouped with
+// three or more groups that each zone's route reflectors keep to (a zone's route reflectors in one
+// group) and three or more route reflectors per client, so that the survivors keep two IDs.
+func zoneFailureSafe(p *policy.Resolved, r *Result) bool {
+	if p.ClusterIDMode == v1alpha1.PerRouteReflector {
+		return p.Redundancy >= 2
+	}
+	if p.Redundancy < 3 || p.Groups < 3 {
+		return false
+	}
+	zoneID := map[string]string{}
+	for _, rr := range r.RouteReflectors {
+		if rr.Draining {
+			continue
+		}
+		if id, ok := zoneID[rr.Zone]; ok && id != rr.ClusterID {
+			return false
+		}
+		zoneID[rr.Zone] = rr.ClusterID
+	}
+	return true
+}
