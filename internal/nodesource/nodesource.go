@@ -205,6 +205,10 @@ func readFile(path string) ([]byte, error) {
 	return data, nil
 }
 
+// oneLine folds a decoder's message onto one line without the decoders' own prefixes.
 func oneLine(s string) string {
+	for _, p := range []string{"error converting YAML to JSON: ", "error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+		s = strings.ReplaceAll(s, p, "")
+	}
 	return strings.Join(strings.Fields(s), " ")
 }

@@ -1,0 +1,129 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+func i32(v int32) *int32 { return &v }
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		spec v1alpha1.RouteReflectorPolicySpec
+		want []string // "field: substring" of each expected error; none when valid
+	}{
+		{"empty spec is valid", v1alpha1.RouteReflectorPolicySpec{}, nil},
+		{"min greater than max", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(5), MaxRouteReflectors: i32(2)},
+			[]string{"spec.minRouteReflectors: must not be greater than maxRouteReflectors (2)"}},
+		{"min zero", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(0)}, []string{"spec.minRouteReflectors: must be at least 1"}},
+		{"max zero", v1alpha1.RouteReflectorPolicySpec{MaxRouteReflectors: i32(0)}, []string{"spec.maxRouteReflectors: must be at least 1", "spec.minRouteReflectors"}},
+		{"ratio zero", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Ratio: "0"}}, []string{"spec.scaling.ratio: must be greater than 0"}},
+		{"ratio above one", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Ratio: "1.5"}}, []string{"spec.scaling.ratio: must be greater than 0 and at most 1"}},
+		{"ratio one", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Ratio: "1"}}, nil},
+		{"ratio not a decimal", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Ratio: "1/200"}}, []string{"spec.scaling.ratio: must be a decimal"}},
+		{"ratio exponent", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Ratio: "5e-3"}}, []string{"spec.scaling.ratio: must be a decimal"}},
+		{"two scalings", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Ratio: "0.01", ClientsPerRouteReflector: i32(100)}}, []string{"spec.scaling: Forbidden: set exactly one"}},
+		{"steps not increasing", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Steps: []v1alpha1.Step{{MaxNodes: 200, RouteReflectors: 3}, {MaxNodes: 200, RouteReflectors: 5}}}},
+			[]string{"spec.scaling.steps[1].maxNodes: must be greater than the previous step's maxNodes (200)"}},
+		{"empty steps", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Steps: []v1alpha1.Step{}}}, []string{"spec.scaling.steps: Required"}},
+		{"step with zero RRs", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Steps: []v1alpha1.Step{{MaxNodes: 10, RouteReflectors: 0}}}}, []string{"spec.scaling.steps[0].routeReflectors"}},
+		{"clients per RR zero", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{ClientsPerRouteReflector: i32(0)}}, []string{"spec.scaling.clientsPerRouteReflector"}},
+		{"cluster ID not IPv4", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterID: "fd00::1"}}, []string{"spec.topology.clusterID: must be an IPv4 address"}},
+		{"cluster ID garbage", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterID: "rr-1"}}, []string{"spec.topology.clusterID"}},
+		{"cluster ID at the top", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterID: "255.255.255.250"}}, []string{"spec.topology.clusterID: leaves no room"}},
+		{"unknown topology", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Type: "Ring"}}, []string{"spec.topology.type: Unsupported value: \"Ring\""}},
+		{"unknown cluster ID mode", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDs: "PerZone"}}, []string{"spec.topology.clusterIDs: Unsupported value"}},
+		{"redundancy zero", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Redundancy: i32(0)}}, []string{"spec.topology.redundancy"}},
+		{"groups zero", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDGroups: i32(0)}}, []string{"spec.topology.clusterIDGroups"}},
+		{"rack size one", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{MaxRackSize: i32(1)}}, []string{"spec.topology.maxRackSize"}},
+		{"bad rack label", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{RackLabel: "a b"}}, []string{"spec.topology.rackLabel"}},
+		{"bad RR label key", v1alpha1.RouteReflectorPolicySpec{RouteReflectorLabel: &v1alpha1.Label{Key: "-bad-"}}, []string{"spec.routeReflectorLabel.key"}},
+		{"bad RR label value", v1alpha1.RouteReflectorPolicySpec{RouteReflectorLabel: &v1alpha1.Label{Value: "a b"}}, []string{"spec.routeReflectorLabel.value"}},
+		{"bad zone label", v1alpha1.RouteReflectorPolicySpec{ZoneLabel: "zone//x"}, []string{"spec.zoneLabel"}},
+		{"bad selector operator", v1alpha1.RouteReflectorPolicySpec{NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}}},
+			[]string{"spec.nodeSelector.matchExpressions[0].operator"}},
+		{"bad forbidden selector", v1alpha1.RouteReflectorPolicySpec{ForbiddenNodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b c"}}}, []string{"spec.forbiddenNodeSelector.matchLabels"}},
+		{"bad toleration operator", v1alpha1.RouteReflectorPolicySpec{Tolerations: []corev1.Toleration{{Operator: "Maybe"}}}, []string{"spec.tolerations[0].operator"}},
+		{"negative removal delay", v1alpha1.RouteReflectorPolicySpec{RemovalDelay: &metav1.Duration{Duration: -time.Second}}, []string{"spec.removalDelay: Invalid value: \"-1s\": must not be negative"}},
+		{"unknown handover", v1alpha1.RouteReflectorPolicySpec{Handover: "Never"}, []string{"spec.handover: Unsupported value"}},
+		{"window too long", v1alpha1.RouteReflectorPolicySpec{Behavior: &v1alpha1.Behavior{ScaleDown: &v1alpha1.ScaleDown{StabilizationWindowSeconds: i32(7200)}}}, []string{"spec.behavior.scaleDown.stabilizationWindowSeconds"}},
+		{"several errors at once", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(9), MaxRouteReflectors: i32(3), Topology: &v1alpha1.Topology{ClusterID: "x"}},
+			[]string{"spec.minRouteReflectors", "spec.topology.clusterID"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Default("test")
+			p.Spec = tt.spec
+			errs := Validate(p)
+			require.Len(t, errs, len(tt.want), "errors: %v", errs)
+			for i, want := range tt.want {
+				field, msg, _ := strings.Cut(want, ": ")
+				assert.Equal(t, field, errs[i].Field, "error %d: %v", i, errs[i])
+				assert.Contains(t, errs[i].Error(), msg)
+			}
+			_, rerrs := Resolve(p)
+			assert.Equal(t, len(errs), len(rerrs), "Resolve reports what Validate does")
+		})
+	}
+}
+
+func TestResolveDefaults(t *testing.T) {
+	r := MustResolve(Default("default"))
+	assert.Equal(t, 3, r.Min)
+	assert.Equal(t, 25, r.Max)
+	assert.Equal(t, ScaleByRatio, r.Scaling)
+	assert.Equal(t, []int64{5, 1000}, []int64{r.RatioNum, r.RatioDen})
+	assert.Equal(t, v1alpha1.MultiCluster, r.Topology)
+	assert.Equal(t, "224.0.0.1", ClusterIDString(r.BaseClusterID))
+	assert.Equal(t, v1alpha1.Grouped, r.ClusterIDMode)
+	assert.Equal(t, 3, r.Groups)
+	assert.Equal(t, 3, r.Redundancy)
+	assert.Equal(t, "topology.kubernetes.io/zone", r.ZoneLabel)
+	assert.Equal(t, r.ZoneLabel, r.RackLabel)
+	assert.Equal(t, 500, r.MaxRackSize)
+	assert.Equal(t, "calico-route-reflector", r.RRLabelKey)
+	assert.Equal(t, "", r.RRLabelValue)
+	assert.Equal(t, 5*time.Minute, r.RemovalDelay)
+	assert.Equal(t, 300*time.Second, r.ScaleDownWindow)
+	assert.True(t, r.NodeSelector.Empty(), "all nodes")
+	assert.False(t, r.Forbidden.Matches(nil), "forbids nothing")
+	assert.True(t, r.IsRouteReflectorLabel(map[string]string{"calico-route-reflector": ""}))
+	assert.False(t, r.IsRouteReflectorLabel(map[string]string{"calico-route-reflector": "true"}))
+}
+
+func TestWarnings(t *testing.T) {
+	tests := []struct {
+		name string
+		spec v1alpha1.RouteReflectorPolicySpec
+		want string
+	}{
+		{"defaults", v1alpha1.RouteReflectorPolicySpec{}, ""},
+		{"min below three", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(2)}, "spec.minRouteReflectors: 2 is below 3"},
+		{"per RR beyond four", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDs: v1alpha1.PerRouteReflector}}, "meshes more than four"},
+		{"per RR within four", v1alpha1.RouteReflectorPolicySpec{MaxRouteReflectors: i32(4), Topology: &v1alpha1.Topology{ClusterIDs: v1alpha1.PerRouteReflector}}, ""},
+		{"one group", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDGroups: i32(1)}}, "calico#2735"},
+		{"redundancy one", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Redundancy: i32(1)}}, "redundancy: 1"},
+		{"short removal delay", v1alpha1.RouteReflectorPolicySpec{RemovalDelay: &metav1.Duration{Duration: time.Second}}, "spec.removalDelay: 1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Default("test")
+			p.Spec = tt.spec
+			w := strings.Join(Warnings(p), "\n")
+			if tt.want == "" {
+				assert.Empty(t, w)
+			} else {
+				assert.Contains(t, w, tt.want)
+			}
+		})
+	}
+}
