@@ -129,10 +129,20 @@ func checkInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []stri
 				fail("client %s in rack %s peers with %v, not its rack's %v", c.Node, c.Rack, c.RouteReflectors, want)
 			}
 		}
+		members := map[string][]string{} // BGPPeer name -> route reflector IDs it selects
+		for _, b := range r.BGPPeers {
+			members[b.Name] = selectorIDs(b.Spec.PeerSelector)
+		}
+		idName := map[string]string{}
+		for _, rr := range r.RouteReflectors {
+			idName[RouteReflectorID(rr.Node)] = rr.Node
+		}
 		peersOf := map[string][]string{}
 		for _, s := range r.Nodes {
 			if set := s.Labels[LabelPeeringSet]; set != "" {
-				peersOf[s.Name] = peersInSet(r, set)
+				for _, id := range members[BGPPeerPrefix+set] {
+					peersOf[s.Name] = append(peersOf[s.Name], idName[id])
+				}
 			}
 		}
 		for _, list := range rackRRs {
@@ -199,21 +209,6 @@ func routesPropagate(r *Result, rrs map[string]RouteReflector, failed func(zone 
 		}
 	}
 	return nil
-}
-
-func peersInSet(r *Result, set string) []string {
-	var out []string
-	for _, s := range r.Nodes {
-		if _, isRR := s.Labels[LabelRouteReflectorID]; !isRR {
-			continue
-		}
-		for _, b := range r.BGPPeers {
-			if b.Name == BGPPeerPrefix+set && slices.Contains(selectorIDs(b.Spec.PeerSelector), RouteReflectorID(s.Name)) {
-				out = append(out, s.Name)
-			}
-		}
-	}
-	return out
 }
 
 // selectorIDs extracts the IDs of "routereflector.io/rr-id in {'a', 'b'}".

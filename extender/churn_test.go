@@ -1,0 +1,229 @@
+package extender
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+var (
+	churnEvents = flag.Int("churn.events", 3000, "events per topology in TestChurn (the long run uses 100000)")
+	churnNodes  = flag.Int("churn.nodes", 600, "largest cluster in TestChurn (the long run uses 5000)")
+	churnCheck  = flag.Int("churn.check-every", 1, "check the full invariants every N events (the route check is quadratic in the worst case)")
+)
+
+// churnStats counts, per event kind, the events and what they cost.
+type churnStats struct {
+	events, roleChanges, peerWrites, clientMoves, unexpected int
+}
+
+// TestChurn replays random traces of joins, deletions, cordons, uncordons, NotReady flips, label
+// changes and policy edits through the planner, applying each plan as the reconciler does, and
+// checks the invariants after every event. It reports the role changes and BGPPeer writes per
+// event kind, and fails when a client-only event that leaves the desired count alone changes a
+// role, or when a lost route reflector costs more than one promotion.
+func TestChurn(t *testing.T) {
+	for _, top := range []*v1alpha1.Topology{nil, perRR, single, hier} {
+		name := "MultiCluster-Grouped"
+		if top != nil {
+			name = string(top.Type) + string(top.ClusterIDs)
+		}
+		t.Run(name, func(t *testing.T) {
+			runChurn(t, top, *churnEvents, *churnNodes, uint64(len(name)))
+		})
+	}
+}
+
+func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 42))
+	spec := v1alpha1.RouteReflectorPolicySpec{
+		Topology:              top,
+		RemovalDelay:          &metav1.Duration{Duration: time.Minute},
+		ForbiddenNodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"no-rr": "true"}},
+		PreferredNodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"rr": "preferred"}},
+		Behavior:              &v1alpha1.Behavior{ScaleDown: &v1alpha1.ScaleDown{StabilizationWindowSeconds: i32(120)}},
+	}
+	if top == hier {
+		spec.MaxRouteReflectors = i32(200)
+		spec.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: i32(100)}
+	}
+	p := resolve(t, spec)
+	nodes := cluster(maxNodes/2, 3)
+	now := t0.Add(240 * time.Hour)
+	next := len(nodes) + 1
+	r := Plan(Input{Policy: p, Nodes: nodes, Now: now})
+	apply(p, nodes, r)
+	recs := r.Recommendations
+	stats := map[string]*churnStats{}
+	for ev := 0; ev < events; ev++ {
+		now = now.Add(time.Duration(rng.IntN(30)+1) * time.Second)
+		kind, target, isRR := churnEvent(rng, p, &nodes, &next, maxNodes, now)
+		if kind == "policy edit" {
+			spec2 := spec
+			spec2.MinRouteReflectors = i32(int32(rng.IntN(4) + 2))
+			p = resolve(t, spec2)
+		}
+		prev := r
+		r = Plan(Input{Policy: p, Nodes: nodes, Now: now, Recommendations: recs})
+		if ev%*churnCheck == 0 {
+			if bad := checkInvariants(p, nodes, r); len(bad) > 0 {
+				t.Fatalf("event %d (%s %s): %s", ev, kind, target, strings.Join(bad[:min(3, len(bad))], "\n"))
+			}
+		}
+		roles, writes, moves := planDiff(prev, r)
+		if isRR {
+			kind += " (route reflector)"
+		}
+		st := stats[kind]
+		if st == nil {
+			st = &churnStats{}
+			stats[kind] = st
+		}
+		st.events++
+		st.roleChanges += roles
+		st.peerWrites += writes
+		st.clientMoves += moves
+		sameDesired := prev.Summary.DesiredRouteReflectors == r.Summary.DesiredRouteReflectors
+		if !isRR && sameDesired && kind != "policy edit" && promotions(prev, r) > 0 {
+			st.unexpected++
+			t.Errorf("event %d: %s of client %s promoted %d route reflectors with the desired count unchanged", ev, kind, target, promotions(prev, r))
+		}
+		if isRR && sameDesired && promotions(prev, r) > 1 {
+			st.unexpected++
+			t.Errorf("event %d: %s of route reflector %s promoted %d route reflectors", ev, kind, target, promotions(prev, r))
+		}
+		apply(p, nodes, r)
+		recs = r.Recommendations
+	}
+	kinds := make([]string, 0, len(stats))
+	for k := range stats {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d events, up to %d nodes, %d at the end, %d route reflectors\n", events, maxNodes, len(nodes), r.Summary.RouteReflectors)
+	fmt.Fprintf(&b, "%-34s %7s %14s %16s %14s\n", "event", "count", "roles/event", "BGPPeers/event", "moves/event")
+	for _, k := range kinds {
+		s := stats[k]
+		fmt.Fprintf(&b, "%-34s %7d %14.3f %16.3f %14.2f\n", k, s.events, float64(s.roleChanges)/float64(s.events), float64(s.peerWrites)/float64(s.events), float64(s.clientMoves)/float64(s.events))
+	}
+	t.Log("\n" + b.String())
+}
+
+// churnEvent applies one random event to the cluster and says what it was.
+func churnEvent(rng *rand.Rand, p *policy.Resolved, nodes *[]*corev1.Node, next *int, maxNodes int, now time.Time) (kind, target string, isRR bool) {
+	ns := *nodes
+	pick := func() *corev1.Node { return ns[rng.IntN(len(ns))] }
+	isRRNode := func(n *corev1.Node) bool { _, ok := n.Annotations[AnnotationClusterID]; return ok }
+	switch k := rng.IntN(100); {
+	case k < 20 && len(ns) < maxNodes:
+		n := node(fmt.Sprintf("node-%05d", *next), fmt.Sprintf("zone-%c", 'a'+rng.IntN(3)), int(now.Sub(t0).Minutes()))
+		*next++
+		*nodes = append(ns, n)
+		return "join", n.Name, false
+	case k < 35 && len(ns) > 10:
+		n := pick()
+		*nodes = slices.DeleteFunc(ns, func(x *corev1.Node) bool { return x == n })
+		return "delete", n.Name, isRRNode(n)
+	case k < 50:
+		n := pick()
+		rr := isRRNode(n)
+		n.Spec.Unschedulable = !n.Spec.Unschedulable
+		if n.Spec.Unschedulable {
+			return "cordon", n.Name, rr
+		}
+		return "uncordon", n.Name, rr
+	case k < 65:
+		n := pick()
+		rr := isRRNode(n)
+		if IsReady(n) {
+			notReady(n)
+			return "NotReady", n.Name, rr
+		}
+		n.Status.Conditions[0].Status = corev1.ConditionTrue
+		return "Ready", n.Name, rr
+	case k < 75:
+		n := pick()
+		rr := isRRNode(n)
+		if n.Labels["no-rr"] == "true" {
+			delete(n.Labels, "no-rr")
+			return "unforbid", n.Name, rr
+		}
+		n.Labels["no-rr"] = "true"
+		return "forbid", n.Name, rr
+	case k < 85:
+		n := pick()
+		rr := isRRNode(n)
+		n.Labels["team"] = fmt.Sprint(rng.IntN(5))
+		return "unrelated label", n.Name, rr
+	case k < 87:
+		return "policy edit", "", false
+	default:
+		return "time passes", "", false
+	}
+}
+
+// planDiff counts the role changes (promotions, and demotions of nodes that stay), the BGPPeers created, changed or
+// deleted, and the clients whose route reflectors changed between two plans.
+func planDiff(a, b *Result) (roles, peerWrites, moves int) {
+	ra, rb := rrNames(a), rrNames(b)
+	present := map[string]bool{}
+	for _, s := range b.Nodes {
+		present[s.Name] = true
+	}
+	for name := range ra {
+		if _, ok := rb[name]; !ok && present[name] { // a deleted node is no demotion
+			roles++
+		}
+	}
+	for name := range rb {
+		if _, ok := ra[name]; !ok {
+			roles++
+		}
+	}
+	pa := map[string]string{}
+	for _, x := range a.BGPPeers {
+		pa[x.Name] = x.Spec.NodeSelector + "|" + x.Spec.PeerSelector
+	}
+	pb := map[string]bool{}
+	for _, x := range b.BGPPeers {
+		pb[x.Name] = true
+		if old, ok := pa[x.Name]; !ok || old != x.Spec.NodeSelector+"|"+x.Spec.PeerSelector {
+			peerWrites++
+		}
+	}
+	for name := range pa {
+		if !pb[name] {
+			peerWrites++
+		}
+	}
+	ca := clientRRs(a)
+	for _, c := range b.Clients {
+		if old, ok := ca[c.Node]; ok && !slices.Equal(old, c.RouteReflectors) {
+			moves++
+		}
+	}
+	return roles, peerWrites, moves
+}
+
+func promotions(a, b *Result) int {
+	ra := rrNames(a)
+	n := 0
+	for name := range rrNames(b) {
+		if _, ok := ra[name]; !ok {
+			n++
+		}
+	}
+	return n
+}
