@@ -17,6 +17,7 @@ build: ## Build the binary into bin/
 
 generate: ## Regenerate deepcopy and the CRD from policy/
 	$(CONTROLLER_GEN) object paths=./policy/... crd:crdVersions=v1 output:crd:artifacts:config=policy/crd
+	hack/sync-chart-crd.sh
 
 tools: ## Build (or reuse the cached) kube-apiserver, etcd, kubectl and helm
 	hack/tools.sh
