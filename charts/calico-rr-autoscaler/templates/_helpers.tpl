@@ -131,11 +131,18 @@ clientConfig of a webhook; the argument is a dict with "ctx" (the root
 context) and "path".
 */}}
 {{- define "rra.clientConfig" -}}
+{{- if .ctx.Values.webhook.url -}}
+url: {{ printf "%s%s" (trimSuffix "/" .ctx.Values.webhook.url) .path | quote }}
+{{- with .ctx.Values.webhook.caBundle }}
+caBundle: {{ . }}
+{{- end }}
+{{- else -}}
 service:
   name: {{ include "rra.serviceName" .ctx }}
   namespace: {{ .ctx.Release.Namespace }}
   path: {{ .path }}
   port: {{ .ctx.Values.service.port }}
+{{- end }}
 {{- end }}
 
 {{/*
