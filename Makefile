@@ -44,3 +44,8 @@ image: ## Build the container image (needs a Docker engine)
 
 clean:
 	rm -rf bin/
+
+
+
+demo: tools ## The main command: a real API server, the chart, serve, 300 nodes, a cordon and a denial
+	source $(TOOLS_ENV) && $(GO) run ./test/demo
