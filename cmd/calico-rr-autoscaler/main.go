@@ -13,6 +13,8 @@ const usage = `calico-rr-autoscaler: automatic Calico route reflectors
 
 Usage:
   calico-rr-autoscaler plan   [flags]   compute and print a plan without a cluster
+  calico-rr-autoscaler verify [flags]   run a plan on real BGP speakers and check every node learns every route
+  calico-rr-autoscaler serve  [flags]   run the admission webhooks and the reconciler in a cluster
   calico-rr-autoscaler help   [command]
 
 Run "calico-rr-autoscaler <command> -h" for a command's flags.
@@ -31,6 +33,8 @@ func run(args []string) int {
 	switch args[0] {
 	case "plan":
 		err = runPlan(args[1:], os.Stdout)
+	case "verify":
+		err = runVerify(args[1:], os.Stdout, os.Stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(os.Stdout, usage)
 		return 0

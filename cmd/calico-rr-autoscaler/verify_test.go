@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestVerifyBadInputExitsTwoOnOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"--simulate", "5", "--speaker", "quagga"},
+		{"--simulate", "5", "-o", "yaml"},
+		{"--simulate", "400"},
+		{"--simulate", "20", "--fail-rr", "no-such-node"},
+		{"--simulate", "20", "--fail-rr", "99"},
+		{"--simulate", "20", "--fail-zone", "zone-x"},
+		{"--simulate", "20", "--max-nodes", "-1"},
+		{"--simulate", "20", "extra"},
+		{},
+	} {
+		var out, errb bytes.Buffer
+		err := runVerify(args, &out, &errb)
+		if code := exitCode(err); code != 2 {
+			t.Errorf("verify %v: exit %d (%v), want 2", args, code, err)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "\n") || msg == "" {
+			t.Errorf("verify %v: message %q is not one line", args, msg)
+		}
+	}
+}
+
+func TestVerifyGoBGPJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real BGP speakers (port 179 on 127.x addresses) run without -short")
+	}
+	var out, errb bytes.Buffer
+	err := runVerify([]string{"--simulate", "15", "--fail-zone", "zone-c", "-o", "json"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("verify: %v\n%s", err, errb.String())
+	}
+	var rep struct {
+		Summary      map[string]any `json:"summary"`
+		Nodes        []map[string]any
+		AfterFailure struct {
+			Down    []string       `json:"down"`
+			Summary map[string]any `json:"summary"`
+		} `json:"afterFailure"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"nodes", "sessions", "establishedSessions", "missingPairs", "convergedSeconds", "maxRoutesPerNode"} {
+		if _, ok := rep.Summary[k]; !ok {
+			t.Errorf("summary has no %q: %v", k, rep.Summary)
+		}
+	}
+	if rep.Summary["nodes"] != 15.0 || rep.Summary["missingPairs"] != 0.0 || rep.Summary["sessions"] != rep.Summary["establishedSessions"] {
+		t.Errorf("summary: %v", rep.Summary)
+	}
+	if len(rep.AfterFailure.Down) != 5 || rep.AfterFailure.Summary["missingPairs"] != 0.0 {
+		t.Errorf("after failure: %+v", rep.AfterFailure)
+	}
+}

@@ -1,0 +1,48 @@
+package bgpmodel
+
+import (
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// Evaluate derives a plan's sessions and propagates every block.
+func Evaluate(in extender.Input, res *extender.Result, opts Options) (*Model, error) {
+	topo, err := FromPlan(in, res, opts)
+	if err != nil {
+		return nil, err
+	}
+	return topo.Propagate(nil)
+}
+
+// Alternative is the graph model's figures for the same nodes planned under another layout.
+type Alternative struct {
+	Layout  string  `json:"layout"`
+	Summary Summary `json:"summary"`
+}
+
+// Alternatives plans the same nodes under each of Layouts (the policy otherwise unchanged) and
+// returns each one's figures, for comparing the cost of topologies.
+func Alternatives(in extender.Input, opts Options) ([]Alternative, error) {
+	var out []Alternative
+	for _, layout := range Layouts {
+		p := *in.Policy
+		switch layout {
+		case "SingleCluster":
+			p.Topology = v1alpha1.SingleCluster
+		case "MultiCluster":
+			p.Topology, p.ClusterIDMode = v1alpha1.MultiCluster, v1alpha1.Grouped
+		case "PerRouteReflector":
+			p.Topology, p.ClusterIDMode = v1alpha1.MultiCluster, v1alpha1.PerRouteReflector
+		case "Hierarchical":
+			p.Topology = v1alpha1.Hierarchical
+		}
+		alt := in
+		alt.Policy = &p
+		m, err := Evaluate(alt, extender.Plan(alt), opts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Alternative{Layout: layout, Summary: m.Summary})
+	}
+	return out, nil
+}

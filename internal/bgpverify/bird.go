@@ -1,0 +1,323 @@
+package bgpverify
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// birdFleet runs one BIRD 1.6 process per node, each with its own router ID, listen address,
+// control socket and pid file, all in one temporary directory.
+type birdFleet struct {
+	nodes []speakerNode
+	opts  Options
+	bin   string
+	dir   string
+	mu    sync.Mutex
+	procs []*exec.Cmd
+	conns []*birdConn
+}
+
+// FindBIRD returns the path of the bird binary, or an error that says how to install it.
+func FindBIRD(path string) (string, error) {
+	if path == "" {
+		path = "bird"
+	}
+	p, err := exec.LookPath(path)
+	if err != nil {
+		return "", fmt.Errorf("bird not found (%v): install BIRD 1.6, Debian's package bird (apt-get install -y bird)", err)
+	}
+	return p, nil
+}
+
+func newBIRDFleet(nodes []speakerNode, opts Options) (fleet, error) {
+	bin, err := FindBIRD(opts.BIRD)
+	if err != nil {
+		return nil, err
+	}
+	// Control socket paths must stay under 108 bytes: a short directory under /tmp.
+	dir, err := os.MkdirTemp("/tmp", "rrv")
+	if err != nil {
+		return nil, err
+	}
+	return &birdFleet{nodes: nodes, opts: opts, bin: bin, dir: dir, procs: make([]*exec.Cmd, len(nodes)), conns: make([]*birdConn, len(nodes))}, nil
+}
+
+func (f *birdFleet) socket(i int) string { return filepath.Join(f.dir, fmt.Sprintf("n%d.ctl", i)) }
+
+// Config is BIRD's configuration for node nd, written as Calico's bird.cfg.template writes it for
+// a node with node-specific BGP peers (the Node_ protocols): the template's BGP settings, `rr
+// client` and `rr cluster id` toward peers with no or another cluster ID when the node is a route
+// reflector, `passive on` toward peers with a higher address, and an export filter that passes the
+// pod blocks (Calico's calico_export_to_bgp_peers passes its IP pools). Calico's kernel and direct
+// protocols are left out: nothing is programmed into the kernel and no interface route is counted.
+func birdConfig(nd speakerNode, asn uint32, port int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Node %s\nrouter id %s;\nlisten bgp address %s port %d;\n\n", nd.name, nd.addr, nd.addr, port)
+	b.WriteString("protocol device {\n  scan time 2;\n}\n\n")
+	fmt.Fprintf(&b, "protocol static {\n  route %s blackhole;\n}\n\n", nd.block)
+	b.WriteString("function calico_export_to_bgp_peers() {\n  if ( net ~ 10.0.0.0/8 ) then { accept; }\n  reject;\n}\n\n")
+	fmt.Fprintf(&b, `template bgp bgp_template {
+  description "Connection to BGP peer";
+  local as %d;
+  gateway recursive;
+  add paths on;
+  graceful restart;
+  connect delay time 2;
+  connect retry time 3;
+  error wait time 5,30;
+}
+`, asn)
+	if nd.clusterID != "" {
+		fmt.Fprintf(&b, "\n# This node is configured as a route reflector with cluster ID %s;\n# ignore node-to-node mesh setting.\n", nd.clusterID)
+	}
+	b.WriteString("\n# ------------- Node-specific peers -------------\n")
+	for _, p := range nd.peers {
+		id := strings.ReplaceAll(p.addr.String(), ".", "_")
+		fmt.Fprintf(&b, "protocol bgp Node_%s from bgp_template {\n  ttl security off;\n  multihop;\n", id)
+		portPart := ""
+		if port != 179 {
+			portPart = fmt.Sprintf("port %d ", port)
+		}
+		fmt.Fprintf(&b, "  neighbor %s %sas %d;\n  source address %s;  # The local address we use for the TCP connection\n", p.addr, portPart, asn, nd.addr)
+		b.WriteString("  import filter {\n    accept;\n  };\n  export filter {\n    calico_export_to_bgp_peers();\n    reject;\n  };\n")
+		if p.passive {
+			b.WriteString("  passive on; # Peering is unidirectional, peer will connect to us.\n")
+		}
+		if p.rrClient {
+			fmt.Fprintf(&b, "  rr client;\n  rr cluster id %s;\n", nd.clusterID)
+		}
+		b.WriteString("}\n")
+	}
+	return b.String()
+}
+
+func (f *birdFleet) start(ctx context.Context) error {
+	for i, nd := range f.nodes {
+		cfg := filepath.Join(f.dir, fmt.Sprintf("n%d.conf", i))
+		if err := os.WriteFile(cfg, []byte(birdConfig(nd, f.opts.ASN, f.opts.Port)), 0o644); err != nil {
+			return err
+		}
+		logFile, err := os.Create(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(f.bin, "-f", "-c", cfg, "-s", f.socket(i), "-P", filepath.Join(f.dir, fmt.Sprintf("n%d.pid", i)))
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			logFile.Close()
+			return fmt.Errorf("bird %s: %v", nd.name, err)
+		}
+		logFile.Close()
+		f.mu.Lock()
+		f.procs[i] = cmd
+		f.mu.Unlock()
+	}
+	// Connect to every control socket.
+	for i, nd := range f.nodes {
+		var c *birdConn
+		var err error
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			c, err = dialBIRD(f.socket(i))
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			log, _ := os.ReadFile(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
+			return fmt.Errorf("bird %s did not start: %v: %s", nd.name, err, strings.TrimSpace(string(log)))
+		}
+		f.mu.Lock()
+		f.conns[i] = c
+		f.mu.Unlock()
+	}
+	return nil
+}
+
+var routeCount = regexp.MustCompile(`(\d+) of (\d+) routes for (\d+) networks`)
+
+func (f *birdFleet) poll(ctx context.Context, i int) (nodeState, error) {
+	var st nodeState
+	f.mu.Lock()
+	c, cmd := f.conns[i], f.procs[i]
+	f.mu.Unlock()
+	if c == nil || cmd == nil {
+		return st, errStopped
+	}
+	out, err := c.command("show route count")
+	if err != nil {
+		return st, err
+	}
+	m := routeCount.FindStringSubmatch(out)
+	if m == nil {
+		return st, fmt.Errorf("unexpected reply to show route count: %q", out)
+	}
+	st.routes, _ = strconv.Atoi(m[2])
+	out, err = c.command("show route primary")
+	if err != nil {
+		return st, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if p, err := netip.ParsePrefix(fields[0]); err == nil {
+			st.blocks = append(st.blocks, p)
+		}
+	}
+	out, err = c.command("show protocols")
+	if err != nil {
+		return st, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, " BGP ") && strings.Contains(line, "Established") {
+			st.established++
+		}
+	}
+	st.memoryKiB = rssKiB(cmd.Process.Pid)
+	return st, nil
+}
+
+// rssKiB returns a process's resident memory.
+func rssKiB(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// stop shuts one BIRD down: SIGTERM (it closes its sessions with a Cease, so peers withdraw its
+// routes instead of keeping them for a graceful restart), then SIGKILL after 5 s.
+func (f *birdFleet) stop(i int) error {
+	f.mu.Lock()
+	cmd, c := f.procs[i], f.conns[i]
+	f.procs[i], f.conns[i] = nil, nil
+	f.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	return nil
+}
+
+func (f *birdFleet) close() {
+	var wg sync.WaitGroup
+	for i := range f.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.stop(i)
+		}()
+	}
+	wg.Wait()
+	if os.Getenv("RRV_KEEP_BIRD_DIR") == "" {
+		os.RemoveAll(f.dir)
+	}
+}
+
+// birdConn speaks BIRD's control socket protocol: a command per line; reply lines start with a
+// four-digit code and '-' (more follows) or ' ' (last line), or with a space (continuation).
+type birdConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func dialBIRD(path string) (*birdConn, error) {
+	conn, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	c := &birdConn{conn: conn, r: bufio.NewReaderSize(conn, 1<<16)}
+	if _, err := c.reply(); err != nil { // the greeting: 0001 BIRD 1.6.x ready.
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *birdConn) command(cmd string) (string, error) {
+	_ = c.conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.conn.Write([]byte(cmd + "\n")); err != nil {
+		return "", err
+	}
+	return c.reply()
+}
+
+func (c *birdConn) reply() (string, error) {
+	var b strings.Builder
+	for {
+		line, err := c.r.ReadString('\n')
+		if err != nil {
+			return b.String(), err
+		}
+		line = strings.TrimRight(line, "\n")
+		if len(line) >= 5 && isDigits(line[:4]) {
+			code := line[:4]
+			b.WriteString(line[5:])
+			b.WriteByte('\n')
+			if line[4] == ' ' {
+				if code[0] == '8' || code[0] == '9' {
+					return b.String(), errors.New("bird: " + strings.TrimSpace(line[5:]))
+				}
+				return b.String(), nil
+			}
+			continue
+		}
+		if len(line) == 4 && isDigits(line) {
+			return b.String(), nil
+		}
+		b.WriteString(strings.TrimPrefix(line, " "))
+		b.WriteByte('\n')
+	}
+}
+
+func (c *birdConn) close() { c.conn.Close() }
+
+func isDigits(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,489 @@
+// Package bgpverify runs a plan on real BGP speakers: one speaker per node, all iBGP in one AS, each
+// on its own loopback address and advertising its own /24 block, with the sessions Calico's confd
+// derives from the plan's labels, annotations and BGPPeers (the same derivation as the graph model
+// in internal/bgpmodel). It waits for the routes to converge and reports, for every node, which
+// other nodes' blocks it learnt; failure drills stop speakers and check the survivors again.
+//
+// Two backends: in-process GoBGP servers, and real BIRD 1.6 processes (Calico's BGP daemon is a
+// fork of it) configured the way Calico's bird.cfg.template configures them.
+package bgpverify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+)
+
+// Speaker backends.
+const (
+	SpeakerGoBGP = "gobgp"
+	SpeakerBIRD  = "bird"
+)
+
+// DefaultASN is Calico's default AS number.
+const DefaultASN = 64512
+
+// DefaultMaxNodes is the --max-nodes guard of each backend.
+var DefaultMaxNodes = map[string]int{SpeakerGoBGP: 300, SpeakerBIRD: 200}
+
+// Options configure a run.
+type Options struct {
+	Speaker string // gobgp (default) or bird
+	ASN     uint32 // default 64512
+	// MaxNodes refuses larger plans (default per backend: DefaultMaxNodes).
+	MaxNodes int
+	// Timeout bounds each convergence wait [60s + 0.3s per node].
+	Timeout time.Duration
+	// Stable is how long the route counts must stay unchanged to call it converged [2s; 3s for bird].
+	Stable time.Duration
+	// FailZone stops every speaker of that zone after convergence.
+	FailZone string
+	// FailRR stops those route reflectors after convergence: node names, or a count N for the
+	// plan's first N route reflectors.
+	FailRR []string
+	// NodeToNodeMesh turns Calico's node-to-node mesh on for nodes without a cluster ID.
+	NodeToNodeMesh bool
+	// Net is the second octet of the speakers' 127.Net.x.y addresses [random in 100..249].
+	Net int
+	// Port is the BGP port every speaker listens on [179].
+	Port int
+	// BIRD is the bird binary [bird from PATH].
+	BIRD string
+	// Log receives progress lines (nil: none).
+	Log io.Writer
+}
+
+// Summary holds the figures of one convergence.
+type Summary struct {
+	Nodes               int     `json:"nodes"`
+	Sessions            int     `json:"sessions"`
+	EstablishedSessions int     `json:"establishedSessions"`
+	MissingPairs        int     `json:"missingPairs"`
+	Converged           bool    `json:"converged"`
+	ConvergedSeconds    float64 `json:"convergedSeconds"`
+	MaxRoutesPerNode    int     `json:"maxRoutesPerNode"`
+	BusiestNode         string  `json:"busiestNode,omitempty"`
+	TotalRoutes         int     `json:"totalRoutes"`
+	// StaleBlocks counts blocks of stopped nodes still held by nodes up (graceful restart).
+	StaleBlocks int `json:"staleBlocks,omitempty"`
+	// The graph model's figures for the same plan and failures.
+	ModelMissingPairs     int64   `json:"modelMissingPairs"`
+	ModelMaxRoutesPerNode float64 `json:"modelMaxRoutesPerNode"`
+	// BIRD only: resident memory of the largest and of all BIRD processes.
+	MaxMemoryKiB   int `json:"maxMemoryKiB,omitempty"`
+	TotalMemoryKiB int `json:"totalMemoryKiB,omitempty"`
+}
+
+// NodeReport is one node's outcome.
+type NodeReport struct {
+	Name        string   `json:"name"`
+	Zone        string   `json:"zone,omitempty"`
+	Address     string   `json:"address"`
+	Block       string   `json:"block"`
+	ClusterID   string   `json:"clusterID,omitempty"`
+	Down        bool     `json:"down,omitempty"`
+	Sessions    int      `json:"sessions"`
+	Established int      `json:"established"`
+	Routes      int      `json:"routes"`
+	ModelRoutes float64  `json:"modelRoutes"`
+	Blocks      int      `json:"blocks"`
+	Stale       int      `json:"staleBlocks,omitempty"`
+	Missing     []string `json:"missing,omitempty"`
+}
+
+// Phase is one convergence: the plan as started, or after a failure drill.
+type Phase struct {
+	Down    []string     `json:"down,omitempty"`
+	Summary Summary      `json:"summary"`
+	Nodes   []NodeReport `json:"nodes"`
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Speaker string       `json:"speaker"`
+	Policy  string       `json:"policy"`
+	Summary Summary      `json:"summary"`
+	Nodes   []NodeReport `json:"nodes"`
+	// AfterFailure is the outcome after the failure drill, when one was asked for.
+	AfterFailure *Phase `json:"afterFailure,omitempty"`
+}
+
+// MissingPairs is the largest missing-pair count of every phase.
+func (r *Report) MissingPairs() int {
+	n := r.Summary.MissingPairs
+	if r.AfterFailure != nil {
+		n = max(n, r.AfterFailure.Summary.MissingPairs)
+	}
+	return n
+}
+
+// InputError is bad input: an option or a plan that cannot be run.
+type InputError struct{ error }
+
+func inputErr(format string, a ...any) error { return InputError{fmt.Errorf(format, a...)} }
+
+// speakerNode is what one speaker is configured with.
+type speakerNode struct {
+	name      string
+	addr      netip.Addr
+	block     netip.Prefix
+	clusterID string
+	peers     []speakerPeer
+}
+
+type speakerPeer struct {
+	idx      int
+	addr     netip.Addr
+	rrClient bool // the local node treats the peer as its route reflector client
+	passive  bool // Calico: the side with the lower address waits for the other to connect
+}
+
+// nodeState is what a speaker reports.
+type nodeState struct {
+	blocks      []netip.Prefix // distinct prefixes in its table
+	routes      int            // paths stored, its own included
+	established int
+	memoryKiB   int
+}
+
+type fleet interface {
+	start(ctx context.Context) error
+	poll(ctx context.Context, i int) (nodeState, error)
+	stop(i int) error
+	close()
+}
+
+// Address is the loopback address of node i (0-based) in the 127.net/16 range.
+func Address(net, i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(net), byte((i + 1) >> 8), byte(i + 1)})
+}
+
+// Block is the /24 pod block node i advertises.
+func Block(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
+}
+
+// Run verifies a plan on real speakers.
+func Run(ctx context.Context, in extender.Input, res *extender.Result, opts Options) (*Report, error) {
+	if opts.Speaker == "" {
+		opts.Speaker = SpeakerGoBGP
+	}
+	if _, ok := DefaultMaxNodes[opts.Speaker]; !ok {
+		return nil, inputErr("--speaker: %q is not gobgp or bird", opts.Speaker)
+	}
+	if opts.MaxNodes <= 0 {
+		opts.MaxNodes = DefaultMaxNodes[opts.Speaker]
+	}
+	if opts.ASN == 0 {
+		opts.ASN = DefaultASN
+	}
+	if opts.Port == 0 {
+		opts.Port = 179
+	}
+	if opts.Net == 0 {
+		opts.Net = 100 + rand.IntN(150)
+	}
+	if opts.Net < 1 || opts.Net > 254 {
+		return nil, inputErr("address octet %d is not in 1..254", opts.Net)
+	}
+	if opts.Stable <= 0 {
+		opts.Stable = 2 * time.Second
+		if opts.Speaker == SpeakerBIRD {
+			opts.Stable = 3 * time.Second
+		}
+	}
+	n := len(res.Nodes)
+	if n == 0 {
+		return nil, inputErr("the plan has no nodes")
+	}
+	if n > opts.MaxNodes {
+		return nil, inputErr("the plan has %d nodes, more than --max-nodes %d for %s", n, opts.MaxNodes, opts.Speaker)
+	}
+	if n > 65000 {
+		return nil, inputErr("at most 65000 nodes fit the address plan")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 60*time.Second + time.Duration(n)*300*time.Millisecond
+	}
+	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{NodeToNodeMesh: opts.NodeToNodeMesh})
+	if err != nil {
+		return nil, InputError{err}
+	}
+	down, downNames, err := failureMask(topo, res, opts)
+	if err != nil {
+		return nil, err
+	}
+	nodes := speakerNodes(topo, opts)
+	var f fleet
+	switch opts.Speaker {
+	case SpeakerBIRD:
+		f, err = newBIRDFleet(nodes, opts)
+	default:
+		f, err = newGoBGPFleet(nodes, opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		t := time.Now()
+		f.close()
+		logf(opts, "stopped every speaker in %v", time.Since(t).Round(time.Millisecond))
+	}()
+	rep := &Report{Speaker: opts.Speaker, Policy: res.Policy}
+	logf(opts, "starting %d %s speakers on 127.%d.0.0/16 with %d sessions", n, opts.Speaker, opts.Net, topo.SessionCount(nil))
+	start := time.Now()
+	if err := f.start(ctx); err != nil {
+		return nil, err
+	}
+	phase, err := converge(ctx, f, topo, nodes, nil, start, opts)
+	if err != nil {
+		return nil, err
+	}
+	rep.Summary, rep.Nodes = phase.Summary, phase.Nodes
+	if down != nil {
+		logf(opts, "stopping %d speakers: %s", len(downNames), strings.Join(downNames, ","))
+		start = time.Now()
+		for i, d := range down {
+			if d {
+				if err := f.stop(i); err != nil {
+					return nil, err
+				}
+			}
+		}
+		phase, err := converge(ctx, f, topo, nodes, down, start, opts)
+		if err != nil {
+			return nil, err
+		}
+		phase.Down = downNames
+		rep.AfterFailure = phase
+	}
+	return rep, nil
+}
+
+func logf(opts Options, format string, a ...any) {
+	if opts.Log != nil {
+		fmt.Fprintf(opts.Log, format+"\n", a...)
+	}
+}
+
+// failureMask returns the nodes the drill stops.
+func failureMask(topo *bgpmodel.Topology, res *extender.Result, opts Options) ([]bool, []string, error) {
+	if opts.FailZone == "" && len(opts.FailRR) == 0 {
+		return nil, nil, nil
+	}
+	down := make([]bool, len(topo.Nodes))
+	if opts.FailZone != "" {
+		found := false
+		for i, nd := range topo.Nodes {
+			if nd.Zone == opts.FailZone {
+				down[i], found = true, true
+			}
+		}
+		if !found {
+			return nil, nil, inputErr("--fail-zone: no node of the plan is in zone %q", opts.FailZone)
+		}
+	}
+	for _, s := range opts.FailRR {
+		if k, err := strconv.Atoi(s); err == nil {
+			if k < 1 || k > len(res.RouteReflectors) {
+				return nil, nil, inputErr("--fail-rr: %d is not between 1 and the plan's %d route reflectors", k, len(res.RouteReflectors))
+			}
+			for _, rr := range res.RouteReflectors[:k] {
+				down[topo.Index(rr.Node)] = true
+			}
+			continue
+		}
+		i := topo.Index(s)
+		if i < 0 {
+			return nil, nil, inputErr("--fail-rr: no node %q in the plan", s)
+		}
+		if !topo.IsRR(i) {
+			return nil, nil, inputErr("--fail-rr: node %q is not a route reflector in the plan", s)
+		}
+		down[i] = true
+	}
+	var names []string
+	for i, d := range down {
+		if d {
+			names = append(names, topo.Nodes[i].Name)
+		}
+	}
+	if len(names) == len(down) {
+		return nil, nil, inputErr("the failure drill would stop every node")
+	}
+	return down, names, nil
+}
+
+func speakerNodes(topo *bgpmodel.Topology, opts Options) []speakerNode {
+	nodes := make([]speakerNode, len(topo.Nodes))
+	for i, nd := range topo.Nodes {
+		nodes[i] = speakerNode{name: nd.Name, addr: Address(opts.Net, i), block: Block(i), clusterID: nd.ClusterID}
+	}
+	add := func(a, b int) {
+		pa, pb := nodes[a].addr, nodes[b].addr
+		nodes[a].peers = append(nodes[a].peers, speakerPeer{idx: b, addr: pb, rrClient: topo.RRClient(a, b), passive: pb.String() > pa.String()})
+	}
+	seen := map[[2]int]bool{}
+	for _, s := range topo.Sessions {
+		a, b := int(s[0]), int(s[1])
+		seen[[2]int{a, b}] = true
+		add(a, b)
+		add(b, a)
+	}
+	if topo.Mesh {
+		for a := range nodes {
+			for b := a + 1; b < len(nodes); b++ {
+				if !topo.IsRR(a) && !topo.IsRR(b) && !seen[[2]int{a, b}] {
+					add(a, b)
+					add(b, a)
+				}
+			}
+		}
+	}
+	for i := range nodes {
+		slices.SortFunc(nodes[i].peers, func(x, y speakerPeer) int { return x.idx - y.idx })
+	}
+	return nodes
+}
+
+// converge polls the speakers until every node up has the blocks the model predicts, every session
+// between nodes up is established and the route counts have not changed for opts.Stable; or until
+// the timeout. Blocks of stopped nodes may stay: with `graceful restart` BIRD keeps a lost peer's
+// routes as stale for the restart time (120 s), as calico-node's BIRD does; they are reported as
+// stale blocks.
+func converge(ctx context.Context, f fleet, topo *bgpmodel.Topology, nodes []speakerNode, down []bool, start time.Time, opts Options) (*Phase, error) {
+	m, err := topo.Propagate(down)
+	if err != nil {
+		return nil, err
+	}
+	isDown := func(i int) bool { return down != nil && down[i] }
+	blockOf := make(map[netip.Prefix]int, len(nodes))
+	for i, nd := range nodes {
+		blockOf[nd.block] = i
+	}
+	wantSessions := topo.SessionCount(down)
+	interval := 250 * time.Millisecond
+	if opts.Speaker == SpeakerBIRD {
+		interval = 500 * time.Millisecond
+	}
+	deadline := start.Add(opts.Timeout)
+	states := make([]nodeState, len(nodes))
+	var lastSig string
+	lastChange := time.Now()
+	converged := false
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var sig strings.Builder
+		ready := true
+		established := 0
+		for i := range nodes {
+			if isDown(i) {
+				continue
+			}
+			st, err := f.poll(ctx, i)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", nodes[i].name, err)
+			}
+			states[i] = st
+			established += st.established
+			fmt.Fprintf(&sig, "%d/%d/%d,", st.routes, len(st.blocks), st.established)
+			if ready {
+				has := make([]bool, len(nodes))
+				for _, b := range st.blocks {
+					if o, ok := blockOf[b]; ok {
+						has[o] = true
+					}
+				}
+				for o := range nodes {
+					if !isDown(o) && m.Has(i, o) && !has[o] {
+						ready = false
+						break
+					}
+				}
+			}
+		}
+		now := time.Now()
+		if s := sig.String(); s != lastSig {
+			lastSig, lastChange = s, now
+		}
+		if ready && established/2 == wantSessions && now.Sub(lastChange) >= opts.Stable {
+			converged = true
+			break
+		}
+		if now.After(deadline) {
+			logf(opts, "not converged after %v", opts.Timeout)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+	ph := &Phase{}
+	s := &ph.Summary
+	s.Converged = converged
+	s.ConvergedSeconds = lastChange.Sub(start).Seconds()
+	s.Sessions = wantSessions
+	s.ModelMissingPairs, s.ModelMaxRoutesPerNode = m.Summary.MissingPairs, m.Summary.MaxRoutesPerNode
+	ph.Nodes = make([]NodeReport, len(nodes))
+	for i, nd := range nodes {
+		r := &ph.Nodes[i]
+		*r = NodeReport{Name: nd.name, Zone: topo.Nodes[i].Zone, Address: nd.addr.String(), Block: nd.block.String(), ClusterID: nd.clusterID, Down: isDown(i)}
+		if r.Down {
+			continue
+		}
+		s.Nodes++
+		for _, p := range nd.peers {
+			if !isDown(p.idx) {
+				r.Sessions++
+			}
+		}
+		st := states[i]
+		r.Established, r.Routes, r.ModelRoutes = st.established, st.routes, m.Nodes[i].Routes
+		s.EstablishedSessions += st.established
+		has := make([]bool, len(nodes))
+		for _, b := range st.blocks {
+			o, ok := blockOf[b]
+			switch {
+			case !ok || o == i:
+			case isDown(o):
+				r.Stale++
+				s.StaleBlocks++
+			default:
+				has[o] = true
+				r.Blocks++
+			}
+		}
+		for o := range nodes {
+			if o != i && !isDown(o) && !has[o] {
+				r.Missing = append(r.Missing, nodes[o].name)
+			}
+		}
+		s.MissingPairs += len(r.Missing)
+		s.TotalRoutes += st.routes
+		if st.routes > s.MaxRoutesPerNode {
+			s.MaxRoutesPerNode, s.BusiestNode = st.routes, nd.name
+		}
+		s.TotalMemoryKiB += st.memoryKiB
+		s.MaxMemoryKiB = max(s.MaxMemoryKiB, st.memoryKiB)
+	}
+	s.EstablishedSessions /= 2
+	logf(opts, "converged=%v in %.1fs: %d nodes, %d/%d sessions established, %d missing pairs (model %d), busiest %d routes (model %.0f)",
+		converged, s.ConvergedSeconds, s.Nodes, s.EstablishedSessions, s.Sessions, s.MissingPairs, s.ModelMissingPairs, s.MaxRoutesPerNode, s.ModelMaxRoutesPerNode)
+	return ph, nil
+}
+
+var errStopped = errors.New("speaker stopped")

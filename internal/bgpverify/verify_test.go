@@ -1,0 +1,229 @@
+package bgpverify
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+)
+
+// netOctet gives every run of this package its own 127.x range.
+var (
+	netMu   sync.Mutex
+	netNext = 30 + os.Getpid()%50
+)
+
+func nextNet() int {
+	netMu.Lock()
+	defer netMu.Unlock()
+	netNext++
+	if netNext > 250 {
+		netNext = 30
+	}
+	return netNext
+}
+
+func run(t *testing.T, speaker string, in extender.Input, res *extender.Result, o Options) *Report {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real BGP speakers (port 179 on 127.x addresses, BIRD processes) run without -short")
+	}
+	o.Speaker, o.Net = speaker, nextNet()
+	if testing.Verbose() {
+		o.Log = testLog{t}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, in, res, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) { l.t.Log(string(p)); return len(p), nil }
+
+func samplePlan(t *testing.T, layout string, n int) (extender.Input, *extender.Result) {
+	t.Helper()
+	in, res, err := bgpmodel.SamplePlan(layout, n, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, res
+}
+
+// sameRoutes checks that the speakers learnt exactly the blocks the graph model predicts.
+func sameRoutes(t *testing.T, name string, in extender.Input, res *extender.Result, rep *Report, ph *Phase) {
+	t.Helper()
+	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down []bool
+	if ph.Down != nil {
+		if down, err = topo.NamesDown(ph.Down...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := topo.Propagate(down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, nr := range ph.Nodes {
+		if nr.Down {
+			continue
+		}
+		if want := len(m.Missing(i)); want != len(nr.Missing) {
+			t.Errorf("%s: %s misses %d blocks, the model says %d: %v vs %v", name, nr.Name, len(nr.Missing), want, nr.Missing, m.Missing(i))
+		}
+	}
+	if !ph.Summary.Converged {
+		t.Errorf("%s: not converged", name)
+	}
+	if ph.Summary.EstablishedSessions != ph.Summary.Sessions {
+		t.Errorf("%s: %d of %d sessions established", name, ph.Summary.EstablishedSessions, ph.Summary.Sessions)
+	}
+}
+
+func TestGoBGPMatchesModel(t *testing.T) {
+	for _, layout := range bgpmodel.Layouts {
+		in, res := samplePlan(t, layout, 24)
+		rep := run(t, SpeakerGoBGP, in, res, Options{})
+		name := "gobgp " + layout
+		sameRoutes(t, name, in, res, rep, &Phase{Summary: rep.Summary, Nodes: rep.Nodes})
+		if rep.Summary.MissingPairs != 0 {
+			t.Errorf("%s: %d missing pairs", name, rep.Summary.MissingPairs)
+		}
+		t.Logf("%s: %+v", name, rep.Summary)
+	}
+}
+
+func TestGoBGPFailureDrills(t *testing.T) {
+	in, res := samplePlan(t, "MultiCluster", 30)
+	rep := run(t, SpeakerGoBGP, in, res, Options{FailZone: "zone-b"})
+	if rep.AfterFailure == nil || rep.AfterFailure.Summary.Nodes != 20 {
+		t.Fatalf("after failure: %+v", rep.AfterFailure)
+	}
+	sameRoutes(t, "gobgp without zone-b", in, res, rep, rep.AfterFailure)
+	if rep.MissingPairs() != 0 {
+		t.Errorf("missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
+	}
+	rep = run(t, SpeakerGoBGP, in, res, Options{FailRR: []string{"1"}})
+	if rep.AfterFailure == nil || len(rep.AfterFailure.Down) != 1 || rep.AfterFailure.Summary.MissingPairs != 0 {
+		t.Fatalf("after losing a route reflector: %+v", rep.AfterFailure)
+	}
+}
+
+// ensureBIRD installs Debian's bird where it is missing (CI runs as root), or fails: the BIRD
+// backend is never skipped silently.
+func ensureBIRD(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real BGP speakers (port 179 on 127.x addresses, BIRD processes) run without -short")
+	}
+	if _, err := FindBIRD(""); err == nil {
+		return
+	}
+	t.Log("bird not found: installing Debian's package bird")
+	out, err := exec.Command("sh", "-c", "apt-get install -y bird || (apt-get update && apt-get install -y bird)").CombinedOutput()
+	if _, ferr := FindBIRD(""); ferr != nil {
+		t.Fatalf("the BIRD backend needs BIRD 1.6 and it could not be installed (apt-get install -y bird: %v): %s", err, lastLines(string(out), 5))
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "; ")
+}
+
+func TestBIRDMatchesModel(t *testing.T) {
+	ensureBIRD(t)
+	for _, c := range []struct {
+		layout string
+		n      int
+	}{{"SingleCluster", 24}, {"MultiCluster", 24}, {"PerRouteReflector", 24}, {"Hierarchical", 24}} {
+		in, res := samplePlan(t, c.layout, c.n)
+		rep := run(t, SpeakerBIRD, in, res, Options{})
+		name := fmt.Sprintf("bird %s/%d", c.layout, c.n)
+		sameRoutes(t, name, in, res, rep, &Phase{Summary: rep.Summary, Nodes: rep.Nodes})
+		if rep.Summary.MissingPairs != 0 {
+			t.Errorf("%s: %d missing pairs", name, rep.Summary.MissingPairs)
+		}
+		for _, nr := range rep.Nodes {
+			if math.Abs(float64(nr.Routes)-nr.ModelRoutes) > 0.1*nr.ModelRoutes {
+				t.Errorf("%s: %s stores %d routes, the model says %v", name, nr.Name, nr.Routes, nr.ModelRoutes)
+			}
+		}
+		t.Logf("%s: %+v", name, rep.Summary)
+	}
+}
+
+// projectcalico/calico#2735: one shared cluster ID with clients on only their zone's route
+// reflectors loses the routes between zones; BIRD and the model agree on which.
+func TestBIRDSharedClusterIDLosesRoutes(t *testing.T) {
+	ensureBIRD(t)
+	sharedClusterID(t, SpeakerBIRD)
+}
+
+// GoBGP also reports the broken plan, with more missing pairs than BIRD: configured with BIRD's
+// loop prevention (see gobgp.go) it puts its cluster ID on its own routes toward same-cluster
+// route reflectors, which BIRD does not, so a route reflector's own block does not reach the
+// clients of its same-cluster peers either.
+func TestGoBGPSharedClusterIDLosesRoutes(t *testing.T) {
+	rep := sharedClusterIDRun(t, SpeakerGoBGP)
+	if int64(rep.Summary.MissingPairs) < rep.Summary.ModelMissingPairs || rep.Summary.ModelMissingPairs == 0 {
+		t.Errorf("missing pairs: gobgp %d, model %d", rep.Summary.MissingPairs, rep.Summary.ModelMissingPairs)
+	}
+}
+
+func sharedClusterID(t *testing.T, speaker string) {
+	rep := sharedClusterIDRun(t, speaker)
+	sameRoutes(t, speaker+" shared cluster ID", rep.in, rep.res, rep.Report, &Phase{Summary: rep.Summary, Nodes: rep.Nodes})
+	if rep.Summary.MissingPairs == 0 || int64(rep.Summary.MissingPairs) != rep.Summary.ModelMissingPairs {
+		t.Errorf("missing pairs: %s %d, model %d", speaker, rep.Summary.MissingPairs, rep.Summary.ModelMissingPairs)
+	}
+}
+
+type planReport struct {
+	*Report
+	in  extender.Input
+	res *extender.Result
+}
+
+func sharedClusterIDRun(t *testing.T, speaker string) planReport {
+	in, res := samplePlan(t, "SingleCluster", 30)
+	for _, st := range res.Nodes {
+		if _, ok := st.Annotations[extender.AnnotationClusterID]; ok {
+			st.Annotations[extender.AnnotationClusterID] = "224.0.0.1"
+		}
+	}
+	rep := run(t, speaker, in, res, Options{Timeout: 20 * time.Second})
+	t.Logf("%s, shared cluster ID: %+v", speaker, rep.Summary)
+	return planReport{rep, in, res}
+}
+
+func TestBIRDFailZone(t *testing.T) {
+	ensureBIRD(t)
+	in, res := samplePlan(t, "SingleCluster", 30)
+	rep := run(t, SpeakerBIRD, in, res, Options{FailZone: "zone-a"})
+	if rep.AfterFailure == nil {
+		t.Fatal("no failure phase")
+	}
+	sameRoutes(t, "bird without zone-a", in, res, rep, rep.AfterFailure)
+	if rep.MissingPairs() != 0 {
+		t.Errorf("missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
+	}
+}

@@ -1,0 +1,43 @@
+package calicoselector
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCalicoSyntax(t *testing.T) {
+	labels := map[string]string{"routereflector.io/rr-id": "node-1", "routereflector.io/peering-set": "abc", "calico-route-reflector": ""}
+	for sel, want := range map[string]bool{
+		"":                                       true,
+		"all()":                                  true,
+		"has(calico-route-reflector)":            true,
+		"!has(calico-route-reflector)":           false,
+		"calico-route-reflector == ''":           true,
+		"routereflector.io/peering-set == 'abc'": true,
+		"routereflector.io/rr-id in {'node-2', 'node-1'}":                     true,
+		"routereflector.io/rr-id in {'node-2'}":                               false,
+		"has(calico-route-reflector) && routereflector.io/peering-set == 'x'": false,
+		"has(calico-route-reflector) || routereflector.io/peering-set == 'x'": true,
+	} {
+		s, err := Parse(sel)
+		if err != nil {
+			t.Fatalf("%q: %v", sel, err)
+		}
+		if got := s.Matches(labels); got != want {
+			t.Errorf("%q matches = %v, want %v", sel, got, want)
+		}
+	}
+	for _, bad := range []string{"has(", "a = 'b'", "a in {b}", strings.Repeat("a", MaxLength+1)} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func TestKeysIn(t *testing.T) {
+	s, _ := Parse("has(a) && b == 'x'")
+	got := KeysIn([]string{"a", "b", "c", "zone"}, s, nil)
+	if strings.Join(got, ",") != "a,b" {
+		t.Errorf("KeysIn = %v", got)
+	}
+}

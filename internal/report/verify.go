@@ -1,0 +1,97 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpverify"
+)
+
+// VerifyTable writes the outcome of a verify run: the figures of each convergence and, per node,
+// its sessions, routes and the blocks it misses.
+func VerifyTable(w io.Writer, r *bgpverify.Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "Policy %q on %s speakers\n\n", r.Policy, r.Speaker)
+	phase(tw, "", r.Summary, r.Nodes)
+	if a := r.AfterFailure; a != nil {
+		fmt.Fprintf(tw, "\nAfter stopping %d speakers (%s):\n\n", len(a.Down), abbreviate(a.Down, 6))
+		phase(tw, "", a.Summary, a.Nodes)
+	}
+	return tw.Flush()
+}
+
+func phase(tw *tabwriter.Writer, _ string, s bgpverify.Summary, nodes []bgpverify.NodeReport) {
+	conv := fmt.Sprintf("%.1fs", s.ConvergedSeconds)
+	if !s.Converged {
+		conv = "not converged (stopped at " + conv + ")"
+	}
+	rows := [][2]string{
+		{"# of nodes", fmt.Sprint(s.Nodes)},
+		{"# of sessions", fmt.Sprintf("%d (%d established)", s.Sessions, s.EstablishedSessions)},
+		{"Converged in", conv},
+		{"Missing routes (node pairs)", fmt.Sprintf("%d (graph model: %d)", s.MissingPairs, s.ModelMissingPairs)},
+		{"Routes on the busiest node", fmt.Sprintf("%d on %s (graph model: %s)", s.MaxRoutesPerNode, s.BusiestNode, num(s.ModelMaxRoutesPerNode))},
+	}
+	if s.StaleBlocks > 0 {
+		rows = append(rows, [2]string{"Stale blocks of stopped nodes", fmt.Sprintf("%d (kept for BGP graceful restart)", s.StaleBlocks)})
+	}
+	if s.MaxMemoryKiB > 0 {
+		rows = append(rows, [2]string{"BIRD memory", fmt.Sprintf("%d KiB largest, %d KiB total", s.MaxMemoryKiB, s.TotalMemoryKiB)})
+	}
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t| %s\n", row[0], row[1])
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "NODE\tZONE\tADDRESS\tBLOCK\tCLUSTER ID\tSESSIONS\tROUTES\tMODEL\tBLOCKS\tMISSING")
+	for _, n := range nodes {
+		if n.Down {
+			continue
+		}
+		missing := "-"
+		if len(n.Missing) > 0 {
+			missing = fmt.Sprintf("%d: %s", len(n.Missing), abbreviate(n.Missing, 4))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%d\t%s\n", n.Name, n.Zone, n.Address, n.Block, dash(n.ClusterID),
+			n.Established, n.Sessions, n.Routes, num(n.ModelRoutes), n.Blocks, missing)
+	}
+}
+
+// RouteFigures writes the graph model's figures for a plan: routes on the busiest node and paths
+// per prefix (with Calico's ADD-PATH every distinct path is stored), and whether every node learns
+// every other node's block.
+func RouteFigures(w io.Writer, s bgpmodel.Summary) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	rows := [][2]string{
+		{"Routes on the busiest node", fmt.Sprintf("%s (%s)", num(s.MaxRoutesPerNode), s.BusiestNode)},
+		{"Paths per prefix (max / mean)", num(s.MaxPathsPerPrefix) + " / " + num(s.MeanPathsPerPrefix)},
+		{"Missing routes (node pairs)", fmt.Sprint(s.MissingPairs)},
+		{"BGP sessions", fmt.Sprint(s.Sessions)},
+	}
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t| %s\n", row[0], row[1])
+	}
+	return tw.Flush()
+}
+
+// num prints a route count: an integer below a billion, else in scientific notation.
+func num(v float64) string {
+	if v < 1e9 {
+		s := strconv.FormatFloat(v, 'f', 0, 64)
+		if strings.Contains(strconv.FormatFloat(v, 'f', -1, 64), ".") {
+			s = strconv.FormatFloat(v, 'f', 1, 64)
+		}
+		return s
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
