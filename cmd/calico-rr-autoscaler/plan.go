@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/report"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -72,6 +73,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	var in planInputs
 	in.register(fs)
 	output := fs.String("o", "table", "output format: table or json")
+	routes := fs.Bool("routes", true, "report the graph model's route figures (routes on the busiest node, paths per prefix) and a cheaper topology")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -93,10 +95,64 @@ func runPlan(args []string, stdout io.Writer) error {
 		return err
 	}
 	res := extender.Plan(input)
+	var figures *routeFigures
+	if *routes {
+		if figures, err = evaluateRoutes(input, res); err != nil {
+			return err
+		}
+	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return enc.Encode(struct {
+			*extender.Result
+			Routes *routeFigures `json:"routes,omitempty"`
+		}{res, figures})
 	}
-	return report.PlanTable(stdout, res)
+	if err := report.PlanTable(stdout, res); err != nil {
+		return err
+	}
+	if figures != nil {
+		fmt.Fprintln(stdout)
+		if err := report.RouteFigures(stdout, figures.Summary); err != nil {
+			return err
+		}
+		if figures.Suggestion != "" {
+			fmt.Fprintln(stdout, "\n"+figures.Suggestion)
+		}
+	}
+	return nil
+}
+
+// routeFigures is what the graph model says of a plan, and of the same nodes in the other layouts.
+type routeFigures struct {
+	Summary      bgpmodel.Summary       `json:"summary"`
+	Alternatives []bgpmodel.Alternative `json:"alternatives"`
+	Suggestion   string                 `json:"suggestion,omitempty"`
+}
+
+// evaluateRoutes runs the graph model on the plan and on the same nodes in every layout, and names
+// the layout that keeps the busiest node's routes smallest when that is less than half of the
+// chosen one's: with Calico's ADD-PATH the cost of a topology is part of its correctness.
+func evaluateRoutes(in extender.Input, res *extender.Result) (*routeFigures, error) {
+	m, err := bgpmodel.Evaluate(in, res, bgpmodel.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("route model: %w", err)
+	}
+	alts, err := bgpmodel.Alternatives(in, bgpmodel.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("route model: %w", err)
+	}
+	f := &routeFigures{Summary: m.Summary, Alternatives: alts}
+	best := -1
+	for i, a := range alts {
+		if a.Summary.MissingPairs == 0 && (best < 0 || a.Summary.MaxRoutesPerNode < alts[best].Summary.MaxRoutesPerNode) {
+			best = i
+		}
+	}
+	if best >= 0 && alts[best].Summary.MaxRoutesPerNode*2 < m.Summary.MaxRoutesPerNode {
+		f.Suggestion = fmt.Sprintf("Topology %s would put %.0f routes on the busiest node instead of %.0f for the same nodes.",
+			alts[best].Layout, alts[best].Summary.MaxRoutesPerNode, m.Summary.MaxRoutesPerNode)
+	}
+	return f, nil
 }
