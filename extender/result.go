@@ -68,7 +68,8 @@ type Client struct {
 }
 
 // NodeState is what the plan wants on a node: the labels and annotations this product owns, as it
-// would set them. An owned key that is absent here must be absent on the node.
+// would set them. An owned key that is absent here must be absent on the node. The maps are read
+// only: clients with the same owned state share them.
 type NodeState struct {
 	Name        string            `json:"name"`
 	Labels      map[string]string `json:"labels"`
@@ -155,36 +156,45 @@ func (pl *planner) result() *Result {
 	}
 	sets := map[string][]int{}
 	memo := peeringSets{}
+	shared := clientStates{}
 	res.Nodes = make([]NodeState, 0, len(pl.nodes))
 	for i, n := range pl.nodes {
 		d := &pl.dec[i]
-		st := NodeState{Name: n.Name, Labels: make(map[string]string, 3), Annotations: make(map[string]string, 3)}
-		if d.role != roleClient {
-			id := policy.ClusterIDString(d.id)
-			rr := RouteReflector{Node: n.Name, Zone: n.Zone, ClusterID: id, Spine: d.spine, Draining: d.role == roleDraining,
-				Clients: clients[i], Connections: clients[i] + rrPeers[i]}
-			if p.Topology == "Hierarchical" {
-				rr.Rack = d.rack
+		if d.role == roleClient {
+			res.Clients = append(res.Clients, pl.clientResult(n, d, memo, sets))
+			st := shared.get(pl, d, memo)
+			st.Name = n.Name
+			res.Nodes = append(res.Nodes, st)
+			if !n.Eligible {
+				res.Ineligible = append(res.Ineligible, Ineligible{Node: n.Name, Reason: n.Reason})
 			}
-			res.RouteReflectors = append(res.RouteReflectors, rr)
-			st.Labels[p.RRLabelKey] = p.RRLabelValue
-			st.Labels[LabelRouteReflectorID] = RouteReflectorID(n.Name)
-			st.Annotations[AnnotationClusterID] = id
-			if d.role == roleDraining {
-				st.Annotations[AnnotationDrainingSince] = d.since.UTC().Format(time.RFC3339)
-				s.DrainingRouteReflectors++
-			} else {
-				s.RouteReflectors++
-				ids[d.id] = true
-				zc := zone[n.Zone]
-				zc.RouteReflectors++
-				if !slices.Contains(zc.ClusterIDs, id) {
-					zc.ClusterIDs = append(zc.ClusterIDs, id)
-				}
-				s.MaxClientsPerRouteReflector = max(s.MaxClientsPerRouteReflector, clients[i])
-				s.MaxRouteReflectorsPerRR = max(s.MaxRouteReflectorsPerRR, rrPeers[i])
-				s.MaxConnectionsPerRouteReflector = max(s.MaxConnectionsPerRouteReflector, clients[i]+rrPeers[i])
+			continue
+		}
+		st := NodeState{Name: n.Name, Labels: make(map[string]string, 4), Annotations: make(map[string]string, 4)}
+		id := policy.ClusterIDString(d.id)
+		rr := RouteReflector{Node: n.Name, Zone: n.Zone, ClusterID: id, Spine: d.spine, Draining: d.role == roleDraining,
+			Clients: clients[i], Connections: clients[i] + rrPeers[i]}
+		if p.Topology == "Hierarchical" {
+			rr.Rack = d.rack
+		}
+		res.RouteReflectors = append(res.RouteReflectors, rr)
+		st.Labels[p.RRLabelKey] = p.RRLabelValue
+		st.Labels[LabelRouteReflectorID] = RouteReflectorID(n.Name)
+		st.Annotations[AnnotationClusterID] = id
+		if d.role == roleDraining {
+			st.Annotations[AnnotationDrainingSince] = d.since.UTC().Format(time.RFC3339)
+			s.DrainingRouteReflectors++
+		} else {
+			s.RouteReflectors++
+			ids[d.id] = true
+			zc := zone[n.Zone]
+			zc.RouteReflectors++
+			if !slices.Contains(zc.ClusterIDs, id) {
+				zc.ClusterIDs = append(zc.ClusterIDs, id)
 			}
+			s.MaxClientsPerRouteReflector = max(s.MaxClientsPerRouteReflector, clients[i])
+			s.MaxRouteReflectorsPerRR = max(s.MaxRouteReflectorsPerRR, rrPeers[i])
+			s.MaxConnectionsPerRouteReflector = max(s.MaxConnectionsPerRouteReflector, clients[i]+rrPeers[i])
 		}
 		if p.Topology == "Hierarchical" {
 			st.Annotations[AnnotationRack] = d.rack
@@ -193,16 +203,6 @@ func (pl *planner) result() *Result {
 			ps := memo.get(pl, d.peers)
 			sets[ps.name] = d.peers
 			st.Labels[LabelPeeringSet] = ps.name
-			if d.role == roleClient {
-				st.Annotations[AnnotationRouteReflectors] = ps.joined
-				c := Client{Node: n.Name, Zone: n.Zone, RouteReflectors: ps.names, PeeringSet: ps.name}
-				if p.Topology == "Hierarchical" {
-					c.Rack = d.rack
-				}
-				res.Clients = append(res.Clients, c)
-			}
-		} else if d.role == roleClient {
-			res.Clients = append(res.Clients, Client{Node: n.Name, Zone: n.Zone, RouteReflectors: []string{}})
 		}
 		res.Nodes = append(res.Nodes, st)
 		if !n.Eligible {
@@ -266,6 +266,49 @@ func (m peeringSets) get(pl *planner, peers []int) *peeringSet {
 	ps := &peeringSet{name: peeringSetName(names), names: names, joined: strings.Join(names, ",")}
 	m[string(key)] = ps
 	return ps
+}
+
+// clientResult is a client's entry in the plan.
+func (pl *planner) clientResult(n *NodeInfo, d *decision, memo peeringSets, sets map[string][]int) Client {
+	c := Client{Node: n.Name, Zone: n.Zone, RouteReflectors: []string{}}
+	if len(d.peers) > 0 {
+		ps := memo.get(pl, d.peers)
+		sets[ps.name] = d.peers
+		c.RouteReflectors, c.PeeringSet = ps.names, ps.name
+	}
+	if pl.p.Topology == "Hierarchical" {
+		c.Rack = d.rack
+	}
+	return c
+}
+
+// clientStates shares one set of label and annotation maps among the clients whose owned state is
+// the same (same peering set, same rack): thousands of clients, a handful of distinct states.
+type clientStates map[[2]string]NodeState
+
+func (m clientStates) get(pl *planner, d *decision, memo peeringSets) NodeState {
+	var key [2]string
+	var ps *peeringSet
+	if len(d.peers) > 0 {
+		ps = memo.get(pl, d.peers)
+		key[0] = ps.name
+	}
+	if pl.p.Topology == "Hierarchical" {
+		key[1] = d.rack
+	}
+	if st, ok := m[key]; ok {
+		return st
+	}
+	st := NodeState{Labels: make(map[string]string, 1), Annotations: make(map[string]string, 2)}
+	if ps != nil {
+		st.Labels[LabelPeeringSet] = ps.name
+		st.Annotations[AnnotationRouteReflectors] = ps.joined
+	}
+	if pl.p.Topology == "Hierarchical" {
+		st.Annotations[AnnotationRack] = d.rack
+	}
+	m[key] = st
+	return st
 }
 
 // peeringSetName is a stable name for a set of route reflectors: a hash of their sorted names.
