@@ -35,6 +35,8 @@ func run(args []string) int {
 		err = runPlan(args[1:], os.Stdout)
 	case "verify":
 		err = runVerify(args[1:], os.Stdout, os.Stderr)
+	case "serve":
+		err = runServe(args[1:], os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(os.Stdout, usage)
 		return 0

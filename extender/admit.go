@@ -1,0 +1,779 @@
+package extender
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// Incremental admission decisions.
+//
+// A full plan costs milliseconds at thousands of nodes, too much for every admission request. The
+// mutating webhook therefore keeps the last full plan as an AdmitState and decides a joining node
+// incrementally: Admit promotes it when its zone is below the plan's desired count and it is
+// eligible, with the zone's (or group's) cluster ID, and otherwise makes it a client of the
+// least-loaded route reflectors by the planner's rules. Record adds a decision to the state so that
+// later decisions count it; the next full plan corrects whatever an incremental decision got wrong.
+
+// AdmitRole is the role an admission decision gives a node.
+type AdmitRole int
+
+// The roles of an admission decision.
+const (
+	// AdmitNone: no decision (no route reflector to peer with, or the topology needs a full plan).
+	AdmitNone AdmitRole = iota
+	// AdmitClient: the node peers with RouteReflectors through PeeringSet.
+	AdmitClient
+	// AdmitRouteReflector: the node becomes a route reflector with ClusterID.
+	AdmitRouteReflector
+)
+
+func (r AdmitRole) String() string {
+	switch r {
+	case AdmitClient:
+		return "client"
+	case AdmitRouteReflector:
+		return "route-reflector"
+	default:
+		return "none"
+	}
+}
+
+// Admission is an incremental decision for one node.
+type Admission struct {
+	Node string
+	Role AdmitRole
+	Zone string
+	// ClusterID of a new route reflector.
+	ClusterID string
+	// RouteReflectors (sorted) and PeeringSet of a client; Rack in the Hierarchical topology.
+	RouteReflectors []string
+	PeeringSet      string
+	Rack            string
+	// Reason says why, for Events and logs ("zone zone-b below desired 4").
+	Reason string
+	// Healthy and Eligible are the facts the decision was taken on.
+	Healthy, Eligible bool
+}
+
+// State returns the owned labels and annotations the decision puts on the node, as a plan's
+// NodeState: an owned key absent here must be absent on the node.
+func (a *Admission) State(p *policy.Resolved) NodeState {
+	st := NodeState{Name: a.Node, Labels: map[string]string{}, Annotations: map[string]string{}}
+	switch a.Role {
+	case AdmitRouteReflector:
+		st.Labels[p.RRLabelKey] = p.RRLabelValue
+		st.Labels[LabelRouteReflectorID] = RouteReflectorID(a.Node)
+		st.Annotations[AnnotationClusterID] = a.ClusterID
+	case AdmitClient:
+		st.Labels[LabelPeeringSet] = a.PeeringSet
+		st.Annotations[AnnotationRouteReflectors] = strings.Join(a.RouteReflectors, ",")
+	}
+	if a.Rack != "" {
+		st.Annotations[AnnotationRack] = a.Rack
+	}
+	return st
+}
+
+// AdmitState is the compact view of a plan that incremental decisions work on: per-zone counts,
+// the route reflectors with their loads, the peering sets and the facts of every managed node.
+// It is not safe for concurrent use; the caller serializes Admit and Record.
+type AdmitState struct {
+	Policy *policy.Resolved
+
+	desired  int // the plan's desired count (MultiCluster, Hierarchical)
+	healthy  int
+	active   int
+	zones    map[string]*admitZone
+	nodes    map[string]admitNode
+	rrs      map[string]*admitRR
+	sets     map[string]*admitSet
+	ids      map[uint32]int // active route reflectors per cluster ID
+	draining map[uint32]int // draining route reflectors per cluster ID
+	// releasing counts cluster IDs that nodes still carry but the plan takes from them.
+	releasing map[uint32]int
+	clients   int
+	racks     map[string]*admitRack
+}
+
+type admitZone struct {
+	healthy, eligible, active int
+	desired                   int // the plan's desired count for the zone
+	ids                       map[uint32]int
+}
+
+type admitNode struct {
+	zone              string
+	healthy, eligible bool
+	role              AdmitRole // AdmitRouteReflector for active route reflectors
+	draining          bool
+	id                uint32
+	set               string
+	rack              string
+}
+
+type admitRR struct {
+	zone   string
+	id     uint32
+	active bool
+	load   int
+}
+
+type admitSet struct {
+	rrs     []string // sorted
+	clients int
+}
+
+type admitRack struct {
+	set     string
+	members int
+}
+
+// NewAdmitState builds the state of a plan from its input and result.
+func NewAdmitState(in Input, res *Result) *AdmitState {
+	p := in.Policy
+	s := &AdmitState{
+		Policy:    p,
+		desired:   res.Summary.DesiredRouteReflectors,
+		zones:     map[string]*admitZone{},
+		nodes:     make(map[string]admitNode, len(res.Nodes)),
+		rrs:       map[string]*admitRR{},
+		sets:      map[string]*admitSet{},
+		ids:       map[uint32]int{},
+		draining:  map[uint32]int{},
+		releasing: map[uint32]int{},
+		racks:     map[string]*admitRack{},
+	}
+	for _, z := range res.Zones {
+		s.zone(z.Zone).desired = z.Desired
+	}
+	ineligible := make(map[string]bool, len(res.Ineligible))
+	for _, n := range res.Ineligible {
+		ineligible[n.Node] = true
+	}
+	states := make(map[string]*NodeState, len(res.Nodes))
+	for i := range res.Nodes {
+		states[res.Nodes[i].Name] = &res.Nodes[i]
+	}
+	for _, c := range res.Clients {
+		if c.PeeringSet != "" && s.sets[c.PeeringSet] == nil {
+			s.sets[c.PeeringSet] = &admitSet{rrs: slices.Clone(c.RouteReflectors)}
+		}
+	}
+	seen := make(map[string]bool, len(res.Nodes))
+	for _, n := range in.Nodes {
+		if n == nil || seen[n.Name] {
+			continue
+		}
+		st := states[n.Name]
+		if st == nil {
+			continue // not managed by this policy
+		}
+		seen[n.Name] = true
+		f := admitNode{
+			zone:     n.Labels[p.ZoneLabel],
+			healthy:  IsReady(n) && n.DeletionTimestamp == nil,
+			eligible: !ineligible[n.Name],
+			set:      st.Labels[LabelPeeringSet],
+			rack:     st.Annotations[AnnotationRack],
+		}
+		if id, ok := st.Annotations[AnnotationClusterID]; ok {
+			f.id, _ = policy.ParseClusterID(id)
+			if _, dr := st.Annotations[AnnotationDrainingSince]; dr {
+				f.draining = true
+			} else {
+				f.role = AdmitRouteReflector
+			}
+		} else if f.set != "" {
+			f.role = AdmitClient
+		}
+		s.nodes[n.Name] = f
+		// A cluster ID the node still carries but the plan takes from it (a demotion that waits
+		// for its handover) is not free yet.
+		if id, ok := n.Annotations[AnnotationClusterID]; ok && st.Annotations[AnnotationClusterID] != id {
+			if v, ok := policy.ParseClusterID(id); ok {
+				s.releasing[v]++
+			}
+		}
+	}
+	// Route reflectors first, so that clients find them.
+	for name, f := range s.nodes {
+		if f.role == AdmitRouteReflector || f.draining {
+			s.contribute(name, f, 1)
+		}
+	}
+	for name, f := range s.nodes {
+		if f.role != AdmitRouteReflector && !f.draining {
+			s.contribute(name, f, 1)
+		}
+	}
+	return s
+}
+
+func (s *AdmitState) zone(z string) *admitZone {
+	zs := s.zones[z]
+	if zs == nil {
+		zs = &admitZone{ids: map[uint32]int{}}
+		s.zones[z] = zs
+	}
+	return zs
+}
+
+// contribute adds (sign 1) or removes (sign -1) a node's facts and role to the counts.
+func (s *AdmitState) contribute(name string, f admitNode, sign int) {
+	z := s.zone(f.zone)
+	if f.healthy {
+		s.healthy += sign
+		z.healthy += sign
+	}
+	if f.eligible {
+		z.eligible += sign
+	}
+	switch {
+	case f.draining:
+		s.draining[f.id] += sign
+	case f.role == AdmitRouteReflector:
+		s.active += sign
+		z.active += sign
+		s.ids[f.id] += sign
+		z.ids[f.id] += sign
+		rr := s.rrs[name]
+		if rr == nil {
+			rr = &admitRR{zone: f.zone, id: f.id}
+			s.rrs[name] = rr
+		}
+		rr.zone, rr.id, rr.active = f.zone, f.id, sign > 0
+	case f.role == AdmitClient && f.set != "":
+		s.clients += sign
+		if set := s.sets[f.set]; set != nil {
+			set.clients += sign
+			for _, r := range set.rrs {
+				if rr := s.rrs[r]; rr != nil {
+					rr.load += sign
+				}
+			}
+		}
+		if f.rack != "" {
+			rk := s.racks[f.rack]
+			if rk == nil {
+				rk = &admitRack{}
+				s.racks[f.rack] = rk
+			}
+			rk.members += sign
+			if rk.set == "" && sign > 0 {
+				rk.set = f.set
+			}
+		}
+	}
+}
+
+// Record adds a decision to the state, so that later decisions count it, and returns the function
+// that takes it back out.
+func (s *AdmitState) Record(a *Admission) (undo func()) {
+	if a.Role == AdmitNone {
+		return func() {}
+	}
+	prev, known := s.nodes[a.Node]
+	f := admitNode{zone: a.Zone, healthy: a.Healthy, eligible: a.Eligible, role: a.Role, set: a.PeeringSet, rack: a.Rack}
+	if a.Role == AdmitRouteReflector {
+		f.id, _ = policy.ParseClusterID(a.ClusterID)
+		f.set = ""
+	}
+	if a.Role == AdmitClient && s.sets[a.PeeringSet] == nil {
+		s.sets[a.PeeringSet] = &admitSet{rrs: slices.Clone(a.RouteReflectors)}
+	}
+	if known {
+		s.contribute(a.Node, prev, -1)
+	}
+	s.contribute(a.Node, f, 1)
+	s.nodes[a.Node] = f
+	return func() {
+		if cur, ok := s.nodes[a.Node]; !ok || cur != f {
+			return // superseded
+		}
+		s.contribute(a.Node, f, -1)
+		delete(s.nodes, a.Node)
+		if known {
+			s.contribute(a.Node, prev, 1)
+			s.nodes[a.Node] = prev
+		}
+	}
+}
+
+// Known reports whether the state holds the node, and the role the plan (or a recorded decision)
+// gives it.
+func (s *AdmitState) Known(name string) (AdmitRole, bool) {
+	f, ok := s.nodes[name]
+	return f.role, ok
+}
+
+// RouteReflectors returns the number of active route reflectors the state counts.
+func (s *AdmitState) RouteReflectors() int { return s.active }
+
+// Admit decides the role of a node that is not a route reflector: a joining node, or one that just
+// became eligible. It does not change the state (see Record).
+func (s *AdmitState) Admit(n *corev1.Node) Admission {
+	p := s.Policy
+	ni := NewNodeInfo(n, p)
+	RunFilters(DefaultFilters(), p, ni)
+	a := Admission{Node: n.Name, Zone: ni.Zone, Healthy: ni.Healthy(), Eligible: ni.Eligible}
+	prev, known := s.nodes[n.Name]
+	if known && prev.zone == a.Zone && prev.healthy == a.Healthy && prev.eligible == a.Eligible {
+		// A known node whose facts did not change: the plan's answer.
+		switch {
+		case prev.role == AdmitRouteReflector:
+			a.Role, a.ClusterID, a.Reason = AdmitRouteReflector, policy.ClusterIDString(prev.id), "planned"
+			return a
+		case prev.role == AdmitClient && s.validSet(prev.set):
+			a.Role, a.PeeringSet, a.Rack, a.Reason = AdmitClient, prev.set, prev.rack, "planned"
+			a.RouteReflectors = slices.Clone(s.sets[prev.set].rrs)
+			return a
+		}
+	}
+	// Counts with this node's new facts in place of its old ones.
+	healthy := s.healthy + admitB2i(a.Healthy)
+	zoneHealthy := s.zones[a.Zone].healthyOr0() + admitB2i(a.Healthy)
+	eligible := map[string]int{}
+	for z, zs := range s.zones {
+		eligible[z] = zs.eligible
+	}
+	eligible[a.Zone] += admitB2i(a.Eligible)
+	if known {
+		healthy -= admitB2i(prev.healthy)
+		if prev.zone == a.Zone {
+			zoneHealthy -= admitB2i(prev.healthy)
+		}
+		eligible[prev.zone] -= admitB2i(prev.eligible)
+	}
+	if a.Eligible && p.Topology != v1alpha1.Hierarchical && s.active < p.Max {
+		if want, ok := s.promotion(a.Zone, healthy, zoneHealthy, eligible); ok {
+			a.Role = AdmitRouteReflector
+			a.ClusterID = policy.ClusterIDString(s.clusterID(a.Zone))
+			a.Reason = fmt.Sprintf("zone %s below desired %d", zoneName(a.Zone), want)
+			return a
+		}
+	}
+	switch p.Topology {
+	case v1alpha1.SingleCluster:
+		s.chooseZoneSet(&a)
+	case v1alpha1.Hierarchical:
+		s.chooseRackSet(&a, n)
+	default:
+		s.chooseMultiSet(&a)
+	}
+	return a
+}
+
+func (z *admitZone) healthyOr0() int {
+	if z == nil {
+		return 0
+	}
+	return z.healthy
+}
+
+func zoneName(z string) string {
+	if z == "" {
+		return `""`
+	}
+	return z
+}
+
+// promotion reports whether a new eligible node of zone should become a route reflector, and the
+// zone's desired count.
+func (s *AdmitState) promotion(zone string, healthy, zoneHealthy int, eligible map[string]int) (int, bool) {
+	p := s.Policy
+	cur := 0
+	if zs := s.zones[zone]; zs != nil {
+		cur = zs.active
+	}
+	if p.Topology == v1alpha1.SingleCluster {
+		want := 0
+		if zoneHealthy > 0 {
+			want = DesiredCount(p, zoneHealthy)
+		}
+		if zs := s.zones[zone]; zs != nil {
+			want = max(want, zs.desired)
+		}
+		want = min(want, eligible[zone])
+		return want, cur < want
+	}
+	target := max(admitGroupTarget(p, DesiredCount(p, healthy)), s.desired)
+	total := 0
+	for _, e := range eligible {
+		total += max(e, 0)
+	}
+	target = min(target, total, p.Max)
+	if s.active >= target {
+		return target, false
+	}
+	q := s.quotas(target, eligible)
+	return q[zone], cur < q[zone]
+}
+
+// admitGroupTarget rounds a desired count to a multiple of the cluster-ID groups, as the planner does.
+func admitGroupTarget(p *policy.Resolved, want int) int {
+	if p.ClusterIDMode == v1alpha1.PerRouteReflector || p.Groups <= 1 || want%p.Groups == 0 {
+		return want
+	}
+	up := (want/p.Groups + 1) * p.Groups
+	down := want / p.Groups * p.Groups
+	switch {
+	case up <= p.Max:
+		return up
+	case down >= p.Min:
+		return down
+	}
+	return want
+}
+
+// quotas spreads total over the zones as the planner does: zones differ by at most one where they
+// have the eligible nodes, and zones that hold more route reflectors come first.
+func (s *AdmitState) quotas(total int, eligible map[string]int) map[string]int {
+	zones := make([]string, 0, len(eligible))
+	for z := range eligible {
+		zones = append(zones, z)
+	}
+	slices.Sort(zones)
+	active := func(z string) int {
+		if zs := s.zones[z]; zs != nil {
+			return zs.active
+		}
+		return 0
+	}
+	slices.SortStableFunc(zones, func(a, b string) int {
+		if c := cmp.Compare(active(b), active(a)); c != 0 {
+			return c
+		}
+		return cmp.Compare(eligible[b], eligible[a])
+	})
+	q := map[string]int{}
+	for total > 0 {
+		progress := false
+		for _, z := range zones {
+			if total == 0 {
+				break
+			}
+			if q[z] < eligible[z] {
+				q[z]++
+				total--
+				progress = true
+			}
+		}
+		if !progress {
+			break
+		}
+	}
+	return q
+}
+
+// clusterID picks the cluster ID of a new route reflector in zone.
+func (s *AdmitState) clusterID(zone string) uint32 {
+	p := s.Policy
+	zs := s.zones[zone]
+	if p.Topology == v1alpha1.SingleCluster {
+		// The zone's ID, else the lowest one no zone and no draining route reflector holds.
+		if zs != nil {
+			if id, ok := mostUsed(zs.ids); ok {
+				return id
+			}
+		}
+		return s.freeID()
+	}
+	if p.ClusterIDMode == v1alpha1.PerRouteReflector {
+		return s.freeID()
+	}
+	groups := 0
+	for _, c := range s.ids {
+		if c > 0 {
+			groups++
+		}
+	}
+	g := min(p.Groups, s.active+1)
+	if groups < g {
+		// A new group: a draining route reflector's group first (its replacement joins it).
+		var drained []uint32
+		for id, c := range s.draining {
+			if c > 0 && s.ids[id] == 0 {
+				drained = append(drained, id)
+			}
+		}
+		if len(drained) > 0 {
+			return slices.Min(drained)
+		}
+		return s.freeID()
+	}
+	// Equal group sizes: a group of this zone with room, else the smallest group.
+	room := (s.active + 1 + g - 1) / g
+	best, bestKey := uint32(0), [3]int{}
+	first := true
+	for id, c := range s.ids {
+		if c <= 0 {
+			continue
+		}
+		inZone := 0
+		if zs != nil {
+			inZone = zs.ids[id]
+		}
+		key := [3]int{admitB2i(c >= room), -inZone, c}
+		if first || admitLess(key[:], bestKey[:]) || key == bestKey && id < best {
+			best, bestKey, first = id, key, false
+		}
+	}
+	return best
+}
+
+func mostUsed(ids map[uint32]int) (uint32, bool) {
+	best, n := uint32(0), 0
+	for id, c := range ids {
+		if c > n || c == n && c > 0 && id < best {
+			best, n = id, c
+		}
+	}
+	return best, n > 0
+}
+
+// freeID is the lowest cluster ID from the policy's first one that no route reflector holds.
+func (s *AdmitState) freeID() uint32 {
+	id := s.Policy.BaseClusterID
+	for s.ids[id] > 0 || s.draining[id] > 0 || s.releasing[id] > 0 {
+		id++
+	}
+	return id
+}
+
+// validSet reports whether a peering set exists and all its route reflectors are active.
+func (s *AdmitState) validSet(name string) bool {
+	set := s.sets[name]
+	if set == nil || len(set.rrs) == 0 {
+		return false
+	}
+	for _, r := range set.rrs {
+		if rr := s.rrs[r]; rr == nil || !rr.active {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *AdmitState) activeRRs() []string {
+	var out []string
+	for name, rr := range s.rrs {
+		if rr.active {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *AdmitState) setClient(a *Admission, rrs []string) {
+	if len(rrs) == 0 {
+		return
+	}
+	slices.Sort(rrs)
+	a.Role = AdmitClient
+	a.RouteReflectors = rrs
+	a.PeeringSet = peeringSetName(rrs)
+	if a.Reason == "" {
+		a.Reason = "client of " + strings.Join(rrs, ",")
+	}
+}
+
+// chooseZoneSet (SingleCluster): every active route reflector of the zone, else of the zone with
+// the most.
+func (s *AdmitState) chooseZoneSet(a *Admission) {
+	byZone := map[string][]string{}
+	for _, name := range s.activeRRs() {
+		z := s.rrs[name].zone
+		byZone[z] = append(byZone[z], name)
+	}
+	rrs := byZone[a.Zone]
+	if len(rrs) == 0 {
+		for _, z := range slices.Sorted(maps.Keys(byZone)) {
+			if len(byZone[z]) > len(rrs) {
+				rrs = byZone[z]
+			}
+		}
+	}
+	s.setClient(a, slices.Clone(rrs))
+}
+
+// chooseRackSet (Hierarchical): the peering set of the node's rack.
+func (s *AdmitState) chooseRackSet(a *Admission, n *corev1.Node) {
+	p := s.Policy
+	base := n.Labels[p.RackLabel]
+	if base == "" {
+		base = "unracked"
+		if a.Zone != "" {
+			base = a.Zone + "-unracked"
+		}
+	}
+	rack := ""
+	if rk := s.racks[base]; rk != nil {
+		rack = base
+	} else {
+		// A split rack: its emptiest part.
+		best := -1
+		for name, rk := range s.racks {
+			suffix, ok := strings.CutPrefix(name, base+"-")
+			if _, err := strconv.Atoi(suffix); !ok || err != nil {
+				continue
+			}
+			if best < 0 || rk.members < best || rk.members == best && name < rack {
+				rack, best = name, rk.members
+			}
+		}
+	}
+	if rack == "" || !s.validSet(s.racks[rack].set) {
+		return
+	}
+	a.Rack = rack
+	set := s.racks[rack].set
+	a.Role, a.PeeringSet, a.RouteReflectors = AdmitClient, set, slices.Clone(s.sets[set].rrs)
+	a.Reason = "client of rack " + rack
+}
+
+// chooseMultiSet (MultiCluster): `redundancy` route reflectors of distinct cluster IDs, one in the
+// client's zone and two zones in all where the route reflectors allow, least loaded first. An
+// existing peering set (its BGPPeer exists already) is preferred when it follows the same rules.
+func (s *AdmitState) chooseMultiSet(a *Admission) {
+	act := s.activeRRs()
+	if len(act) == 0 {
+		return
+	}
+	distinct := 0
+	for _, c := range s.ids {
+		if c > 0 {
+			distinct++
+		}
+	}
+	r := min(s.Policy.Redundancy, len(act))
+	switch {
+	case distinct == 1 && len(act) > 1:
+		r = max(r, len(act)/2+1)
+	case r < 2 && len(act) > distinct:
+		r = 2
+	}
+	zonesWithRR := 0
+	for _, zs := range s.zones {
+		if zs.active > 0 {
+			zonesWithRR++
+		}
+	}
+	capLoad := ((s.clients+1)*r+len(act)-1)/len(act)*5/4 + 1
+	score := func(rrs []string) [5]int {
+		zones := map[string]bool{}
+		groups := map[uint32]bool{}
+		maxLoad, sum := 0, 0
+		for _, name := range rrs {
+			rr := s.rrs[name]
+			zones[rr.zone] = true
+			groups[rr.id] = true
+			maxLoad = max(maxLoad, rr.load)
+			sum += rr.load
+		}
+		var k [5]int
+		if zs := s.zones[a.Zone]; zs != nil && zs.active > 0 && !zones[a.Zone] {
+			k[0] = 1
+		}
+		if zonesWithRR >= 2 && len(zones) < 2 {
+			k[1] = 1
+		}
+		k[2] = min(r, distinct) - len(groups)
+		k[3] = admitB2i(maxLoad >= capLoad)
+		k[4] = sum
+		return k
+	}
+	fresh := s.greedyMulti(a.Zone, act, r, zonesWithRR)
+	best, bestScore := fresh, score(fresh)
+	bestScore[4] += len(fresh) // a new set waits for its BGPPeer: prefer an existing one on a tie
+	for _, name := range slices.Sorted(maps.Keys(s.sets)) {
+		set := s.sets[name]
+		if len(set.rrs) != r || !s.validSet(name) {
+			continue
+		}
+		if k := score(set.rrs); admitLess(k[:], bestScore[:]) {
+			best, bestScore = set.rrs, k
+		}
+	}
+	s.setClient(a, slices.Clone(best))
+}
+
+// greedyMulti picks r route reflectors one at a time as the planner's pickRR does.
+func (s *AdmitState) greedyMulti(zone string, act []string, r, zonesWithRR int) []string {
+	var ch []string
+	zoneUsedBy := func(z string) bool {
+		for _, c := range ch {
+			if s.rrs[c].zone == z {
+				return true
+			}
+		}
+		return false
+	}
+	groupUsedBy := func(id uint32) bool {
+		for _, c := range ch {
+			if s.rrs[c].id == id {
+				return true
+			}
+		}
+		return false
+	}
+	for len(ch) < r {
+		accept := func(string) bool { return true }
+		zs := s.zones[zone]
+		switch {
+		case zs != nil && zs.active > 0 && !zoneUsedBy(zone):
+			accept = func(n string) bool { return s.rrs[n].zone == zone }
+		case zonesWithRR >= 2 && len(ch) > 0 && !slices.ContainsFunc(ch, func(c string) bool { return s.rrs[c].zone != s.rrs[ch[0]].zone }):
+			z0 := s.rrs[ch[0]].zone
+			accept = func(n string) bool { return s.rrs[n].zone != z0 }
+		}
+		pick := func(accept func(string) bool) string {
+			best, bestKey := "", [3]int{}
+			for _, n := range act {
+				if !accept(n) || slices.Contains(ch, n) {
+					continue
+				}
+				rr := s.rrs[n]
+				key := [3]int{admitB2i(groupUsedBy(rr.id)), rr.load, admitB2i(zoneUsedBy(rr.zone))}
+				if best == "" || admitLess(key[:], bestKey[:]) {
+					best, bestKey = n, key
+				}
+			}
+			return best
+		}
+		n := pick(accept)
+		if n == "" {
+			n = pick(func(string) bool { return true })
+		}
+		if n == "" {
+			break
+		}
+		ch = append(ch, n)
+	}
+	return ch
+}
+
+func admitLess(a, b []int) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
+func admitB2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,80 @@
+package reconciler
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+var (
+	desiredGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "calico_rr_autoscaler_route_reflectors_desired",
+		Help: "Route reflectors the plan wants, per policy and zone.",
+	}, []string{"policy", "zone"})
+	currentGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "calico_rr_autoscaler_route_reflectors",
+		Help: "Nodes carrying the route reflector role (label and cluster ID, not draining), per policy and zone.",
+	}, []string{"policy", "zone"})
+	roleChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_rr_autoscaler_role_changes_total",
+		Help: "Role changes written by the reconciler (Promoted, Draining, Demoted).",
+	}, []string{"policy", "change"})
+	reconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "calico_rr_autoscaler_reconcile_duration_seconds",
+		Help:    "Time of one reconcile of a policy: plan, writes, status.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+	}, []string{"policy"})
+	planDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "calico_rr_autoscaler_plan_duration_seconds",
+		Help:    "Time of one full plan from the cache.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	}, []string{"policy"})
+	plansTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_rr_autoscaler_plans_total",
+		Help: "Full plans, committed or computed again because an admission promoted a node meanwhile (conflict).",
+	}, []string{"policy", "result"})
+	nodePatches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_rr_autoscaler_node_patches_total",
+		Help: "Merge patches of nodes' owned labels and annotations.",
+	}, []string{"policy"})
+	peerWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_rr_autoscaler_bgppeer_writes_total",
+		Help: "BGPPeer creations, updates and deletions.",
+	}, []string{"policy", "op"})
+	reconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_rr_autoscaler_reconcile_errors_total",
+		Help: "Reconciles that failed, by step.",
+	}, []string{"policy", "step"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
+		plansTotal, nodePatches, peerWrites, reconcileErrors)
+}
+
+// metrics exports the desired and current route reflectors per zone.
+func (r *Reconciler) metrics(_ context.Context, st *State) error {
+	desiredGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
+	currentGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
+	p := st.Managed.Resolved
+	current := map[string]float64{}
+	for _, n := range st.View {
+		if p.IsRouteReflectorLabel(n.Labels) && n.Annotations[extender.AnnotationClusterID] != "" &&
+			n.Annotations[extender.AnnotationDrainingSince] == "" {
+			current[n.Labels[p.ZoneLabel]]++
+		}
+	}
+	for _, z := range st.Result.Zones {
+		desiredGauge.WithLabelValues(st.Name, z.Zone).Set(float64(z.Desired))
+		currentGauge.WithLabelValues(st.Name, z.Zone).Set(current[z.Zone])
+	}
+	return nil
+}
+
+func forgetMetrics(policy string) {
+	desiredGauge.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	currentGauge.DeletePartialMatch(prometheus.Labels{"policy": policy})
+}

@@ -1,0 +1,306 @@
+package reconciler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
+)
+
+type nodePatch struct {
+	name     string
+	lbl, ann map[string]*string
+	change   *RoleChange
+}
+
+// patchNodes writes the plan's owned labels and annotations to the nodes that differ, with merge
+// patches that touch only the owned keys. Promotions, draining marks and clients' new peering sets
+// are written here; a route reflector the plan makes a client is left to demote.
+func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
+	p := st.Managed.Resolved
+	releasing := releasingIDs(st)
+	var patches []nodePatch
+	for _, want := range st.Result.Nodes {
+		cur := st.View[want.Name]
+		if cur == nil {
+			continue
+		}
+		lbl, ann := webhook.OwnedChanges(p.RRLabelKey, cur, want)
+		if len(lbl)+len(ann) == 0 {
+			continue
+		}
+		if v, ok := ann[extender.AnnotationDrainingSince]; ok && v != nil {
+			if cur.Annotations[extender.AnnotationDrainingSince] != "" {
+				// An existing mark stands (the planner reads a mark in the future as now).
+				delete(ann, extender.AnnotationDrainingSince)
+			} else {
+				// A new mark: rounded up to the second, so that removalDelay is never cut short.
+				ts := webhook.CeilSecond(st.Now).Format(time.RFC3339)
+				ann[extender.AnnotationDrainingSince] = &ts
+			}
+			if len(lbl)+len(ann) == 0 {
+				continue
+			}
+		}
+		wasRR := extender.NewNodeInfo(cur, p).CurrentRR
+		_, wantRR := want.Annotations[extender.AnnotationClusterID]
+		if wasRR && !wantRR {
+			st.Demotions = append(st.Demotions, want.Name)
+			continue
+		}
+		if id := ann[extender.AnnotationClusterID]; id != nil {
+			if holder := releasing[*id]; holder != "" && holder != want.Name {
+				// With one cluster ID per route reflector, the ID moves only once its holder
+				// (demoted after its handover) has let it go.
+				st.requeue(handoverRetry)
+				continue
+			}
+		}
+		np := nodePatch{name: want.Name, lbl: lbl, ann: ann}
+		switch {
+		case !wasRR && wantRR:
+			np.change = &RoleChange{Node: want.Name, Kind: "Promoted", Message: "Promoted to route reflector: " + promotionReason(st, cur)}
+		case wantRR && want.Annotations[extender.AnnotationDrainingSince] != "" && cur.Annotations[extender.AnnotationDrainingSince] == "":
+			np.change = &RoleChange{Node: want.Name, Kind: "Draining", Message: "Draining: " + roleLossReason(st, want.Name) +
+				"; clients moving to " + strings.Join(replacements(st, want.Name), ", ")}
+		}
+		patches = append(patches, np)
+	}
+	return r.applyPatches(ctx, st, patches)
+}
+
+// releasingIDs maps, with one cluster ID per route reflector, each cluster ID that a node still
+// carries but the plan takes from it, to that node.
+func releasingIDs(st *State) map[string]string {
+	p := st.Managed.Resolved
+	if p.Topology != v1alpha1.MultiCluster || p.ClusterIDMode != v1alpha1.PerRouteReflector {
+		return nil
+	}
+	out := map[string]string{}
+	for _, want := range st.Result.Nodes {
+		cur := st.View[want.Name]
+		if cur == nil {
+			continue
+		}
+		if id, ok := cur.Annotations[extender.AnnotationClusterID]; ok && want.Annotations[extender.AnnotationClusterID] != id {
+			out[id] = want.Name
+		}
+	}
+	return out
+}
+
+// applyPatches writes patches with a few workers and records each in the ledger and the view.
+func (r *Reconciler) applyPatches(ctx context.Context, st *State, patches []nodePatch) error {
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+		next  = make(chan nodePatch)
+	)
+	for range min(patchWorkers, len(patches)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for np := range next {
+				n, err := r.patchNode(ctx, st.Name, np)
+				mu.Lock()
+				switch {
+				case err != nil && first == nil:
+					first = err
+				case err == nil && n != nil:
+					st.View[np.name] = n
+					if np.change != nil {
+						st.Changes = append(st.Changes, *np.change)
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, np := range patches {
+		next <- np
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+// patchNode merge-patches a node's owned keys (null removes a key) and records the change in the
+// ledger until the cache shows it. It returns the view of the node after the patch, or nil when
+// the node is gone.
+func (r *Reconciler) patchNode(ctx context.Context, policyName string, np nodePatch) (*corev1.Node, error) {
+	meta := map[string]any{}
+	if len(np.lbl) > 0 {
+		meta["labels"] = np.lbl
+	}
+	if len(np.ann) > 0 {
+		meta["annotations"] = np.ann
+	}
+	body, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return nil, err
+	}
+	obj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: np.name}}
+	if err := r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Ledger.Forget(np.name)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("patching node %s: %w", np.name, err)
+	}
+	nodePatches.WithLabelValues(policyName).Inc()
+	stripped := webhook.StripNode(obj)
+	r.Ledger.Assume(policyName, webhook.Change{Node: np.name, Labels: np.lbl, Annotations: np.ann, AfterRV: obj.ResourceVersion, Object: stripped})
+	return stripped, nil
+}
+
+// demote takes the role from the route reflectors the plan makes clients (their removalDelay has
+// passed: the planner keeps them draining until then), once every planned route reflector carries
+// its label and cluster ID and no client peers with them any more. Until then it retries.
+func (r *Reconciler) demote(ctx context.Context, st *State) error {
+	if len(st.Demotions) == 0 {
+		return nil
+	}
+	p := st.Managed.Resolved
+	for _, rr := range st.Result.RouteReflectors {
+		if rr.Draining {
+			continue
+		}
+		n := st.View[rr.Node]
+		if n == nil || !p.IsRouteReflectorLabel(n.Labels) || n.Annotations[extender.AnnotationClusterID] != rr.ClusterID {
+			st.requeue(handoverRetry) // a replacement is not in place yet
+			return nil
+		}
+	}
+	want := map[string]extender.NodeState{}
+	for _, s := range st.Result.Nodes {
+		want[s.Name] = s
+	}
+	var patches []nodePatch
+	for _, name := range st.Demotions {
+		cur := st.View[name]
+		moved, blocked := r.clientsMoved(st, name)
+		if blocked {
+			st.requeue(handoverRetry)
+			continue
+		}
+		lbl, ann := webhook.OwnedChanges(p.RRLabelKey, cur, want[name])
+		to := "no clients to move"
+		if len(moved) > 0 {
+			to = "clients moved to " + strings.Join(moved, ", ")
+		}
+		patches = append(patches, nodePatch{name: name, lbl: lbl, ann: ann,
+			change: &RoleChange{Node: name, Kind: "Demoted", Message: "Demoted: " + roleLossReason(st, name) + "; " + to}})
+	}
+	return r.applyPatches(ctx, st, patches)
+}
+
+// clientsMoved reports whether a client still peers with rr (blocked), and otherwise the route
+// reflectors that took its clients over: the planned ones of its zone, else of its cluster ID.
+func (r *Reconciler) clientsMoved(st *State, rr string) (moved []string, blocked bool) {
+	for _, c := range r.Nodes.ClientsOf(rr) {
+		v := st.View[c.Name]
+		if v == nil {
+			v = c
+		}
+		if slices.Contains(strings.Split(v.Annotations[extender.AnnotationRouteReflectors], ","), rr) {
+			return nil, true
+		}
+	}
+	return replacements(st, rr), false
+}
+
+// replacements are the planned active route reflectors of a node's zone, else of its cluster ID,
+// else all of them (at most three named).
+func replacements(st *State, name string) []string {
+	n := st.View[name]
+	if n == nil {
+		return nil
+	}
+	zone := n.Labels[st.Managed.Resolved.ZoneLabel]
+	id := n.Annotations[extender.AnnotationClusterID]
+	var byZone, byID, all []string
+	for _, rr := range st.Result.RouteReflectors {
+		if rr.Draining || rr.Node == name {
+			continue
+		}
+		all = append(all, rr.Node)
+		if rr.Zone == zone {
+			byZone = append(byZone, rr.Node)
+		}
+		if rr.ClusterID == id {
+			byID = append(byID, rr.Node)
+		}
+	}
+	out := byZone
+	if len(out) == 0 {
+		out = byID
+	}
+	if len(out) == 0 {
+		out = all
+	}
+	slices.Sort(out)
+	if len(out) > 3 {
+		out = append(out[:3:3], "...")
+	}
+	return out
+}
+
+// promotionReason: "zone zone-b below desired 4".
+func promotionReason(st *State, n *corev1.Node) string {
+	zone := n.Labels[st.Managed.Resolved.ZoneLabel]
+	for _, z := range st.Result.Zones {
+		if z.Zone == zone {
+			name := zone
+			if name == "" {
+				name = `""`
+			}
+			return fmt.Sprintf("zone %s below desired %d", name, z.Desired)
+		}
+	}
+	return fmt.Sprintf("%d route reflectors desired", st.Result.Summary.DesiredRouteReflectors)
+}
+
+// roleLossReason says why a route reflector loses its role: its ineligibility, or that it is not
+// needed.
+func roleLossReason(st *State, name string) string {
+	for _, in := range st.Result.Ineligible {
+		if in.Node == name {
+			return shortReason(in.Reason)
+		}
+	}
+	if n := st.View[name]; n != nil && n.Annotations[extender.AnnotationClusterID] != "" {
+		if _, ok := policy.ParseClusterID(n.Annotations[extender.AnnotationClusterID]); !ok {
+			return "invalid cluster ID"
+		}
+	}
+	return fmt.Sprintf("not needed (%d route reflectors desired)", st.Result.Summary.DesiredRouteReflectors)
+}
+
+func shortReason(reason string) string {
+	switch reason {
+	case extender.ReasonUnschedulable:
+		return "cordoned"
+	case extender.ReasonNotReady:
+		return "not Ready"
+	case extender.ReasonDeleting:
+		return "being deleted"
+	case extender.ReasonForbidden:
+		return "forbidden by the policy"
+	}
+	return reason
+}

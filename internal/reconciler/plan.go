@@ -1,0 +1,97 @@
+package reconciler
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
+)
+
+// load reads the policy from the cache. A deleted policy is forgotten (its nodes and BGPPeers are
+// left as they are: removing every route reflector at once would cut the cluster's routes); an
+// invalid one only gets its status.
+func (r *Reconciler) load(ctx context.Context, st *State) error {
+	obj, ok, err := r.Policies.Store().GetByKey(st.Name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		r.Ledger.DropPolicy(st.Name)
+		r.mu.Lock()
+		delete(r.history, st.Name)
+		delete(r.last, st.Name)
+		r.mu.Unlock()
+		forgetMetrics(st.Name)
+		st.Done = true
+		return nil
+	}
+	st.Policy = obj.(*v1alpha1.RouteReflectorPolicy)
+	resolved, errs := r.Policies.Resolve(st.Policy)
+	if len(errs) > 0 {
+		st.Invalid = errs
+		return r.status(ctx, st)
+	}
+	st.Managed = webhook.Managed{Policy: st.Policy, Resolved: resolved}
+	return nil
+}
+
+// plan computes the plan from the cache and the ledger's assumed changes, and commits it to the
+// ledger. When an admission promoted a node after the input was read, the plan is computed again
+// with admission decisions blocked, so that the two never fill the same gap.
+func (r *Reconciler) plan(_ context.Context, st *State) error {
+	if st.Invalid != nil {
+		st.Done = true
+		return nil
+	}
+	r.mu.Lock()
+	history := r.history[st.Name]
+	r.mu.Unlock()
+	valid := r.Policies.Valid()
+	for attempt := 0; ; attempt++ {
+		var unblock func()
+		if attempt > 0 {
+			unblock = r.Ledger.BlockDecisions()
+		}
+		start := time.Now()
+		all, seq := r.Ledger.Overlay(r.Nodes.List())
+		nodes := webhook.Partition(valid, all)[st.Name]
+		st.Input = extender.Input{Policy: st.Managed.Resolved, Nodes: nodes, Now: st.Now, Recommendations: history}
+		st.Result = extender.Plan(st.Input)
+		ok := r.Ledger.Commit(st.Policy.Generation, st.Input, st.Result, seq)
+		if unblock != nil {
+			unblock()
+		}
+		planDuration.WithLabelValues(st.Name).Observe(time.Since(start).Seconds())
+		if ok {
+			plansTotal.WithLabelValues(st.Name, "committed").Inc()
+			break
+		}
+		plansTotal.WithLabelValues(st.Name, "conflict").Inc()
+	}
+	st.View = make(map[string]*corev1.Node, len(st.Input.Nodes))
+	for _, n := range st.Input.Nodes {
+		st.View[n.Name] = n
+	}
+	r.mu.Lock()
+	r.history[st.Name] = st.Result.Recommendations
+	r.last[st.Name] = st.Result
+	r.mu.Unlock()
+	// Wake up when a draining route reflector's removalDelay ends.
+	for _, rr := range st.Result.RouteReflectors {
+		if !rr.Draining {
+			continue
+		}
+		if n := st.View[rr.Node]; n != nil {
+			if since, err := time.Parse(time.RFC3339, n.Annotations[extender.AnnotationDrainingSince]); err == nil {
+				st.requeue(since.Add(st.Managed.Resolved.RemovalDelay).Sub(st.Now) + 100*time.Millisecond)
+			} else {
+				st.requeue(st.Managed.Resolved.RemovalDelay + 100*time.Millisecond)
+			}
+		}
+	}
+	return nil
+}

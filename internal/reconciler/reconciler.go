@@ -1,0 +1,185 @@
+// Package reconciler is the leader-elected control loop of calico-rr-autoscaler serve: what the
+// webhooks cannot see (node deletion, nodes going NotReady, rebalancing, delayed removal, the
+// BGPPeers). One reconcile handles one policy and runs an ordered list of steps with one signature
+// (Cilium's BGP control plane style): plan from the cache, write the BGPPeers, patch the nodes'
+// owned labels and annotations, demote the route reflectors that have been handed over, delete the
+// obsolete BGPPeers, update the policy status, record Events and export metrics.
+//
+// Node events are coalesced: a burst of them becomes a few plans (one workqueue key per policy,
+// added after a short delay), and every plan reads the informer cache, writes only what differs
+// and commits itself to the webhooks' ledger (see the webhook package).
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
+)
+
+// Defaults.
+const (
+	// DefaultCoalesce is how long a node event waits for others before its policy is planned.
+	DefaultCoalesce = 250 * time.Millisecond
+	// DefaultResync replans every policy this often even without events.
+	DefaultResync = time.Minute
+	// handoverRetry is how soon a demotion that waits for its clients to move is retried.
+	handoverRetry = time.Second
+	patchWorkers  = 8
+)
+
+// Reconciler reconciles RouteReflectorPolicies. Its fields are set before the manager starts.
+type Reconciler struct {
+	// Client writes (nodes, BGPPeers, policy status) and reads BGPPeers from the cache.
+	Client client.Client
+	// Nodes and Policies read the shared informer cache.
+	Nodes    *webhook.NodeStore
+	Policies *webhook.Policies
+	// Ledger is shared with the mutating webhook.
+	Ledger *webhook.Ledger
+	// Recorder records Events on nodes and policies.
+	Recorder record.EventRecorder
+	// PeerAPI is the group version of Calico's BGPPeers.
+	PeerAPI schema.GroupVersion
+	// Now, Coalesce and Resync default to time.Now, DefaultCoalesce and DefaultResync.
+	Now      func() time.Time
+	Coalesce time.Duration
+	Resync   time.Duration
+	Log      logr.Logger
+
+	mu      sync.Mutex
+	history map[string][]extender.Recommendation // the stabilization window, per policy
+	last    map[string]*extender.Result          // the previous plan, per policy
+	steps   []Step
+}
+
+// Step is one reconcile function; they all have this signature and run in order. A step stops the
+// pipeline by setting State.Done.
+type Step struct {
+	Name string
+	Run  func(ctx context.Context, st *State) error
+}
+
+// State is what the steps of one reconcile share.
+type State struct {
+	Name     string
+	Now      time.Time
+	Policy   *v1alpha1.RouteReflectorPolicy // from the cache: read only
+	Managed  webhook.Managed
+	Invalid  field.ErrorList
+	Input    extender.Input
+	Result   *extender.Result
+	Previous *extender.Result
+	// View is the policy's nodes as this reconcile knows them: the cache, the ledger's assumed
+	// changes, and this reconcile's own patches. Nodes in it are never modified in place.
+	View map[string]*corev1.Node
+	// Peers are the policy's managed BGPPeers in the cache.
+	Peers []*apiv3.BGPPeer
+	// Demotions are route reflectors the plan makes clients, handled by the demote step.
+	Demotions []string
+	Changes   []RoleChange
+	Requeue   time.Duration
+	Done      bool
+}
+
+// RoleChange is a role change this reconcile made, for Events and metrics.
+type RoleChange struct {
+	Node    string
+	Kind    string // Promoted, Draining, Demoted
+	Message string
+}
+
+// requeue asks for the next reconcile within d at the latest.
+func (st *State) requeue(d time.Duration) {
+	if d <= 0 {
+		d = 100 * time.Millisecond
+	}
+	if st.Requeue == 0 || d < st.Requeue {
+		st.Requeue = d
+	}
+}
+
+// Steps returns the reconcile steps, in order.
+func (r *Reconciler) Steps() []Step {
+	return []Step{
+		{"load", r.load},
+		{"plan", r.plan},
+		{"bgppeers", r.applyPeers},
+		{"nodes", r.patchNodes},
+		{"demote", r.demote},
+		{"prune", r.prunePeers},
+		{"status", r.status},
+		{"events", r.events},
+		{"metrics", r.metrics},
+	}
+}
+
+// Reconcile implements reconcile.Reconciler for one policy.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	r.init()
+	if !r.Ledger.Leader() {
+		// Elected, but the cache has not caught up with the previous leader's writes yet.
+		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	}
+	start := time.Now()
+	st := &State{Name: req.Name, Now: r.now()}
+	r.mu.Lock()
+	st.Previous = r.last[req.Name]
+	r.mu.Unlock()
+	log := r.Log.WithValues("policy", req.Name)
+	for _, s := range r.steps {
+		if err := s.Run(ctx, st); err != nil {
+			reconcileErrors.WithLabelValues(req.Name, s.Name).Inc()
+			return reconcile.Result{}, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		if st.Done {
+			break
+		}
+	}
+	reconcileDuration.WithLabelValues(req.Name).Observe(time.Since(start).Seconds())
+	if st.Result != nil {
+		log.V(1).Info("reconciled", "nodes", st.Result.Summary.Nodes, "routeReflectors", st.Result.Summary.RouteReflectors,
+			"changes", len(st.Changes), "took", time.Since(start))
+	}
+	resync := r.Resync
+	if resync <= 0 {
+		resync = DefaultResync
+	}
+	if st.Requeue == 0 || st.Requeue > resync {
+		st.Requeue = resync
+	}
+	return reconcile.Result{RequeueAfter: st.Requeue}, nil
+}
+
+func (r *Reconciler) init() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.history == nil {
+		r.history = map[string][]extender.Recommendation{}
+		r.last = map[string]*extender.Result{}
+	}
+	if r.steps == nil {
+		r.steps = r.Steps()
+	}
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}

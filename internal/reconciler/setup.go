@@ -1,0 +1,115 @@
+package reconciler
+
+import (
+	"context"
+	"maps"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// Name is the controller's name (in logs and controller-runtime's metrics).
+const Name = "routereflectorpolicy"
+
+type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// SetupWithManager registers the reconciler as a leader-elected controller watching policies,
+// nodes (relevant changes only) and the managed BGPPeers.
+func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	r.init()
+	c, err := controller.New(Name, mgr, controller.Options{
+		Reconciler:              r,
+		MaxConcurrentReconciles: 1,
+		RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, 30*time.Second),
+		),
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.Watch(source.Kind[client.Object](mgr.GetCache(), &v1alpha1.RouteReflectorPolicy{}, handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q queue) { q.Add(request(e.Object.GetName())) },
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
+			// Status writes come back as events: only spec changes (generation) matter, and the
+			// other policies' share of nodes may change with this one's selector.
+			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
+				r.enqueueAll(q, 0)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q queue) {
+			r.enqueueAll(q, 0)
+			q.Add(request(e.Object.GetName()))
+		},
+	})); err != nil {
+		return err
+	}
+	if err := c.Watch(source.Kind[client.Object](mgr.GetCache(), &corev1.Node{}, handler.Funcs{
+		CreateFunc: func(_ context.Context, _ event.CreateEvent, q queue) { r.enqueueAll(q, r.coalesce()) },
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
+			if NodeChanged(e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)) {
+				r.enqueueAll(q, r.coalesce())
+			}
+		},
+		DeleteFunc: func(_ context.Context, _ event.DeleteEvent, q queue) { r.enqueueAll(q, r.coalesce()) },
+	})); err != nil {
+		return err
+	}
+	peer := func(o client.Object, q queue) {
+		if l := o.GetLabels(); l[extender.LabelManagedBy] == extender.ManagedByValue && l[extender.LabelPolicy] != "" {
+			q.AddAfter(request(l[extender.LabelPolicy]), r.coalesce())
+		}
+	}
+	return c.Watch(source.Kind[client.Object](mgr.GetCache(), &apiv3.BGPPeer{}, handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q queue) { peer(e.Object, q) },
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) { peer(e.ObjectNew, q) },
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q queue) { peer(e.Object, q) },
+	}))
+}
+
+func request(name string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}
+}
+
+// enqueueAll adds every policy after delay. A key already waiting keeps its earlier time, so a
+// burst of node events becomes one reconcile per policy per delay.
+func (r *Reconciler) enqueueAll(q queue, delay time.Duration) {
+	for _, p := range r.Policies.List() {
+		if delay <= 0 {
+			q.Add(request(p.Name))
+		} else {
+			q.AddAfter(request(p.Name), delay)
+		}
+	}
+}
+
+func (r *Reconciler) coalesce() time.Duration {
+	if r.Coalesce > 0 {
+		return r.Coalesce
+	}
+	return DefaultCoalesce
+}
+
+// NodeChanged reports whether a node changed in a way the plan reads: labels, the annotations the
+// cache keeps, unschedulable, taints, the Ready condition, deletion. A kubelet heartbeat is not.
+func NodeChanged(old, cur *corev1.Node) bool {
+	return !maps.Equal(old.Labels, cur.Labels) ||
+		!maps.Equal(old.Annotations, cur.Annotations) ||
+		old.Spec.Unschedulable != cur.Spec.Unschedulable ||
+		!equality.Semantic.DeepEqual(old.Spec.Taints, cur.Spec.Taints) ||
+		extender.IsReady(old) != extender.IsReady(cur) ||
+		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil)
+}

@@ -1,0 +1,110 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// Condition types and reasons of the policy status.
+const (
+	ConditionReady    = "Ready"
+	ConditionDegraded = "Degraded"
+
+	ReasonAsPlanned     = "AsPlanned"
+	ReasonConverging    = "Converging"
+	ReasonInvalidPolicy = "InvalidPolicy"
+)
+
+// status writes the policy status when it changed: counts (nodes, healthy nodes, desired and
+// current route reflectors, per zone), the Ready and Degraded conditions and lastScaleTime.
+func (r *Reconciler) status(ctx context.Context, st *State) error {
+	pol := st.Policy.DeepCopy()
+	s := &pol.Status
+	s.ObservedGeneration = pol.Generation
+	if st.Invalid != nil {
+		msg := st.Invalid.ToAggregate().Error()
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalidPolicy, Message: msg, ObservedGeneration: pol.Generation})
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionTrue, Reason: ReasonInvalidPolicy, Message: msg, ObservedGeneration: pol.Generation})
+		return r.writeStatus(ctx, st, pol)
+	}
+	res, p := st.Result, st.Managed.Resolved
+	s.Nodes = int32(res.Summary.Nodes)
+	s.HealthyNodes = int32(res.Summary.HealthyNodes)
+	s.DesiredRouteReflectors = int32(res.Summary.DesiredRouteReflectors)
+	current := map[string]int32{}
+	total := int32(0)
+	for _, n := range st.View {
+		if !p.IsRouteReflectorLabel(n.Labels) || n.Annotations[extender.AnnotationDrainingSince] != "" {
+			continue
+		}
+		if _, ok := policy.ParseClusterID(n.Annotations[extender.AnnotationClusterID]); ok {
+			current[n.Labels[p.ZoneLabel]]++
+			total++
+		}
+	}
+	if s.RouteReflectors != total {
+		now := metav1.NewTime(st.Now)
+		s.LastScaleTime = &now
+	}
+	s.RouteReflectors = total
+	s.Zones = nil
+	for _, z := range res.Zones {
+		s.Zones = append(s.Zones, v1alpha1.ZoneStatus{Zone: z.Zone, Nodes: int32(z.Nodes), DesiredRouteReflectors: int32(z.Desired), RouteReflectors: current[z.Zone]})
+	}
+	if d := res.Degraded(); d != nil {
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionTrue, Reason: d.Reason, Message: d.Message, ObservedGeneration: pol.Generation})
+	} else {
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsPlanned, Message: "the plan meets the policy", ObservedGeneration: pol.Generation})
+	}
+	planned := int32(res.Summary.RouteReflectors)
+	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonAsPlanned, ObservedGeneration: pol.Generation,
+		Message: fmt.Sprintf("%d route reflectors as planned", total)}
+	switch {
+	case total != planned || res.Summary.DrainingRouteReflectors > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonConverging
+		ready.Message = fmt.Sprintf("%d route reflectors, %d planned, %d being handed over", total, planned, res.Summary.DrainingRouteReflectors)
+	case total < int32(p.Min):
+		ready.Status, ready.Reason = metav1.ConditionFalse, extender.ReasonNotEnoughEligibleNodes
+		ready.Message = fmt.Sprintf("%d route reflectors; the policy requires at least %d", total, p.Min)
+	}
+	meta.SetStatusCondition(&s.Conditions, ready)
+	slices.SortFunc(s.Conditions, func(a, b metav1.Condition) int {
+		if a.Type < b.Type {
+			return 1
+		}
+		return -1
+	})
+	if prev := st.Policy.Status.RouteReflectors; prev != total && st.Policy.Status.ObservedGeneration > 0 {
+		kind := "ScaledUp"
+		if total < prev {
+			kind = "ScaledDown"
+		}
+		r.Recorder.Eventf(st.Policy, "Normal", kind, "Route reflectors %d -> %d (desired %d)", prev, total, res.Summary.DesiredRouteReflectors)
+	}
+	return r.writeStatus(ctx, st, pol)
+}
+
+func (r *Reconciler) writeStatus(ctx context.Context, st *State, pol *v1alpha1.RouteReflectorPolicy) error {
+	if equality.Semantic.DeepEqual(st.Policy.Status, pol.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, pol, client.MergeFrom(st.Policy)); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			st.requeue(handoverRetry)
+			return nil
+		}
+		return err
+	}
+	return nil
+}

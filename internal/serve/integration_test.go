@@ -1,0 +1,663 @@
+package serve_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/textlogger"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/serve"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+)
+
+var bgpPeersGVR = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgppeers"}
+
+// replica is one serve process (a manager in this test process).
+type replica struct {
+	srv     *serve.Server
+	cancel  context.CancelFunc
+	done    chan error
+	stopped atomic.Bool
+}
+
+// world is a real kube-apiserver with the product's webhooks registered against a replica
+// listening on loopback with a certificate of a CA made by the test.
+type world struct {
+	t       *testing.T
+	env     *testenv.Env
+	admin   kubernetes.Interface
+	kubelet kubernetes.Interface
+	dyn     dynamic.Interface
+	port    int
+	certDir string
+	caPEM   []byte
+	rep     *replica
+}
+
+func newWorld(t *testing.T) *world {
+	w := newEnv(t)
+	w.port = freePort(t)
+	w.rep = w.start(w.port, true)
+	w.register(w.port)
+	return w
+}
+
+// newEnv starts the API server with Calico's and the policy's CRDs and writes the webhook's
+// serving certificate.
+func newEnv(t *testing.T) *world {
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver and etcd (hack/tools.sh)")
+	}
+	t.Helper()
+	if os.Getenv("RRA_TEST_VERBOSE") != "" {
+		ctrl.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(1))))
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
+	env := testenv.Start(t)
+	w := &world{t: t, env: env}
+	var err error
+	if w.admin, err = kubernetes.NewForConfig(env.Config); err != nil {
+		t.Fatal(err)
+	}
+	if w.kubelet, err = kubernetes.NewForConfig(env.ConfigFor(testenv.UserKubelet)); err != nil {
+		t.Fatal(err)
+	}
+	if w.dyn, err = dynamic.NewForConfig(env.Config); err != nil {
+		t.Fatal(err)
+	}
+	calicoCRDs, err := crds.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
+		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"), repoPath(t, "policy/crd"))
+	w.certDir = t.TempDir()
+	w.caPEM = writeServingCert(t, w.certDir)
+	return w
+}
+
+func repoPath(t *testing.T, rel string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(wd, "..", "..", rel)
+}
+
+// start runs a serve replica on port as the product's service account and waits until it is
+// ready (and the leader, when leader is set).
+func (w *world) start(port int, leader bool) *replica {
+	w.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := serve.New(ctx, serve.Options{
+		RestConfig:              w.env.ConfigFor(testenv.UserServiceAccount),
+		WebhookHost:             "127.0.0.1",
+		WebhookPort:             port,
+		CertDir:                 w.certDir,
+		MetricsBindAddress:      "0",
+		HealthProbeBindAddress:  "0",
+		LeaderElect:             true,
+		LeaderElectionNamespace: "default",
+		LeaseDuration:           4 * time.Second,
+		RenewDeadline:           3 * time.Second,
+		RetryPeriod:             500 * time.Millisecond,
+		Coalesce:                100 * time.Millisecond,
+	})
+	if err != nil {
+		cancel()
+		w.t.Fatal(err)
+	}
+	r := &replica{srv: srv, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- srv.Manager.Start(ctx) }()
+	w.t.Cleanup(func() { r.stop() })
+	w.eventually("replica ready", 60*time.Second, func() error {
+		if !srv.Synced() || leader && !srv.Ledger.Leader() {
+			return fmt.Errorf("synced %v, leader %v", srv.Synced(), srv.Ledger.Leader())
+		}
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+	return r
+}
+
+func (r *replica) stop() {
+	if r.stopped.Swap(true) {
+		return
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(70 * time.Second):
+	}
+}
+
+// register registers the webhooks with URL client configs on port and waits until the API server
+// calls them.
+func (w *world) register(port int) {
+	w.t.Helper()
+	url := func(path string) admissionregistrationv1.WebhookClientConfig {
+		u := fmt.Sprintf("https://127.0.0.1:%d%s", port, path)
+		return admissionregistrationv1.WebhookClientConfig{URL: &u, CABundle: w.caPEM}
+	}
+	m, v := serve.WebhookConfigurations("calico-rr-autoscaler", url, calico.CRD, serve.DefaultServiceAccount)
+	ctx := w.t.Context()
+	if _, err := w.admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	if _, err := w.admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	// A policy only the webhook rejects (min > max passes the CRD schema).
+	probe := `apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: probe}
+spec: {nodeSelector: {matchLabels: {probe: "1"}}, minRouteReflectors: 5, maxRouteReflectors: 2}
+`
+	w.eventually("webhooks registered", 30*time.Second, func() error {
+		_, stderr, err := w.env.KubectlStdin(w.t, testenv.UserAlice, probe, "apply", "--dry-run=server", "-f", "-")
+		if err == nil || !strings.Contains(stderr, "spec.minRouteReflectors") {
+			return fmt.Errorf("probe not rejected by the webhook yet: %v %s", err, stderr)
+		}
+		return nil
+	})
+}
+
+func (w *world) eventually(what string, timeout time.Duration, f func() error) {
+	w.t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(w.t.Context(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		last = f()
+		return last == nil, nil
+	})
+	if err != nil {
+		w.t.Fatalf("%s: %v (last: %v)", what, err, last)
+	}
+}
+
+func (w *world) kubectl(user string, args ...string) (string, string, error) {
+	w.t.Helper()
+	return w.env.Kubectl(w.t, user, args...)
+}
+
+// join registers a node as a kubelet does: created NotReady, then Ready through nodes/status.
+func (w *world) join(name, zone string, labels map[string]string) {
+	w.t.Helper()
+	ctx := w.t.Context()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelTopologyZone: zone, corev1.LabelHostname: name}}}
+	for k, v := range labels {
+		n.Labels[k] = v
+	}
+	created, err := w.kubelet.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		w.t.Fatalf("creating %s: %v", name, err)
+	}
+	w.ready(created.Name, true)
+}
+
+// ready sets the Ready condition through nodes/status, as a kubelet (retrying on conflicts).
+func (w *world) ready(name string, ready bool) {
+	w.t.Helper()
+	ctx := w.t.Context()
+	for {
+		n, err := w.kubelet.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		st := corev1.ConditionTrue
+		if !ready {
+			st = corev1.ConditionFalse
+		}
+		now := metav1.Now()
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+		_, err = w.kubelet.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		return
+	}
+}
+
+// heartbeat updates only the Ready condition's heartbeat time, as a kubelet does every 10s.
+func (w *world) heartbeat(name string) {
+	w.t.Helper()
+	ctx := w.t.Context()
+	for {
+		n, err := w.kubelet.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		for i := range n.Status.Conditions {
+			n.Status.Conditions[i].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Duration(i) * time.Second))
+		}
+		_, err = w.kubelet.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		return
+	}
+}
+
+type snapshot struct {
+	nodes   map[string]*corev1.Node
+	rrs     map[string]string // name -> cluster ID
+	peers   map[string]bool
+	clients map[string][]string
+}
+
+func (w *world) snapshot() *snapshot {
+	w.t.Helper()
+	ctx := w.t.Context()
+	list, err := w.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	s := &snapshot{nodes: map[string]*corev1.Node{}, rrs: map[string]string{}, peers: map[string]bool{}, clients: map[string][]string{}}
+	for i := range list.Items {
+		n := &list.Items[i]
+		s.nodes[n.Name] = n
+		_, label := n.Labels["calico-route-reflector"]
+		if id := n.Annotations[extender.AnnotationClusterID]; label && id != "" {
+			s.rrs[n.Name] = id
+		} else if rr := n.Annotations[extender.AnnotationRouteReflectors]; rr != "" {
+			s.clients[n.Name] = strings.Split(rr, ",")
+		}
+	}
+	peers, err := w.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, p := range peers.Items {
+		s.peers[p.GetName()] = true
+	}
+	return s
+}
+
+// orphans returns the clients without a current route reflector.
+func (s *snapshot) orphans() []string {
+	var out []string
+	for c, rrs := range s.clients {
+		if !slices.ContainsFunc(rrs, func(r string) bool { _, ok := s.rrs[r]; return ok }) {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// settled: want RRs, one per zone, every other node a client of current RRs through a peering
+// set whose BGPPeer exists, nothing draining.
+func (s *snapshot) settled(want int) error {
+	if len(s.rrs) != want {
+		return fmt.Errorf("%d route reflectors %v, want %d", len(s.rrs), s.rrs, want)
+	}
+	for name, n := range s.nodes {
+		if n.Annotations[extender.AnnotationDrainingSince] != "" {
+			return fmt.Errorf("%s still draining", name)
+		}
+		if _, rr := s.rrs[name]; rr {
+			continue
+		}
+		set := n.Labels[extender.LabelPeeringSet]
+		if set == "" || !s.peers[extender.BGPPeerPrefix+set] {
+			return fmt.Errorf("client %s: peering set %q, BGPPeer exists %v", name, set, s.peers[extender.BGPPeerPrefix+set])
+		}
+	}
+	if o := s.orphans(); len(o) > 0 {
+		return fmt.Errorf("clients without a route reflector: %v", o)
+	}
+	return nil
+}
+
+func counter(name string, labels map[string]string) float64 {
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		return -1
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metric
+				}
+			}
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
+
+const policyYAML = `apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata:
+  name: default
+spec:
+  removalDelay: 2s
+  forbiddenNodeSelector: {matchLabels: {role: db}}
+  behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
+`
+
+func TestServeOnRealAPIServer(t *testing.T) {
+	w := newWorld(t)
+	ctx := t.Context()
+
+	if out, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, policyYAML, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply policy: %v\n%s%s", err, out, stderr)
+	}
+
+	t.Run("30 nodes across 3 zones get roles, cluster IDs and BGPPeers", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for i := range 30 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.join(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3), nil)
+			}()
+		}
+		wg.Wait()
+		// Nodes turn Ready in any order: the first Ready ones may all be in one zone, and the plan
+		// rebalances once the other zones have eligible nodes.
+		var s *snapshot
+		zones := map[string]string{}
+		w.eventually("settled on 3 route reflectors, one per zone", 30*time.Second, func() error {
+			s = w.snapshot()
+			if err := s.settled(3); err != nil {
+				return err
+			}
+			clear(zones)
+			for name, id := range s.rrs {
+				z := s.nodes[name].Labels[corev1.LabelTopologyZone]
+				if _, dup := zones[z]; dup {
+					return fmt.Errorf("zone %s has two route reflectors: %v", z, s.rrs)
+				}
+				zones[z] = id
+			}
+			return nil
+		})
+		ids := []string{zones["zone-a"], zones["zone-b"], zones["zone-c"]}
+		slices.Sort(ids)
+		if fmt.Sprint(ids) != "[224.0.0.1 224.0.0.2 224.0.0.3]" {
+			t.Fatalf("cluster IDs by zone %v", zones)
+		}
+		if !s.peers["rr-autoscaler-mesh-default"] {
+			t.Fatalf("BGPPeers %v", s.peers)
+		}
+		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.routeReflectors}/{.status.desiredRouteReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
+		if err != nil || out != "3/3/True" {
+			t.Fatalf("policy status %q %v", out, err)
+		}
+	})
+
+	t.Run("kubelet heartbeats never reach the webhooks", func(t *testing.T) {
+		time.Sleep(time.Second) // let the reconciler's last writes pass
+		before := counter("calico_rr_autoscaler_webhook_requests_total", nil)
+		for i := range 20 {
+			w.heartbeat(fmt.Sprintf("node-%02d", i))
+		}
+		time.Sleep(200 * time.Millisecond)
+		if after := counter("calico_rr_autoscaler_webhook_requests_total", nil); after != before {
+			t.Fatalf("%v webhook calls for 20 heartbeats", after-before)
+		}
+	})
+
+	t.Run("removing the RR label below the minimum is rejected with the rule", func(t *testing.T) {
+		s := w.snapshot()
+		rr := slices.Sorted(func(yield func(string) bool) {
+			for n := range s.rrs {
+				if !yield(n) {
+					return
+				}
+			}
+		})[0]
+		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", rr, "calico-route-reflector-")
+		want := fmt.Sprintf(`[min-route-reflectors] removing the route reflector label from %s would leave 2 route reflectors; policy "default" requires at least 3`, rr)
+		if err == nil || !strings.Contains(stderr, want) {
+			t.Fatalf("kubectl label: %v\n%s\nwant %s", err, stderr, want)
+		}
+		t.Logf("kubectl: %s", strings.TrimSpace(stderr))
+	})
+
+	t.Run("labelling a forbidden node is rejected", func(t *testing.T) {
+		w.join("db-1", "zone-a", map[string]string{"role": "db"})
+		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", "db-1", "calico-route-reflector=")
+		want := `[forbidden-node] db-1 may not be a route reflector of policy "default": node matches the policy's forbiddenNodeSelector`
+		if err == nil || !strings.Contains(stderr, want) {
+			t.Fatalf("kubectl label: %v\n%s", err, stderr)
+		}
+	})
+
+	t.Run("a hand edit of a managed BGPPeer is rejected", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"label", "bgppeers.crd.projectcalico.org", "rr-autoscaler-mesh-default", "mine=yes"},
+			{"delete", "bgppeers.crd.projectcalico.org", "rr-autoscaler-mesh-default"},
+		} {
+			_, stderr, err := w.kubectl(testenv.UserAlice, args...)
+			if err == nil || !strings.Contains(stderr, "[managed-bgppeer] BGPPeer rr-autoscaler-mesh-default is managed by calico-rr-autoscaler") {
+				t.Fatalf("kubectl %v: %v\n%s", args, err, stderr)
+			}
+		}
+	})
+
+	t.Run("an invalid policy is rejected with field paths", func(t *testing.T) {
+		bad := `apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: bad}
+spec:
+  nodeSelector: {matchLabels: {pool: bad}}
+  minRouteReflectors: 5
+  maxRouteReflectors: 2
+  topology: {clusterID: 300.1.2.3}
+`
+		_, stderr, err := w.env.KubectlStdin(t, testenv.UserAlice, bad, "apply", "-f", "-")
+		for _, want := range []string{"spec.minRouteReflectors", "must not be greater than maxRouteReflectors (2)", "spec.topology.clusterID", "must be an IPv4 address"} {
+			if err == nil || !strings.Contains(stderr, want) {
+				t.Fatalf("kubectl apply: %v\n%s\nwant %q", err, stderr, want)
+			}
+		}
+		overlap := strings.ReplaceAll(strings.ReplaceAll(policyYAML, "name: default", "name: second"), "removalDelay: 2s", "nodeSelector: {matchLabels: {topology.kubernetes.io/zone: zone-a}}")
+		_, stderr, err = w.env.KubectlStdin(t, testenv.UserAlice, overlap, "apply", "-f", "-")
+		if err == nil || !strings.Contains(stderr, "[policy-overlap]") || !strings.Contains(stderr, "spec.nodeSelector") {
+			t.Fatalf("overlapping policy: %v\n%s", err, stderr)
+		}
+	})
+
+	t.Run("kubectl cordon of an RR: replacement first, demotion after removalDelay, no client ever orphaned", func(t *testing.T) {
+		s := w.snapshot()
+		var victim string
+		for name := range s.rrs {
+			if s.nodes[name].Labels[corev1.LabelTopologyZone] == "zone-b" {
+				victim = name
+			}
+		}
+		stop := make(chan struct{})
+		var orphaned []string
+		var sampler sync.WaitGroup
+		sampler.Add(1)
+		go func() {
+			defer sampler.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				if o := w.snapshot().orphans(); len(o) > 0 {
+					orphaned = append(orphaned, o...)
+				}
+			}
+		}()
+		start := time.Now()
+		if _, stderr, err := w.kubectl(testenv.UserAdmin, "cordon", victim); err != nil {
+			t.Fatalf("cordon: %v %s", err, stderr)
+		}
+		var replacedAt time.Time
+		w.eventually("replacement promoted", 15*time.Second, func() error {
+			s := w.snapshot()
+			for name := range s.rrs {
+				if name != victim && s.nodes[name].Labels[corev1.LabelTopologyZone] == "zone-b" {
+					if s.nodes[victim].Annotations[extender.AnnotationDrainingSince] == "" {
+						return fmt.Errorf("%s not marked draining", victim)
+					}
+					replacedAt = time.Now()
+					return nil
+				}
+			}
+			return fmt.Errorf("no replacement in zone-b yet: %v", s.rrs)
+		})
+		w.eventually("old RR demoted", 20*time.Second, func() error {
+			if _, still := w.snapshot().rrs[victim]; still {
+				return fmt.Errorf("%s is still a route reflector", victim)
+			}
+			return nil
+		})
+		demotedAt := time.Now()
+		close(stop)
+		sampler.Wait()
+		if len(orphaned) > 0 {
+			t.Fatalf("clients without a route reflector during the handover: %v", orphaned)
+		}
+		if d := demotedAt.Sub(start); d < 2*time.Second {
+			t.Fatalf("demoted %s after the cordon, before removalDelay (2s)", d)
+		}
+		t.Logf("replacement after %s, demotion after %s", replacedAt.Sub(start).Round(10*time.Millisecond), demotedAt.Sub(start).Round(10*time.Millisecond))
+		w.eventually("settled", 20*time.Second, func() error { return w.snapshot().settled(3) })
+		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+victim, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+		if !strings.Contains(out, "Demoted: cordoned; clients moved to ") || !strings.Contains(out, "Draining: cordoned") {
+			all, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-A", "-o", "wide")
+			t.Fatalf("events of %s: %q; all: %q", victim, out, all)
+		}
+	})
+
+	t.Run("kubectl delete node of an RR succeeds with a warning and is replaced", func(t *testing.T) {
+		s := w.snapshot()
+		var victim string
+		for name := range s.rrs {
+			if s.nodes[name].Labels[corev1.LabelTopologyZone] == "zone-c" {
+				victim = name
+			}
+		}
+		_, stderr, err := w.kubectl(testenv.UserAlice, "delete", "node", victim)
+		if err != nil || !strings.Contains(stderr, "Warning: node "+victim+" is a route reflector of policy \"default\"") {
+			t.Fatalf("kubectl delete: %v\n%s", err, stderr)
+		}
+		w.eventually("replaced", 20*time.Second, func() error {
+			s := w.snapshot()
+			if err := s.settled(3); err != nil {
+				return err
+			}
+			for name := range s.rrs {
+				if s.nodes[name].Labels[corev1.LabelTopologyZone] == "zone-c" {
+					return nil
+				}
+			}
+			return fmt.Errorf("no route reflector in zone-c: %v", s.rrs)
+		})
+	})
+
+	t.Run("a node registering while the webhook server is down gets its role from the reconciler", func(t *testing.T) {
+		w.rep.stop()
+		w.join("late-1", "zone-a", nil)
+		n, err := w.admin.CoreV1().Nodes().Get(ctx, "late-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Labels[extender.LabelPeeringSet] != "" {
+			t.Fatalf("late-1 got a role with the webhook server down: %v", n.Labels)
+		}
+		w.rep = w.start(w.port, true)
+		w.eventually("late-1 has its role", 30*time.Second, func() error {
+			s := w.snapshot()
+			if len(s.clients["late-1"]) == 0 {
+				return fmt.Errorf("late-1: %v %v", s.nodes["late-1"].Labels, s.nodes["late-1"].Annotations)
+			}
+			return s.settled(3)
+		})
+	})
+}
+
+// writeServingCert writes a CA and a serving certificate for 127.0.0.1 into dir as tls.crt and
+// tls.key, and returns the CA (PEM).
+func writeServingCert(t *testing.T, dir string) []byte {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rra-test-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "calico-rr-autoscaler"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,207 @@
+package serve_test
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+)
+
+// serviceProxy plays the Service in front of the replicas: it sends each request round-robin to
+// the replicas that report ready.
+type serviceProxy struct {
+	ports    []int
+	replicas func() []*replica
+	next     atomic.Uint64
+	client   *http.Client
+	srv      *http.Server
+	served   []atomic.Int64
+}
+
+func startProxy(t *testing.T, w *world, ports []int, replicas func() []*replica) (*serviceProxy, int) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(w.caPEM)
+	cert, err := tls.LoadX509KeyPair(filepath.Join(w.certDir, "tls.crt"), filepath.Join(w.certDir, "tls.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &serviceProxy{ports: ports, replicas: replicas, served: make([]atomic.Int64, len(ports)),
+		client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 64}}}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = p.srv.Serve(l) }()
+	t.Cleanup(func() { _ = p.srv.Close() })
+	return p, l.Addr().(*net.TCPAddr).Port
+}
+
+func (p *serviceProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusBadGateway)
+		return
+	}
+	reps := p.replicas()
+	var ready []int
+	for i, rep := range reps {
+		if rep != nil && !rep.stopped.Load() && rep.srv.Synced() {
+			ready = append(ready, i)
+		}
+	}
+	if len(ready) == 0 {
+		http.Error(rw, "no ready replica", http.StatusServiceUnavailable)
+		return
+	}
+	i := ready[p.next.Add(1)%uint64(len(ready))]
+	url := "https://127.0.0.1:" + strconv.Itoa(p.ports[i]) + r.URL.RequestURI()
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, url, bytes.NewReader(body))
+	req.Header = r.Header.Clone()
+	resp, err := p.client.Do(req)
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	p.served[i].Add(1)
+	for k, v := range resp.Header {
+		rw.Header()[k] = v
+	}
+	rw.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(rw, resp.Body)
+}
+
+// TestTwoReplicasBurst: two replicas behind a round-robin Service, one leader; 120 nodes join
+// with 20 requests in flight, Ready arriving through nodes/status. At every sampled moment no two
+// route reflectors share a cluster ID (one per route reflector) and the active ones never exceed
+// the plan's count; the leader is killed in the middle of the burst, the other takes over, and
+// the cluster settles on the plan.
+func TestTwoReplicasBurst(t *testing.T) {
+	w := newEnv(t)
+	ports := []int{freePort(t), freePort(t)}
+	var mu sync.Mutex
+	reps := make([]*replica, 2)
+	reps[0] = w.start(ports[0], true)
+	reps[1] = w.start(ports[1], false)
+	proxy, port := startProxy(t, w, ports, func() []*replica { mu.Lock(); defer mu.Unlock(); return append([]*replica(nil), reps...) })
+	w.port = port
+	w.register(port)
+	const policy = `apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  scaling: {ratio: "0.05"}
+  topology: {clusterIDs: PerRouteReflector}
+  removalDelay: 2s
+`
+	if _, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, policy, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply policy: %v %s", err, stderr)
+	}
+
+	const nodes, inFlight = 120, 20
+	stop := make(chan struct{})
+	var violations []string
+	maxActive := 0
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			s := w.snapshot()
+			ids := map[string]string{}
+			active := 0
+			for name, id := range s.rrs {
+				if o, dup := ids[id]; dup {
+					violations = append(violations, fmt.Sprintf("%s and %s share cluster ID %s", o, name, id))
+				}
+				ids[id] = name
+				if s.nodes[name].Annotations[extender.AnnotationDrainingSince] == "" {
+					active++
+				}
+			}
+			maxActive = max(maxActive, active)
+		}
+	}()
+
+	jobs := make(chan int)
+	var joiners sync.WaitGroup
+	for range inFlight {
+		joiners.Add(1)
+		go func() {
+			defer joiners.Done()
+			for i := range jobs {
+				w.join(fmt.Sprintf("node-%03d", i), fmt.Sprintf("zone-%c", 'a'+i%3), nil)
+			}
+		}()
+	}
+	start := time.Now()
+	for i := range nodes {
+		if i == nodes/2 {
+			// Kill the leader in the middle of the burst.
+			mu.Lock()
+			victim := reps[0]
+			mu.Unlock()
+			victim.stop()
+			t.Logf("leader stopped after %d joins (%s)", i, time.Since(start).Round(time.Millisecond))
+		}
+		jobs <- i
+	}
+	close(jobs)
+	joiners.Wait()
+	t.Logf("%d nodes joined in %s", nodes, time.Since(start).Round(time.Millisecond))
+	if !reps[1].srv.Ledger.Leader() {
+		w.eventually("replica 2 takes over", 20*time.Second, func() error {
+			if !reps[1].srv.Ledger.Leader() {
+				return fmt.Errorf("not the leader yet")
+			}
+			return nil
+		})
+	}
+	// ratio 0.05 of 120 healthy nodes: 6 route reflectors.
+	w.eventually("settled on the plan", 60*time.Second, func() error {
+		s := w.snapshot()
+		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.desiredRouteReflectors}/{.status.routeReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
+		if err != nil || out != "6/6/True" {
+			return fmt.Errorf("status %q %v", out, err)
+		}
+		return s.settled(6)
+	})
+	close(stop)
+	sampler.Wait()
+	if len(violations) > 0 {
+		t.Fatalf("cluster ID collisions: %v", violations[:min(5, len(violations))])
+	}
+	if maxActive > 6 {
+		t.Fatalf("%d active route reflectors at one time, the plan wants 6", maxActive)
+	}
+	t.Logf("admissions served: replica 1 %d, replica 2 %d; max active route reflectors %d", proxy.served[0].Load(), proxy.served[1].Load(), maxActive)
+	if proxy.served[1].Load() == 0 {
+		t.Fatal("the second replica served no admission")
+	}
+	for _, n := range w.snapshot().nodes {
+		if n.Labels[corev1.LabelTopologyZone] == "" {
+			t.Fatalf("node %s lost its zone", n.Name)
+		}
+	}
+}

@@ -1,0 +1,366 @@
+// Package serve wires calico-rr-autoscaler serve: one controller-runtime manager with one shared,
+// stripped informer cache, the webhook server (every replica serves), the leader-elected
+// reconciler, health and readiness probes and Prometheus metrics.
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrlruntimeconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/certs"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/reconciler"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
+)
+
+// Webhook paths (the chart and the tests register these).
+const (
+	PathMutateNode     = "/mutate-v1-node"
+	PathValidateNode   = "/validate-v1-node"
+	PathValidatePolicy = "/validate-routereflectorpolicy"
+	PathValidatePeer   = "/validate-bgppeer"
+)
+
+// DefaultServiceAccount is the product's identity in the chart.
+const DefaultServiceAccount = "system:serviceaccount:calico-rr-autoscaler:calico-rr-autoscaler"
+
+// Options configure serve. The zero value of a field means its default.
+type Options struct {
+	// Kubeconfig is a kubeconfig file; empty: $KUBECONFIG, in-cluster, ~/.kube/config.
+	Kubeconfig string
+	// RestConfig, when set, is used instead of Kubeconfig (tests).
+	RestConfig *rest.Config
+
+	WebhookHost string
+	WebhookPort int    // [9443]
+	CertDir     string // holds tls.crt and tls.key, reloaded when they change
+
+	MetricsBindAddress     string // "0" disables [":8080"]
+	HealthProbeBindAddress string // "0" disables [":8081"]
+
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	LeaderElectionID        string // [calico-rr-autoscaler]
+	// LeaseDuration, RenewDeadline and RetryPeriod default to 15s, 10s, 2s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	// ServiceAccount is the identity whose requests the webhooks never deny.
+	ServiceAccount string
+	// CalicoAPI is auto, crd or v3.
+	CalicoAPI string
+	// Coalesce is the reconciler's delay after a node event [250ms].
+	Coalesce time.Duration
+	// TakeoverDelay is how long a new leader waits before its first allocating decision, so that
+	// admissions the previous leader answered have been written (or failed) [2s, the node
+	// webhooks' timeout].
+	TakeoverDelay time.Duration
+	// Certs are the self-managed certificates (--self-managed-certs and the --cert-* flags);
+	// without them tls.crt and tls.key come from CertDir (cert-manager).
+	Certs certs.Options
+}
+
+// Server is a built, not yet started, serve process.
+type Server struct {
+	Manager    manager.Manager
+	Ledger     *webhook.Ledger
+	Reconciler *reconciler.Reconciler
+	Nodes      *webhook.NodeStore
+	Policies   *webhook.Policies
+	// PeerAPI is the BGPPeer API in use.
+	PeerAPI schema.GroupVersion
+	synced  atomic.Bool
+}
+
+// Synced reports whether the informer cache has synced (the readiness check).
+func (s *Server) Synced() bool { return s.synced.Load() }
+
+// Run builds and runs serve until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	s, err := New(ctx, o)
+	if err != nil {
+		return err
+	}
+	return s.Manager.Start(ctx)
+}
+
+// New builds the manager, the cache, the webhooks and the reconciler.
+func New(ctx context.Context, o Options) (*Server, error) {
+	setDefaults(&o)
+	cfg := o.RestConfig
+	if cfg == nil {
+		var err error
+		if o.Kubeconfig != "" {
+			cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		} else {
+			cfg, err = ctrlconfig.GetConfig()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+	}
+	gv, auto, err := calico.ParseAPI(o.CalicoAPI)
+	if err != nil {
+		return nil, err
+	}
+	if auto {
+		d, err := discovery.NewDiscoveryClientForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if gv, err = calico.Detect(d); err != nil {
+			return nil, err
+		}
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	if err := calico.AddToScheme(scheme, gv); err != nil {
+		return nil, err
+	}
+
+	leaseDuration, renewDeadline, retryPeriod := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
+	mgr, err := ctrl.NewManager(cfg, manager.Options{
+		Scheme: scheme,
+		Cache: cache.Options{
+			DefaultTransform: webhook.TransformStrip,
+		},
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress: o.HealthProbeBindAddress,
+		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
+			Host:     o.WebhookHost,
+			Port:     o.WebhookPort,
+			CertDir:  o.CertDir,
+			CertName: "tls.crt",
+			KeyName:  "tls.key",
+			TLSOpts: []func(*tls.Config){certs.TLSOpts, func(c *tls.Config) {
+				c.NextProtos = []string{"http/1.1"} // no HTTP/2 (CVE-2023-44487)
+			}},
+		}),
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
+		// The controller's name is fixed; several managers in one test process must not clash.
+		Controller: ctrlruntimeconfig.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	if o.Certs.Enabled {
+		o.Certs.CertDir = o.CertDir
+		ready, err := certs.Setup(mgr, o.Certs)
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.AddReadyzCheck("certs", certs.Checker(ready)); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{Manager: mgr, PeerAPI: gv, Ledger: webhook.NewLedger(0, nil)}
+	nodeIdx, err := indexer(ctx, mgr.GetCache(), &corev1.Node{}, webhook.NodeIndexers())
+	if err != nil {
+		return nil, err
+	}
+	polIdx, err := indexer(ctx, mgr.GetCache(), &v1alpha1.RouteReflectorPolicy{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := mgr.GetCache().GetInformer(ctx, &apiv3.BGPPeer{}); err != nil {
+		return nil, err
+	}
+	s.Nodes, s.Policies = webhook.NewNodeStore(nodeIdx), webhook.NewPolicies(polIdx)
+
+	srv := mgr.GetWebhookServer()
+	gate := func(h webhook.Handler) webhook.Handler { return webhook.Gate(h, s.Synced) }
+	srv.Register(PathMutateNode, webhook.Serve("mutate-v1-node", gate(&webhook.NodeMutator{Policies: s.Policies, Ledger: s.Ledger})))
+	srv.Register(PathValidateNode, webhook.Serve("validate-v1-node", gate(&webhook.NodeValidator{Policies: s.Policies, Nodes: s.Nodes, ServiceAccount: o.ServiceAccount})))
+	srv.Register(PathValidatePolicy, webhook.Serve("validate-routereflectorpolicy", gate(&webhook.PolicyValidator{Policies: s.Policies, Nodes: s.Nodes})))
+	srv.Register(PathValidatePeer, webhook.Serve("validate-bgppeer", &webhook.BGPPeerValidator{ServiceAccount: o.ServiceAccount}))
+
+	s.Reconciler = &reconciler.Reconciler{
+		Client:   mgr.GetClient(),
+		Nodes:    s.Nodes,
+		Policies: s.Policies,
+		Ledger:   s.Ledger,
+		Recorder: mgr.GetEventRecorderFor("calico-rr-autoscaler"),
+		PeerAPI:  gv,
+		Coalesce: o.Coalesce,
+		Log:      ctrl.Log.WithName("reconciler"),
+	}
+	if err := s.Reconciler.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	// The lease holder is the single writer of allocating decisions, once its cache holds every
+	// write of the previous leader.
+	takeover := o.TakeoverDelay
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if err := s.catchUp(ctx, mgr.GetAPIReader(), takeover); err != nil {
+			return nil // stopping
+		}
+		s.Ledger.SetLeader(true)
+		<-ctx.Done()
+		s.Ledger.SetLeader(false)
+		return nil
+	})); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(&syncWaiter{cache: mgr.GetCache(), done: &s.synced}); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("cache", func(*http.Request) error {
+		if !s.Synced() {
+			return errors.New("informer cache not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func setDefaults(o *Options) {
+	if o.WebhookPort == 0 {
+		o.WebhookPort = 9443
+	}
+	if o.MetricsBindAddress == "" {
+		o.MetricsBindAddress = ":8080"
+	}
+	if o.HealthProbeBindAddress == "" {
+		o.HealthProbeBindAddress = ":8081"
+	}
+	if o.LeaderElectionID == "" {
+		o.LeaderElectionID = "calico-rr-autoscaler"
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = 15 * time.Second
+	}
+	if o.RenewDeadline == 0 {
+		o.RenewDeadline = 10 * time.Second
+	}
+	if o.RetryPeriod == 0 {
+		o.RetryPeriod = 2 * time.Second
+	}
+	if o.ServiceAccount == "" {
+		o.ServiceAccount = DefaultServiceAccount
+	}
+	if o.TakeoverDelay == 0 {
+		o.TakeoverDelay = 2 * time.Second
+	}
+}
+
+// catchUp waits, on becoming the leader, until allocating decisions are safe: delay for the
+// previous leader's last admissions to be written or fail, then until the cache holds every node
+// at least at the version a consistent read returns (bounded: after 30s it goes ahead, the
+// reconciler repairs a duplicate).
+func (s *Server) catchUp(ctx context.Context, api client.Reader, delay time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(delay):
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := api.List(ctx, list); err != nil {
+		return nil // go ahead: the cache is as good as it gets
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		behind := 0
+		for i := range list.Items {
+			want, err1 := strconv.ParseUint(list.Items[i].ResourceVersion, 10, 64)
+			n := s.Nodes.Get(list.Items[i].Name)
+			if n == nil {
+				behind++
+				continue
+			}
+			have, err2 := strconv.ParseUint(n.ResourceVersion, 10, 64)
+			if err1 == nil && err2 == nil && have < want {
+				behind++
+			}
+		}
+		if behind == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// indexer gets the informer of obj (before the cache starts), adds indexers and returns its store.
+func indexer(ctx context.Context, c cache.Cache, obj client.Object, idx toolscache.Indexers) (toolscache.Indexer, error) {
+	inf, err := c.GetInformer(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	if len(idx) > 0 {
+		if err := inf.AddIndexers(idx); err != nil {
+			return nil, err
+		}
+	}
+	si, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return nil, fmt.Errorf("informer of %T has no indexer", obj)
+	}
+	return si.GetIndexer(), nil
+}
+
+// syncWaiter flips done once the cache has synced; it runs on every replica.
+type syncWaiter struct {
+	cache cache.Cache
+	done  *atomic.Bool
+}
+
+func (w *syncWaiter) Start(ctx context.Context) error {
+	if w.cache.WaitForCacheSync(ctx) {
+		w.done.Store(true)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (w *syncWaiter) NeedLeaderElection() bool { return false }

@@ -1,0 +1,176 @@
+package webhook
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// realistic gives a node what a kubelet reports (images, addresses, capacity, all conditions,
+// managedFields), so that the benchmarks decode objects of a real size (about 8 KB).
+func realistic(n *corev1.Node) *corev1.Node {
+	n = n.DeepCopy()
+	for i := range 40 {
+		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{
+			Names:     []string{fmt.Sprintf("registry.example.com/team-%d/service-%d@sha256:%064d", i, i, i), fmt.Sprintf("registry.example.com/team-%d/service-%d:v1.%d.0", i, i, i)},
+			SizeBytes: int64(1e8 + i),
+		})
+	}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: n.Name}}
+	for _, c := range []corev1.NodeConditionType{"MemoryPressure", "DiskPressure", "PIDPressure"} {
+		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: c, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficient" + string(c), Message: "kubelet has sufficient resources"})
+	}
+	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1"}}
+	return n
+}
+
+// bigCluster is a fixture of n nodes over three zones, settled on the default policy's plan, with
+// the plan committed on a leader.
+func bigCluster(b *testing.B, n int) *fixture {
+	b.Helper()
+	p := mkPolicy("default", nil)
+	var nodes []*corev1.Node
+	for i := range n {
+		nodes = append(nodes, mkNode(fmt.Sprintf("node-%05d", i), fmt.Sprintf("zone-%c", 'a'+i%3)))
+	}
+	f := newFixture(b, []*v1alpha1.RouteReflectorPolicy{p}, nil)
+	m, _ := f.policies.Get("default")
+	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
+	res := extender.Plan(in)
+	for i, node := range nodes {
+		st := res.Nodes[i]
+		for k, v := range st.Labels {
+			node.Labels[k] = v
+		}
+		for k, v := range st.Annotations {
+			node.Annotations[k] = v
+		}
+		if err := f.nodeIdx.Add(StripNode(node.DeepCopy())); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f.ledger.SetLeader(true)
+	f.commit(b)
+	return f
+}
+
+// benchServe posts body(i) to h b.N times and reports the p50 and p99 latency per admission.
+func benchServe(b *testing.B, h http.Handler, body func(i int) []byte) {
+	b.Helper()
+	const bodies = 256
+	pre := make([][]byte, bodies)
+	for i := range pre {
+		pre[i] = body(i)
+	}
+	var lat []time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(pre[i%bodies]))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		start := time.Now()
+		h.ServeHTTP(w, r)
+		lat = append(lat, time.Since(start))
+		if w.Code != 200 {
+			b.Fatalf("HTTP %d: %s", w.Code, w.Body)
+		}
+		i++
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+func BenchmarkMutateJoin5000(b *testing.B) {
+	f := bigCluster(b, 5000)
+	benchServe(b, Serve("mutate-v1-node", f.mutator), func(i int) []byte {
+		n := realistic(mkNode(fmt.Sprintf("join-%05d", i), fmt.Sprintf("zone-%c", 'a'+i%3), notReady))
+		return reviewBody(b, nodeReq(b, kubelet, n, nil))
+	})
+}
+
+func BenchmarkMutateReady5000(b *testing.B) {
+	f := bigCluster(b, 5000)
+	benchServe(b, Serve("mutate-v1-node", f.mutator), func(i int) []byte {
+		old := realistic(mkNode(fmt.Sprintf("ready-%05d", i), fmt.Sprintf("zone-%c", 'a'+i%3), notReady))
+		n := old.DeepCopy()
+		n.Status.Conditions[0].Status = corev1.ConditionTrue
+		req := nodeReq(b, kubelet, n, old)
+		req.SubResource = "status"
+		return reviewBody(b, req)
+	})
+}
+
+func BenchmarkMutateKnownNode5000(b *testing.B) {
+	f := bigCluster(b, 5000)
+	benchServe(b, Serve("mutate-v1-node", f.mutator), func(i int) []byte {
+		old := realistic(f.nodes.Get(fmt.Sprintf("node-%05d", 100+i)))
+		n := old.DeepCopy()
+		n.Labels["team"] = "x"
+		return reviewBody(b, nodeReq(b, alice, n, old))
+	})
+}
+
+func BenchmarkValidateRemoveRR5000(b *testing.B) {
+	f := bigCluster(b, 5000)
+	rrs := f.nodes.RouteReflectors()
+	benchServe(b, Serve("validate-v1-node", f.nodeVal), func(i int) []byte {
+		old := realistic(rrs[i%len(rrs)])
+		n := old.DeepCopy()
+		delete(n.Labels, "calico-route-reflector")
+		return reviewBody(b, nodeReq(b, alice, n, old))
+	})
+}
+
+func BenchmarkValidateCordon5000(b *testing.B) {
+	f := bigCluster(b, 5000)
+	benchServe(b, Serve("validate-v1-node", f.nodeVal), func(i int) []byte {
+		old := realistic(f.nodes.Get(fmt.Sprintf("node-%05d", 100+i)))
+		n := old.DeepCopy()
+		n.Spec.Unschedulable = true
+		return reviewBody(b, nodeReq(b, alice, n, old))
+	})
+}
+
+func BenchmarkValidateDelete5000(b *testing.B) {
+	f := bigCluster(b, 5000)
+	rrs := f.nodes.RouteReflectors()
+	benchServe(b, Serve("validate-v1-node", f.nodeVal), func(i int) []byte {
+		return reviewBody(b, nodeReq(b, alice, nil, realistic(rrs[i%len(rrs)])))
+	})
+}
+
+func BenchmarkValidatePolicy5000(b *testing.B) {
+	f := bigCluster(b, 5000)
+	if err := f.policies.Store().Add(mkPolicy("other", func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "other"}}
+	})); err != nil {
+		b.Fatal(err)
+	}
+	benchServe(b, Serve("validate-routereflectorpolicy", f.polVal), func(i int) []byte {
+		p := mkPolicy("edge", func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "edge"}}
+		})
+		return reviewBody(b, request(b, admissionv1.Update, policyKind, "", alice, p, p))
+	})
+}
+
+func BenchmarkValidateBGPPeer(b *testing.B) {
+	f := newFixture(b, nil, nil)
+	benchServe(b, Serve("validate-bgppeer", f.peerVal), func(i int) []byte {
+		return reviewBody(b, request(b, admissionv1.Update, peerKind, "", alice, peer("x", true), peer("x", true)))
+	})
+}

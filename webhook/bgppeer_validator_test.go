@@ -1,0 +1,77 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+var peerKind = metav1.GroupVersionKind{Group: "crd.projectcalico.org", Version: "v1", Kind: "BGPPeer"}
+
+func peer(name string, managed bool) *metav1.PartialObjectMetadata {
+	p := &metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "crd.projectcalico.org/v1", Kind: "BGPPeer"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}},
+	}
+	if managed {
+		p.Labels[extender.LabelManagedBy] = extender.ManagedByValue
+		p.Labels[extender.LabelPolicy] = "default"
+	}
+	return p
+}
+
+func TestBGPPeerValidator(t *testing.T) {
+	unmanaged := func(p *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+		p = p.DeepCopy()
+		delete(p.Labels, extender.LabelManagedBy)
+		return p
+	}
+	m := peer("rr-autoscaler-mesh-default", true)
+	const denied = `metadata.labels[app.kubernetes.io/managed-by]: Forbidden: [managed-bgppeer] BGPPeer rr-autoscaler-mesh-default is managed by calico-rr-autoscaler (policy "default") and may be %s only by it; change the RouteReflectorPolicy instead`
+	tests := []struct {
+		name     string
+		op       admissionv1.Operation
+		user     authenticationv1.UserInfo
+		obj, old runtime.Object
+		want     string
+	}{
+		{"update by hand", admissionv1.Update, alice, m, m, fmt.Sprintf(denied, "changed")},
+		{"delete by hand", admissionv1.Delete, alice, nil, m, fmt.Sprintf(denied, "deleted")},
+		{"create by hand", admissionv1.Create, alice, m, nil, fmt.Sprintf(denied, "created")},
+		{"label taken away", admissionv1.Update, alice, unmanaged(m), m, fmt.Sprintf(denied, "changed")},
+		{"kubelets are not exempt", admissionv1.Update, kubelet, m, m, fmt.Sprintf(denied, "changed")},
+		{"the product may", admissionv1.Update, sa, m, m, ""},
+		{"unmanaged peer", admissionv1.Update, alice, peer("mine", false), peer("mine", false), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, nil, nil)
+			var obj, old runtime.Object
+			if tc.obj != nil {
+				obj = tc.obj
+			}
+			if tc.old != nil {
+				old = tc.old
+			}
+			req := request(t, tc.op, peerKind, "", tc.user, obj, old)
+			req.Name = "rr-autoscaler-mesh-default"
+			if tc.name == "unmanaged peer" {
+				req.Name = "mine"
+			}
+			resp, err := f.peerVal.Handle(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := causes(resp); got != tc.want || resp.Allowed != (tc.want == "") {
+				t.Fatalf("allowed=%v causes:\n%s\nwant:\n%s", resp.Allowed, got, tc.want)
+			}
+		})
+	}
+}

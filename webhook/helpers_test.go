@@ -1,0 +1,248 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+const testSA = "system:serviceaccount:calico-rr-autoscaler:calico-rr-autoscaler"
+
+var (
+	tNow    = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	alice   = authenticationv1.UserInfo{Username: "alice", Groups: []string{"system:authenticated"}}
+	kubelet = authenticationv1.UserInfo{Username: "system:node:node-1", Groups: []string{"system:nodes", "system:authenticated"}}
+	sa      = authenticationv1.UserInfo{Username: testSA, Groups: []string{"system:serviceaccounts"}}
+)
+
+type nodeOpt func(*corev1.Node)
+
+func mkNode(name, zone string, opts ...nodeOpt) *corev1.Node {
+	n := &corev1.Node{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              name,
+			ResourceVersion:   "100",
+			CreationTimestamp: metav1.NewTime(tNow.Add(-time.Hour)),
+			Labels:            map[string]string{corev1.LabelTopologyZone: zone, corev1.LabelHostname: name},
+			Annotations:       map[string]string{},
+		},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+	}
+	for _, o := range opts {
+		o(n)
+	}
+	return n
+}
+
+func rr(id string) nodeOpt {
+	return func(n *corev1.Node) {
+		n.Labels[policy.DefaultRouteReflectorLabelKey] = ""
+		n.Labels[extender.LabelRouteReflectorID] = n.Name
+		n.Annotations[extender.AnnotationClusterID] = id
+	}
+}
+
+func clientOf(rrs ...string) nodeOpt {
+	return func(n *corev1.Node) {
+		n.Labels[extender.LabelPeeringSet] = "set-" + strings.Join(rrs, "-")
+		n.Annotations[extender.AnnotationRouteReflectors] = strings.Join(rrs, ",")
+	}
+}
+
+func withLabel(k, v string) nodeOpt { return func(n *corev1.Node) { n.Labels[k] = v } }
+func cordon(n *corev1.Node)         { n.Spec.Unschedulable = true }
+func notReady(n *corev1.Node)       { n.Status.Conditions[0].Status = corev1.ConditionFalse }
+func drainingMark(n *corev1.Node) {
+	n.Annotations[extender.AnnotationDrainingSince] = tNow.Add(-time.Minute).Format(time.RFC3339)
+}
+
+func mkPolicy(name string, mut func(*v1alpha1.RouteReflectorPolicySpec)) *v1alpha1.RouteReflectorPolicy {
+	p := policy.Default(name)
+	p.UID = types.UID("uid-" + name)
+	p.Generation = 1
+	if mut != nil {
+		mut(&p.Spec)
+	}
+	return p
+}
+
+func i32(v int32) *int32 { return &v }
+
+// fixture is a webhook's view of a cluster: the informer stores, the ledger and the handlers.
+type fixture struct {
+	policies *Policies
+	nodes    *NodeStore
+	nodeIdx  toolscache.Indexer
+	ledger   *Ledger
+	mutator  *NodeMutator
+	nodeVal  *NodeValidator
+	polVal   *PolicyValidator
+	peerVal  *BGPPeerValidator
+}
+
+func newFixture(t testing.TB, policies []*v1alpha1.RouteReflectorPolicy, nodes []*corev1.Node) *fixture {
+	t.Helper()
+	pidx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	for _, p := range policies {
+		if err := pidx.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nidx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, NodeIndexers())
+	for _, n := range nodes {
+		if err := nidx.Add(StripNode(n.DeepCopy())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &fixture{policies: NewPolicies(pidx), nodes: NewNodeStore(nidx), nodeIdx: nidx, ledger: NewLedger(0, func() time.Time { return tNow })}
+	f.mutator = &NodeMutator{Policies: f.policies, Ledger: f.ledger, Now: func() time.Time { return tNow }}
+	f.nodeVal = &NodeValidator{Policies: f.policies, Nodes: f.nodes, ServiceAccount: testSA}
+	f.polVal = &PolicyValidator{Policies: f.policies, Nodes: f.nodes}
+	f.peerVal = &BGPPeerValidator{ServiceAccount: testSA}
+	return f
+}
+
+// commit plans every policy from the store, as the leader's reconciler does, and commits it.
+func (f *fixture) commit(t testing.TB) {
+	t.Helper()
+	for _, m := range f.policies.Valid() {
+		nodes, seq := f.ledger.Overlay(Partition([]Managed{m}, f.nodes.List())[m.Policy.Name])
+		in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
+		if !f.ledger.Commit(m.Policy.Generation, in, extender.Plan(in), seq) {
+			t.Fatal("commit conflict")
+		}
+	}
+}
+
+func raw(t testing.TB, obj runtime.Object) runtime.RawExtension {
+	t.Helper()
+	if obj == nil {
+		return runtime.RawExtension{}
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runtime.RawExtension{Raw: b}
+}
+
+var nodeKind = metav1.GroupVersionKind{Version: "v1", Kind: "Node"}
+
+func request(t testing.TB, op admissionv1.Operation, kind metav1.GroupVersionKind, sub string, user authenticationv1.UserInfo, obj, old runtime.Object) *admissionv1.AdmissionRequest {
+	t.Helper()
+	req := &admissionv1.AdmissionRequest{
+		UID: "uid-1", Kind: kind, Operation: op, SubResource: sub, UserInfo: user,
+		Object: raw(t, obj), OldObject: raw(t, old),
+	}
+	if m, ok := obj.(metav1.Object); ok && obj != nil && !isNil(obj) {
+		req.Name = m.GetName()
+	} else if m, ok := old.(metav1.Object); ok && old != nil && !isNil(old) {
+		req.Name = m.GetName()
+	}
+	return req
+}
+
+func isNil(o runtime.Object) bool {
+	switch v := o.(type) {
+	case *corev1.Node:
+		return v == nil
+	case *v1alpha1.RouteReflectorPolicy:
+		return v == nil
+	}
+	return false
+}
+
+// nodeReq is an admission request for a node; old nil means CREATE.
+func nodeReq(t testing.TB, user authenticationv1.UserInfo, n, old *corev1.Node) *admissionv1.AdmissionRequest {
+	t.Helper()
+	switch {
+	case old == nil:
+		return request(t, admissionv1.Create, nodeKind, "", user, n, nil)
+	case n == nil:
+		return request(t, admissionv1.Delete, nodeKind, "", user, nil, old)
+	}
+	return request(t, admissionv1.Update, nodeKind, "", user, n, old)
+}
+
+// patched applies a response's patch to obj and returns the result.
+func patched(t testing.TB, obj *corev1.Node, resp *admissionv1.AdmissionResponse) *corev1.Node {
+	t.Helper()
+	out := obj.DeepCopy()
+	if len(resp.Patch) == 0 {
+		return out
+	}
+	doc, _ := json.Marshal(obj)
+	p, err := jsonpatch.DecodePatch(resp.Patch)
+	if err != nil {
+		t.Fatalf("patch %s: %v", resp.Patch, err)
+	}
+	doc, err = p.Apply(doc)
+	if err != nil {
+		t.Fatalf("patch %s: %v", resp.Patch, err)
+	}
+	out = &corev1.Node{}
+	if err := json.Unmarshal(doc, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// serveReview posts a review through Serve and returns the HTTP status and the decoded response.
+func serveReview(t testing.TB, h http.Handler, body []byte) (int, *admissionv1.AdmissionReview, string) {
+	t.Helper()
+	r := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "/x", bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		return w.Code, nil, w.Body.String()
+	}
+	out := &admissionv1.AdmissionReview{}
+	if err := json.Unmarshal(w.Body.Bytes(), out); err != nil {
+		t.Fatalf("response %q: %v", w.Body.String(), err)
+	}
+	return w.Code, out, ""
+}
+
+func reviewBody(t testing.TB, req *admissionv1.AdmissionRequest) []byte {
+	t.Helper()
+	b, err := json.Marshal(&admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  req,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func causes(resp *admissionv1.AdmissionResponse) string {
+	if resp.Result == nil || resp.Result.Details == nil {
+		return ""
+	}
+	var out []string
+	for _, c := range resp.Result.Details.Causes {
+		out = append(out, fmt.Sprintf("%s: %s", c.Field, c.Message))
+	}
+	return strings.Join(out, "\n")
+}

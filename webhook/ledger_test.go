@@ -1,0 +1,178 @@
+package webhook
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+func strp(s string) *string { return &s }
+
+func TestLedgerOverlaySettlesAndExpires(t *testing.T) {
+	now := tNow
+	l := NewLedger(10*time.Second, func() time.Time { return now })
+	a := mkNode("node-a", "zone-a")
+	a.ResourceVersion = "100"
+	b := mkNode("node-b", "zone-a")
+	b.ResourceVersion = "100"
+	created := mkNode("node-new", "zone-a")
+
+	l.Assume("default", Change{Node: "node-a", BaseRV: "100", Labels: map[string]*string{"calico-route-reflector": strp("")}})
+	l.Assume("default", Change{Node: "node-b", AfterRV: "105", Annotations: map[string]*string{extender.AnnotationDrainingSince: strp("x")}})
+	l.Assume("default", Change{Node: "node-new", Object: created, Create: true})
+
+	out, seq := l.Overlay([]*corev1.Node{a, b})
+	if seq != 3 || len(out) != 3 {
+		t.Fatalf("seq %d, %d nodes", seq, len(out))
+	}
+	if _, ok := out[0].Labels["calico-route-reflector"]; !ok {
+		t.Fatal("node-a: assumed label missing")
+	}
+	if _, ok := a.Labels["calico-route-reflector"]; ok {
+		t.Fatal("the cached node was modified")
+	}
+	if out[1].Annotations[extender.AnnotationDrainingSince] != "x" || out[2].Name != "node-new" {
+		t.Fatalf("overlay %v %v", out[1].Annotations, out[2].Name)
+	}
+
+	// The cache catches up: node-a at 101 settles its change; node-b at 104 does not yet; the
+	// created node shows up.
+	a2, b2 := a.DeepCopy(), b.DeepCopy()
+	a2.ResourceVersion, b2.ResourceVersion = "101", "104"
+	out, _ = l.Overlay([]*corev1.Node{a2, b2, created})
+	if _, ok := out[0].Labels["calico-route-reflector"]; ok || l.Pending() != 1 || len(out) != 3 {
+		t.Fatalf("settled: pending %d, node-a %v, %d nodes", l.Pending(), out[0].Labels, len(out))
+	}
+	// Expiry.
+	now = now.Add(11 * time.Second)
+	if out, _ = l.Overlay([]*corev1.Node{a2, b2}); l.Pending() != 0 || out[1].Annotations[extender.AnnotationDrainingSince] == "x" {
+		t.Fatalf("expired: pending %d", l.Pending())
+	}
+}
+
+func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
+	f.ledger.SetLeader(true)
+	f.commit(t)
+	m, _ := f.policies.Get("default")
+
+	// The reconciler reads its input, then a promotion is admitted.
+	nodes, seq := f.ledger.Overlay(nil)
+	n := mkNode("node-1", "zone-a")
+	if a, ok := f.ledger.Admit(m, n, Change{Object: StripNode(n.DeepCopy()), Create: true}); !ok || a.Role != extender.AdmitRouteReflector {
+		t.Fatalf("admit: %+v %v", a, ok)
+	}
+	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
+	if f.ledger.Commit(1, in, extender.Plan(in), seq) {
+		t.Fatal("commit of a plan that missed a promotion succeeded")
+	}
+	// With decisions blocked, the plan sees the promotion (the created node from the overlay).
+	unblock := f.ledger.BlockDecisions()
+	nodes, seq = f.ledger.Overlay(nil)
+	in.Nodes = nodes
+	res := extender.Plan(in)
+	ok := f.ledger.Commit(1, in, res, seq)
+	unblock()
+	if !ok || len(nodes) != 1 || res.Summary.RouteReflectors != 1 || res.RouteReflectors[0].Node != "node-1" {
+		t.Fatalf("commit %v, plan %+v", ok, res.Summary)
+	}
+	// Later decisions count it: zone-b and zone-c nodes are promoted, then a zone-a node is a client.
+	b, _ := f.ledger.Admit(m, mkNode("node-2", "zone-b"), Change{})
+	c, _ := f.ledger.Admit(m, mkNode("node-3", "zone-c"), Change{})
+	a, _ := f.ledger.Admit(m, mkNode("node-4", "zone-a"), Change{})
+	if b.ClusterID != "224.0.0.2" || c.ClusterID != "224.0.0.3" || a.Role != extender.AdmitClient || len(a.RouteReflectors) != 3 {
+		t.Fatalf("after commit: %+v / %+v / %+v", b, c, a)
+	}
+}
+
+func TestLedgerDecisionsSurviveCommit(t *testing.T) {
+	// Decisions admitted after the plan's input count on top of the committed plan.
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
+	f.ledger.SetLeader(true)
+	m, _ := f.policies.Get("default")
+	nodes, seq := f.ledger.Overlay(nil)
+	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
+	res := extender.Plan(in)
+	if !f.ledger.Commit(1, in, res, seq) {
+		t.Fatal("commit")
+	}
+	for i := range 3 {
+		if a, _ := f.ledger.Admit(m, mkNode(fmt.Sprint("node-", i), fmt.Sprintf("zone-%c", 'a'+i)), Change{}); a.Role != extender.AdmitRouteReflector {
+			t.Fatalf("node %d: %+v", i, a)
+		}
+	}
+	// A commit of a plan computed before them conflicts; computed with them (their changes are
+	// only in the ledger, the cache is empty) it carries them.
+	if f.ledger.Commit(1, in, res, seq) {
+		t.Fatal("stale commit succeeded")
+	}
+	if a, _ := f.ledger.Admit(m, mkNode("node-9", "zone-a"), Change{}); a.Role != extender.AdmitClient || len(a.RouteReflectors) != 3 {
+		t.Fatalf("fourth joiner: %+v", a)
+	}
+}
+
+func TestLedgerNotLeader(t *testing.T) {
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
+	f.ledger.SetLeader(true)
+	f.commit(t)
+	f.ledger.SetLeader(false)
+	m, _ := f.policies.Get("default")
+	if _, ok := f.ledger.Admit(m, mkNode("node-1", "zone-a"), Change{}); ok {
+		t.Fatal("a non-leader decided")
+	}
+	// Regaining the lease needs a new commit.
+	f.ledger.SetLeader(true)
+	if _, ok := f.ledger.Admit(m, mkNode("node-1", "zone-a"), Change{}); ok {
+		t.Fatal("decided without a committed plan")
+	}
+}
+
+func TestLedgerOverlayShowsAdmittedFacts(t *testing.T) {
+	// A node created NotReady, then promoted when Ready arrived through nodes/status: until the
+	// cache shows the Ready version, the planner sees the admitted one (Ready, with its role), not
+	// the cached NotReady one with a role pasted on (which it would drain).
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
+	f.ledger.SetLeader(true)
+	f.commit(t)
+	m, _ := f.policies.Get("default")
+	n := mkNode("node-1", "zone-a", notReady)
+	n.ResourceVersion = ""
+	f.ledger.Admit(m, n, Change{Object: n.DeepCopy(), Create: true})
+	cached := n.DeepCopy()
+	cached.ResourceVersion = "10"
+	ready := cached.DeepCopy()
+	ready.Status.Conditions[0].Status = corev1.ConditionTrue
+	if a, ok := f.ledger.Admit(m, ready, Change{Object: ready.DeepCopy(), BaseRV: "10"}); !ok || a.Role != extender.AdmitRouteReflector {
+		t.Fatalf("%+v", a)
+	}
+	out, _ := f.ledger.Overlay([]*corev1.Node{cached})
+	if len(out) != 1 || !extender.IsReady(out[0]) || out[0].Annotations[extender.AnnotationClusterID] == "" {
+		t.Fatalf("overlay: %+v", out[0])
+	}
+	// The node is deleted: its changes go.
+	if out, _ = f.ledger.Overlay(nil); len(out) != 0 || f.ledger.Pending() != 0 {
+		t.Fatalf("deleted node still overlaid: %d nodes, %d pending", len(out), f.ledger.Pending())
+	}
+}
+
+func TestOwnedKeysMatchExtender(t *testing.T) {
+	// OwnedChanges spells out the owned label keys; they must stay those of the extender.
+	want := extender.OwnedLabelKeys("k")
+	n := &corev1.Node{}
+	st := extender.NodeState{Labels: map[string]string{}, Annotations: map[string]string{}}
+	for _, k := range want {
+		st.Labels[k] = "v"
+	}
+	for _, k := range extender.OwnedAnnotationKeys() {
+		st.Annotations[k] = "v"
+	}
+	lbl, ann := OwnedChanges("k", n, st)
+	if len(lbl) != len(want) || len(ann) != len(extender.OwnedAnnotationKeys()) {
+		t.Fatalf("labels %v annotations %v", lbl, ann)
+	}
+}

@@ -1,0 +1,117 @@
+package webhook
+
+import (
+	"context"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+// NodeMutator is /mutate-v1-node (Node CREATE and UPDATE, on nodes and nodes/status). A route
+// reflector that is cordoned, becomes forbidden or loses eligibility is marked draining (every
+// replica does this: it follows from the node alone). On the leader only, a joining node, or one
+// that just became eligible, gets its role from the ledger in the same request: route reflector
+// with its cluster ID, or client with its peering set. A replica without the lease answers without
+// a patch and leaves the node to the leader's reconciler. Its patches are idempotent.
+type NodeMutator struct {
+	Policies *Policies
+	Ledger   *Ledger
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Handle implements Handler.
+func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return Allowed(), nil
+	}
+	node, err := decodeNode(req.Object.Raw, "request.object")
+	if err != nil {
+		return nil, err
+	}
+	if node.Name == "" {
+		node.Name = req.Name
+	}
+	var old *corev1.Node
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		if old, err = decodeNode(req.OldObject.Raw, "request.oldObject"); err != nil {
+			return nil, err
+		}
+	}
+	mp, ok := m.Policies.ForNode(node.Labels)
+	if !ok {
+		return Allowed(), nil
+	}
+	p := mp.Resolved
+	ni := extender.NewNodeInfo(node, p)
+	extender.RunFilters(extender.DefaultFilters(), p, ni)
+	change := Change{Node: node.Name, Object: node.DeepCopy(), Create: old == nil}
+	if old != nil {
+		change.BaseRV = old.ResourceVersion
+	}
+
+	var lbl, ann map[string]*string
+	switch {
+	case ni.CurrentRR:
+		if !ni.Eligible && node.Annotations[extender.AnnotationDrainingSince] == "" {
+			ts := CeilSecond(m.now()).Format(time.RFC3339)
+			ann = map[string]*string{extender.AnnotationDrainingSince: &ts}
+			change.Annotations = ann
+			change.Object = ApplyChange(change.Object, &change)
+			m.Ledger.Assume(p.Name, change)
+			decisionsTotal.WithLabelValues("draining").Inc()
+		}
+	case old != nil && wasRouteReflector(old, mp):
+		// The role is being removed (by the reconciler, or by hand as the validator allows): the
+		// reconciler decides what the node becomes.
+	default:
+		hasSet := node.Labels[extender.LabelPeeringSet] != ""
+		becameEligible := ni.Eligible && (old == nil || !eligible(old, mp))
+		if hasSet && !becameEligible {
+			break
+		}
+		if !m.Ledger.Leader() {
+			decisionsTotal.WithLabelValues("deferred").Inc()
+			break
+		}
+		a, ok := m.Ledger.Admit(mp, node, change)
+		if !ok {
+			break
+		}
+		lbl, ann = OwnedChanges(p.RRLabelKey, node, a.State(p))
+		if len(lbl)+len(ann) > 0 {
+			decisionsTotal.WithLabelValues(a.Role.String()).Inc()
+		}
+	}
+	return Patched(metadataPatch(node.Labels, node.Annotations, lbl, ann))
+}
+
+func (m *NodeMutator) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+func wasRouteReflector(n *corev1.Node, mp Managed) bool {
+	return extender.NewNodeInfo(n, mp.Resolved).CurrentRR
+}
+
+func eligible(n *corev1.Node, mp Managed) bool {
+	ni := extender.NewNodeInfo(n, mp.Resolved)
+	extender.RunFilters(extender.DefaultFilters(), mp.Resolved, ni)
+	return ni.Eligible
+}
+
+// CeilSecond rounds t up to the second, in UTC. Draining marks have a resolution of one second
+// (RFC 3339); rounding up keeps the removalDelay from ever being cut short.
+func CeilSecond(t time.Time) time.Time {
+	u := t.UTC().Truncate(time.Second)
+	if u.Before(t) {
+		u = u.Add(time.Second)
+	}
+	return u
+}

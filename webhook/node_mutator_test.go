@@ -1,0 +1,175 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+func mutate(t *testing.T, f *fixture, req *admissionv1.AdmissionRequest, obj *corev1.Node) (*corev1.Node, *admissionv1.AdmissionResponse) {
+	t.Helper()
+	resp, err := f.mutator.Handle(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Allowed {
+		t.Fatalf("mutator denied: %+v", resp.Result)
+	}
+	return patched(t, obj, resp), resp
+}
+
+func owned(n *corev1.Node) string {
+	var out []string
+	for _, k := range extender.OwnedLabelKeys("calico-route-reflector") {
+		if v, ok := n.Labels[k]; ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	for _, k := range extender.OwnedAnnotationKeys() {
+		if v, ok := n.Annotations[k]; ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return fmt.Sprint(out)
+}
+
+func TestNodeMutator(t *testing.T) {
+	type step struct {
+		name   string
+		leader bool
+		commit bool
+		nodes  []*corev1.Node // the cache
+		user   string
+		old    *corev1.Node // nil: CREATE
+		obj    *corev1.Node
+		want   string // owned keys after the patch
+	}
+	joiner := mkNode("node-new", "zone-a")
+	tests := []step{
+		{name: "leader promotes a joiner on an empty cluster", leader: true, commit: true, obj: joiner,
+			want: "[calico-route-reflector= routereflector.io/rr-id=node-new projectcalico.org/RouteReflectorClusterID=224.0.0.1]"},
+		{name: "no plan committed yet: left to the reconciler", leader: true, obj: joiner, want: "[]"},
+		{name: "non-leader answers without a patch", commit: true, obj: joiner, want: "[]"},
+		{name: "leader makes a joiner a client", leader: true, commit: true, nodes: threeZones(), obj: mkNode("node-new", "zone-b", notReady),
+			want: "[routereflector.io/peering-set=a88f56a637 routereflector.io/route-reflectors=node-a1,node-b1,node-c1]"},
+		{name: "cordoned route reflector is marked draining (any replica)", nodes: threeZones(),
+			old: mkNode("node-a1", "zone-a", rr("224.0.0.1")), obj: mkNode("node-a1", "zone-a", rr("224.0.0.1"), cordon),
+			want: "[calico-route-reflector= routereflector.io/rr-id=node-a1 projectcalico.org/RouteReflectorClusterID=224.0.0.1 routereflector.io/draining-since=2025-06-01T12:00:00Z]"},
+		{name: "already draining: no change", nodes: threeZones(),
+			old: mkNode("node-a1", "zone-a", rr("224.0.0.1"), drainingMark), obj: mkNode("node-a1", "zone-a", rr("224.0.0.1"), drainingMark, cordon),
+			want: "[calico-route-reflector= routereflector.io/rr-id=node-a1 projectcalico.org/RouteReflectorClusterID=224.0.0.1 routereflector.io/draining-since=2025-06-01T11:59:00Z]"},
+		{name: "a role removed by hand is not put back", leader: true, commit: true, nodes: threeZones(),
+			old:  mkNode("node-a1", "zone-a", rr("224.0.0.1")),
+			obj:  mkNode("node-a1", "zone-a", rr("224.0.0.1"), func(n *corev1.Node) { delete(n.Labels, "calico-route-reflector") }),
+			want: "[routereflector.io/rr-id=node-a1 projectcalico.org/RouteReflectorClusterID=224.0.0.1]"},
+		{name: "a known client stays", leader: true, commit: true, nodes: threeZones(),
+			old:  mkNode("node-a2", "zone-a", clientOf("node-a1", "node-b1", "node-c1")),
+			obj:  mkNode("node-a2", "zone-a", clientOf("node-a1", "node-b1", "node-c1"), withLabel("team", "x")),
+			want: "[routereflector.io/peering-set=set-node-a1-node-b1-node-c1 routereflector.io/route-reflectors=node-a1,node-b1,node-c1]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, tc.nodes)
+			f.ledger.SetLeader(tc.leader || tc.commit)
+			if tc.commit {
+				f.commit(t)
+			}
+			f.ledger.SetLeader(tc.leader)
+			req := nodeReq(t, alice, tc.obj, tc.old)
+			got, resp := mutate(t, f, req, tc.obj)
+			if owned(got) != tc.want {
+				t.Fatalf("owned keys %s, want %s (patch %s)", owned(got), tc.want, resp.Patch)
+			}
+			// Idempotent: the reinvocation on the patched object changes nothing.
+			req2 := nodeReq(t, alice, got, tc.old)
+			if _, resp2 := mutate(t, f, req2, got); len(resp2.Patch) != 0 {
+				t.Fatalf("reinvocation patched again: %s", resp2.Patch)
+			}
+		})
+	}
+}
+
+func TestNodeMutatorJoinThenReady(t *testing.T) {
+	// A cluster with one eligible node, the route reflector of zone-a: a node of zone-b joins NotReady
+	// (client), then turns Ready through nodes/status (promoted in that request).
+	nodes := []*corev1.Node{
+		mkNode("node-a1", "zone-a", rr("224.0.0.1")),
+		mkNode("node-a2", "zone-a", cordon, clientOf("node-a1")),
+		mkNode("node-b9", "zone-b", cordon, clientOf("node-a1")),
+	}
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nodes)
+	f.ledger.SetLeader(true)
+	f.commit(t)
+	n := mkNode("node-b1", "zone-b", notReady)
+	created, _ := mutate(t, f, nodeReq(t, kubelet, n, nil), n)
+	if created.Annotations[extender.AnnotationRouteReflectors] != "node-a1" {
+		t.Fatalf("joiner: %s", owned(created))
+	}
+	ready := created.DeepCopy()
+	ready.Status.Conditions[0].Status = corev1.ConditionTrue
+	req := nodeReq(t, kubelet, ready, created)
+	req.SubResource = "status"
+	got, _ := mutate(t, f, req, ready)
+	if want := "[calico-route-reflector= routereflector.io/rr-id=node-b1 projectcalico.org/RouteReflectorClusterID=224.0.0.2]"; owned(got) != want {
+		t.Fatalf("ready: %s, want %s", owned(got), want)
+	}
+	if f.ledger.Pending() != 1 {
+		t.Fatalf("pending %d", f.ledger.Pending())
+	}
+}
+
+func TestNodeMutatorConcurrentBurst(t *testing.T) {
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
+	f.ledger.SetLeader(true)
+	f.commit(t)
+	const n = 60
+	out := make([]*corev1.Node, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := mkNode(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3))
+			resp, err := f.mutator.Handle(context.Background(), nodeReq(t, kubelet, node, nil))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			out[i] = patched(t, node, resp)
+		}()
+	}
+	wg.Wait()
+	ids := map[string]string{}
+	rrs := 0
+	for _, node := range out {
+		if id, ok := node.Annotations[extender.AnnotationClusterID]; ok {
+			rrs++
+			if o, dup := ids[id]; dup {
+				t.Fatalf("%s and %s share cluster ID %s", o, node.Name, id)
+			}
+			ids[id] = node.Name
+		}
+	}
+	if rrs != 3 {
+		t.Fatalf("%d route reflectors promoted, want 3", rrs)
+	}
+}
+
+func TestNodeMutatorNoPolicy(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	f.ledger.SetLeader(true)
+	n := mkNode("node-1", "zone-a")
+	if got, _ := mutate(t, f, nodeReq(t, kubelet, n, nil), n); owned(got) != "[]" {
+		t.Fatal(owned(got))
+	}
+}
+
+var _ = time.Second

@@ -1,0 +1,315 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// Rules of the node validator; a denial's message starts with its rule in brackets.
+const (
+	RuleMinRouteReflectors = "min-route-reflectors"
+	RuleMaxRouteReflectors = "max-route-reflectors"
+	RuleQuorum             = "quorum"
+	RuleClusterID          = "cluster-id"
+	RuleClusterIDCollision = "cluster-id-collision"
+	RuleForbiddenNode      = "forbidden-node"
+	RuleCordonedNode       = "cordoned-node"
+	RuleNotReadyNode       = "not-ready-node"
+	RuleDeletingNode       = "deleting-node"
+	RuleUntoleratedTaint   = "untolerated-taint"
+)
+
+// filterRules maps the planner's filters to the rules that deny labelling an ineligible node.
+var filterRules = map[string]string{
+	extender.NotForbiddenName:      RuleForbiddenNode,
+	extender.NodeUnschedulableName: RuleCordonedNode,
+	extender.NodeReadyName:         RuleNotReadyNode,
+	extender.NodeDeletingName:      RuleDeletingNode,
+	extender.TaintTolerationName:   RuleUntoleratedTaint,
+}
+
+// NodeValidator is /validate-v1-node (Node UPDATE on nodes and nodes/status, and DELETE). For any
+// user but the product's service account and kubelets, it denies removing a route reflector's
+// label or cluster ID below minRouteReflectors or so that a client keeps no route reflector (or,
+// when all route reflectors share one cluster ID, so that two clients no longer share one);
+// labelling a node the planner's filters reject, or beyond maxRouteReflectors; and a cluster ID
+// that is not IPv4 or, with one cluster ID per route reflector, another's. It never denies a
+// DELETE: it warns instead. It decides from the informer cache (NodeStore's indexes).
+type NodeValidator struct {
+	Policies *Policies
+	Nodes    *NodeStore
+	// ServiceAccount is the product's identity, never denied.
+	ServiceAccount string
+}
+
+var nodeGK = corev1.SchemeGroupVersion.WithKind("Node").GroupKind()
+
+// Handle implements Handler.
+func (v *NodeValidator) Handle(_ context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	switch req.Operation {
+	case admissionv1.Delete:
+		return v.delete(req)
+	case admissionv1.Update:
+	default:
+		return Allowed(), nil
+	}
+	node, err := decodeNode(req.Object.Raw, "request.object")
+	if err != nil {
+		return nil, err
+	}
+	old, err := decodeNode(req.OldObject.Raw, "request.oldObject")
+	if err != nil {
+		return nil, err
+	}
+	if exempt(req.UserInfo, v.ServiceAccount) {
+		return Allowed(), nil
+	}
+	if node.Name == "" {
+		node.Name = req.Name
+	}
+	var errs field.ErrorList
+	if mp, ok := v.Policies.ForNode(node.Labels); ok {
+		errs = append(errs, v.addition(mp, old, node)...)
+	}
+	if mp, ok := v.Policies.ForNode(old.Labels); ok {
+		errs = append(errs, v.removal(mp, old, node)...)
+	}
+	if len(errs) > 0 {
+		return Denied(nodeGK, node.Name, errs), nil
+	}
+	return Allowed(), nil
+}
+
+// exempt: the product itself, and kubelets (a node must always be able to report its status).
+func exempt(u authenticationv1.UserInfo, serviceAccount string) bool {
+	return u.Username == serviceAccount && serviceAccount != "" || slices.Contains(u.Groups, "system:nodes")
+}
+
+var (
+	labelsPath      = field.NewPath("metadata", "labels")
+	annotationsPath = field.NewPath("metadata", "annotations")
+	clusterIDPath   = annotationsPath.Key(extender.AnnotationClusterID)
+)
+
+// activeRR: the node is a working route reflector of the policy: its label and a valid cluster ID.
+func activeRR(n *corev1.Node, p *policy.Resolved) (uint32, bool) {
+	if !p.IsRouteReflectorLabel(n.Labels) {
+		return 0, false
+	}
+	id, ok := policy.ParseClusterID(n.Annotations[extender.AnnotationClusterID])
+	return id, ok
+}
+
+func draining(n *corev1.Node) bool { return n.Annotations[extender.AnnotationDrainingSince] != "" }
+
+type rrInfo struct {
+	id       uint32
+	draining bool
+}
+
+// routeReflectors returns the policy's working route reflectors in the cache, but skip.
+func (v *NodeValidator) routeReflectors(mp Managed, skip string) map[string]rrInfo {
+	out := map[string]rrInfo{}
+	for _, n := range v.Nodes.RouteReflectors() {
+		if n.Name == skip {
+			continue
+		}
+		if id, ok := activeRR(n, mp.Resolved); ok && mp.Resolved.NodeSelector.Matches(labels.Set(n.Labels)) {
+			out[n.Name] = rrInfo{id: id, draining: draining(n)}
+		}
+	}
+	return out
+}
+
+func (v *NodeValidator) removal(mp Managed, old, node *corev1.Node) field.ErrorList {
+	p := mp.Resolved
+	if _, was := activeRR(old, p); !was {
+		return nil
+	}
+	if _, is := activeRR(node, p); is {
+		return nil
+	}
+	path, what := clusterIDPath, "the cluster ID"
+	if !p.IsRouteReflectorLabel(node.Labels) {
+		path, what = labelsPath.Key(p.RRLabelKey), "the route reflector label"
+	}
+	others := v.routeReflectors(mp, node.Name)
+	active := 0
+	for _, r := range others {
+		if !r.draining {
+			active++
+		}
+	}
+	var errs field.ErrorList
+	if !draining(old) && active < p.Min {
+		errs = append(errs, RuleError(path, RuleMinRouteReflectors,
+			"removing %s from %s would leave %d route reflectors; policy %q requires at least %d", what, node.Name, active, p.Name, p.Min))
+	}
+	// Quorum: every client keeps a route reflector; with one shared cluster ID, every two clients
+	// share one (projectcalico/calico#2735).
+	ids := distinctIDs(others)
+	shared := len(ids) == 1 && len(others) > 1
+	var orphans []string
+	sets := map[string][]string{}
+	for _, c := range v.Nodes.ClientsOf(node.Name) {
+		list := c.Annotations[extender.AnnotationRouteReflectors]
+		left := 0
+		for rest := list; rest != ""; {
+			var r string
+			r, rest, _ = strings.Cut(rest, ",")
+			if _, ok := others[r]; ok {
+				left++
+			}
+		}
+		if left == 0 {
+			orphans = append(orphans, c.Name)
+			continue
+		}
+		if shared && sets[list] == nil {
+			var l []string
+			for _, r := range strings.Split(list, ",") {
+				if _, ok := others[r]; ok {
+					l = append(l, r)
+				}
+			}
+			sets[list] = l
+		}
+	}
+	if len(orphans) > 0 {
+		slices.Sort(orphans)
+		errs = append(errs, RuleError(path, RuleQuorum, "removing %s from %s would leave %s without a route reflector",
+			what, node.Name, countedNames(orphans, "client", "clients")))
+		return errs
+	}
+	keys := slices.Sorted(maps.Keys(sets))
+	for i := range keys {
+		for j := i + 1; j < len(keys); j++ {
+			a, b := sets[keys[i]], sets[keys[j]]
+			if !intersect(a, b) {
+				return append(errs, RuleError(path, RuleQuorum,
+					"removing %s from %s would leave clients of %s and clients of %s without a common route reflector, and all route reflectors share cluster ID %s (projectcalico/calico#2735)",
+					what, node.Name, strings.Join(a, ","), strings.Join(b, ","), policy.ClusterIDString(ids[0])))
+			}
+		}
+	}
+	return errs
+}
+
+func distinctIDs(m map[string]rrInfo) []uint32 {
+	var ids []uint32
+	for _, r := range m {
+		if !slices.Contains(ids, r.id) {
+			ids = append(ids, r.id)
+		}
+	}
+	return ids
+}
+
+func intersect(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+func countedNames(names []string, one, many string) string {
+	const show = 3
+	if len(names) == 1 {
+		return one + " " + names[0]
+	}
+	if len(names) <= show {
+		return fmt.Sprintf("%d %s (%s)", len(names), many, strings.Join(names, ", "))
+	}
+	return fmt.Sprintf("%d %s (%s, ...)", len(names), many, strings.Join(names[:show], ", "))
+}
+
+func (v *NodeValidator) addition(mp Managed, old, node *corev1.Node) field.ErrorList {
+	p := mp.Resolved
+	var errs field.ErrorList
+	oldID, hadID := old.Annotations[extender.AnnotationClusterID]
+	newID, hasID := node.Annotations[extender.AnnotationClusterID]
+	labelAdded := !p.IsRouteReflectorLabel(old.Labels) && p.IsRouteReflectorLabel(node.Labels)
+	idAdded := hasID && !hadID
+	if hasID && (!hadID || newID != oldID) {
+		id, ok := policy.ParseClusterID(newID)
+		switch {
+		case !ok:
+			errs = append(errs, RuleError(clusterIDPath, RuleClusterID, "%q is not an IPv4 address", newID))
+		case p.Topology == v1alpha1.MultiCluster && p.ClusterIDMode == v1alpha1.PerRouteReflector:
+			for _, o := range v.Nodes.RouteReflectors() {
+				if o.Name == node.Name || !p.NodeSelector.Matches(labels.Set(o.Labels)) {
+					continue
+				}
+				if oid, ok := policy.ParseClusterID(o.Annotations[extender.AnnotationClusterID]); ok && oid == id {
+					errs = append(errs, RuleError(clusterIDPath, RuleClusterIDCollision,
+						"cluster ID %s of %s is already held by %s; policy %q gives each route reflector its own (clusterIDs: PerRouteReflector)",
+						newID, node.Name, o.Name, p.Name))
+					break
+				}
+			}
+		}
+	}
+	if !labelAdded && !idAdded {
+		return errs
+	}
+	path, what := labelsPath.Key(p.RRLabelKey), "the route reflector label"
+	if !labelAdded {
+		path, what = clusterIDPath, "a cluster ID"
+	}
+	ni := extender.NewNodeInfo(node, p)
+	for _, f := range extender.DefaultFilters() {
+		if reason := f.Filter(p, ni); reason != "" {
+			errs = append(errs, RuleError(path, filterRules[f.Name()],
+				"%s may not be a route reflector of policy %q: %s", node.Name, p.Name, reason))
+			return errs
+		}
+	}
+	if _, was := activeRR(old, p); !was {
+		if n := len(v.routeReflectors(mp, node.Name)) + 1; n > p.Max {
+			errs = append(errs, RuleError(path, RuleMaxRouteReflectors,
+				"adding %s to %s would make %d route reflectors; policy %q allows at most %d", what, node.Name, n, p.Name, p.Max))
+		}
+	}
+	return errs
+}
+
+// delete never denies: a cloud controller must be able to remove a dead VM. It warns when the node
+// is a route reflector.
+func (v *NodeValidator) delete(req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	if len(req.OldObject.Raw) == 0 {
+		return Allowed(), nil
+	}
+	old, err := decodeNode(req.OldObject.Raw, "request.oldObject")
+	if err != nil {
+		return nil, err
+	}
+	mp, ok := v.Policies.ForNode(old.Labels)
+	if !ok {
+		return Allowed(), nil
+	}
+	if _, rr := activeRR(old, mp.Resolved); !rr {
+		return Allowed(), nil
+	}
+	if old.Name == "" {
+		old.Name = req.Name
+	}
+	clients := len(v.Nodes.ClientsOf(old.Name))
+	others := len(v.routeReflectors(mp, old.Name))
+	return Allowed(fmt.Sprintf("node %s is a route reflector of policy %q with %d clients; %d route reflectors remain (minimum %d); the reconciler promotes a replacement and moves its clients",
+		old.Name, mp.Resolved.Name, clients, others, mp.Resolved.Min)), nil
+}

@@ -1,0 +1,175 @@
+package webhook
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// threeZones: one route reflector per zone, and clients peering with all three (or as given).
+func threeZones(extra ...*corev1.Node) []*corev1.Node {
+	nodes := []*corev1.Node{
+		mkNode("node-a1", "zone-a", rr("224.0.0.1")),
+		mkNode("node-b1", "zone-b", rr("224.0.0.2")),
+		mkNode("node-c1", "zone-c", rr("224.0.0.3")),
+		mkNode("node-a2", "zone-a", clientOf("node-a1", "node-b1", "node-c1")),
+		mkNode("node-b2", "zone-b", clientOf("node-a1", "node-b1", "node-c1")),
+		mkNode("node-c2", "zone-c", clientOf("node-a1", "node-b1", "node-c1")),
+	}
+	return append(nodes, extra...)
+}
+
+func TestNodeValidator(t *testing.T) {
+	def := func(*v1alpha1.RouteReflectorPolicySpec) {}
+	minN := func(n int32) func(*v1alpha1.RouteReflectorPolicySpec) {
+		return func(s *v1alpha1.RouteReflectorPolicySpec) { s.MinRouteReflectors = i32(n) }
+	}
+	unlabel := func(n *corev1.Node) { delete(n.Labels, "calico-route-reflector") }
+	noID := func(n *corev1.Node) { delete(n.Annotations, extender.AnnotationClusterID) }
+	label := func(n *corev1.Node) { n.Labels["calico-route-reflector"] = "" }
+	tests := []struct {
+		name   string
+		spec   func(*v1alpha1.RouteReflectorPolicySpec)
+		extra  []*corev1.Node
+		user   authenticationv1.UserInfo
+		node   string
+		change func(*corev1.Node)
+		want   string // "" allowed; else the causes, exactly
+		sameID bool   // every route reflector has 224.0.0.1
+	}{
+		{name: "below min", spec: def, user: alice, node: "node-a1", change: unlabel,
+			want: `metadata.labels[calico-route-reflector]: Invalid value: [min-route-reflectors] removing the route reflector label from node-a1 would leave 2 route reflectors; policy "default" requires at least 3`},
+		{name: "cluster ID below min", spec: def, user: alice, node: "node-b1", change: noID,
+			want: `metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: [min-route-reflectors] removing the cluster ID from node-b1 would leave 2 route reflectors; policy "default" requires at least 3`},
+		{name: "kubelet never denied", spec: def, user: kubelet, node: "node-a1", change: unlabel},
+		{name: "service account never denied", spec: def, user: sa, node: "node-a1", change: unlabel},
+		{name: "above min", spec: minN(2), user: alice, node: "node-a1", change: unlabel},
+		{name: "quorum: a client would keep none", spec: minN(1), user: alice, node: "node-a1", change: unlabel,
+			extra: []*corev1.Node{mkNode("node-x", "zone-a", clientOf("node-a1"))},
+			want:  `metadata.labels[calico-route-reflector]: Invalid value: [quorum] removing the route reflector label from node-a1 would leave client node-x without a route reflector`},
+		{name: "quorum: shared cluster ID", user: alice, node: "node-a1", change: unlabel,
+			spec: func(s *v1alpha1.RouteReflectorPolicySpec) { s.MinRouteReflectors = i32(1) },
+			extra: []*corev1.Node{
+				mkNode("node-d1", "zone-a", rr("224.0.0.1")),
+				mkNode("node-x", "zone-a", clientOf("node-a1", "node-b1")),
+				mkNode("node-y", "zone-a", clientOf("node-a1", "node-c1")),
+			},
+			// node-b1 and node-c1 have other IDs: no shared-ID quorum issue.
+		},
+		{name: "quorum: one cluster ID, clients would share none", user: alice, node: "node-a1", change: unlabel,
+			spec: minN(1),
+			extra: []*corev1.Node{
+				mkNode("node-x", "zone-a", clientOf("node-a1", "node-b1")),
+				mkNode("node-y", "zone-a", clientOf("node-a1", "node-c1")),
+			},
+			sameID: true,
+			want:   `metadata.labels[calico-route-reflector]: Invalid value: [quorum] removing the route reflector label from node-a1 would leave clients of node-b1 and clients of node-c1 without a common route reflector, and all route reflectors share cluster ID 224.0.0.1 (projectcalico/calico#2735)`},
+		{name: "unrelated change", spec: def, user: alice, node: "node-a1", change: func(n *corev1.Node) { n.Labels["team"] = "net" }},
+		{name: "forbidden node", user: alice, node: "node-a2", change: label,
+			spec: func(s *v1alpha1.RouteReflectorPolicySpec) {
+				s.ForbiddenNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"role": "db"}}
+			},
+			extra: nil,
+			want:  `metadata.labels[calico-route-reflector]: Invalid value: [forbidden-node] node-a2 may not be a route reflector of policy "default": node matches the policy's forbiddenNodeSelector`},
+		{name: "cordoned node", spec: def, user: alice, node: "node-a2", change: func(n *corev1.Node) { label(n); cordon(n) },
+			want: `metadata.labels[calico-route-reflector]: Invalid value: [cordoned-node] node-a2 may not be a route reflector of policy "default": node is cordoned (spec.unschedulable)`},
+		{name: "not ready node", spec: def, user: alice, node: "node-a2", change: func(n *corev1.Node) { label(n); notReady(n) },
+			want: `metadata.labels[calico-route-reflector]: Invalid value: [not-ready-node] node-a2 may not be a route reflector of policy "default": node is not Ready`},
+		{name: "beyond max", user: alice, node: "node-a2", change: label,
+			spec: func(s *v1alpha1.RouteReflectorPolicySpec) { s.MaxRouteReflectors = i32(3) },
+			want: `metadata.labels[calico-route-reflector]: Invalid value: [max-route-reflectors] adding the route reflector label to node-a2 would make 4 route reflectors; policy "default" allows at most 3`},
+		{name: "label within max", spec: def, user: alice, node: "node-a2", change: label},
+		{name: "cluster ID not IPv4", spec: def, user: alice, node: "node-a1", change: func(n *corev1.Node) { n.Annotations[extender.AnnotationClusterID] = "rack-1" },
+			want: `metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: [cluster-id] "rack-1" is not an IPv4 address
+metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: [min-route-reflectors] removing the cluster ID from node-a1 would leave 2 route reflectors; policy "default" requires at least 3`},
+		{name: "cluster ID collision", user: alice, node: "node-a1", change: func(n *corev1.Node) { n.Annotations[extender.AnnotationClusterID] = "224.0.0.2" },
+			spec: func(s *v1alpha1.RouteReflectorPolicySpec) {
+				s.Topology = &v1alpha1.Topology{ClusterIDs: v1alpha1.PerRouteReflector}
+			},
+			want: `metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: [cluster-id-collision] cluster ID 224.0.0.2 of node-a1 is already held by node-b1; policy "default" gives each route reflector its own (clusterIDs: PerRouteReflector)`},
+		{name: "grouped IDs may be shared", spec: def, user: alice, node: "node-a1", change: func(n *corev1.Node) { n.Annotations[extender.AnnotationClusterID] = "224.0.0.2" }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := threeZones(tc.extra...)
+			if tc.name == "forbidden node" {
+				nodes[3].Labels["role"] = "db"
+			}
+			if tc.sameID {
+				for _, n := range nodes[:3] {
+					n.Annotations[extender.AnnotationClusterID] = "224.0.0.1"
+				}
+			}
+			f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", tc.spec)}, nodes)
+			old := f.nodes.Get(tc.node).DeepCopy()
+			for _, n := range nodes {
+				if n.Name == tc.node {
+					old = n.DeepCopy()
+				}
+			}
+			n := old.DeepCopy()
+			tc.change(n)
+			resp, err := f.nodeVal.Handle(context.Background(), nodeReq(t, tc.user, n, old))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := causes(resp); got != tc.want || resp.Allowed != (tc.want == "") {
+				t.Fatalf("allowed=%v causes:\n%s\nwant:\n%s", resp.Allowed, got, tc.want)
+			}
+			if !resp.Allowed && (resp.Result.Code != 422 || resp.Result.Reason != metav1.StatusReasonInvalid) {
+				t.Fatalf("status %+v", resp.Result)
+			}
+		})
+	}
+}
+
+func TestNodeValidatorDeleteWarns(t *testing.T) {
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, threeZones())
+	old := mkNode("node-a1", "zone-a", rr("224.0.0.1"))
+	resp, err := f.nodeVal.Handle(context.Background(), nodeReq(t, alice, nil, old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `node node-a1 is a route reflector of policy "default" with 3 clients; 2 route reflectors remain (minimum 3); the reconciler promotes a replacement and moves its clients`
+	if !resp.Allowed || len(resp.Warnings) != 1 || resp.Warnings[0] != want {
+		t.Fatalf("allowed=%v warnings=%q", resp.Allowed, resp.Warnings)
+	}
+	// A client's deletion: no warning.
+	resp, _ = f.nodeVal.Handle(context.Background(), nodeReq(t, alice, nil, mkNode("node-a2", "zone-a")))
+	if !resp.Allowed || len(resp.Warnings) != 0 {
+		t.Fatalf("client delete: %+v", resp)
+	}
+}
+
+func TestNodeValidatorNoPolicy(t *testing.T) {
+	f := newFixture(t, nil, threeZones())
+	old := mkNode("node-a1", "zone-a", rr("224.0.0.1"))
+	n := old.DeepCopy()
+	delete(n.Labels, "calico-route-reflector")
+	resp, err := f.nodeVal.Handle(context.Background(), nodeReq(t, alice, n, old))
+	if err != nil || !resp.Allowed {
+		t.Fatalf("%v %+v", err, resp)
+	}
+}
+
+func TestNodeValidatorDeniedMessageForKubectl(t *testing.T) {
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, threeZones())
+	old := mkNode("node-a1", "zone-a", rr("224.0.0.1"))
+	n := old.DeepCopy()
+	delete(n.Labels, "calico-route-reflector")
+	resp, _ := f.nodeVal.Handle(context.Background(), nodeReq(t, alice, n, old))
+	msg := statusMessage(resp.Result)
+	if !strings.HasPrefix(msg, `Node "node-a1" is invalid: metadata.labels[calico-route-reflector]: Invalid value: [min-route-reflectors] removing`) {
+		t.Fatalf("message %q", msg)
+	}
+	if d := resp.Result.Details; d == nil || d.Kind != "Node" || d.Name != "node-a1" || len(d.Causes) != 1 {
+		t.Fatalf("details %+v", d)
+	}
+}

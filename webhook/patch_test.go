@@ -1,0 +1,46 @@
+package webhook
+
+import (
+	"encoding/json"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestMetadataPatch(t *testing.T) {
+	tests := []struct {
+		name       string
+		lbl, ann   map[string]string
+		setL, setA map[string]*string
+		want       string
+	}{
+		{"nothing", nil, nil, nil, nil, "null"},
+		{"create maps", nil, nil, map[string]*string{"a/b": strp("1")}, map[string]*string{"c~d": strp("2"), "gone": nil},
+			`[{"op":"add","path":"/metadata/labels","value":{}},{"op":"add","path":"/metadata/labels/a~1b","value":"1"},{"op":"add","path":"/metadata/annotations","value":{}},{"op":"add","path":"/metadata/annotations/c~0d","value":"2"}]`},
+		{"replace and remove", map[string]string{"a": "1", "b": ""}, map[string]string{"x": "y"},
+			map[string]*string{"a": strp("2"), "b": nil, "c": strp("")}, map[string]*string{"x": strp("y")},
+			`[{"op":"add","path":"/metadata/labels/a","value":"2"},{"op":"remove","path":"/metadata/labels/b"},{"op":"add","path":"/metadata/labels/c","value":""}]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ops := metadataPatch(tc.lbl, tc.ann, tc.setL, tc.setA)
+			b, _ := json.Marshal(ops)
+			if string(b) != tc.want {
+				t.Fatalf("patch %s\nwant  %s", b, tc.want)
+			}
+			// And it applies.
+			n := &corev1.Node{}
+			n.Name, n.Labels, n.Annotations = "n", tc.lbl, tc.ann
+			resp, err := Patched(ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := patched(t, n, resp)
+			for k, v := range tc.setL {
+				if w, ok := got.Labels[k]; (v == nil) == ok || v != nil && *v != w {
+					t.Fatalf("label %s: %q %v", k, w, ok)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,90 @@
+package webhook
+
+import (
+	"context"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// RulePolicyOverlap denies a policy whose nodeSelector overlaps another policy's.
+const RulePolicyOverlap = "policy-overlap"
+
+// PolicyValidator is /validate-routereflectorpolicy (CREATE and UPDATE): the policy's own
+// validation (every invalid field with its path), no overlap with another policy's nodeSelector (a
+// node may match at most one policy), and warnings for risky values.
+type PolicyValidator struct {
+	Policies *Policies
+	Nodes    *NodeStore
+}
+
+var policyGK = v1alpha1.GroupVersion.WithKind("RouteReflectorPolicy").GroupKind()
+
+// Handle implements Handler.
+func (v *PolicyValidator) Handle(_ context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return Allowed(), nil
+	}
+	p := &v1alpha1.RouteReflectorPolicy{}
+	if err := decodeObject(req.Object.Raw, "request.object", p); err != nil {
+		return nil, err
+	}
+	if p.Name == "" {
+		p.Name = req.Name
+	}
+	errs := policy.Validate(p)
+	if len(errs) == 0 {
+		errs = append(errs, v.overlap(p)...)
+	}
+	if len(errs) > 0 {
+		return Denied(policyGK, p.Name, errs), nil
+	}
+	return Allowed(policy.Warnings(p)...), nil
+}
+
+// overlap reports another policy that selects a node this one selects: when either selects every
+// node, when both selectors are the same, or when a node in the cache matches both.
+func (v *PolicyValidator) overlap(p *v1alpha1.RouteReflectorPolicy) field.ErrorList {
+	path := field.NewPath("spec", "nodeSelector")
+	sel := selectorOf(p.Spec.NodeSelector)
+	for _, o := range v.Policies.List() {
+		if o.Name == p.Name {
+			continue
+		}
+		other := selectorOf(o.Spec.NodeSelector)
+		switch {
+		case sel.Empty() || other.Empty():
+			return field.ErrorList{RuleError(path, RulePolicyOverlap,
+				"policy %q selects every node or policy %q does; a node may match at most one policy: give both a nodeSelector that tells their nodes apart", p.Name, o.Name)}
+		case sel.String() == other.String():
+			return field.ErrorList{RuleError(path, RulePolicyOverlap,
+				"policy %q has the same nodeSelector (%s); a node may match at most one policy", o.Name, sel)}
+		}
+		if v.Nodes == nil {
+			continue
+		}
+		for _, n := range v.Nodes.List() {
+			if sel.Matches(labels.Set(n.Labels)) && other.Matches(labels.Set(n.Labels)) {
+				return field.ErrorList{RuleError(path, RulePolicyOverlap,
+					"node %s matches both this nodeSelector and policy %q's (%s); a node may match at most one policy", n.Name, o.Name, other)}
+			}
+		}
+	}
+	return nil
+}
+
+func selectorOf(s *metav1.LabelSelector) labels.Selector {
+	if s == nil {
+		return labels.Everything()
+	}
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	if err != nil {
+		return labels.Nothing()
+	}
+	return sel
+}

@@ -1,0 +1,65 @@
+package webhook
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+var policyKind = metav1.GroupVersionKind{Group: "routereflector.io", Version: "v1alpha1", Kind: "RouteReflectorPolicy"}
+
+func TestPolicyValidator(t *testing.T) {
+	sel := func(k, v string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
+	existing := mkPolicy("racks", func(s *v1alpha1.RouteReflectorPolicySpec) { s.NodeSelector = sel("pool", "racks") })
+	tests := []struct {
+		name     string
+		policy   *v1alpha1.RouteReflectorPolicy
+		want     string
+		warnings string
+	}{
+		{name: "valid, apart from the other", policy: mkPolicy("edge", func(s *v1alpha1.RouteReflectorPolicySpec) { s.NodeSelector = sel("pool", "edge") })},
+		{name: "invalid fields with paths", policy: mkPolicy("bad", func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.NodeSelector = sel("pool", "bad")
+			s.MinRouteReflectors, s.MaxRouteReflectors = i32(5), i32(2)
+			s.Topology = &v1alpha1.Topology{ClusterID: "not-an-ip"}
+		}), want: `spec.minRouteReflectors: Invalid value: 5: must not be greater than maxRouteReflectors (2)
+spec.topology.clusterID: Invalid value: "not-an-ip": must be an IPv4 address`},
+		{name: "selects every node", policy: mkPolicy("all", nil),
+			want: `spec.nodeSelector: Invalid value: [policy-overlap] policy "all" selects every node or policy "racks" does; a node may match at most one policy: give both a nodeSelector that tells their nodes apart`},
+		{name: "same selector", policy: mkPolicy("twin", func(s *v1alpha1.RouteReflectorPolicySpec) { s.NodeSelector = sel("pool", "racks") }),
+			want: `spec.nodeSelector: Invalid value: [policy-overlap] policy "racks" has the same nodeSelector (pool=racks); a node may match at most one policy`},
+		{name: "a node matches both", policy: mkPolicy("zone-a", func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.NodeSelector = sel("topology.kubernetes.io/zone", "zone-a")
+		}),
+			want: `spec.nodeSelector: Invalid value: [policy-overlap] node node-a1 matches both this nodeSelector and policy "racks"'s (pool=racks); a node may match at most one policy`},
+		{name: "update of itself", policy: existing},
+		{name: "warnings", policy: mkPolicy("edge", func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.NodeSelector = sel("pool", "edge")
+			s.MinRouteReflectors = i32(2)
+		}), warnings: "spec.minRouteReflectors: 2 is below 3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := threeZones()
+			nodes[0].Labels["pool"] = "racks"
+			f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{existing}, nodes)
+			resp, err := f.polVal.Handle(context.Background(), request(t, admissionv1.Create, policyKind, "", alice, tc.policy, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := causes(resp); got != tc.want || resp.Allowed != (tc.want == "") {
+				t.Fatalf("allowed=%v causes:\n%s\nwant:\n%s", resp.Allowed, got, tc.want)
+			}
+			if w := strings.Join(resp.Warnings, "\n"); !strings.Contains(w, tc.warnings) || tc.warnings == "" && w != "" {
+				t.Fatalf("warnings %q, want %q", w, tc.warnings)
+			}
+		})
+	}
+}

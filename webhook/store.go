@@ -1,0 +1,221 @@
+package webhook
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// Indexes of the node informer.
+const (
+	// IndexRouteReflectors holds the nodes that carry a cluster ID or the route reflector ID label,
+	// under the key "rr".
+	IndexRouteReflectors = "routereflector.io/route-reflectors"
+	// IndexClientsOf holds every client under the name of each of its route reflectors.
+	IndexClientsOf = "routereflector.io/clients-of"
+)
+
+const rrKey = "rr"
+
+// NodeIndexers are the indexes NodeStore needs on the node informer.
+func NodeIndexers() toolscache.Indexers {
+	return toolscache.Indexers{
+		IndexRouteReflectors: func(obj any) ([]string, error) {
+			n, ok := obj.(*corev1.Node)
+			if !ok {
+				return nil, nil
+			}
+			_, id := n.Annotations[extender.AnnotationClusterID]
+			_, rid := n.Labels[extender.LabelRouteReflectorID]
+			if id || rid {
+				return []string{rrKey}, nil
+			}
+			return nil, nil
+		},
+		IndexClientsOf: func(obj any) ([]string, error) {
+			n, ok := obj.(*corev1.Node)
+			if !ok {
+				return nil, nil
+			}
+			if s := n.Annotations[extender.AnnotationRouteReflectors]; s != "" {
+				return strings.Split(s, ","), nil
+			}
+			return nil, nil
+		},
+	}
+}
+
+// NodeStore reads nodes from the informer's indexer: no copies and no API round trip. The nodes it
+// returns are shared with the cache and must not be modified.
+type NodeStore struct {
+	idx toolscache.Indexer
+}
+
+// NewNodeStore wraps the node informer's indexer, which must have NodeIndexers.
+func NewNodeStore(idx toolscache.Indexer) *NodeStore { return &NodeStore{idx: idx} }
+
+// Get returns a node, or nil.
+func (s *NodeStore) Get(name string) *corev1.Node {
+	obj, ok, err := s.idx.GetByKey(name)
+	if err != nil || !ok {
+		return nil
+	}
+	n, _ := obj.(*corev1.Node)
+	return n
+}
+
+// List returns every node.
+func (s *NodeStore) List() []*corev1.Node { return nodes(s.idx.List()) }
+
+// RouteReflectors returns the nodes that carry a cluster ID or a route reflector ID.
+func (s *NodeStore) RouteReflectors() []*corev1.Node { return s.byIndex(IndexRouteReflectors, rrKey) }
+
+// ClientsOf returns the nodes whose route reflectors include rr.
+func (s *NodeStore) ClientsOf(rr string) []*corev1.Node { return s.byIndex(IndexClientsOf, rr) }
+
+func (s *NodeStore) byIndex(index, key string) []*corev1.Node {
+	objs, err := s.idx.ByIndex(index, key)
+	if err != nil {
+		return nil
+	}
+	return nodes(objs)
+}
+
+func nodes(objs []any) []*corev1.Node {
+	out := make([]*corev1.Node, 0, len(objs))
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Managed is a valid policy with its resolved form.
+type Managed struct {
+	Policy   *v1alpha1.RouteReflectorPolicy
+	Resolved *policy.Resolved
+}
+
+// Policies resolves the policies of the informer cache, once per generation, and finds the policy
+// that manages a node. A node selected by two policies is managed by neither (as in Cilium's BGP
+// control plane); the policy webhook rejects such overlaps.
+type Policies struct {
+	store toolscache.Store
+
+	mu       sync.Mutex
+	resolved map[types.UID]*resolvedPolicy
+}
+
+type resolvedPolicy struct {
+	generation int64
+	resolved   *policy.Resolved
+	errs       field.ErrorList
+}
+
+// NewPolicies reads policies from the policy informer's store.
+func NewPolicies(store toolscache.Store) *Policies {
+	return &Policies{store: store, resolved: map[types.UID]*resolvedPolicy{}}
+}
+
+// Store is the policy store.
+func (ps *Policies) Store() toolscache.Store { return ps.store }
+
+// List returns every policy, by name.
+func (ps *Policies) List() []*v1alpha1.RouteReflectorPolicy {
+	objs := ps.store.List()
+	out := make([]*v1alpha1.RouteReflectorPolicy, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*v1alpha1.RouteReflectorPolicy); ok {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *v1alpha1.RouteReflectorPolicy) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Resolve resolves a policy (cached by UID and generation).
+func (ps *Policies) Resolve(p *v1alpha1.RouteReflectorPolicy) (*policy.Resolved, field.ErrorList) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if r := ps.resolved[p.UID]; r != nil && r.generation == p.Generation && p.UID != "" {
+		return r.resolved, r.errs
+	}
+	r, errs := policy.Resolve(p)
+	if p.UID != "" {
+		if len(ps.resolved) > 1000 {
+			clear(ps.resolved)
+		}
+		ps.resolved[p.UID] = &resolvedPolicy{generation: p.Generation, resolved: r, errs: errs}
+	}
+	return r, errs
+}
+
+// Valid returns the valid policies, by name.
+func (ps *Policies) Valid() []Managed {
+	var out []Managed
+	for _, p := range ps.List() {
+		if r, errs := ps.Resolve(p); len(errs) == 0 {
+			out = append(out, Managed{Policy: p, Resolved: r})
+		}
+	}
+	return out
+}
+
+// Get returns a valid policy by name.
+func (ps *Policies) Get(name string) (Managed, bool) {
+	obj, ok, err := ps.store.GetByKey(name)
+	if err != nil || !ok {
+		return Managed{}, false
+	}
+	p, ok := obj.(*v1alpha1.RouteReflectorPolicy)
+	if !ok {
+		return Managed{}, false
+	}
+	r, errs := ps.Resolve(p)
+	if len(errs) > 0 {
+		return Managed{}, false
+	}
+	return Managed{Policy: p, Resolved: r}, true
+}
+
+// ForNode returns the policy that manages a node with these labels: the only valid policy whose
+// nodeSelector selects it.
+func (ps *Policies) ForNode(l map[string]string) (Managed, bool) {
+	return forNode(ps.Valid(), l)
+}
+
+func forNode(valid []Managed, l map[string]string) (Managed, bool) {
+	var found Managed
+	n := 0
+	for _, m := range valid {
+		if m.Resolved.NodeSelector.Matches(labels.Set(l)) {
+			found = m
+			n++
+		}
+	}
+	return found, n == 1
+}
+
+// Partition returns, for each valid policy, the nodes it manages (nodes selected by two policies
+// are in none), in the order of nodes.
+func Partition(valid []Managed, nodes []*corev1.Node) map[string][]*corev1.Node {
+	out := make(map[string][]*corev1.Node, len(valid))
+	for _, n := range nodes {
+		if m, ok := forNode(valid, n.Labels); ok {
+			out[m.Policy.Name] = append(out[m.Policy.Name], n)
+		}
+	}
+	return out
+}

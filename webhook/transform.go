@@ -1,0 +1,63 @@
+package webhook
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+// keptAnnotations are the node annotations the cache keeps: the ones this product owns and Calico's
+// node labels. Everything else (last-applied configurations, CSI and volume annotations) goes.
+var keptAnnotations = func() map[string]bool {
+	m := map[string]bool{extender.AnnotationCalicoLabels: true}
+	for _, k := range extender.OwnedAnnotationKeys() {
+		m[k] = true
+	}
+	return m
+}()
+
+// StripNode removes, in place, every field of a node that the planner, the webhooks and the
+// reconciler never read: managedFields, status.images, addresses, capacity, node info, the
+// heartbeat times and messages of conditions, all conditions but Ready, and the spec but
+// unschedulable and taints. It keeps a 5,000-node cache small and makes kubelet heartbeats
+// invisible to everything but the resourceVersion.
+func StripNode(n *corev1.Node) *corev1.Node {
+	n.ManagedFields = nil
+	n.OwnerReferences = nil
+	if len(n.Annotations) > 0 {
+		var keep map[string]string
+		for k, v := range n.Annotations {
+			if keptAnnotations[k] {
+				if keep == nil {
+					keep = map[string]string{}
+				}
+				keep[k] = v
+			}
+		}
+		n.Annotations = keep
+	}
+	n.Spec = corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints}
+	var ready []corev1.NodeCondition
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+			break
+		}
+	}
+	n.Status = corev1.NodeStatus{Conditions: ready}
+	return n
+}
+
+// TransformStrip is the cache's transform: nodes are stripped with StripNode, every other object
+// loses its managedFields.
+func TransformStrip(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Node:
+		return StripNode(o), nil
+	case client.Object:
+		o.SetManagedFields(nil)
+		return o, nil
+	}
+	return obj, nil
+}
