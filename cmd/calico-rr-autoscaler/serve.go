@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"k8s.io/klog/v2/textlogger"
@@ -30,6 +31,15 @@ func runServe(args []string, stdout io.Writer) error {
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "calico-rr-autoscaler", "name of the leader election Lease")
 	fs.StringVar(&o.ServiceAccount, "service-account", serve.DefaultServiceAccount, "the product's own identity, whose requests the webhooks never deny")
 	fs.StringVar(&o.CalicoAPI, "calico-api", "auto", "API of Calico's BGPPeers: auto (discovery), crd (crd.projectcalico.org/v1) or v3 (projectcalico.org/v3)")
+	fs.Func("kube-api-qps", "requests per second to the API server [50]", func(v string) error {
+		f, err := strconv.ParseFloat(v, 32)
+		if err != nil || f <= 0 {
+			return fmt.Errorf("%q is not a positive number", v)
+		}
+		o.KubeAPIQPS = float32(f)
+		return nil
+	})
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 100, "burst of requests to the API server")
 	o.Certs.BindFlags(fs)
 	verbosity := fs.Int("v", 0, "log verbosity")
 	if err := fs.Parse(args); err != nil {

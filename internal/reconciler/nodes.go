@@ -172,10 +172,18 @@ func (r *Reconciler) patchNode(ctx context.Context, policyName string, np nodePa
 // passed: the planner keeps them draining until then), once every planned route reflector carries
 // its label and cluster ID and no client peers with them any more. Until then it retries.
 func (r *Reconciler) demote(ctx context.Context, st *State) error {
+	p := st.Managed.Resolved
+	// Come back when the first draining route reflector's removalDelay ends, not at the next resync.
+	for _, s := range st.Result.Nodes {
+		if v := s.Annotations[extender.AnnotationDrainingSince]; v != "" {
+			if since, err := time.Parse(time.RFC3339, v); err == nil {
+				st.requeue(since.Add(p.RemovalDelay).Sub(st.Now) + time.Second)
+			}
+		}
+	}
 	if len(st.Demotions) == 0 {
 		return nil
 	}
-	p := st.Managed.Resolved
 	for _, rr := range st.Result.RouteReflectors {
 		if rr.Draining {
 			continue

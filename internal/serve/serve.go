@@ -72,6 +72,12 @@ type Options struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod default to 15s, 10s, 2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
+	// KubeAPIQPS and KubeAPIBurst limit the client's requests to the API server [50, 100]. A
+	// handover patches every client of the old route reflector, so client-go's default of 5 per
+	// second would stretch it over a minute at a few hundred nodes.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+
 	// ServiceAccount is the identity whose requests the webhooks never deny.
 	ServiceAccount string
 	// CalicoAPI is auto, crd or v3.
@@ -125,6 +131,14 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig: %w", err)
 		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	if cfg.QPS <= 0 {
+		cfg.QPS = 50
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = 100
 	}
 	gv, auto, err := calico.ParseAPI(o.CalicoAPI)
 	if err != nil {

@@ -68,7 +68,11 @@ func run(ctx context.Context, nNodes, nZones int) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	if os.Getenv("RRA_DEMO_KEEP") == "" {
+		defer os.RemoveAll(work)
+	} else {
+		fmt.Println("    keeping", work)
+	}
 
 	step("Building calico-rr-autoscaler")
 	bin := filepath.Join(work, "calico-rr-autoscaler")
@@ -120,7 +124,7 @@ func run(ctx context.Context, nNodes, nZones int) error {
 		"--kubeconfig", env.KubeconfigPath(testenv.UserServiceAccount),
 		"--webhook-host", "127.0.0.1", "--webhook-port", fmt.Sprint(port), "--cert-dir", certDir,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", health),
-		"--leader-elect=false")
+		"--leader-elect=false", "-v", "1")
 	logf, err := os.Create(filepath.Join(work, "serve.log"))
 	if err != nil {
 		return err
