@@ -1,7 +1,6 @@
 package extender
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -438,40 +437,14 @@ func admitGroupTarget(p *policy.Resolved, want int) int {
 // have the eligible nodes, and zones that hold more route reflectors come first.
 func (s *AdmitState) quotas(total int, eligible map[string]int) map[string]int {
 	zones := make([]string, 0, len(eligible))
+	current := make(map[string]int, len(eligible))
 	for z := range eligible {
 		zones = append(zones, z)
-	}
-	slices.Sort(zones)
-	active := func(z string) int {
 		if zs := s.zones[z]; zs != nil {
-			return zs.active
-		}
-		return 0
-	}
-	slices.SortStableFunc(zones, func(a, b string) int {
-		if c := cmp.Compare(active(b), active(a)); c != 0 {
-			return c
-		}
-		return cmp.Compare(eligible[b], eligible[a])
-	})
-	q := map[string]int{}
-	for total > 0 {
-		progress := false
-		for _, z := range zones {
-			if total == 0 {
-				break
-			}
-			if q[z] < eligible[z] {
-				q[z]++
-				total--
-				progress = true
-			}
-		}
-		if !progress {
-			break
+			current[z] = zs.active
 		}
 	}
-	return q
+	return spread(total, zones, current, eligible)
 }
 
 // clusterID picks the cluster ID of a new route reflector in zone.

@@ -182,21 +182,34 @@ func (pl *planner) zoneQuotas(total int, byZone map[string][]*NodeInfo) map[stri
 			current[n.Zone]++
 		}
 	}
-	order := slices.Clone(pl.zones)
+	capacity := make(map[string]int, len(pl.zones))
+	for _, z := range pl.zones {
+		capacity[z] = len(byZone[z])
+	}
+	return spread(total, pl.zones, current, capacity)
+}
+
+// spread gives total out over the zones one at a time, round after round, each zone up to its
+// capacity: zones differ by at most one where they have the room, a zone without room spills into
+// the others. Zones with more current route reflectors, then more capacity, then by name, come
+// first in every round. The planner and the incremental admission share it.
+func spread(total int, zones []string, current, capacity map[string]int) map[string]int {
+	order := slices.Clone(zones)
+	slices.Sort(order)
 	slices.SortStableFunc(order, func(a, b string) int {
 		if c := cmp.Compare(current[b], current[a]); c != 0 {
 			return c
 		}
-		return cmp.Compare(len(byZone[b]), len(byZone[a]))
+		return cmp.Compare(capacity[b], capacity[a])
 	})
-	q := map[string]int{}
+	q := make(map[string]int, len(order))
 	for total > 0 {
 		progress := false
 		for _, z := range order {
 			if total == 0 {
 				break
 			}
-			if q[z] < len(byZone[z]) {
+			if q[z] < capacity[z] {
 				q[z]++
 				total--
 				progress = true
