@@ -8,8 +8,11 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,8 +33,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/serve"
 
 	// cert-manager's controllers that issue a Certificate from a SelfSigned
 	// or CA Issuer register themselves on import.
@@ -227,6 +233,68 @@ func TestCertManagerEndToEnd(t *testing.T) {
 
 	pointServiceAtRecorder(t, cs, releaseNamespace, fullname)
 	checkMatchConditions(t, env, rec)
+	checkProductServes(t, env, cs, sec, fullname)
+}
+
+// checkProductServes runs the product itself (calico-rr-autoscaler serve, in process) with the
+// certificate cert-manager issued, moves the webhooks' service port to it, and checks that the API
+// server reaches it, trusting the CA cainjector put in the caBundle: an invalid policy is rejected
+// with the product's own field errors.
+func checkProductServes(t *testing.T, env *testenv.Env, cs kubernetes.Interface, sec *corev1.Secret, fullname string) {
+	ctx := t.Context()
+	certDir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(certDir, corev1.TLSCertKey), sec.Data[corev1.TLSCertKey], 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(certDir, corev1.TLSPrivateKeyKey), sec.Data[corev1.TLSPrivateKeyKey], 0o600))
+	ln := freeListener(t)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+
+	sctx, cancel := context.WithCancel(context.Background())
+	srv, err := serve.New(sctx, serve.Options{
+		RestConfig:             env.ConfigFor(testenv.UserServiceAccount),
+		WebhookHost:            "127.0.0.1",
+		WebhookPort:            port,
+		CertDir:                certDir,
+		MetricsBindAddress:     "0",
+		HealthProbeBindAddress: "0",
+	})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- srv.Manager.Start(sctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, time.Minute, "serve to be ready", func() bool {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return srv.Synced()
+	})
+
+	// Point every webhook at the product's port (the caBundle stays cainjector's).
+	mwc, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, fullname, metav1.GetOptions{})
+	require.NoError(t, err)
+	for i := range mwc.Webhooks {
+		mwc.Webhooks[i].ClientConfig.Service.Port = ptr.To(int32(port))
+	}
+	_, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, fullname, metav1.GetOptions{})
+	require.NoError(t, err)
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].ClientConfig.Service.Port = ptr.To(int32(port))
+	}
+	_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	bad := "apiVersion: routereflector.io/v1alpha1\nkind: RouteReflectorPolicy\nmetadata: {name: broken}\n" +
+		"spec: {nodeSelector: {matchLabels: {pool: none}}, minRouteReflectors: 5, maxRouteReflectors: 2}\n"
+	var stderr string
+	eventually(t, 30*time.Second, "the product to reject an invalid policy", func() bool {
+		_, stderr, err = env.KubectlStdin(t, testenv.UserAlice, bad, "create", "-f", "-")
+		return err != nil && strings.Contains(stderr, "spec.minRouteReflectors")
+	})
+	t.Logf("kubectl, through the product's webhook on cert-manager's certificate: %s", strings.TrimSpace(stderr))
 }
 
 var (
