@@ -49,3 +49,7 @@ clean:
 
 demo: tools ## The main command: a real API server, the chart, serve, 300 nodes, a cordon and a denial
 	source $(TOOLS_ENV) && $(GO) run ./test/demo
+
+.PHONY: load
+load: tools ## 5,000-node load test on a real kube-apiserver (slow; figures go to BENCHMARKS.md)
+	source $(TOOLS_ENV) && $(GO) test -count=1 -run TestLoad -timeout 20m ./test/load/ -args -load

@@ -2,14 +2,7 @@ package serve_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -102,9 +95,13 @@ func newEnv(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
-		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"), repoPath(t, "policy/crd"))
+		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"),
+		filepath.Join(calicoCRDs, "crd.projectcalico.org_caliconodestatuses.yaml"), repoPath(t, "policy/crd"))
 	w.certDir = t.TempDir()
-	w.caPEM = writeServingCert(t, w.certDir)
+	w.caPEM, err = testenv.WriteWebhookCert(w.certDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return w
 }
 
@@ -618,38 +615,6 @@ spec:
 			return s.settled(3)
 		})
 	})
-}
-
-// writeServingCert writes a CA and a serving certificate for 127.0.0.1 into dir as tls.crt and
-// tls.key, and returns the CA (PEM).
-func writeServingCert(t *testing.T, dir string) []byte {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rra-test-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "calico-rr-autoscaler"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 }
 
 func freePort(t *testing.T) int {

@@ -19,6 +19,25 @@ import (
 // servingCerts writes a fresh CA and a serving certificate for the
 // apiserver on loopback into dir and returns the CA certificate (PEM).
 func servingCerts(dir string) (caPEM []byte, certFile, keyFile string, err error) {
+	return writeCerts(dir, "kube-apiserver", "apiserver.crt", "apiserver.key",
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")})
+}
+
+// WriteWebhookCert writes a fresh CA and a serving certificate for 127.0.0.1 and localhost into
+// dir as tls.crt and tls.key (the layout of serve's --cert-dir) and returns the CA (PEM), for
+// registering a webhook backend on loopback.
+func WriteWebhookCert(dir string) ([]byte, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	caPEM, _, _, err := writeCerts(dir, "calico-rr-autoscaler", "tls.crt", "tls.key",
+		[]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
+	return caPEM, err
+}
+
+// writeCerts writes a fresh CA (ca.crt) and a serving certificate signed by it into dir.
+func writeCerts(dir, cn, certName, keyName string, dns []string, ips []net.IP) (caPEM []byte, certFile, keyFile string, err error) {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -48,14 +67,13 @@ func servingCerts(dir string) (caPEM []byte, certFile, keyFile string, err error
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
+		Subject:      pkix.Name{CommonName: cn},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default",
-			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		DNSNames:     dns,
+		IPAddresses:  ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
@@ -67,8 +85,8 @@ func servingCerts(dir string) (caPEM []byte, certFile, keyFile string, err error
 	if err != nil {
 		return nil, "", "", err
 	}
-	certFile = filepath.Join(dir, "apiserver.crt")
-	keyFile = filepath.Join(dir, "apiserver.key")
+	certFile = filepath.Join(dir, certName)
+	keyFile = filepath.Join(dir, keyName)
 	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), caPEM, 0o600); err != nil {
 		return nil, "", "", err
 	}

@@ -1,0 +1,636 @@
+// Package load is the 5,000-node load test of issue 8: the real kube-apiserver, the product's
+// built binary as a separate process (so that its RSS is its own), the webhooks registered by URL
+// exactly as serve.WebhookConfigurations defines them, kubelet heartbeats that must never reach a
+// webhook, and relevant node changes at about 1,000 admissions per second over HTTPS.
+//
+// It is too slow for every CI run and only runs with -load: make load.
+package load
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/serve"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+)
+
+var (
+	runLoad    = flag.Bool("load", false, "run the 5,000-node load test (slow; make load)")
+	nodeCount  = flag.Int("load-nodes", 5000, "nodes to create")
+	admissions = flag.Int("load-admissions", 1000, "target webhook admissions per second in the relevant-change phase")
+	loadFor    = flag.Duration("load-duration", 20*time.Second, "length of the relevant-change phase")
+)
+
+const (
+	zones       = 3
+	policyYAML  = "apiVersion: routereflector.io/v1alpha1\nkind: RouteReflectorPolicy\nmetadata: {name: default}\nspec: {removalDelay: 30s}\n"
+	webhookName = "calico-rr-autoscaler"
+)
+
+func TestLoad(t *testing.T) {
+	if !*runLoad {
+		t.Skip("load test: 5,000 nodes on a real kube-apiserver, too slow for every run; `make load` runs it (go test ./test/load/ -args -load)")
+	}
+	// Bounded: every phase below has its own deadline inside this one.
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+
+	env := testenv.Start(t, testenv.WithAPIServerFlags("--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"))
+	admin := clientset(t, env.Config)
+	kubelet := clientset(t, env.ConfigFor(testenv.UserKubelet))
+	calicoCRDs, err := crds.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
+		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"), repoPath(t, "policy/crd"))
+
+	// The product as a separate process of the built binary.
+	p := startProduct(ctx, t, env)
+	register(ctx, t, env, admin, p)
+	if out, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, policyYAML, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply policy: %v\n%s%s", err, out, stderr)
+	}
+	rssIdle := p.rss(t)
+
+	// 1. 5,000 nodes join: created, then Ready through nodes/status, from many goroutines.
+	start := time.Now()
+	names := make([]string, *nodeCount)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%05d", i)
+	}
+	parallel(ctx, t, 64, names, func(ctx context.Context, name string) error {
+		i, _ := strconv.Atoi(strings.TrimPrefix(name, "node-"))
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			corev1.LabelTopologyZone: fmt.Sprintf("zone-%c", 'a'+i%zones), corev1.LabelHostname: name}}}
+		if _, err := kubelet.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		now := metav1.Now().UTC().Format(time.RFC3339)
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`, now, now)
+		_, err := kubelet.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		return err
+	})
+	joined := time.Since(start)
+
+	// 2. Settled: route reflectors labelled, every other node in a peering set.
+	var rrs int
+	poll(ctx, t, "settled", 5*time.Minute, time.Second, func() error {
+		list, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return err
+		}
+		rrs = 0
+		missing := 0
+		for i := range list.Items {
+			n := &list.Items[i]
+			if _, rr := n.Labels["calico-route-reflector"]; rr && n.Annotations[extender.AnnotationClusterID] != "" {
+				rrs++
+			} else if n.Labels[extender.LabelPeeringSet] == "" {
+				missing++
+			}
+		}
+		if len(list.Items) != *nodeCount || rrs < zones || missing > 0 {
+			return fmt.Errorf("%d nodes, %d route reflectors, %d clients without a peering set", len(list.Items), rrs, missing)
+		}
+		return nil
+	})
+	settled := time.Since(start)
+	time.Sleep(3 * time.Second) // the reconciler's last writes
+	rssSettled := p.rss(t)
+
+	// 3. Heartbeats: two rounds of kubelet status patches that change only lastHeartbeatTime.
+	before := p.scrape(t)
+	hbStart := time.Now()
+	for round := range 2 {
+		parallel(ctx, t, 64, names, func(ctx context.Context, name string) error {
+			now := time.Now().Add(time.Duration(round+1) * time.Second).UTC().Format(time.RFC3339)
+			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","lastHeartbeatTime":%q}]}}`, now)
+			_, err := kubelet.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+			return err
+		})
+	}
+	hbTime := time.Since(hbStart)
+	time.Sleep(time.Second)
+	after := p.scrape(t)
+	hbCalls := after.sum("calico_rr_autoscaler_webhook_requests_total", nil) - before.sum("calico_rr_autoscaler_webhook_requests_total", nil)
+	if hbCalls != 0 {
+		t.Errorf("%v webhook calls during %d heartbeats, want 0", hbCalls, 2**nodeCount)
+	}
+
+	// 4. Relevant changes: an unrelated label toggled by a user (matched by both node webhooks'
+	// matchConditions, so two admissions per request), paced to the target admission rate.
+	apiBefore := scrapeAPIServer(ctx, t, admin)
+	before = p.scrape(t)
+	rate := float64(*admissions) / 2 // requests per second
+	var sent, failed atomic.Int64
+	var latMu sync.Mutex
+	var lat []time.Duration
+	loadCtx, loadCancel := context.WithTimeout(ctx, *loadFor)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	work := make(chan int) // at most one request per worker in flight: no unbounded queue
+	var wg sync.WaitGroup
+	for range 128 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for i := range work {
+				name := names[i%len(names)]
+				patch := fmt.Sprintf(`{"metadata":{"labels":{"load.example.com/tick":"%d"}}}`, i)
+				t0 := time.Now()
+				_, err := admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+				mine = append(mine, time.Since(t0))
+				if err != nil {
+					failed.Add(1)
+				}
+			}
+			latMu.Lock()
+			lat = append(lat, mine...)
+			latMu.Unlock()
+		}()
+	}
+	loadStart := time.Now()
+	dropped := 0
+feed:
+	for i := 0; ; i++ {
+		select {
+		case <-loadCtx.Done():
+			break feed
+		case <-tick.C:
+			select {
+			case work <- i:
+				sent.Add(1)
+			default:
+				dropped++ // the API server is behind: do not queue without bound
+			}
+		}
+	}
+	tick.Stop()
+	close(work)
+	wg.Wait()
+	loadTime := time.Since(loadStart)
+	loadCancel()
+	time.Sleep(2 * time.Second) // coalesced reconciles of the last events
+	after = p.scrape(t)
+	apiAfter := scrapeAPIServer(ctx, t, admin)
+	rssLoaded := p.rss(t)
+	if f := failed.Load(); f > 0 {
+		t.Errorf("%d of %d label patches failed", f, sent.Load())
+	}
+
+	nodeHooks := func(l map[string]string) bool { return strings.HasSuffix(l["webhook"], "-v1-node") }
+	calls := after.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks) - before.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks)
+	h := after.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks).minus(before.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks))
+	rec := after.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil))
+	plan := after.histogram("calico_rr_autoscaler_plan_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_plan_duration_seconds", nil))
+	ourHooks := func(l map[string]string) bool {
+		return strings.HasPrefix(l["name"], "mutate-node.") || strings.HasPrefix(l["name"], "validate-node.")
+	}
+	apiH := apiAfter.histogram("apiserver_admission_webhook_admission_duration_seconds", ourHooks).minus(apiBefore.histogram("apiserver_admission_webhook_admission_duration_seconds", ourHooks))
+	slices.Sort(lat)
+	pct := func(q float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(q*float64(len(lat))))]
+	}
+	p99 := h.quantile(0.99)
+	if p99 > 0.005 {
+		t.Errorf("webhook latency p99 %.2f ms, goal under 5 ms", p99*1e3)
+	}
+	if rssSettled > 150<<20 {
+		t.Errorf("RSS at %d nodes %d MiB, goal under 150 MiB", *nodeCount, rssSettled>>20)
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+
+	var b strings.Builder
+	row := func(k, v string, a ...any) { fmt.Fprintf(&b, "  %-52s %s\n", k, fmt.Sprintf(v, a...)) }
+	b.WriteString("\nload test summary\n")
+	row("nodes / zones / route reflectors", "%d / %d / %d", *nodeCount, zones, rrs)
+	row("join (create + Ready), settled after", "%s, %s", joined.Round(time.Millisecond), settled.Round(time.Millisecond))
+	row("heartbeat status patches / time", "%d / %s", 2**nodeCount, hbTime.Round(time.Millisecond))
+	row("webhook calls caused by heartbeats", "%v", hbCalls)
+	row("label patches sent / dropped (API server behind) / failed", "%d / %d / %d in %s", sent.Load(), dropped, failed.Load(), loadTime.Round(time.Millisecond))
+	row("node webhook admissions (product counter), rate", "%v, %.0f/s", calls, calls/loadTime.Seconds())
+	row("webhook latency (product histogram) p50 / p99", "%.3f ms / %.3f ms (n=%v)", h.quantile(0.5)*1e3, p99*1e3, h.count)
+	row("webhook latency (API server, incl. TLS) <=5ms / p99", "%.1f%% / %.1f ms (coarse buckets)", 100*apiH.fractionLE(0.005), apiH.quantile(0.99)*1e3)
+	row("label patch round trip (client) p50 / p99", "%s / %s", pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond))
+	row("reconciles / node events, mean reconcile", "%v / %d, %.2f ms", rec.count, sent.Load(), rec.mean()*1e3)
+	row("reconcile time per event", "%.3f ms", rec.sum*1e3/math.Max(1, float64(sent.Load())))
+	row("plans, mean plan", "%v, %.2f ms", plan.count, plan.mean()*1e3)
+	row("product RSS idle / settled / after load / peak", "%d / %d / %d / %d MiB", rssIdle>>20, rssSettled>>20, rssLoaded>>20, p.hwm(t)>>20)
+	row("go heap in use after load", "%.1f MiB", after.sum("go_memstats_heap_inuse_bytes", nil)/(1<<20))
+	row("load average (1/5/15 min)", "%s", strings.Join(strings.Fields(string(load))[:3], " "))
+	t.Log(b.String())
+}
+
+func clientset(t *testing.T, cfg *rest.Config) kubernetes.Interface {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side limit
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// parallel runs f for every item with n workers and fails the test on the first error.
+func parallel(ctx context.Context, t *testing.T, n int, items []string, f func(context.Context, string) error) {
+	t.Helper()
+	ch := make(chan string)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range ch {
+				if err := f(ctx, it); err != nil {
+					firstErr.CompareAndSwap(nil, fmt.Errorf("%s: %w", it, err))
+				}
+			}
+		}()
+	}
+	for _, it := range items {
+		if firstErr.Load() != nil || ctx.Err() != nil {
+			break
+		}
+		ch <- it
+	}
+	close(ch)
+	wg.Wait()
+	if err := firstErr.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal(ctx.Err())
+	}
+}
+
+func poll(ctx context.Context, t *testing.T, what string, timeout, every time.Duration, f func() error) {
+	t.Helper()
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, every, timeout, true, func(context.Context) (bool, error) {
+		last = f()
+		return last == nil, nil
+	}); err != nil {
+		t.Fatalf("%s: %v (last: %v)", what, err, last)
+	}
+}
+
+func repoPath(t *testing.T, rel string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(wd, "..", "..", rel)
+}
+
+// product is the serve process.
+type product struct {
+	cmd         *exec.Cmd
+	webhookPort int
+	metricsURL  string
+	caPEM       []byte
+	log         string
+}
+
+func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "calico-rr-autoscaler")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/calico-rr-autoscaler")
+	build.Dir = repoPath(t, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	certDir := filepath.Join(dir, "certs")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := testenv.WriteWebhookCert(certDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &product{caPEM: caPEM, webhookPort: freePort(t), log: filepath.Join(dir, "serve.log")}
+	metricsPort, healthPort := freePort(t), freePort(t)
+	p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(bin, "serve",
+		"--kubeconfig="+env.KubeconfigPath(testenv.UserServiceAccount),
+		"--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(p.webhookPort),
+		"--cert-dir="+certDir,
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", healthPort))
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-exited
+		}
+		_ = logf.Close()
+		if t.Failed() {
+			t.Logf("serve log (tail):\n%s", tail(p.log, 40))
+		}
+	})
+	poll(ctx, t, "serve ready", time.Minute, 200*time.Millisecond, func() error {
+		select {
+		case <-exited:
+			t.Fatalf("serve exited:\n%s", tail(p.log, 40))
+		default:
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	return p
+}
+
+// register registers the webhooks by URL exactly as serve.WebhookConfigurations defines them and
+// waits until the API server calls them.
+func register(ctx context.Context, t *testing.T, env *testenv.Env, admin kubernetes.Interface, p *product) {
+	t.Helper()
+	url := func(path string) admissionregistrationv1.WebhookClientConfig {
+		u := fmt.Sprintf("https://127.0.0.1:%d%s", p.webhookPort, path)
+		return admissionregistrationv1.WebhookClientConfig{URL: &u, CABundle: p.caPEM}
+	}
+	m, v := serve.WebhookConfigurations(webhookName, url, calico.CRD, serve.DefaultServiceAccount)
+	if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	probe := "apiVersion: routereflector.io/v1alpha1\nkind: RouteReflectorPolicy\nmetadata: {name: probe}\nspec: {nodeSelector: {matchLabels: {probe: \"1\"}}, minRouteReflectors: 5, maxRouteReflectors: 2}\n"
+	poll(ctx, t, "webhooks registered", 30*time.Second, 200*time.Millisecond, func() error {
+		_, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, probe, "apply", "--dry-run=server", "-f", "-")
+		if err == nil || !strings.Contains(stderr, "spec.minRouteReflectors") {
+			return fmt.Errorf("probe not rejected by the webhook yet: %v %s", err, stderr)
+		}
+		return nil
+	})
+}
+
+// rss is the product's resident set (VmRSS), hwm its peak (VmHWM), in bytes.
+func (p *product) rss(t *testing.T) int64 { return procStatus(t, p.cmd.Process.Pid, "VmRSS:") }
+func (p *product) hwm(t *testing.T) int64 { return procStatus(t, p.cmd.Process.Pid, "VmHWM:") }
+
+func procStatus(t *testing.T, pid int, key string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Logf("RSS: %v", err)
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+func (p *product) scrape(t *testing.T) metricSet {
+	t.Helper()
+	resp, err := http.Get(p.metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	return parseMetrics(buf.Bytes())
+}
+
+func scrapeAPIServer(ctx context.Context, t *testing.T, admin kubernetes.Interface) metricSet {
+	t.Helper()
+	raw, err := admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseMetrics(raw)
+}
+
+// sample is one line of the Prometheus text format.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+type metricSet []sample
+
+func parseMetrics(b []byte) metricSet {
+	var out metricSet
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		s := sample{labels: map[string]string{}}
+		valStr := line
+		if i := strings.IndexByte(line, '{'); i >= 0 {
+			s.name = line[:i]
+			j := strings.LastIndexByte(line, '}')
+			for _, kv := range splitLabels(line[i+1 : j]) {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					s.labels[k] = strings.Trim(v, `"`)
+				}
+			}
+			valStr = strings.TrimSpace(line[j+1:])
+		} else {
+			f := strings.Fields(line)
+			s.name, valStr = f[0], strings.Join(f[1:], " ")
+		}
+		fs := strings.Fields(valStr)
+		if len(fs) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fs[0], 64)
+		if err != nil {
+			continue
+		}
+		s.value = v
+		out = append(out, s)
+	}
+	return out
+}
+
+// splitLabels splits a="x",b="y" on the commas outside quotes.
+func splitLabels(s string) []string {
+	var out []string
+	in, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			in = !in
+		case ',':
+			if !in {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+func (m metricSet) sum(name string, keep func(map[string]string) bool) float64 {
+	total := 0.0
+	for _, s := range m {
+		if s.name == name && (keep == nil || keep(s.labels)) {
+			total += s.value
+		}
+	}
+	return total
+}
+
+// hist is a histogram summed over label sets: cumulative counts by upper bound.
+type hist struct {
+	le         map[float64]float64
+	count, sum float64
+}
+
+func (m metricSet) histogram(name string, keep func(map[string]string) bool) hist {
+	h := hist{le: map[float64]float64{}}
+	for _, s := range m {
+		if keep != nil && !keep(s.labels) {
+			continue
+		}
+		switch s.name {
+		case name + "_bucket":
+			le, err := strconv.ParseFloat(s.labels["le"], 64)
+			if err == nil {
+				h.le[le] += s.value
+			}
+		case name + "_count":
+			h.count += s.value
+		case name + "_sum":
+			h.sum += s.value
+		}
+	}
+	return h
+}
+
+func (h hist) minus(o hist) hist {
+	d := hist{le: map[float64]float64{}, count: h.count - o.count, sum: h.sum - o.sum}
+	for k, v := range h.le {
+		d.le[k] = v - o.le[k]
+	}
+	return d
+}
+
+func (h hist) mean() float64 {
+	if h.count == 0 {
+		return 0
+	}
+	return h.sum / h.count
+}
+
+func (h hist) fractionLE(bound float64) float64 {
+	if h.count == 0 {
+		return 0
+	}
+	return h.le[bound] / h.count
+}
+
+// quantile interpolates linearly inside the bucket, as Prometheus' histogram_quantile.
+func (h hist) quantile(q float64) float64 {
+	if h.count == 0 {
+		return 0
+	}
+	bounds := make([]float64, 0, len(h.le))
+	for b := range h.le {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	rank := q * h.count
+	prevBound, prevCount := 0.0, 0.0
+	for _, b := range bounds {
+		c := h.le[b]
+		if c >= rank {
+			if math.IsInf(b, 1) {
+				return prevBound
+			}
+			if c == prevCount {
+				return b
+			}
+			return prevBound + (b-prevBound)*(rank-prevCount)/(c-prevCount)
+		}
+		prevBound, prevCount = b, c
+	}
+	return prevBound
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
