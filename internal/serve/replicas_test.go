@@ -87,7 +87,7 @@ func (p *serviceProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(rw, resp.Body)
 }
 
-// TestTwoReplicasBurst: two replicas behind a round-robin Service, one leader; 120 nodes join
+// TestTwoReplicasBurst: two replicas behind a round-robin Service, one leader; 200 nodes join
 // with 20 requests in flight, Ready arriving through nodes/status. At every sampled moment no two
 // route reflectors share a cluster ID (one per route reflector) and the active ones never exceed
 // the plan's count; the leader is killed in the middle of the burst, the other takes over, and
@@ -106,7 +106,7 @@ func TestTwoReplicasBurst(t *testing.T) {
 kind: RouteReflectorPolicy
 metadata: {name: default}
 spec:
-  scaling: {ratio: "0.05"}
+  scaling: {ratio: "0.03"}
   topology: {clusterIDs: PerRouteReflector}
   removalDelay: 2s
 `
@@ -114,7 +114,7 @@ spec:
 		t.Fatalf("apply policy: %v %s", err, stderr)
 	}
 
-	const nodes, inFlight = 120, 20
+	const nodes, inFlight = 200, 20
 	stop := make(chan struct{})
 	var violations []string
 	maxActive := 0
@@ -178,7 +178,7 @@ spec:
 			return nil
 		})
 	}
-	// ratio 0.05 of 120 healthy nodes: 6 route reflectors.
+	// ratio 0.03 of 200 healthy nodes: 6 route reflectors.
 	w.eventually("settled on the plan", 60*time.Second, func() error {
 		s := w.snapshot()
 		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.desiredRouteReflectors}/{.status.routeReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
