@@ -6,6 +6,9 @@ const (
 	AnnotationClusterID = "projectcalico.org/RouteReflectorClusterID"
 	// AnnotationCalicoLabels holds Calico-only node labels as JSON (KDD mode).
 	AnnotationCalicoLabels = "projectcalico.org/labels"
+	// AnnotationCalicoIPv4 is Calico's BGP IPv4 address of a node with its prefix length (KDD
+	// mode, written by calico-node): the address its BGP peers see.
+	AnnotationCalicoIPv4 = "projectcalico.org/IPv4Address"
 	// LabelRouteReflectorID names a route reflector in BGPPeer peer selectors.
 	LabelRouteReflectorID = "routereflector.io/rr-id"
 	// LabelPeeringSet names the set of route reflectors a node peers with; one BGPPeer per set.

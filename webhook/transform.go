@@ -7,10 +7,12 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
 
-// keptAnnotations are the node annotations the cache keeps: the ones this product owns and Calico's
-// node labels. Everything else (last-applied configurations, CSI and volume annotations) goes.
+// keptAnnotations are the node annotations the cache keeps: the ones this product owns, Calico's
+// node labels and Calico's BGP address (the peer IP a route reflector's CalicoNodeStatus reports
+// for the node, read by the BGPSessions handover). Everything else (last-applied configurations,
+// CSI and volume annotations) goes.
 var keptAnnotations = func() map[string]bool {
-	m := map[string]bool{extender.AnnotationCalicoLabels: true}
+	m := map[string]bool{extender.AnnotationCalicoLabels: true, extender.AnnotationCalicoIPv4: true}
 	for _, k := range extender.OwnedAnnotationKeys() {
 		m[k] = true
 	}
@@ -18,10 +20,11 @@ var keptAnnotations = func() map[string]bool {
 }()
 
 // StripNode removes, in place, every field of a node that the planner, the webhooks and the
-// reconciler never read: managedFields, status.images, addresses, capacity, node info, the
-// heartbeat times and messages of conditions, all conditions but Ready, and the spec but
+// reconciler never read: managedFields, status.images, addresses but InternalIPs, capacity, node
+// info, the heartbeat times and messages of conditions, all conditions but Ready, and the spec but
 // unschedulable and taints. It keeps a 5,000-node cache small and makes kubelet heartbeats
-// invisible to everything but the resourceVersion.
+// invisible to everything but the resourceVersion. (The BGPSessions handover matches the
+// InternalIPs against a route reflector's BGP peers when Calico's BGP address annotation is absent.)
 func StripNode(n *corev1.Node) *corev1.Node {
 	n.ManagedFields = nil
 	n.OwnerReferences = nil
@@ -45,7 +48,13 @@ func StripNode(n *corev1.Node) *corev1.Node {
 			break
 		}
 	}
-	n.Status = corev1.NodeStatus{Conditions: ready}
+	var internal []corev1.NodeAddress
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			internal = append(internal, a)
+		}
+	}
+	n.Status = corev1.NodeStatus{Conditions: ready, Addresses: internal}
 	return n
 }
 

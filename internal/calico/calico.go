@@ -62,9 +62,12 @@ func Detect(d discovery.DiscoveryInterface) (schema.GroupVersion, error) {
 	return schema.GroupVersion{}, ErrNotServed
 }
 
-// AddToScheme registers BGPPeer and BGPPeerList (the projectcalico.org/v3 Go types) under gv.
+// AddToScheme registers BGPPeer, BGPConfiguration and CalicoNodeStatus with their lists (the
+// projectcalico.org/v3 Go types) under gv.
 func AddToScheme(s *runtime.Scheme, gv schema.GroupVersion) error {
-	s.AddKnownTypes(gv, &apiv3.BGPPeer{}, &apiv3.BGPPeerList{})
+	s.AddKnownTypes(gv, &apiv3.BGPPeer{}, &apiv3.BGPPeerList{},
+		&apiv3.BGPConfiguration{}, &apiv3.BGPConfigurationList{},
+		&apiv3.CalicoNodeStatus{}, &apiv3.CalicoNodeStatusList{})
 	metav1.AddToGroupVersion(s, gv)
 	return nil
 }

@@ -24,6 +24,7 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 		r.mu.Lock()
 		delete(r.history, st.Name)
 		delete(r.last, st.Name)
+		delete(r.memos, st.Name)
 		r.mu.Unlock()
 		forgetMetrics(st.Name)
 		st.Done = true

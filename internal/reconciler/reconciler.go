@@ -46,6 +46,8 @@ const (
 type Reconciler struct {
 	// Client writes (nodes, BGPPeers, policy status) and reads BGPPeers from the cache.
 	Client client.Client
+	// APIReader reads CalicoNodeStatuses and the BGPConfiguration without a cache (default Client).
+	APIReader client.Reader
 	// Nodes and Policies read the shared informer cache.
 	Nodes    *webhook.NodeStore
 	Policies *webhook.Policies
@@ -64,6 +66,7 @@ type Reconciler struct {
 	mu      sync.Mutex
 	history map[string][]extender.Recommendation // the stabilization window, per policy
 	last    map[string]*extender.Result          // the previous plan, per policy
+	memos   map[string]*handoverMemo             // handovers and mesh migration, per policy
 	steps   []Step
 }
 
@@ -120,7 +123,9 @@ func (r *Reconciler) Steps() []Step {
 		{"plan", r.plan},
 		{"bgppeers", r.applyPeers},
 		{"nodes", r.patchNodes},
+		{"handover", r.handover},
 		{"demote", r.demote},
+		{"mesh", r.migrateMesh},
 		{"prune", r.prunePeers},
 		{"status", r.status},
 		{"events", r.events},

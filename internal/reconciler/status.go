@@ -64,6 +64,8 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	}
 	if d := res.Degraded(); d != nil {
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionTrue, Reason: d.Reason, Message: d.Message, ObservedGeneration: pol.Generation})
+	} else if c := r.degradedCondition(st); c != nil {
+		meta.SetStatusCondition(&s.Conditions, *c)
 	} else {
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsPlanned, Message: "the plan meets the policy", ObservedGeneration: pol.Generation})
 	}

@@ -227,14 +227,15 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	srv.Register(PathValidatePeer, webhook.Serve("validate-bgppeer", &webhook.BGPPeerValidator{ServiceAccount: o.ServiceAccount}))
 
 	s.Reconciler = &reconciler.Reconciler{
-		Client:   mgr.GetClient(),
-		Nodes:    s.Nodes,
-		Policies: s.Policies,
-		Ledger:   s.Ledger,
-		Recorder: mgr.GetEventRecorderFor("calico-rr-autoscaler"),
-		PeerAPI:  gv,
-		Coalesce: o.Coalesce,
-		Log:      ctrl.Log.WithName("reconciler"),
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Nodes:     s.Nodes,
+		Policies:  s.Policies,
+		Ledger:    s.Ledger,
+		Recorder:  mgr.GetEventRecorderFor("calico-rr-autoscaler"),
+		PeerAPI:   gv,
+		Coalesce:  o.Coalesce,
+		Log:       ctrl.Log.WithName("reconciler"),
 	}
 	if err := s.Reconciler.SetupWithManager(mgr); err != nil {
 		return nil, err

@@ -1,0 +1,488 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// The BGPSessions handover.
+//
+// With `handover: BGPSessions` a draining route reflector loses its role as soon as each of its
+// replacements (the planned route reflectors of its zone, else of its cluster ID, else all) reports
+// an Established session with every Ready client that peers with it. The replacement's side is
+// read: one Calico CalicoNodeStatus (class BGP) per replacement lists all its peers, so one object
+// per replacement suffices. At most MaxNodeStatuses such objects exist at once (calico-node spends
+// CPU on every node that has one); the other replacements wait their turn, and a client seen
+// Established is remembered, so a replacement's object is deleted once all its clients are seen.
+// Every object carries the managed-by and policy labels and is deleted when the handover ends.
+//
+// A confirmed handover moves the draining mark back by removalDelay, so that the next plan makes
+// the route reflector a client (the planner's rule) and the demote step takes its role. Without
+// confirmation the planner does so when removalDelay has passed: the handover has timed out, the
+// policy is Degraded (HandoverTimeout) for a while and a Warning Event names the clients that
+// never established.
+//
+// Clients are matched by IP: Calico's BGP address (the projectcalico.org/IPv4Address annotation
+// calico-node writes), else the node's InternalIP. The informer cache keeps both (see
+// webhook.StripNode), so no extra read is needed.
+
+// Handover constants.
+const (
+	// MaxNodeStatuses bounds the CalicoNodeStatus objects of a policy at any moment.
+	MaxNodeStatuses = 3
+	// NodeStatusPeriod is the updatePeriodSeconds of the CalicoNodeStatus objects.
+	NodeStatusPeriod = 10
+	// NodeStatusPrefix starts the names of the CalicoNodeStatus objects (then the node's name).
+	NodeStatusPrefix = extender.BGPPeerPrefix + "handover-"
+
+	ReasonHandoverTimeout = "HandoverTimeout"
+	EventHandoverTimeout  = "HandoverTimeout"
+	EventHandedOver       = "RouteReflectorHandedOver"
+)
+
+// handoverMemo is what the reconciler remembers of a policy's handovers between reconciles (lost
+// on restart: the sessions are then read again).
+type handoverMemo struct {
+	// verified: replacement -> client -> seen Established.
+	verified map[string]map[string]bool
+	// reported: draining route reflectors (name and mark) whose timeout was reported.
+	reported map[string]bool
+	// degraded holds the HandoverTimeout condition's message until degradedUntil.
+	degraded      string
+	degradedUntil time.Time
+	// statusesChecked: the CalicoNodeStatus objects are known to be none (no list needed).
+	statusesChecked bool
+	// meshSince is when every client was first seen with its route reflectors; meshOff that the
+	// mesh was turned off.
+	meshSince time.Time
+	meshOff   bool
+}
+
+var handoverTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "calico_rr_autoscaler_handover_timeouts_total",
+	Help: "BGPSessions handovers that reached removalDelay before every moving client was Established.",
+}, []string{"policy"})
+
+func init() { metrics.Registry.MustRegister(handoverTimeouts) }
+
+func (r *Reconciler) memo(name string) *handoverMemo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.memos == nil {
+		r.memos = map[string]*handoverMemo{}
+	}
+	m := r.memos[name]
+	if m == nil {
+		m = &handoverMemo{verified: map[string]map[string]bool{}, reported: map[string]bool{}}
+		r.memos[name] = m
+	}
+	return m
+}
+
+func (r *Reconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// handover runs the BGPSessions handover (see above) and, in any mode, removes CalicoNodeStatus
+// objects this product left behind.
+func (r *Reconciler) handover(ctx context.Context, st *State) error {
+	p := st.Managed.Resolved
+	m := r.memo(st.Name)
+	sessions := p.Handover == v1alpha1.HandoverBGPSessions
+	if m.degraded != "" && !st.Now.Before(m.degradedUntil) {
+		m.degraded = ""
+	}
+	draining := drainingRRs(st)
+	var clients map[string][]string
+	if sessions {
+		clients = clientsByRR(st)
+	}
+	need := map[string][]string{} // replacement -> clients not seen Established yet
+	addNeed := func(rr string) {
+		for _, c := range clients[rr] {
+			if !m.verified[rr][c] && !slices.Contains(need[rr], c) {
+				need[rr] = append(need[rr], c)
+			}
+		}
+	}
+	if sessions {
+		for _, d := range draining {
+			if r.handoverInPlace(st, d) {
+				for _, rr := range replacementsAll(st, d) {
+					addNeed(rr)
+				}
+			}
+		}
+		if r.meshPending(st, m) {
+			for rr := range clients {
+				addNeed(rr)
+			}
+		}
+	}
+	if len(draining) == 0 && len(need) == 0 && !(sessions && r.meshPending(st, m)) {
+		clear(m.verified)
+	}
+	// Without the CalicoNodeStatus API (or the right to use it) the handover falls back to
+	// removalDelay: an error here never stops the other steps.
+	statuses, err := r.syncNodeStatuses(ctx, st, m, need)
+	if err != nil {
+		r.Log.Error(err, "CalicoNodeStatus", "policy", st.Name)
+		st.requeue(5 * time.Second)
+	}
+	for rr, cs := range need {
+		cns := statuses[rr]
+		if cns == nil {
+			continue
+		}
+		ips := map[string]string{}
+		for _, c := range cs {
+			ips[c] = nodeIP(st.View[c])
+		}
+		missing := missingSessions(ips, cns.Status.BGP.PeersV4)
+		if m.verified[rr] == nil {
+			m.verified[rr] = map[string]bool{}
+		}
+		for _, c := range cs {
+			if !slices.Contains(missing, c) {
+				m.verified[rr][c] = true
+			}
+		}
+	}
+	if len(need) > 0 {
+		st.requeue(handoverRetry)
+	}
+	if !sessions {
+		return nil
+	}
+	var patches []nodePatch
+	for _, d := range draining {
+		if !r.handoverInPlace(st, d) {
+			continue
+		}
+		missing := unverified(m, clients, replacementsAll(st, d))
+		cur := st.View[d]
+		mark := cur.Annotations[extender.AnnotationDrainingSince]
+		if !slices.Contains(st.Demotions, d) {
+			if len(missing) > 0 {
+				continue
+			}
+			// Confirmed: move the mark back so that the next plan makes it a client.
+			since, err := time.Parse(time.RFC3339, mark)
+			back := st.Now.Add(-p.RemovalDelay).Truncate(time.Second)
+			if err == nil && !since.After(back) {
+				continue // already released
+			}
+			ts := back.Format(time.RFC3339)
+			patches = append(patches, nodePatch{name: d, ann: map[string]*string{extender.AnnotationDrainingSince: &ts}})
+			m.degraded = ""
+			r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventHandedOver, "%s: every moving client has an Established BGP session with %s",
+				d, strings.Join(replacementsAll(st, d), ", "))
+			continue
+		}
+		// The planner demotes it: removalDelay has passed.
+		if len(missing) == 0 || m.reported[d+"@"+mark] {
+			continue
+		}
+		m.reported[d+"@"+mark] = true
+		msg := fmt.Sprintf("%s: handover timed out after %s; clients that never established a BGP session with %s: %s",
+			d, p.RemovalDelay, strings.Join(replacementsAll(st, d), ", "), joinCapped(missing, 20))
+		m.degraded, m.degradedUntil = msg, st.Now.Add(max(p.RemovalDelay, time.Minute))
+		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: d, UID: cur.UID}
+		r.Recorder.Event(ref, corev1.EventTypeWarning, EventHandoverTimeout, msg)
+		r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventHandoverTimeout, msg)
+		handoverTimeouts.WithLabelValues(st.Name).Inc()
+	}
+	if len(patches) > 0 {
+		st.requeue(100 * time.Millisecond)
+	}
+	return r.applyPatches(ctx, st, patches)
+}
+
+// degradedCondition is the HandoverTimeout condition while it holds.
+func (r *Reconciler) degradedCondition(st *State) *metav1.Condition {
+	m := r.memo(st.Name)
+	if m.degraded == "" {
+		return nil
+	}
+	st.requeue(m.degradedUntil.Sub(st.Now) + time.Second)
+	return &metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionTrue, Reason: ReasonHandoverTimeout, Message: m.degraded,
+		ObservedGeneration: st.Policy.Generation}
+}
+
+// syncNodeStatuses keeps one CalicoNodeStatus per node of need, at most MaxNodeStatuses at once
+// (the first in name order; the rest wait), deletes the others, and returns the present ones by
+// node.
+func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handoverMemo, need map[string][]string) (map[string]*apiv3.CalicoNodeStatus, error) {
+	if len(need) == 0 && m.statusesChecked {
+		return nil, nil
+	}
+	list := &apiv3.CalicoNodeStatusList{}
+	if err := r.reader().List(ctx, list, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name}); err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			m.statusesChecked = true // no CalicoNodeStatus API (or no right to it): nothing to clean up
+			if len(need) > 0 {
+				return nil, fmt.Errorf("CalicoNodeStatus cannot be used; the handover waits for removalDelay: %w", err)
+			}
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing CalicoNodeStatuses: %w", err)
+	}
+	have := map[string]*apiv3.CalicoNodeStatus{}
+	var haveNodes []string
+	for i := range list.Items {
+		o := &list.Items[i]
+		have[o.Spec.Node] = o
+		haveNodes = append(haveNodes, o.Spec.Node)
+	}
+	want := make([]string, 0, len(need))
+	for rr := range need {
+		want = append(want, rr)
+	}
+	create, del := planNodeStatuses(want, haveNodes, MaxNodeStatuses)
+	for _, n := range del {
+		if err := r.Client.Delete(ctx, have[n]); err != nil && !apierrors.IsNotFound(err) {
+			return have, fmt.Errorf("deleting CalicoNodeStatus %s: %w", have[n].Name, err)
+		}
+		delete(have, n)
+	}
+	for _, n := range create {
+		obj := r.nodeStatus(st.Name, n)
+		if err := r.Client.Create(ctx, obj); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			return have, fmt.Errorf("creating CalicoNodeStatus %s: %w", obj.Name, err)
+		}
+		have[n] = obj
+	}
+	m.statusesChecked = len(have) == 0
+	return have, nil
+}
+
+func (r *Reconciler) nodeStatus(policyName, node string) *apiv3.CalicoNodeStatus {
+	period := uint32(NodeStatusPeriod)
+	return &apiv3.CalicoNodeStatus{
+		TypeMeta: metav1.TypeMeta{APIVersion: r.PeerAPI.String(), Kind: apiv3.KindCalicoNodeStatus},
+		ObjectMeta: metav1.ObjectMeta{Name: nodeStatusName(node),
+			Labels: map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: policyName}},
+		Spec: apiv3.CalicoNodeStatusSpec{Node: node, Classes: []apiv3.NodeStatusClassType{apiv3.NodeStatusClassTypeBGP}, UpdatePeriodSeconds: &period},
+	}
+}
+
+// nodeStatusName is NodeStatusPrefix and the node's name, shortened with a hash when too long.
+func nodeStatusName(node string) string {
+	name := NodeStatusPrefix + node
+	if len(name) <= 253 {
+		return name
+	}
+	h := fnv.New64a()
+	h.Write([]byte(node))
+	return fmt.Sprintf("%s-%016x", name[:253-17], h.Sum64())
+}
+
+// planNodeStatuses decides which CalicoNodeStatus objects to create and delete: those of nodes no
+// longer wanted go, those wanted and present stay, and new ones fill the free places up to bound,
+// in name order.
+func planNodeStatuses(want, have []string, bound int) (create, del []string) {
+	want = slices.Sorted(slices.Values(want))
+	kept := 0
+	for _, n := range slices.Sorted(slices.Values(have)) {
+		if slices.Contains(want, n) && kept < bound {
+			kept++
+			continue
+		}
+		del = append(del, n)
+	}
+	for _, n := range want {
+		if kept >= bound {
+			break
+		}
+		if !slices.Contains(have, n) {
+			create = append(create, n)
+			kept++
+		}
+	}
+	return create, del
+}
+
+// missingSessions returns the clients (name -> IP) without an Established IPv4 session in peers,
+// sorted. A client without an IP is missing.
+func missingSessions(clients map[string]string, peers []apiv3.CalicoNodePeer) []string {
+	up := map[string]bool{}
+	for _, p := range peers {
+		if p.State == apiv3.BGPSessionStateEstablished {
+			if ip := net.ParseIP(p.PeerIP); ip != nil {
+				up[ip.String()] = true
+			}
+		}
+	}
+	var out []string
+	for name, ip := range clients {
+		if ip == "" || !up[ip] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// nodeIP is the IPv4 address a node's BGP peers see: Calico's BGP address, else its InternalIP.
+func nodeIP(n *corev1.Node) string {
+	if n == nil {
+		return ""
+	}
+	if v := n.Annotations[extender.AnnotationCalicoIPv4]; v != "" {
+		if ip, _, err := net.ParseCIDR(v); err == nil {
+			return ip.String()
+		}
+		if ip := net.ParseIP(v); ip != nil {
+			return ip.String()
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		if ip := net.ParseIP(a.Address); a.Type == corev1.NodeInternalIP && ip != nil && ip.To4() != nil {
+			return ip.String()
+		}
+	}
+	return ""
+}
+
+// clientsByRR maps each route reflector to the Ready clients of the view that peer with it.
+func clientsByRR(st *State) map[string][]string {
+	p := st.Managed.Resolved
+	out := map[string][]string{}
+	for name, n := range st.View {
+		if isCurrentRR(p, n) || !extender.IsReady(n) || n.DeletionTimestamp != nil {
+			continue
+		}
+		for _, rr := range strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ",") {
+			if rr != "" {
+				out[rr] = append(out[rr], name)
+			}
+		}
+	}
+	for rr := range out {
+		slices.Sort(out[rr])
+	}
+	return out
+}
+
+// drainingRRs are the route reflectors being handed over: draining in the plan, or made clients.
+func drainingRRs(st *State) []string {
+	var out []string
+	for _, rr := range st.Result.RouteReflectors {
+		if rr.Draining && st.View[rr.Node] != nil {
+			out = append(out, rr.Node)
+		}
+	}
+	for _, d := range st.Demotions {
+		if !slices.Contains(out, d) && st.View[d] != nil {
+			out = append(out, d)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// handoverInPlace: every planned route reflector carries its role and no client peers with d any
+// more, so the sessions to check are the ones that matter.
+func (r *Reconciler) handoverInPlace(st *State, d string) bool {
+	p := st.Managed.Resolved
+	for _, rr := range st.Result.RouteReflectors {
+		if rr.Draining {
+			continue
+		}
+		n := st.View[rr.Node]
+		if n == nil || !p.IsRouteReflectorLabel(n.Labels) || n.Annotations[extender.AnnotationClusterID] != rr.ClusterID {
+			return false
+		}
+	}
+	for _, n := range st.View {
+		if slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), d) {
+			return false
+		}
+	}
+	return true
+}
+
+// replacementsAll is replacements without the cap on names.
+func replacementsAll(st *State, name string) []string {
+	n := st.View[name]
+	if n == nil {
+		return nil
+	}
+	zone := n.Labels[st.Managed.Resolved.ZoneLabel]
+	id := n.Annotations[extender.AnnotationClusterID]
+	var byZone, byID, all []string
+	for _, rr := range st.Result.RouteReflectors {
+		if rr.Draining || rr.Node == name {
+			continue
+		}
+		all = append(all, rr.Node)
+		if rr.Zone == zone {
+			byZone = append(byZone, rr.Node)
+		}
+		if rr.ClusterID == id {
+			byID = append(byID, rr.Node)
+		}
+	}
+	out := byZone
+	if len(out) == 0 {
+		out = byID
+	}
+	if len(out) == 0 {
+		out = all
+	}
+	slices.Sort(out)
+	return out
+}
+
+// unverified lists the clients of the given route reflectors not yet seen Established with them.
+func unverified(m *handoverMemo, clients map[string][]string, rrs []string) []string {
+	var out []string
+	for _, rr := range rrs {
+		for _, c := range clients[rr] {
+			if !m.verified[rr][c] && !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func isCurrentRR(p *policy.Resolved, n *corev1.Node) bool {
+	if !p.IsRouteReflectorLabel(n.Labels) {
+		return false
+	}
+	_, ok := policy.ParseClusterID(n.Annotations[extender.AnnotationClusterID])
+	return ok
+}
+
+func joinCapped(names []string, limit int) string {
+	if len(names) <= limit {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:limit], ", "), len(names)-limit)
+}

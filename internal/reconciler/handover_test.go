@@ -1,0 +1,388 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
+)
+
+func TestPlanNodeStatuses(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		want, have  []string
+		create, del []string
+		bound       int
+	}{
+		{name: "none", bound: 3},
+		{name: "fill up to the bound in name order", want: []string{"e", "d", "c", "b", "a"}, bound: 3, create: []string{"a", "b", "c"}},
+		{name: "present ones stay, new ones fill", want: []string{"a", "b", "c", "d", "e"}, have: []string{"d"}, bound: 3, create: []string{"a", "b"}},
+		{name: "done ones go first", want: []string{"c", "d"}, have: []string{"a", "b", "c"}, bound: 3, create: []string{"d"}, del: []string{"a", "b"}},
+		{name: "over the bound (another writer): extras go", want: []string{"a", "b", "c", "d"}, have: []string{"a", "b", "c", "d"}, bound: 3, del: []string{"d"}},
+		{name: "handover ended", have: []string{"x"}, bound: 3, del: []string{"x"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			create, del := planNodeStatuses(tc.want, tc.have, tc.bound)
+			if fmt.Sprint(create) != fmt.Sprint(tc.create) || fmt.Sprint(del) != fmt.Sprint(tc.del) {
+				t.Fatalf("create %v del %v, want %v %v", create, del, tc.create, tc.del)
+			}
+			if n := len(tc.have) - len(del) + len(create); n > tc.bound {
+				t.Fatalf("%d objects after the change", n)
+			}
+		})
+	}
+}
+
+func TestMissingSessions(t *testing.T) {
+	est := func(ip string) apiv3.CalicoNodePeer {
+		return apiv3.CalicoNodePeer{PeerIP: ip, Type: "NodeMesh", State: apiv3.BGPSessionStateEstablished}
+	}
+	for _, tc := range []struct {
+		name    string
+		clients map[string]string
+		peers   []apiv3.CalicoNodePeer
+		want    string
+	}{
+		{"all up", map[string]string{"a": "10.0.0.1", "b": "10.0.0.2"}, []apiv3.CalicoNodePeer{est("10.0.0.2"), est("10.0.0.1")}, "[]"},
+		{"one down", map[string]string{"a": "10.0.0.1", "b": "10.0.0.2"}, []apiv3.CalicoNodePeer{est("10.0.0.1"), {PeerIP: "10.0.0.2", State: apiv3.BGPSessionStateActive}}, "[b]"},
+		{"not listed yet", map[string]string{"a": "10.0.0.1", "b": "10.0.0.2"}, nil, "[a b]"},
+		{"no IP known", map[string]string{"a": ""}, []apiv3.CalicoNodePeer{est("10.0.0.1")}, "[a]"},
+		{"IPs compared parsed", map[string]string{"a": "10.0.0.1"}, []apiv3.CalicoNodePeer{est("10.000.0.1")}, "[a]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := fmt.Sprint(missingSessions(tc.clients, tc.peers)); got != tc.want {
+				t.Fatalf("got %s want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNodeIP(t *testing.T) {
+	n := func(ann string, addrs ...corev1.NodeAddress) *corev1.Node {
+		o := &corev1.Node{Status: corev1.NodeStatus{Addresses: addrs}}
+		if ann != "" {
+			o.Annotations = map[string]string{extender.AnnotationCalicoIPv4: ann}
+		}
+		return o
+	}
+	internal := corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.1.0.1"}
+	for _, tc := range []struct {
+		node *corev1.Node
+		want string
+	}{
+		{n("192.168.0.5/24", internal), "192.168.0.5"},
+		{n("", internal), "10.1.0.1"},
+		{n("", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00::1"}, internal), "10.1.0.1"},
+		{n("", corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "1.2.3.4"}), ""},
+		{nil, ""},
+	} {
+		if got := nodeIP(tc.node); got != tc.want {
+			t.Errorf("%+v: %q want %q", tc.node, got, tc.want)
+		}
+	}
+}
+
+// The cache keeps what nodeIP reads.
+func TestStripNodeKeepsBGPAddress(t *testing.T) {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{extender.AnnotationCalicoIPv4: "192.168.0.5/24", "other": "x"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "n"},
+			{Type: corev1.NodeInternalIP, Address: "10.1.0.1"}, {Type: corev1.NodeExternalIP, Address: "1.2.3.4"}}},
+	}
+	s := webhook.StripNode(n.DeepCopy())
+	if fmt.Sprint(s.Annotations) != "map[projectcalico.org/IPv4Address:192.168.0.5/24]" || len(s.Status.Addresses) != 1 || s.Status.Addresses[0].Address != "10.1.0.1" {
+		t.Fatalf("stripped: %v %v", s.Annotations, s.Status.Addresses)
+	}
+	delete(s.Annotations, extender.AnnotationCalicoIPv4)
+	if nodeIP(s) != "10.1.0.1" {
+		t.Fatal(nodeIP(s))
+	}
+}
+
+func TestMeshReady(t *testing.T) {
+	p, _ := policy.Resolve(policy.Default("default"))
+	rr := func(name string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels:      map[string]string{p.RRLabelKey: p.RRLabelValue},
+			Annotations: map[string]string{extender.AnnotationClusterID: "224.0.0.1"}}}
+		return n
+	}
+	cl := func(name, rrs string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}}
+		if rrs != "" {
+			n.Labels[extender.LabelPeeringSet] = "s1"
+			n.Annotations[extender.AnnotationRouteReflectors] = rrs
+		}
+		return n
+	}
+	view := func(ns ...*corev1.Node) map[string]*corev1.Node {
+		m := map[string]*corev1.Node{}
+		for _, n := range ns {
+			m[n.Name] = n
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name   string
+		view   map[string]*corev1.Node
+		others []*corev1.Node
+		ok     bool
+		why    string
+	}{
+		{"every client has route reflectors", view(rr("r1"), cl("c1", "r1")), nil, true, ""},
+		{"no route reflector", view(cl("c1", "")), nil, false, "no route reflector"},
+		{"a client without", view(rr("r1"), cl("c1", "r1"), cl("c2", "")), nil, false, "client c2 has no route reflectors"},
+		{"a listed one not in place", view(rr("r1"), cl("c1", "r1,r2")), nil, false, "client c1: r2 is not a route reflector yet"},
+		{"a node in no policy", view(rr("r1"), cl("c1", "r1")), []*corev1.Node{cl("x", "")}, false, "node x has no route reflectors (in no policy)"},
+		{"another policy's client", view(rr("r1"), cl("c1", "r1")), []*corev1.Node{cl("x", "q1")}, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := meshReady(p, tc.view, tc.others)
+			if ok != tc.ok || why != tc.why {
+				t.Fatalf("%v %q, want %v %q", ok, why, tc.ok, tc.why)
+			}
+		})
+	}
+}
+
+// ipCluster is cluster(n) with InternalIPs 10.0.0.i.
+func ipCluster(n int) []*corev1.Node {
+	nodes := cluster(n)
+	for i, nd := range nodes {
+		nd.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.0.0.%d", i+1)}}
+	}
+	return nodes
+}
+
+// calicoNode writes every CalicoNodeStatus's BGP peers as calico-node would: an Established
+// session with each client that lists the node, except with the clients in down.
+func (h *harness) calicoNode(down ...string) {
+	h.t.Helper()
+	ctx := context.Background()
+	list := &apiv3.CalicoNodeStatusList{}
+	if err := h.client.List(ctx, list); err != nil {
+		h.t.Fatal(err)
+	}
+	nodes := &corev1.NodeList{}
+	_ = h.client.List(ctx, nodes)
+	for i := range list.Items {
+		cns := &list.Items[i]
+		var peers []apiv3.CalicoNodePeer
+		for _, n := range nodes.Items {
+			if !slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), cns.Spec.Node) {
+				continue
+			}
+			state := apiv3.BGPSessionStateEstablished
+			if slices.Contains(down, n.Name) {
+				state = apiv3.BGPSessionStateActive
+			}
+			peers = append(peers, apiv3.CalicoNodePeer{PeerIP: n.Status.Addresses[0].Address, Type: "NodePeer", State: state})
+		}
+		cns.Status.LastUpdated = metav1.NewTime(h.now)
+		cns.Status.BGP.PeersV4 = peers
+		if err := h.client.Update(ctx, cns); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func (h *harness) nodeStatuses() []string {
+	h.t.Helper()
+	list := &apiv3.CalicoNodeStatusList{}
+	if err := h.client.List(context.Background(), list, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue}); err != nil {
+		h.t.Fatal(err)
+	}
+	var out []string
+	for _, o := range list.Items {
+		out = append(out, o.Spec.Node)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sessionsPolicy(delay time.Duration) func(*v1alpha1.RouteReflectorPolicySpec) {
+	return func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.RemovalDelay = &metav1.Duration{Duration: delay}
+		s.Handover = v1alpha1.HandoverBGPSessions
+	}
+}
+
+func TestHandoverBGPSessionsEstablished(t *testing.T) {
+	h := newHarness(t, sessionsPolicy(time.Hour), ipCluster(30))
+	h.reconcile()
+	if s := h.nodeStatuses(); len(s) != 0 {
+		t.Fatalf("statuses without a handover: %v", s)
+	}
+	h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	for range 3 {
+		h.reconcile()
+	}
+	if s := h.nodeStatuses(); fmt.Sprint(s) != "[node-04]" {
+		t.Fatalf("statuses %v, want the replacement's", s)
+	}
+	if _, ok := h.rrs()["node-01"]; !ok {
+		t.Fatal("demoted before the sessions are up")
+	}
+	h.calicoNode()
+	for range 3 {
+		h.now = h.now.Add(time.Second)
+		h.reconcile()
+	}
+	if _, ok := h.rrs()["node-01"]; ok {
+		t.Fatalf("not demoted with every session up: %v", h.rrs())
+	}
+	h.checkClients()
+	if s := h.nodeStatuses(); len(s) != 0 {
+		t.Fatalf("statuses left after the handover: %v", s)
+	}
+	ev := strings.Join(h.events(), "\n")
+	if !strings.Contains(ev, "RouteReflectorHandedOver node-01: every moving client has an Established BGP session with node-04") ||
+		!strings.Contains(ev, "RouteReflectorDemoted Demoted: cordoned; clients moved to node-04") {
+		t.Fatalf("events:\n%s", ev)
+	}
+}
+
+func TestHandoverBGPSessionsTimeout(t *testing.T) {
+	h := newHarness(t, sessionsPolicy(time.Minute), ipCluster(30))
+	h.reconcile()
+	h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	h.reconcile()
+	h.reconcile()
+	h.calicoNode("node-07", "node-13")
+	h.reconcile()
+	if _, ok := h.rrs()["node-01"]; !ok {
+		t.Fatal("demoted with sessions down")
+	}
+	h.now = h.now.Add(time.Minute + time.Second)
+	h.reconcile()
+	h.reconcile()
+	if _, ok := h.rrs()["node-01"]; ok {
+		t.Fatal("not demoted after the timeout")
+	}
+	if s := h.nodeStatuses(); len(s) != 0 {
+		t.Fatalf("statuses left after the timeout: %v", s)
+	}
+	ev := strings.Join(h.events(), "\n")
+	if !strings.Contains(ev, "Warning HandoverTimeout node-01: handover timed out after 1m0s; clients that never established a BGP session with node-04: node-07, node-13") {
+		t.Fatalf("events:\n%s", ev)
+	}
+	pol := &v1alpha1.RouteReflectorPolicy{}
+	_ = h.client.Get(context.Background(), client.ObjectKey{Name: "default"}, pol)
+	c := findCondition(pol.Status.Conditions, ConditionDegraded)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonHandoverTimeout || !strings.Contains(c.Message, "node-07, node-13") {
+		t.Fatalf("Degraded %+v", c)
+	}
+}
+
+func TestHandoverBGPSessionsBounded(t *testing.T) {
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		sessionsPolicy(time.Hour)(s)
+		s.MinRouteReflectors = ptr(int32(9))
+	}, ipCluster(30))
+	h.reconcile()
+	before := h.rrs()
+	if len(before) != 9 {
+		t.Fatalf("route reflectors %v", before)
+	}
+	var drained []string
+	for rr := range before {
+		if len(drained) < 4 {
+			drained = append(drained, rr)
+			h.update(rr, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+		}
+	}
+	seen := map[string]bool{}
+	for i := 0; i < 60; i++ {
+		h.now = h.now.Add(time.Second)
+		h.reconcile()
+		s := h.nodeStatuses()
+		if len(s) > MaxNodeStatuses {
+			t.Fatalf("%d CalicoNodeStatuses at once: %v", len(s), s)
+		}
+		for _, n := range s {
+			seen[n] = true
+		}
+		h.calicoNode()
+		done := true
+		for _, d := range drained {
+			if _, ok := h.rrs()[d]; ok {
+				done = false
+			}
+		}
+		if done && len(s) == 0 {
+			t.Logf("handed over in %d passes; statuses used for %d nodes", i+1, len(seen))
+			h.checkClients()
+			if len(seen) <= MaxNodeStatuses {
+				t.Fatalf("only %d replacements checked: the test does not exercise the bound", len(seen))
+			}
+			return
+		}
+	}
+	t.Fatalf("not handed over: route reflectors %v, statuses %v", h.rrs(), h.nodeStatuses())
+}
+
+func TestMigrateFromNodeMesh(t *testing.T) {
+	for _, mode := range []v1alpha1.HandoverMode{v1alpha1.HandoverDelay, v1alpha1.HandoverBGPSessions} {
+		t.Run(string(mode), func(t *testing.T) {
+			h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+				s.RemovalDelay = &metav1.Duration{Duration: time.Minute}
+				s.Handover = mode
+				s.MigrateFromNodeMesh = true
+			}, ipCluster(12))
+			h.reconcile()
+			h.reconcile()
+			if meshOff(h) {
+				t.Fatal("mesh turned off at once")
+			}
+			if mode == v1alpha1.HandoverBGPSessions {
+				h.calicoNode("node-05")
+				h.reconcile()
+				if meshOff(h) {
+					t.Fatal("mesh turned off with a session down")
+				}
+				for range 6 {
+					h.calicoNode()
+					h.reconcile()
+				}
+			} else {
+				h.now = h.now.Add(time.Minute + time.Second)
+				h.reconcile()
+			}
+			if !meshOff(h) {
+				t.Fatal("mesh still on")
+			}
+			if s := h.nodeStatuses(); len(s) != 0 {
+				t.Fatalf("statuses left: %v", s)
+			}
+		})
+	}
+}
+
+func meshOff(h *harness) bool {
+	cfg := &apiv3.BGPConfiguration{}
+	if err := h.client.Get(context.Background(), client.ObjectKey{Name: "default"}, cfg); err != nil {
+		return false
+	}
+	return cfg.Spec.NodeToNodeMeshEnabled != nil && !*cfg.Spec.NodeToNodeMeshEnabled
+}
+
+func findCondition(cs []metav1.Condition, t string) *metav1.Condition {
+	for i := range cs {
+		if cs[i].Type == t {
+			return &cs[i]
+		}
+	}
+	return nil
+}

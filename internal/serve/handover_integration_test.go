@@ -1,0 +1,406 @@
+package serve_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/reconciler"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+)
+
+var (
+	nodeStatusGVR = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "caliconodestatuses"}
+	bgpConfigGVR  = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgpconfigurations"}
+)
+
+// joinIP registers a Ready node with an InternalIP, as a kubelet does.
+func (w *world) joinIP(name, zone, ip string) {
+	w.t.Helper()
+	ctx := w.t.Context()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelTopologyZone: zone, corev1.LabelHostname: name}}}
+	created, err := w.kubelet.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		w.t.Fatalf("creating %s: %v", name, err)
+	}
+	for {
+		now := metav1.Now()
+		created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
+		_, err = w.kubelet.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			break
+		}
+		if created, err = w.kubelet.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// calicoNode plays calico-node for every CalicoNodeStatus: it writes status.bgp.peersV4 with an
+// Established session to every node whose route reflectors list the status's node (Active for the
+// nodes in down), and tracks how many CalicoNodeStatus objects exist at once (from a watch).
+type calicoNode struct {
+	w    *world
+	mu   sync.Mutex
+	down map[string]bool
+	live map[string]bool // object name -> exists
+	max  int
+	seen map[string]bool // nodes that had one
+}
+
+func (w *world) startCalicoNode(down ...string) *calicoNode {
+	c := &calicoNode{w: w, down: map[string]bool{}, live: map[string]bool{}, seen: map[string]bool{}}
+	for _, d := range down {
+		c.down[d] = true
+	}
+	ctx, cancel := context.WithCancel(w.t.Context())
+	w.t.Cleanup(cancel)
+	wi, err := w.dyn.Resource(nodeStatusGVR).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	go func() {
+		for ev := range wi.ResultChan() {
+			o, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			c.mu.Lock()
+			switch ev.Type {
+			case watch.Added:
+				c.live[o.GetName()] = true
+				node, _, _ := unstructured.NestedString(o.Object, "spec", "node")
+				c.seen[node] = true
+			case watch.Deleted:
+				delete(c.live, o.GetName())
+			}
+			c.max = max(c.max, len(c.live))
+			c.mu.Unlock()
+		}
+	}()
+	go func() {
+		for ctx.Err() == nil {
+			c.report(ctx)
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	return c
+}
+
+func (c *calicoNode) report(ctx context.Context) {
+	list, err := c.w.dyn.Resource(nodeStatusGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	nodes, err := c.w.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, o := range list.Items {
+		node, _, _ := unstructured.NestedString(o.Object, "spec", "node")
+		var peers []any
+		established := 0
+		for _, n := range nodes.Items {
+			if !slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), node) || len(n.Status.Addresses) == 0 {
+				continue
+			}
+			state := "Established"
+			c.mu.Lock()
+			if c.down[n.Name] {
+				state = "Active"
+			} else {
+				established++
+			}
+			c.mu.Unlock()
+			peers = append(peers, map[string]any{"peerIP": n.Status.Addresses[0].Address, "type": "NodePeer", "state": state, "since": "09:00:00"})
+		}
+		o.Object["status"] = map[string]any{
+			"lastUpdated": time.Now().UTC().Format(time.RFC3339),
+			"bgp": map[string]any{"numberEstablishedV4": int64(established), "numberNotEstablishedV4": int64(len(peers) - established),
+				"numberEstablishedV6": int64(0), "numberNotEstablishedV6": int64(0), "peersV4": peers},
+		}
+		_, _ = c.w.dyn.Resource(nodeStatusGVR).Update(ctx, &o, metav1.UpdateOptions{})
+	}
+}
+
+func (c *calicoNode) stats() (live, maxLive int, seen []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for n := range c.seen {
+		seen = append(seen, n)
+	}
+	slices.Sort(seen)
+	return len(c.live), c.max, seen
+}
+
+// reset forgets the nodes seen so far and the maximum (the objects that exist stay counted).
+func (c *calicoNode) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.seen)
+	c.max = len(c.live)
+}
+
+func (w *world) applyPolicy(yaml string) {
+	w.t.Helper()
+	if out, stderr, err := w.env.KubectlStdin(w.t, testenv.UserAdmin, yaml, "apply", "-f", "-"); err != nil {
+		w.t.Fatalf("apply policy: %v\n%s%s", err, out, stderr)
+	}
+}
+
+func (w *world) joinCluster(n int) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.joinIP(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3), fmt.Sprintf("10.0.0.%d", i+1))
+		}()
+	}
+	wg.Wait()
+}
+
+func (w *world) cordon(names ...string) {
+	w.t.Helper()
+	for _, n := range names {
+		if _, stderr, err := w.kubectl(testenv.UserAdmin, "cordon", n); err != nil {
+			w.t.Fatalf("cordon %s: %v %s", n, err, stderr)
+		}
+	}
+}
+
+func TestHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
+	w := newWorld(t)
+	// removalDelay is long: a role can only move by the sessions.
+	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  minRouteReflectors: 9
+  removalDelay: 10m
+  handover: BGPSessions
+  behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
+`)
+	// calico-node reports from the start: nodes turn Ready in any order and the first plans
+	// rebalance, which hands route reflectors over too.
+	cn := w.startCalicoNode()
+	w.joinCluster(30)
+	w.eventually("settled on 9 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(9) })
+
+	t.Run("sessions established: the role moves early and the status object is gone", func(t *testing.T) {
+		cn.reset()
+		victim := slices.Sorted(maps.Keys(w.snapshot().rrs))[0]
+		start := time.Now()
+		w.cordon(victim)
+		w.eventually("handed over", 60*time.Second, func() error {
+			s := w.snapshot()
+			if _, ok := s.rrs[victim]; ok {
+				return fmt.Errorf("%s still a route reflector", victim)
+			}
+			if o := s.orphans(); len(o) > 0 {
+				return fmt.Errorf("orphans %v", o)
+			}
+			return nil
+		})
+		w.eventually("no CalicoNodeStatus left", 20*time.Second, func() error {
+			if live, _, _ := cn.stats(); live > 0 {
+				return fmt.Errorf("%d CalicoNodeStatuses", live)
+			}
+			return nil
+		})
+		_, maxLive, seen := cn.stats()
+		t.Logf("handed over in %s (removalDelay 10m); CalicoNodeStatus for %v, at most %d at once", time.Since(start).Round(10*time.Millisecond), seen, maxLive)
+		if len(seen) == 0 {
+			t.Fatal("no CalicoNodeStatus was used")
+		}
+		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "-o", "jsonpath={range .items[*]}{.reason} {.message}{\"\\n\"}{end}")
+		if !strings.Contains(out, reconciler.EventHandedOver+" "+victim+": every moving client has an Established BGP session") {
+			t.Fatalf("events: %s", out)
+		}
+	})
+
+	t.Run("four route reflectors handed over at once: at most 3 CalicoNodeStatuses", func(t *testing.T) {
+		cn.reset()
+		rrs := slices.Sorted(maps.Keys(w.snapshot().rrs))
+		victims := rrs[len(rrs)-4:]
+		w.cordon(victims...)
+		w.eventually("handed over", 90*time.Second, func() error {
+			s := w.snapshot()
+			for _, v := range victims {
+				if _, ok := s.rrs[v]; ok {
+					return fmt.Errorf("%s still a route reflector", v)
+				}
+			}
+			return nil
+		})
+		w.eventually("no CalicoNodeStatus left", 20*time.Second, func() error {
+			if live, _, _ := cn.stats(); live > 0 {
+				return fmt.Errorf("%d CalicoNodeStatuses", live)
+			}
+			return nil
+		})
+		_, maxLive, seen := cn.stats()
+		t.Logf("CalicoNodeStatus for %d nodes %v, at most %d at once", len(seen), seen, maxLive)
+		if maxLive > reconciler.MaxNodeStatuses {
+			t.Fatalf("%d CalicoNodeStatuses at once, bound %d", maxLive, reconciler.MaxNodeStatuses)
+		}
+		if len(seen) <= reconciler.MaxNodeStatuses {
+			t.Fatalf("only %d replacements checked: the bound was not exercised", len(seen))
+		}
+	})
+}
+
+func TestHandoverBGPSessionsTimeoutOnRealAPIServer(t *testing.T) {
+	w := newWorld(t)
+	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  removalDelay: 4s
+  handover: BGPSessions
+  behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
+`)
+	w.joinCluster(12)
+	w.eventually("settled on 3 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(3) })
+	s := w.snapshot()
+	var victim string
+	for rr := range s.rrs {
+		if s.nodes[rr].Labels[corev1.LabelTopologyZone] == "zone-a" {
+			victim = rr
+		}
+	}
+	// Every client but the victim's zone-mates is up: those never establish with the replacement.
+	var down []string
+	for name, n := range s.nodes {
+		if _, rr := s.rrs[name]; !rr && n.Labels[corev1.LabelTopologyZone] == "zone-a" && n.Labels["routereflector.io/rr-id"] == "" {
+			down = append(down, name)
+		}
+	}
+	slices.Sort(down)
+	cn := w.startCalicoNode(down...)
+	start := time.Now()
+	w.cordon(victim)
+	w.eventually("demoted at the timeout", 30*time.Second, func() error {
+		if _, ok := w.snapshot().rrs[victim]; ok {
+			return fmt.Errorf("%s still a route reflector", victim)
+		}
+		return nil
+	})
+	if d := time.Since(start); d < 4*time.Second {
+		t.Fatalf("demoted after %s, before the timeout", d)
+	}
+	w.eventually("Degraded HandoverTimeout", 10*time.Second, func() error {
+		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.conditions[?(@.type==\"Degraded\")].reason}")
+		if err != nil || out != reconciler.ReasonHandoverTimeout {
+			return fmt.Errorf("Degraded reason %q %v", out, err)
+		}
+		return nil
+	})
+	out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "--field-selector", "reason=HandoverTimeout", "-o", "jsonpath={range .items[*]}{.type} {.message}{\"\\n\"}{end}")
+	t.Logf("events: %s", out)
+	var named []string
+	for _, d := range down {
+		if strings.Contains(out, d) {
+			named = append(named, d)
+		}
+	}
+	if !strings.Contains(out, "Warning "+victim+": handover timed out after 4s; clients that never established") || len(named) == 0 {
+		t.Fatalf("events %q do not name the clients that never established (down: %v)", out, down)
+	}
+	w.eventually("no CalicoNodeStatus left", 20*time.Second, func() error {
+		if live, _, _ := cn.stats(); live > 0 {
+			return fmt.Errorf("%d CalicoNodeStatuses", live)
+		}
+		return nil
+	})
+}
+
+func TestMigrateFromNodeMeshOnRealAPIServer(t *testing.T) {
+	for _, mode := range []string{"Delay", "BGPSessions"} {
+		t.Run(mode, func(t *testing.T) { testMigrateFromNodeMesh(t, mode) })
+	}
+}
+
+func testMigrateFromNodeMesh(t *testing.T, mode string) {
+	w := newWorld(t)
+	ctx := t.Context()
+	cfg := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "crd.projectcalico.org/v1", "kind": "BGPConfiguration",
+		"metadata": map[string]any{"name": "default"},
+		"spec":     map[string]any{"nodeToNodeMeshEnabled": true, "asNumber": int64(64512)},
+	}}
+	if _, err := w.dyn.Resource(bgpConfigGVR).Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	meshOn := func() bool {
+		o, err := w.dyn.Resource(bgpConfigGVR).Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		on, found, _ := unstructured.NestedBool(o.Object, "spec", "nodeToNodeMeshEnabled")
+		if asn, _, _ := unstructured.NestedInt64(o.Object, "spec", "asNumber"); asn != 64512 {
+			t.Fatalf("asNumber lost: %v", o.Object["spec"])
+		}
+		return !found || on
+	}
+	var cn *calicoNode
+	if mode == "BGPSessions" {
+		cn = w.startCalicoNode()
+	}
+	w.joinCluster(12)
+	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  removalDelay: 3s
+  handover: ` + mode + `
+  migrateFromNodeMesh: true
+`)
+	// Sampled until the mesh is off: at that moment every node is a route reflector or a client of one.
+	start := time.Now()
+	var offAt time.Time
+	w.eventually("mesh turned off", 40*time.Second, func() error {
+		s := w.snapshot()
+		on := meshOn()
+		if !on {
+			offAt = time.Now()
+			if o := s.orphans(); len(o) > 0 || len(s.clients)+len(s.rrs) != len(s.nodes) {
+				t.Fatalf("mesh off while clients lack route reflectors: orphans %v, %d clients + %d RRs of %d nodes", o, len(s.clients), len(s.rrs), len(s.nodes))
+			}
+			return nil
+		}
+		return fmt.Errorf("mesh on")
+	})
+	if d := offAt.Sub(start); d < 3*time.Second && mode == "Delay" {
+		t.Fatalf("mesh off after %s, before removalDelay", d)
+	}
+	t.Logf("%s: mesh off %s after the policy", mode, offAt.Sub(start).Round(10*time.Millisecond))
+	if cn != nil {
+		w.eventually("no CalicoNodeStatus left", 20*time.Second, func() error {
+			if live, _, _ := cn.stats(); live > 0 {
+				return fmt.Errorf("%d CalicoNodeStatuses", live)
+			}
+			return nil
+		})
+		if _, maxLive, seen := cn.stats(); maxLive > reconciler.MaxNodeStatuses || len(seen) == 0 {
+			t.Fatalf("CalicoNodeStatuses: at most %d at once, for %v", maxLive, seen)
+		}
+	}
+}
