@@ -241,15 +241,7 @@ func (f *birdFleet) stop(i int) error {
 }
 
 func (f *birdFleet) close() {
-	var wg sync.WaitGroup
-	for i := range f.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f.stop(i)
-		}()
-	}
-	wg.Wait()
+	stopAll(len(f.nodes), f.stop)
 	if os.Getenv("RRV_KEEP_BIRD_DIR") == "" {
 		os.RemoveAll(f.dir)
 	}

@@ -126,13 +126,16 @@ func (f *gobgpFleet) stop(i int) error {
 	return nil
 }
 
-func (f *gobgpFleet) close() {
+func (f *gobgpFleet) close() { stopAll(len(f.nodes), f.stop) }
+
+// stopAll stops the speakers 0..n-1 of a fleet in parallel and waits for all of them.
+func stopAll(n int, stop func(int) error) {
 	var wg sync.WaitGroup
-	for i := range f.nodes {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f.stop(i)
+			_ = stop(i)
 		}()
 	}
 	wg.Wait()

@@ -426,7 +426,8 @@ func (r *Reconciler) handoverInPlace(st *State, d string) bool {
 	return true
 }
 
-// replacementsAll is replacements without the cap on names.
+// replacementsAll are the planned active route reflectors of a node's zone, else of its cluster
+// ID, else all of them, sorted: those that take its clients over.
 func replacementsAll(st *State, name string) []string {
 	n := st.View[name]
 	if n == nil {

@@ -235,33 +235,7 @@ func (r *Reconciler) clientsMoved(st *State, rr string) (moved []string, blocked
 // replacements are the planned active route reflectors of a node's zone, else of its cluster ID,
 // else all of them (at most three named).
 func replacements(st *State, name string) []string {
-	n := st.View[name]
-	if n == nil {
-		return nil
-	}
-	zone := n.Labels[st.Managed.Resolved.ZoneLabel]
-	id := n.Annotations[extender.AnnotationClusterID]
-	var byZone, byID, all []string
-	for _, rr := range st.Result.RouteReflectors {
-		if rr.Draining || rr.Node == name {
-			continue
-		}
-		all = append(all, rr.Node)
-		if rr.Zone == zone {
-			byZone = append(byZone, rr.Node)
-		}
-		if rr.ClusterID == id {
-			byID = append(byID, rr.Node)
-		}
-	}
-	out := byZone
-	if len(out) == 0 {
-		out = byID
-	}
-	if len(out) == 0 {
-		out = all
-	}
-	slices.Sort(out)
+	out := replacementsAll(st, name)
 	if len(out) > 3 {
 		out = append(out[:3:3], "...")
 	}
