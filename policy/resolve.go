@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/netip"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -127,6 +128,21 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 		r.ScaleDownWindow = time.Duration(*b.ScaleDown.StabilizationWindowSeconds) * time.Second
 	}
 	return r, nil
+}
+
+// LabelKeys returns the node label keys a plan of this policy reads: the keys its node, preferred
+// and forbidden selectors name, and its route reflector, zone and rack labels. A change to any
+// other node label cannot change the plan.
+func (r *Resolved) LabelKeys() []string {
+	keys := []string{r.RRLabelKey, r.ZoneLabel, r.RackLabel}
+	for _, s := range []labels.Selector{r.NodeSelector, r.Preferred, r.Forbidden} {
+		reqs, _ := s.Requirements()
+		for _, q := range reqs {
+			keys = append(keys, q.Key())
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 // MustResolve resolves a policy known to be valid (the defaults, a test fixture); it panics otherwise.

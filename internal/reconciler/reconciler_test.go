@@ -407,17 +407,55 @@ func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
 }
 
 func TestNodeChanged(t *testing.T) {
-	a := node("n", "z", 0)
-	b := a.DeepCopy()
-	b.ResourceVersion = "2"
-	b.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(t0)
-	if NodeChanged(webhook.StripNode(a.DeepCopy()), webhook.StripNode(b)) {
-		t.Fatal("a heartbeat is a change")
+	// What the default policy plus a preferred selector on "tier" reads.
+	read := func(k string) bool {
+		return strings.HasPrefix(k, ownedLabelPrefix) || slices.Contains([]string{"calico-route-reflector", corev1.LabelTopologyZone, "tier"}, k)
 	}
-	c := a.DeepCopy()
-	c.Spec.Unschedulable = true
-	if !NodeChanged(a, c) {
-		t.Fatal("cordon is not a change")
+	a := node("n", "z", 0)
+	a.Labels["unrelated"] = "1"
+	for _, tc := range []struct {
+		name   string
+		change func(n *corev1.Node)
+		want   bool
+	}{
+		{"heartbeat", func(n *corev1.Node) { n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(t0) }, false},
+		{"unrelated label changed", func(n *corev1.Node) { n.Labels["unrelated"] = "2" }, false},
+		{"unrelated label added", func(n *corev1.Node) { n.Labels["other"] = "x" }, false},
+		{"unrelated label removed", func(n *corev1.Node) { delete(n.Labels, "unrelated") }, false},
+		{"cordon", func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
+		{"zone changed", func(n *corev1.Node) { n.Labels[corev1.LabelTopologyZone] = "y" }, true},
+		{"selector key added", func(n *corev1.Node) { n.Labels["tier"] = "edge" }, true},
+		{"zone removed", func(n *corev1.Node) { delete(n.Labels, corev1.LabelTopologyZone) }, true},
+		{"owned label added", func(n *corev1.Node) { n.Labels[extender.LabelPeeringSet] = "p" }, true},
+		{"route reflector label added", func(n *corev1.Node) { n.Labels["calico-route-reflector"] = "" }, true},
+		{"owned annotation", func(n *corev1.Node) { n.Annotations = map[string]string{extender.AnnotationDrainingSince: "x"} }, true},
+		{"not ready", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := a.DeepCopy()
+			b.ResourceVersion = "2"
+			tc.change(b)
+			if got := NodeChanged(webhook.StripNode(a.DeepCopy()), webhook.StripNode(b), read); got != tc.want {
+				t.Fatalf("NodeChanged = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLabelRead(t *testing.T) {
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.PreferredNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "edge"}}
+	}, nil)
+	h.sync()
+	for _, k := range []string{extender.LabelPeeringSet, extender.LabelRouteReflectorID, "calico-route-reflector", corev1.LabelTopologyZone, "tier"} {
+		if !h.r.labelRead(k) {
+			t.Errorf("labelRead(%q) = false, want true", k)
+		}
+	}
+	for _, k := range []string{"unrelated", corev1.LabelHostname} {
+		if h.r.labelRead(k) {
+			t.Errorf("labelRead(%q) = true, want false", k)
+		}
 	}
 }
 

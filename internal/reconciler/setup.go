@@ -3,6 +3,8 @@ package reconciler
 import (
 	"context"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
@@ -60,7 +62,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := c.Watch(source.Kind[client.Object](mgr.GetCache(), &corev1.Node{}, handler.Funcs{
 		CreateFunc: func(_ context.Context, _ event.CreateEvent, q queue) { r.enqueueAll(q, r.coalesce()) },
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
-			if NodeChanged(e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)) {
+			if NodeChanged(e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node), r.labelRead) {
 				r.enqueueAll(q, r.coalesce())
 			}
 		},
@@ -103,13 +105,51 @@ func (r *Reconciler) coalesce() time.Duration {
 	return DefaultCoalesce
 }
 
-// NodeChanged reports whether a node changed in a way the plan reads: labels, the annotations the
-// cache keeps, unschedulable, taints, the Ready condition, deletion. A kubelet heartbeat is not.
-func NodeChanged(old, cur *corev1.Node) bool {
-	return !maps.Equal(old.Labels, cur.Labels) ||
+// NodeChanged reports whether a node changed in a way a plan reads: a label for which read is
+// true, the annotations the cache keeps, unschedulable, taints, the Ready condition, deletion. A
+// kubelet heartbeat is not, nor is a label no policy reads.
+func NodeChanged(old, cur *corev1.Node, read func(key string) bool) bool {
+	return labelsChanged(old.Labels, cur.Labels, read) ||
 		!maps.Equal(old.Annotations, cur.Annotations) ||
 		old.Spec.Unschedulable != cur.Spec.Unschedulable ||
 		!equality.Semantic.DeepEqual(old.Spec.Taints, cur.Spec.Taints) ||
 		extender.IsReady(old) != extender.IsReady(cur) ||
 		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil)
 }
+
+// labelsChanged reports whether a label key that read accepts was added, removed or changed.
+func labelsChanged(old, cur map[string]string, read func(key string) bool) bool {
+	if maps.Equal(old, cur) {
+		return false
+	}
+	for k, v := range cur {
+		if ov, ok := old[k]; (!ok || ov != v) && read(k) {
+			return true
+		}
+	}
+	for k := range old {
+		if _, ok := cur[k]; !ok && read(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// labelRead reports whether a node label key can change a plan: a key this product owns or one
+// a valid policy reads (see policy.Resolved.LabelKeys). A policy's spec change reconciles every
+// policy from the cache, so a key a policy starts to read later is not missed.
+func (r *Reconciler) labelRead(key string) bool {
+	if strings.HasPrefix(key, ownedLabelPrefix) {
+		return true
+	}
+	for _, m := range r.Policies.Valid() {
+		if slices.Contains(m.Resolved.LabelKeys(), key) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownedLabelPrefix starts the node labels this product writes besides a policy's route reflector
+// label (extender.LabelRouteReflectorID, extender.LabelPeeringSet).
+const ownedLabelPrefix = "routereflector.io/"
