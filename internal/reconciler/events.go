@@ -12,7 +12,13 @@ const (
 	EventPromoted = "RouteReflectorPromoted"
 	EventDraining = "RouteReflectorDraining"
 	EventDemoted  = "RouteReflectorDemoted"
+	// EventClusterIDChanged: a route reflector's cluster ID was rewritten, most often a duplicate
+	// repaired.
+	EventClusterIDChanged = "RouteReflectorClusterIDChanged"
 )
+
+// KindClusterIDChanged is the RoleChange kind of a cluster ID rewrite.
+const KindClusterIDChanged = "ClusterIDChanged"
 
 // events records an Event on the node and on the policy for every role change of this reconcile
 // ("Promoted to route reflector: zone zone-b below desired 4", "Demoted: cordoned; clients moved
@@ -45,7 +51,8 @@ func (r *Reconciler) events(_ context.Context, st *State) error {
 		}
 	}
 	for _, c := range st.Changes {
-		reason := map[string]string{"Promoted": EventPromoted, "Draining": EventDraining, "Demoted": EventDemoted}[c.Kind]
+		reason := map[string]string{"Promoted": EventPromoted, "Draining": EventDraining, "Demoted": EventDemoted,
+			KindClusterIDChanged: EventClusterIDChanged}[c.Kind]
 		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: c.Node}
 		if n := st.View[c.Node]; n != nil {
 			ref.UID = n.UID

@@ -77,10 +77,35 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		case wantRR && want.Annotations[extender.AnnotationDrainingSince] != "" && cur.Annotations[extender.AnnotationDrainingSince] == "":
 			np.change = &RoleChange{Node: want.Name, Kind: "Draining", Message: "Draining: " + roleLossReason(st, want.Name) +
 				"; clients moving to " + strings.Join(replacements(st, want.Name), ", ")}
+		case wasRR && wantRR && cur.Annotations[extender.AnnotationClusterID] != "" &&
+			cur.Annotations[extender.AnnotationClusterID] != want.Annotations[extender.AnnotationClusterID]:
+			np.change = &RoleChange{Node: want.Name, Kind: KindClusterIDChanged, Message: clusterIDChange(st, cur, want)}
 		}
 		patches = append(patches, np)
 	}
 	return r.applyPatches(ctx, st, patches)
+}
+
+// clusterIDChange says why a route reflector's cluster ID changes: a duplicate repaired (another
+// route reflector holds the same ID, with one ID per route reflector: a manual edit, a restore) or
+// a move to another cluster-ID group.
+func clusterIDChange(st *State, cur *corev1.Node, want extender.NodeState) string {
+	from, to := cur.Annotations[extender.AnnotationClusterID], want.Annotations[extender.AnnotationClusterID]
+	p := st.Managed.Resolved
+	if p.Topology == v1alpha1.MultiCluster && p.ClusterIDMode == v1alpha1.PerRouteReflector {
+		var others []string
+		for _, rr := range st.Result.RouteReflectors {
+			if rr.Node != cur.Name && rr.ClusterID == from {
+				others = append(others, rr.Node)
+			}
+		}
+		if len(others) > 0 {
+			slices.Sort(others)
+			return fmt.Sprintf("Cluster ID %s repaired to %s: %s is also held by %s, and clusterIDs: PerRouteReflector gives each route reflector its own",
+				from, to, from, strings.Join(others, ", "))
+		}
+	}
+	return fmt.Sprintf("Cluster ID changed from %s to %s to balance the cluster-ID groups", from, to)
 }
 
 // releasingIDs maps, with one cluster ID per route reflector, each cluster ID that a node still

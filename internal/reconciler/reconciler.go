@@ -102,7 +102,7 @@ type State struct {
 // RoleChange is a role change this reconcile made, for Events and metrics.
 type RoleChange struct {
 	Node    string
-	Kind    string // Promoted, Draining, Demoted
+	Kind    string // Promoted, Draining, Demoted, ClusterIDChanged
 	Message string
 }
 

@@ -366,6 +366,40 @@ func TestReconcileDeletedRouteReflectorReplaced(t *testing.T) {
 	h.checkClients()
 }
 
+func TestReconcileRepairsDuplicateClusterID(t *testing.T) {
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster, ClusterIDs: v1alpha1.PerRouteReflector}
+	}, cluster(30))
+	h.reconcile()
+	before := h.rrs()
+	if len(before) != 3 {
+		t.Fatalf("route reflectors %v", before)
+	}
+	h.events()
+	// A manual edit (or a restore from backup) gives node-01 node-00's cluster ID.
+	h.update("node-01", func(n *corev1.Node) { n.Annotations[extender.AnnotationClusterID] = before["node-00"] })
+	for range 5 {
+		h.reconcile()
+	}
+	after := h.rrs()
+	ids := map[string]string{}
+	for n, id := range after {
+		if other, dup := ids[id]; dup {
+			t.Fatalf("cluster ID %s held by %s and %s after the repair: %v", id, other, n, after)
+		}
+		ids[id] = n
+	}
+	if len(after) != 3 || after["node-00"] != before["node-00"] {
+		t.Fatalf("route reflectors %v, were %v: the higher-ranked holder keeps its ID, no promotion", after, before)
+	}
+	want := fmt.Sprintf("Normal RouteReflectorClusterIDChanged Cluster ID %s repaired to %s: %s is also held by node-00",
+		before["node-00"], after["node-01"], before["node-00"])
+	if ev := strings.Join(h.events(), "\n"); !strings.Contains(ev, want) {
+		t.Fatalf("events lack %q:\n%s", want, ev)
+	}
+	h.checkClients()
+}
+
 func TestReconcileInvalidPolicyStatus(t *testing.T) {
 	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 		s.MinRouteReflectors = ptr(int32(9))
