@@ -52,4 +52,4 @@ demo: tools ## The main command: a real API server, the chart, serve, 300 nodes,
 
 .PHONY: load
 load: tools ## 5,000-node load test on a real kube-apiserver (slow; figures go to BENCHMARKS.md)
-	source $(TOOLS_ENV) && $(GO) test -count=1 -run TestLoad -timeout 20m ./test/load/ -args -load
+	source $(TOOLS_ENV) && $(GO) test -v -count=1 -run TestLoad -timeout 20m ./test/load/ -args -load

@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,6 +36,9 @@ import (
 const (
 	// DefaultCoalesce is how long a node event waits for others before its policy is planned.
 	DefaultCoalesce = 250 * time.Millisecond
+	// maxCoalesce bounds the wait when reconciles are slow (see coalesce): a join left to the
+	// reconciler by a replica without the lease still gets its role within about a second.
+	maxCoalesce = 750 * time.Millisecond
 	// DefaultResync replans every policy this often even without events.
 	DefaultResync = time.Minute
 	// handoverRetry is how soon a demotion that waits for its clients to move is retried.
@@ -68,6 +72,8 @@ type Reconciler struct {
 	last    map[string]*extender.Result          // the previous plan, per policy
 	memos   map[string]*handoverMemo             // handovers and mesh migration, per policy
 	steps   []Step
+
+	lastTook atomic.Int64 // the last reconcile's duration, in nanoseconds
 }
 
 // Step is one reconcile function; they all have this signature and run in order. A step stops the
@@ -155,7 +161,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			break
 		}
 	}
-	reconcileDuration.WithLabelValues(req.Name).Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	r.lastTook.Store(int64(took))
+	reconcileDuration.WithLabelValues(req.Name).Observe(took.Seconds())
 	if st.Result != nil {
 		log.V(1).Info("reconciled", "nodes", st.Result.Summary.Nodes, "routeReflectors", st.Result.Summary.RouteReflectors,
 			"changes", len(st.Changes), "took", time.Since(start))

@@ -476,6 +476,29 @@ func TestNodeChanged(t *testing.T) {
 	}
 }
 
+func TestCoalesce(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		coalesce, last time.Duration
+		want           time.Duration
+	}{
+		{"default", 0, 0, DefaultCoalesce},
+		{"fast reconciles", 0, 20 * time.Millisecond, DefaultCoalesce},
+		{"slow reconciles", 0, 110 * time.Millisecond, 440 * time.Millisecond},
+		{"very slow reconciles", 0, 2 * time.Second, maxCoalesce},
+		{"set", 50 * time.Millisecond, 5 * time.Millisecond, 50 * time.Millisecond},
+		{"set above the bound", 2 * time.Second, 2 * time.Second, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reconciler{Coalesce: tc.coalesce}
+			r.lastTook.Store(int64(tc.last))
+			if got := r.coalesce(); got != tc.want {
+				t.Fatalf("coalesce() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestLabelRead(t *testing.T) {
 	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 		s.PreferredNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "edge"}}

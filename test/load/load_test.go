@@ -238,7 +238,7 @@ feed:
 		_, err := admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"load.example.com/unrelated":"1"}}}`), metav1.PatchOptions{})
 		return err
 	})
-	time.Sleep(2 * time.Second) // a reconcile would have run by now (coalescing is 100 ms)
+	time.Sleep(2 * time.Second) // a reconcile would have run by now (coalescing is 250 ms)
 	after = p.scrape(t)
 	unrelatedRec := after.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil))
 	unrelatedCalls := after.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks) - before.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks)
