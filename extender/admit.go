@@ -154,53 +154,45 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 	for _, z := range res.Zones {
 		s.zone(z.Zone).desired = z.Desired
 	}
-	ineligible := make(map[string]bool, len(res.Ineligible))
-	for _, n := range res.Ineligible {
-		ineligible[n.Node] = true
-	}
-	states := make(map[string]*NodeState, len(res.Nodes))
-	for i := range res.Nodes {
-		states[res.Nodes[i].Name] = &res.Nodes[i]
-	}
 	for _, c := range res.Clients {
 		if c.PeeringSet != "" && s.sets[c.PeeringSet] == nil {
 			s.sets[c.PeeringSet] = &admitSet{rrs: slices.Clone(c.RouteReflectors)}
 		}
 	}
-	seen := make(map[string]bool, len(res.Nodes))
-	for _, n := range in.Nodes {
-		if n == nil || seen[n.Name] {
+	facts := res.facts
+	if len(facts) != len(res.Nodes) {
+		facts = readFacts(in, res) // a Result that Plan did not make
+	}
+	for i := range res.Nodes {
+		st, fact := &res.Nodes[i], facts[i]
+		if _, seen := s.nodes[st.Name]; seen || !fact.read {
 			continue
 		}
-		st := states[n.Name]
-		if st == nil {
-			continue // not managed by this policy
-		}
-		seen[n.Name] = true
 		f := admitNode{
-			zone:     n.Labels[p.ZoneLabel],
-			healthy:  IsReady(n) && n.DeletionTimestamp == nil,
-			eligible: !ineligible[n.Name],
+			zone:     fact.zone,
+			healthy:  fact.healthy,
+			eligible: fact.eligible,
 			set:      st.Labels[LabelPeeringSet],
 			rack:     st.Annotations[AnnotationRack],
 		}
-		if id, ok := st.Annotations[AnnotationClusterID]; ok {
-			f.id, _ = policy.ParseClusterID(id)
+		want, wantsID := st.Annotations[AnnotationClusterID]
+		var wantID uint32
+		if wantsID {
+			wantID, _ = policy.ParseClusterID(want)
 			if _, dr := st.Annotations[AnnotationDrainingSince]; dr {
 				f.draining = true
 			} else {
 				f.role = AdmitRouteReflector
 			}
+			f.id = wantID
 		} else if f.set != "" {
 			f.role = AdmitClient
 		}
-		s.nodes[n.Name] = f
+		s.nodes[st.Name] = f
 		// A cluster ID the node still carries but the plan takes from it (a demotion that waits
 		// for its handover) is not free yet.
-		if id, ok := n.Annotations[AnnotationClusterID]; ok && st.Annotations[AnnotationClusterID] != id {
-			if v, ok := policy.ParseClusterID(id); ok {
-				s.releasing[v]++
-			}
+		if fact.hasID && (!wantsID || wantID != fact.id) {
+			s.releasing[fact.id]++
 		}
 	}
 	// Route reflectors first, so that clients find them.
@@ -215,6 +207,30 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 		}
 	}
 	return s
+}
+
+// readFacts reads the facts NewAdmitState needs from the input nodes, for a Result that Plan did
+// not make (Plan records them as it reads the nodes).
+func readFacts(in Input, res *Result) []nodeFacts {
+	byName := make(map[string]*corev1.Node, len(in.Nodes))
+	for _, n := range in.Nodes {
+		if n != nil && byName[n.Name] == nil {
+			byName[n.Name] = n
+		}
+	}
+	ineligible := make(map[string]bool, len(res.Ineligible))
+	for _, n := range res.Ineligible {
+		ineligible[n.Node] = true
+	}
+	out := make([]nodeFacts, len(res.Nodes))
+	for i := range res.Nodes {
+		if n := byName[res.Nodes[i].Name]; n != nil {
+			ni := NewNodeInfo(n, in.Policy)
+			ni.Eligible = !ineligible[n.Name]
+			out[i] = factsOf(ni)
+		}
+	}
+	return out
 }
 
 func (s *AdmitState) zone(z string) *admitZone {

@@ -168,6 +168,11 @@ func (pl *planner) assignMultiClients() {
 			s.load[k]++
 		}
 	}
+	if len(distinct) >= 2 && r >= 2 {
+		for ci, c := range clients {
+			s.mixGroups(chosen[ci], pl.nodes[c].Zone, zonesWithRR)
+		}
+	}
 	for ci, c := range clients {
 		peers := make([]int, len(chosen[ci]))
 		for j, k := range chosen[ci] {
@@ -177,6 +182,58 @@ func (pl *planner) assignMultiClients() {
 	}
 	if v := pl.p.ClusterIDMode; pl.p.Topology == v1alpha1.MultiCluster && v == v1alpha1.Grouped && len(distinct) == 1 && len(s.nodes) > 1 {
 		pl.degrade(ReasonQuorumAtRisk, "all route reflectors share one cluster ID; clients peer with a quorum of them")
+	}
+}
+
+// mixGroups makes sure a client with two or more route reflectors has two cluster IDs: with one,
+// it does not learn the routes of a client on other route reflectors of that ID
+// (projectcalico/calico#2735). The zone rules can force it (the only other zone with RRs has just
+// the ID of the client's own-zone pick), so one pick is swapped for the least-loaded route reflector
+// of another ID: in the same zone when there is one, else in a zone that keeps the zone rules.
+func (s *rrSet) mixGroups(ch []int, zone string, zonesWithRR int) {
+	if len(ch) < 2 {
+		return
+	}
+	g := s.group[ch[0]]
+	for _, k := range ch[1:] {
+		if s.group[k] != g {
+			return
+		}
+	}
+	swap := func(j int, ok func(k int) bool) bool {
+		best := -1
+		for k := range s.nodes {
+			if s.group[k] == g || slices.Contains(ch, k) || !ok(k) {
+				continue
+			}
+			if best < 0 || s.load[k] < s.load[best] {
+				best = k
+			}
+		}
+		if best < 0 {
+			return false
+		}
+		s.load[ch[j]]--
+		s.load[best]++
+		ch[j] = best
+		return true
+	}
+	for j := len(ch) - 1; j >= 0; j-- {
+		if swap(j, func(k int) bool { return s.zoneID[k] == s.zoneID[ch[j]] }) {
+			return
+		}
+	}
+	needs := zoneNeeds(s, zone, ch, zonesWithRR)
+	for j := len(ch) - 1; j >= 0; j-- {
+		old := ch[j]
+		keeps := func(k int) bool {
+			ch[j] = k
+			defer func() { ch[j] = old }()
+			return zoneNeeds(s, zone, ch, zonesWithRR) <= needs
+		}
+		if swap(j, keeps) {
+			return
+		}
 	}
 }
 

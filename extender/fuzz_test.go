@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,13 @@ func FuzzPlan(f *testing.F) {
 			r := Plan(Input{Policy: resolved, Nodes: nodes, Now: now, Recommendations: recs})
 			if bad := checkInvariants(resolved, nodes, r); len(bad) > 0 {
 				t.Fatalf("step %d, policy %s: %s", step, describe(p), strings.Join(bad[:min(len(bad), 5)], "\n"))
+			}
+			// The admission state from the facts Plan recorded equals the one read from the nodes.
+			in := Input{Policy: resolved, Nodes: nodes, Now: now, Recommendations: recs}
+			bare := *r
+			bare.facts = nil
+			if fast, slow := NewAdmitState(in, r), NewAdmitState(in, &bare); !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("step %d, policy %s: the admission state from the plan's facts differs from the one read from the nodes", step, describe(p))
 			}
 			again := Plan(Input{Policy: resolved, Nodes: nodes, Now: now, Recommendations: recs})
 			a, _ := json.Marshal(r)

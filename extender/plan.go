@@ -130,7 +130,7 @@ func (pl *planner) rank() {
 		s [4]int64
 	}
 	k := len(pl.in.Scores)
-	var all []scored
+	all := make([]scored, 0, len(pl.nodes))
 	for _, n := range pl.nodes {
 		if !n.Eligible {
 			continue

@@ -26,6 +26,22 @@ type Result struct {
 	Conditions      []Condition      `json:"conditions"`
 	// Recommendations is the stabilization history to pass to the next plan.
 	Recommendations []Recommendation `json:"-"`
+
+	// facts[i] is what the planner read of node Nodes[i], for NewAdmitState.
+	facts []nodeFacts
+}
+
+// nodeFacts is what the admission state needs of a node besides its planned state.
+type nodeFacts struct {
+	read              bool // false for a node the input lacks
+	zone              string
+	healthy, eligible bool
+	hasID             bool
+	id                uint32 // the cluster ID the node carries now, when hasID
+}
+
+func factsOf(n *NodeInfo) nodeFacts {
+	return nodeFacts{read: true, zone: n.Zone, healthy: n.Healthy(), eligible: n.Eligible, hasID: n.HasClusterID, id: n.ClusterID}
 }
 
 // Summary holds the plan's figures (the design's statistics table).
@@ -158,6 +174,8 @@ func (pl *planner) result() *Result {
 	memo := peeringSets{}
 	shared := clientStates{}
 	res.Nodes = make([]NodeState, 0, len(pl.nodes))
+	res.Clients = make([]Client, 0, len(pl.nodes))
+	res.facts = make([]nodeFacts, 0, len(pl.nodes))
 	for i, n := range pl.nodes {
 		d := &pl.dec[i]
 		if d.role == roleClient {
@@ -165,6 +183,7 @@ func (pl *planner) result() *Result {
 			st := shared.get(pl, d, memo)
 			st.Name = n.Name
 			res.Nodes = append(res.Nodes, st)
+			res.facts = append(res.facts, factsOf(n))
 			if !n.Eligible {
 				res.Ineligible = append(res.Ineligible, Ineligible{Node: n.Name, Reason: n.Reason})
 			}
@@ -205,6 +224,7 @@ func (pl *planner) result() *Result {
 			st.Labels[LabelPeeringSet] = ps.name
 		}
 		res.Nodes = append(res.Nodes, st)
+		res.facts = append(res.facts, factsOf(n))
 		if !n.Eligible {
 			res.Ineligible = append(res.Ineligible, Ineligible{Node: n.Name, Reason: n.Reason})
 		}

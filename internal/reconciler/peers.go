@@ -61,15 +61,18 @@ func (r *Reconciler) prunePeers(ctx context.Context, st *State) error {
 	for _, p := range st.Result.BGPPeers {
 		want[p.Name] = true
 	}
-	inUse := map[string]bool{}
-	for _, n := range st.View {
-		if s := n.Labels[extender.LabelPeeringSet]; s != "" {
-			inUse[s] = true
-		}
-	}
+	var inUse map[string]bool // the peering sets nodes still carry, read only when a BGPPeer is obsolete
 	for _, p := range st.Peers {
 		if want[p.Name] {
 			continue
+		}
+		if inUse == nil {
+			inUse = map[string]bool{}
+			for _, n := range st.View {
+				if s := n.Labels[extender.LabelPeeringSet]; s != "" {
+					inUse[s] = true
+				}
+			}
 		}
 		if set, ok := strings.CutPrefix(p.Name, extender.BGPPeerPrefix); ok && inUse[set] {
 			st.requeue(handoverRetry)
