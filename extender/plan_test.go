@@ -444,3 +444,31 @@ func keys[V any](m map[string]V) []string {
 	slices.Sort(out)
 	return out
 }
+
+// A small zone whose only route reflectors carry one cluster ID: the second-zone pick of every
+// client elsewhere can only take that ID, so the own-zone pick must take the other one, or two
+// clients on disjoint route reflectors of one ID lose each other's routes (projectcalico/calico#2735;
+// found by FuzzPlan).
+func TestClientsNeverOnOneClusterID(t *testing.T) {
+	p := resolve(t, v1alpha1.RouteReflectorPolicySpec{
+		MinRouteReflectors: i32(8), MaxRouteReflectors: i32(8),
+		Topology: &v1alpha1.Topology{Type: v1alpha1.MultiCluster, ClusterIDs: v1alpha1.Grouped, ClusterIDGroups: i32(2), Redundancy: i32(2)},
+	})
+	nodes := []*corev1.Node{node("small-1", "", 0), node("small-2", "", 1)}
+	for i := range 46 {
+		nodes = append(nodes, node(fmt.Sprintf("big-%02d", i), "zone-a", 10+i))
+	}
+	r := plan(t, p, nodes)
+	if bad := checkInvariants(p, nodes, r); len(bad) > 0 {
+		t.Fatal(bad)
+	}
+	ids := map[string]string{}
+	for _, rr := range r.RouteReflectors {
+		ids[rr.Node] = rr.ClusterID
+	}
+	for _, c := range r.Clients {
+		if len(c.RouteReflectors) == 2 && ids[c.RouteReflectors[0]] == ids[c.RouteReflectors[1]] {
+			t.Errorf("client %s peers with %v, both cluster ID %s", c.Node, c.RouteReflectors, ids[c.RouteReflectors[0]])
+		}
+	}
+}

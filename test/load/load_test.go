@@ -10,8 +10,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -114,23 +116,48 @@ func TestLoad(t *testing.T) {
 			return err
 		}
 		rrs = 0
-		missing := 0
+		missing, draining := 0, 0
 		for i := range list.Items {
 			n := &list.Items[i]
 			if _, rr := n.Labels["calico-route-reflector"]; rr && n.Annotations[extender.AnnotationClusterID] != "" {
 				rrs++
+				if n.Annotations[extender.AnnotationDrainingSince] != "" {
+					draining++
+				}
 			} else if n.Labels[extender.LabelPeeringSet] == "" {
 				missing++
 			}
 		}
-		if len(list.Items) != *nodeCount || rrs < zones || missing > 0 {
-			return fmt.Errorf("%d nodes, %d route reflectors, %d clients without a peering set", len(list.Items), rrs, missing)
+		desired := desiredRRs(ctx, admin)
+		if len(list.Items) != *nodeCount || rrs < zones || missing > 0 || draining > 0 || rrs != desired {
+			return fmt.Errorf("%d nodes, %d route reflectors (%d draining, %d desired), %d clients without a peering set",
+				len(list.Items), rrs, draining, desired, missing)
 		}
 		return nil
 	})
 	settled := time.Since(start)
-	time.Sleep(3 * time.Second) // the reconciler's last writes
+	// Quiet: no admission for two seconds (the reconciler's last writes pass the node webhooks).
+	poll(ctx, t, "quiet", 2*time.Minute, 100*time.Millisecond, func() error {
+		a := p.scrape(t).sum("calico_rr_autoscaler_webhook_requests_total", nil)
+		time.Sleep(2 * time.Second)
+		if b := p.scrape(t).sum("calico_rr_autoscaler_webhook_requests_total", nil); b != a {
+			return fmt.Errorf("%v admissions in 2 s", b-a)
+		}
+		return nil
+	})
 	rssSettled := p.rss(t)
+	// No overshoot: the join burst promoted exactly the plan's route reflectors and took none back.
+	joinMetrics := p.scrape(t)
+	change := func(kind string) func(map[string]string) bool {
+		return func(l map[string]string) bool { return l["change"] == kind }
+	}
+	promoted := joinMetrics.sum("calico_rr_autoscaler_role_changes_total", change("Promoted"))
+	drained := joinMetrics.sum("calico_rr_autoscaler_role_changes_total", change("Draining")) +
+		joinMetrics.sum("calico_rr_autoscaler_role_changes_total", change("Demoted"))
+	if drained > 0 {
+		t.Errorf("the join burst drained or demoted %v route reflectors (%v promoted, %d in the plan): an overshoot; events:\n%s",
+			drained, promoted, rrs, roleEvents(ctx, admin))
+	}
 
 	// 3. Heartbeats: two rounds of kubelet status patches that change only lastHeartbeatTime.
 	before := p.scrape(t)
@@ -148,7 +175,8 @@ func TestLoad(t *testing.T) {
 	after := p.scrape(t)
 	hbCalls := after.sum("calico_rr_autoscaler_webhook_requests_total", nil) - before.sum("calico_rr_autoscaler_webhook_requests_total", nil)
 	if hbCalls != 0 {
-		t.Errorf("%v webhook calls during %d heartbeats, want 0", hbCalls, 2**nodeCount)
+		t.Errorf("%v webhook calls during %d heartbeats, want 0: %s", hbCalls, 2**nodeCount,
+			after.diff(before, "calico_rr_autoscaler_webhook_requests_total"))
 	}
 
 	// 4. Relevant changes through the API server: the policy's preferred label toggled on nodes
@@ -267,6 +295,7 @@ feed:
 	b.WriteString("\nload test summary\n")
 	row("nodes / zones / route reflectors", "%d / %d / %d", *nodeCount, zones, rrs)
 	row("join (create + Ready), settled after", "%s, %s", joined.Round(time.Millisecond), settled.Round(time.Millisecond))
+	row("role changes during the join: promoted / drained or demoted", "%v / %v", promoted, drained)
 	row("heartbeat status patches / time", "%d / %s", 2**nodeCount, hbTime.Round(time.Millisecond))
 	row("webhook calls caused by heartbeats", "%v", hbCalls)
 	row("label patches sent / dropped (API server behind) / failed", "%d / %d / %d in %s", sent.Load(), dropped, failed.Load(), loadTime.Round(time.Millisecond))
@@ -496,6 +525,39 @@ func scrapeAPIServer(ctx context.Context, t *testing.T, admin kubernetes.Interfa
 	return parseMetrics(raw)
 }
 
+// roleEvents lists the product's role-change Events, oldest first, one per line.
+func roleEvents(ctx context.Context, admin kubernetes.Interface) string {
+	list, err := admin.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, e := range list.Items {
+		if strings.HasPrefix(e.Reason, "RouteReflector") && e.InvolvedObject.Kind == "Node" {
+			out = append(out, fmt.Sprintf("%s %s %s: %s", e.FirstTimestamp.Format(time.RFC3339), e.InvolvedObject.Name, e.Reason, e.Message))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
+}
+
+// desiredRRs is the policy's status.desiredRouteReflectors, -1 when it cannot be read.
+func desiredRRs(ctx context.Context, admin kubernetes.Interface) int {
+	raw, err := admin.CoreV1().RESTClient().Get().AbsPath("/apis/routereflector.io/v1alpha1/routereflectorpolicies/default").DoRaw(ctx)
+	if err != nil {
+		return -1
+	}
+	var pol struct {
+		Status struct {
+			DesiredRouteReflectors int `json:"desiredRouteReflectors"`
+		} `json:"status"`
+	}
+	if json.Unmarshal(raw, &pol) != nil {
+		return -1
+	}
+	return pol.Status.DesiredRouteReflectors
+}
+
 // sample is one line of the Prometheus text format.
 type sample struct {
 	name   string
@@ -574,6 +636,26 @@ func (m metricSet) sum(name string, keep func(map[string]string) bool) float64 {
 		}
 	}
 	return total
+}
+
+// diff lists the samples of name that changed from o to m, with their labels.
+func (m metricSet) diff(o metricSet, name string) string {
+	var out []string
+	for _, s := range m {
+		if s.name != name {
+			continue
+		}
+		was := 0.0
+		for _, x := range o {
+			if x.name == name && maps.Equal(x.labels, s.labels) {
+				was = x.value
+			}
+		}
+		if s.value != was {
+			out = append(out, fmt.Sprintf("%v +%v", s.labels, s.value-was))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // hist is a histogram summed over label sets: cumulative counts by upper bound.
