@@ -20,7 +20,7 @@ var (
 	}, []string{"policy", "zone"})
 	roleChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_role_changes_total",
-		Help: "Role changes written by the reconciler (Promoted, Draining, Demoted).",
+		Help: "Role changes written by the reconciler (Promoted, Draining, Demoted, ClusterIDChanged).",
 	}, []string{"policy", "change"})
 	reconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "calico_rr_autoscaler_reconcile_duration_seconds",

@@ -88,7 +88,7 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 
 // clusterIDChange says why a route reflector's cluster ID changes: a duplicate repaired (another
 // route reflector holds the same ID, with one ID per route reflector: a manual edit, a restore) or
-// a move to another cluster-ID group.
+// a move to another cluster-ID group (or a zone's or rack's ID).
 func clusterIDChange(st *State, cur *corev1.Node, want extender.NodeState) string {
 	from, to := cur.Annotations[extender.AnnotationClusterID], want.Annotations[extender.AnnotationClusterID]
 	p := st.Managed.Resolved
@@ -105,7 +105,7 @@ func clusterIDChange(st *State, cur *corev1.Node, want extender.NodeState) strin
 				from, to, from, strings.Join(others, ", "))
 		}
 	}
-	return fmt.Sprintf("Cluster ID changed from %s to %s to balance the cluster-ID groups", from, to)
+	return fmt.Sprintf("Cluster ID changed from %s to %s: the plan gives its cluster-ID group, zone or rack that ID", from, to)
 }
 
 // releasingIDs maps, with one cluster ID per route reflector, each cluster ID that a node still
