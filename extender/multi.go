@@ -70,6 +70,14 @@ func (pl *planner) assignPerRRIDs(active []*NodeInfo) {
 		}
 		fresh = append(fresh, n)
 	}
+	// An ID that a node the plan demotes still carries is not handed out again until that node has
+	// let it go: a new route reflector waiting for it would wait for a demotion that waits for
+	// every planned route reflector to be in place.
+	for i, n := range pl.nodes {
+		if n.HasClusterID && pl.dec[i].role == roleClient {
+			used[n.ClusterID] = true
+		}
+	}
 	alloc := newIDAllocator(pl.p.BaseClusterID, used)
 	for _, n := range fresh {
 		pl.dec[n.index].id = alloc.take()

@@ -472,3 +472,37 @@ func TestClientsNeverOnOneClusterID(t *testing.T) {
 		}
 	}
 }
+
+// With one cluster ID per route reflector, a new route reflector never gets an ID that a node the
+// plan demotes still carries: the reconciler would hold the new one back until the ID is released,
+// while the demotion waits for every planned route reflector to be in place (a deadlock seen after
+// a leader change in TestTwoReplicasBurst).
+func TestPerRRNewIDNotHeldByDemotion(t *testing.T) {
+	p := resolve(t, v1alpha1.RouteReflectorPolicySpec{
+		MinRouteReflectors: i32(3), MaxRouteReflectors: i32(3), Topology: perRR,
+		RemovalDelay: &metav1.Duration{Duration: time.Minute},
+	})
+	nodes := cluster(30, 3)
+	// node-00001 was drained long ago (cordoned) and is due for demotion; it still carries 224.0.0.1.
+	asRR("224.0.0.1")(nodes[0])
+	annot(AnnotationDrainingSince, t0.Format(time.RFC3339))(nodes[0])
+	cordoned(nodes[0])
+	asRR("224.0.0.2")(nodes[1])
+	asRR("224.0.0.3")(nodes[2])
+	r := plan(t, p, nodes)
+	rrs := rrNames(r)
+	if _, ok := rrs["node-00001"]; ok {
+		t.Fatalf("node-00001 is still a route reflector in the plan: %+v", rrs["node-00001"])
+	}
+	for name, rr := range rrs {
+		if rr.ClusterID == "224.0.0.1" {
+			t.Fatalf("%s gets 224.0.0.1, which node-00001 still carries until its demotion", name)
+		}
+	}
+	if len(rrs) != 3 {
+		t.Fatalf("route reflectors %v, want 3", rrs)
+	}
+	if bad := checkInvariants(p, nodes, r); len(bad) > 0 {
+		t.Fatal(bad)
+	}
+}

@@ -310,6 +310,21 @@ func (w *world) snapshot() *snapshot {
 	return s
 }
 
+// roles lists the nodes that carry a route reflector label, cluster ID or draining mark, for
+// failure messages.
+func (s *snapshot) roles() string {
+	var out []string
+	for name, n := range s.nodes {
+		_, label := n.Labels["calico-route-reflector"]
+		id, dr := n.Annotations[extender.AnnotationClusterID], n.Annotations[extender.AnnotationDrainingSince]
+		if label || id != "" || dr != "" {
+			out = append(out, fmt.Sprintf("%s(label=%v id=%s draining=%s ready=%v)", name, label, id, dr, extender.IsReady(n)))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
 // orphans returns the clients without a current route reflector.
 func (s *snapshot) orphans() []string {
 	var out []string

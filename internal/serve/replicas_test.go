@@ -183,7 +183,8 @@ spec:
 		s := w.snapshot()
 		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.desiredRouteReflectors}/{.status.routeReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
 		if err != nil || out != "6/6/True" {
-			return fmt.Errorf("status %q %v", out, err)
+			conds, _, _ := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.conditions}")
+			return fmt.Errorf("status %q %v; conditions %s; nodes with a role: %s", out, err, conds, s.roles())
 		}
 		return s.settled(6)
 	})
