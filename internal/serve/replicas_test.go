@@ -193,8 +193,8 @@ spec:
 	sampler.Wait()
 	// An overshoot shows as a drain. It is reported, not failed: in about one run of fifteen on a
 	// loaded 2-core machine the leader kill leaves one extra route reflector (a write of the old
-	// leader that lands after the new one caught up, see the webhook README), which the new leader
-	// drains and demotes after removalDelay; the settle check above holds either way.
+	// leader that most likely lands after the new one caught up, see the webhook README), which the new
+	// leader drains and demotes after removalDelay; the settle check above holds either way.
 	drains, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-A", "-o",
 		`jsonpath={range .items[?(@.reason=="RouteReflectorDraining")]}{.involvedObject.name}: {.message}{"\n"}{end}`)
 	if strings.TrimSpace(drains) != "" {
