@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
@@ -157,12 +159,14 @@ spec:
 		}()
 	}
 	start := time.Now()
+	var killedAt time.Time
 	for i := range nodes {
 		if i == nodes/2 {
 			// Kill the leader in the middle of the burst.
 			mu.Lock()
 			victim := reps[0]
 			mu.Unlock()
+			killedAt = time.Now()
 			victim.stop()
 			t.Logf("leader stopped after %d joins (%s)", i, time.Since(start).Round(time.Millisecond))
 		}
@@ -198,7 +202,8 @@ spec:
 	drains, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-A", "-o",
 		`jsonpath={range .items[?(@.reason=="RouteReflectorDraining")]}{.involvedObject.name}: {.message}{"\n"}{end}`)
 	if strings.TrimSpace(drains) != "" {
-		t.Logf("route reflectors drained during the burst (an overshoot):\n%s", drains)
+		t.Logf("route reflectors drained during the burst (an overshoot):\n%s\nwho set the route reflector label (leader stopped at %s):\n%s",
+			drains, killedAt.Format("15:04:05.000"), labelWriters(t, w))
 	}
 	if len(violations) > 0 {
 		t.Fatalf("cluster ID collisions: %v", violations[:min(5, len(violations))])
@@ -215,4 +220,27 @@ spec:
 			t.Fatalf("node %s lost its zone", n.Name)
 		}
 	}
+}
+
+// labelWriters lists, per node carrying the route reflector label, the field manager that set it
+// and when (managedFields): the joining client's manager for a webhook admission, the product's
+// for a reconciler patch.
+func labelWriters(t *testing.T, w *world) string {
+	list, err := w.admin.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, n := range list.Items {
+		if _, ok := n.Labels["calico-route-reflector"]; !ok {
+			continue
+		}
+		for _, mf := range n.ManagedFields {
+			if mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), `"f:calico-route-reflector"`) {
+				out = append(out, fmt.Sprintf("%s: %s %s/%s at %s", n.Name, mf.Manager, mf.Operation, mf.Subresource, mf.Time.Format("15:04:05")))
+			}
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
 }
