@@ -377,7 +377,7 @@ func (e *Env) ConfigFor(user string) *rest.Config {
 		TLSClientConfig: rest.TLSClientConfig{CAData: append([]byte(nil), e.CAData...)},
 		QPS:             200,
 		Burst:           400,
-		UserAgent:       "rra-testenv",
+		UserAgent:       "rra-testenv-" + strings.NewReplacer(":", "-", "/", "-").Replace(user), // the field manager names the user
 	}
 }
 
