@@ -43,6 +43,7 @@ type planState struct {
 
 type entry struct {
 	seq     uint64
+	at      time.Time // when the change was admitted or written
 	policy  string
 	change  Change
 	expires time.Time
@@ -135,7 +136,7 @@ func (l *Ledger) Admit(m Managed, n *corev1.Node, change Change) (extender.Admis
 		change.Annotations = mergeChanges(prev.change.Annotations, change.Annotations)
 	}
 	l.seq++
-	e := &entry{seq: l.seq, policy: m.Policy.Name, change: change, expires: l.now().Add(l.ttl), adm: &a}
+	e := &entry{seq: l.seq, at: l.now(), policy: m.Policy.Name, change: change, expires: l.now().Add(l.ttl), adm: &a}
 	e.undo = ps.st.Record(e.adm)
 	l.entries[n.Name] = e
 	return a, true
@@ -171,7 +172,7 @@ func (l *Ledger) Assume(policyName string, c Change) {
 		c = merged
 	}
 	l.seq++
-	l.entries[c.Node] = &entry{seq: l.seq, policy: policyName, change: c, expires: l.now().Add(l.ttl)}
+	l.entries[c.Node] = &entry{seq: l.seq, at: l.now(), policy: policyName, change: c, expires: l.now().Add(l.ttl)}
 	if len(l.entries) > maxEntriesBeforePrune {
 		// A replica without the lease never plans (Overlay prunes): drop what expired here.
 		now := l.now()
@@ -234,7 +235,7 @@ func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
 		case now.After(e.expires):
 			delete(l.entries, name)
 			continue
-		case inCache && settled(&e.change, nodes[i]):
+		case inCache && settled(&e.change, nodes[i]) && (shows(&e.change, nodes[i]) || now.Sub(e.at) > settleGrace):
 			delete(l.entries, name)
 			continue
 		case !inCache && (!e.change.Create || e.change.Object == nil):
@@ -254,6 +255,31 @@ func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
 		}
 	}
 	return out, l.seq
+}
+
+// settleGrace is how long a change admitted on a node's old version (BaseRV) still counts when the
+// cache holds a newer version without it. That newer version can be another writer's, landed first
+// while the API server retries the admitted request (a conflict re-runs admission): settling then
+// let a plan see the gap the admission had filled, and fill it a second time.
+const settleGrace = 5 * time.Second
+
+// shows reports whether the cached node carries the change, or whether its resourceVersion is
+// proof enough (a patch's answer, a creation).
+func shows(c *Change, cached *corev1.Node) bool {
+	if c.AfterRV != "" || c.BaseRV == "" {
+		return true
+	}
+	return keysShow(cached.Labels, c.Labels) && keysShow(cached.Annotations, c.Annotations)
+}
+
+func keysShow(have map[string]string, want map[string]*string) bool {
+	for k, v := range want {
+		got, ok := have[k]
+		if v == nil && ok || v != nil && (!ok || got != *v) {
+			return false
+		}
+	}
+	return true
 }
 
 func settled(c *Change, cached *corev1.Node) bool {

@@ -40,18 +40,46 @@ func TestLedgerOverlaySettlesAndExpires(t *testing.T) {
 		t.Fatalf("overlay %v %v", out[1].Annotations, out[2].Name)
 	}
 
-	// The cache catches up: node-a at 101 settles its change; node-b at 104 does not yet; the
-	// created node shows up.
+	// Another writer's version of node-a (101, without the label) lands first, as when the API
+	// server retries the admitted request after a conflict: the change still counts...
+	a1 := a.DeepCopy()
+	a1.ResourceVersion = "101"
+	if out, _ = l.Overlay([]*corev1.Node{a1, b, created}); l.Pending() != 2 {
+		t.Fatalf("another writer's version settled the change: pending %d", l.Pending())
+	} else if _, ok := out[0].Labels["calico-route-reflector"]; !ok {
+		t.Fatal("node-a: assumed label missing while the request may be retried")
+	}
+	// ...until the cache shows it: node-a at 102 with the label settles; node-b at 104 does not
+	// yet; the created node shows up.
 	a2, b2 := a.DeepCopy(), b.DeepCopy()
-	a2.ResourceVersion, b2.ResourceVersion = "101", "104"
+	a2.ResourceVersion, b2.ResourceVersion = "102", "104"
+	a2.Labels["calico-route-reflector"] = ""
 	out, _ = l.Overlay([]*corev1.Node{a2, b2, created})
-	if _, ok := out[0].Labels["calico-route-reflector"]; ok || l.Pending() != 1 || len(out) != 3 {
+	if out[0] != a2 || l.Pending() != 1 || len(out) != 3 {
 		t.Fatalf("settled: pending %d, node-a %v, %d nodes", l.Pending(), out[0].Labels, len(out))
 	}
 	// Expiry.
 	now = now.Add(11 * time.Second)
 	if out, _ = l.Overlay([]*corev1.Node{a2, b2}); l.Pending() != 0 || out[1].Annotations[extender.AnnotationDrainingSince] == "x" {
 		t.Fatalf("expired: pending %d", l.Pending())
+	}
+}
+
+func TestLedgerSettleGrace(t *testing.T) {
+	now := tNow
+	l := NewLedger(30*time.Second, func() time.Time { return now })
+	a := mkNode("node-a", "zone-a")
+	a.ResourceVersion = "100"
+	l.Assume("default", Change{Node: "node-a", BaseRV: "100", Labels: map[string]*string{"calico-route-reflector": strp("")}})
+	a1 := a.DeepCopy()
+	a1.ResourceVersion = "101"
+	if l.Overlay([]*corev1.Node{a1}); l.Pending() != 1 {
+		t.Fatal("settled at once on a version without the change")
+	}
+	// The request failed for good: after the grace the newer version stands.
+	now = now.Add(settleGrace + time.Second)
+	if out, _ := l.Overlay([]*corev1.Node{a1}); l.Pending() != 0 || out[0] != a1 {
+		t.Fatalf("after the grace: pending %d", l.Pending())
 	}
 }
 
