@@ -203,7 +203,7 @@ spec:
 		`jsonpath={range .items[?(@.reason=="RouteReflectorDraining")]}{.involvedObject.name}: {.message}{"\n"}{end}`)
 	if strings.TrimSpace(drains) != "" {
 		t.Logf("route reflectors drained during the burst:\n%s\nleader stopped at %s; role events:\n%s\nwho set the route reflector label:\n%s",
-			drains, killedAt.Format("15:04:05.000"), roleEvents(t, w), labelWriters(t, w))
+			drains, killedAt.Format("15:04:05.000"), testenv.NodeEvents(t.Context(), w.admin, "RouteReflector"), labelWriters(t, w))
 	}
 	if len(violations) > 0 {
 		t.Fatalf("cluster ID collisions: %v", violations[:min(5, len(violations))])
@@ -240,27 +240,6 @@ func labelWriters(t *testing.T, w *world) string {
 				out = append(out, fmt.Sprintf("%s: %s %s/%s at %s", n.Name, mf.Manager, mf.Operation, mf.Subresource, mf.Time.Format("15:04:05")))
 			}
 		}
-	}
-	slices.Sort(out)
-	return strings.Join(out, "\n")
-}
-
-// roleEvents lists the route reflector Events on nodes, oldest first, with their source.
-func roleEvents(t *testing.T, w *world) string {
-	list, err := w.admin.CoreV1().Events("").List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		return err.Error()
-	}
-	var out []string
-	for _, e := range list.Items {
-		if e.InvolvedObject.Kind != "Node" || !strings.HasPrefix(e.Reason, "RouteReflector") {
-			continue
-		}
-		ts := e.EventTime.Time
-		if ts.IsZero() {
-			ts = e.FirstTimestamp.Time
-		}
-		out = append(out, fmt.Sprintf("%s %s %s (%s%s): %s", ts.Format("15:04:05.000"), e.InvolvedObject.Name, e.Reason, e.Source.Component, e.ReportingController, e.Message))
 	}
 	slices.Sort(out)
 	return strings.Join(out, "\n")

@@ -166,7 +166,7 @@ func TestLoad(t *testing.T) {
 		joinMetrics.sum("calico_rr_autoscaler_role_changes_total", change("Demoted"))
 	if drained > 0 {
 		t.Logf("the join burst drained or demoted %v route reflectors (%v promoted, %d in the plan, %v admissions failed open); events:\n%s",
-			drained, promoted, rrs, failOpen, roleEvents(ctx, admin))
+			drained, promoted, rrs, failOpen, testenv.NodeEvents(ctx, admin, "RouteReflector"))
 	}
 
 	// 3. Heartbeats: two rounds of kubelet status patches that change only lastHeartbeatTime.
@@ -534,22 +534,6 @@ func scrapeAPIServer(ctx context.Context, t *testing.T, admin kubernetes.Interfa
 		t.Fatal(err)
 	}
 	return parseMetrics(raw)
-}
-
-// roleEvents lists the product's role-change Events, oldest first, one per line.
-func roleEvents(ctx context.Context, admin kubernetes.Interface) string {
-	list, err := admin.CoreV1().Events("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err.Error()
-	}
-	var out []string
-	for _, e := range list.Items {
-		if strings.HasPrefix(e.Reason, "RouteReflector") && e.InvolvedObject.Kind == "Node" {
-			out = append(out, fmt.Sprintf("%s %s %s: %s", e.FirstTimestamp.Format(time.RFC3339), e.InvolvedObject.Name, e.Reason, e.Message))
-		}
-	}
-	slices.Sort(out)
-	return strings.Join(out, "\n")
 }
 
 // desiredRRs is the policy's status.desiredRouteReflectors, -1 when it cannot be read.
