@@ -58,6 +58,8 @@ type Resolved struct {
 	Handover            v1alpha1.HandoverMode
 	ScaleDownWindow     time.Duration
 	MigrateFromNodeMesh bool
+
+	labelKeys []string // see LabelKeys; derived once, in Resolve
 }
 
 // Resolve validates p and fills in the defaults. The error list names every invalid field.
@@ -127,13 +129,16 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 	if b := s.Behavior; b != nil && b.ScaleDown != nil && b.ScaleDown.StabilizationWindowSeconds != nil {
 		r.ScaleDownWindow = time.Duration(*b.ScaleDown.StabilizationWindowSeconds) * time.Second
 	}
+	r.labelKeys = r.readLabelKeys()
 	return r, nil
 }
 
 // LabelKeys returns the node label keys a plan of this policy reads: the keys its node, preferred
 // and forbidden selectors name, and its route reflector, zone and rack labels. A change to any
 // other node label cannot change the plan.
-func (r *Resolved) LabelKeys() []string {
+func (r *Resolved) LabelKeys() []string { return r.labelKeys }
+
+func (r *Resolved) readLabelKeys() []string {
 	keys := []string{r.RRLabelKey, r.ZoneLabel, r.RackLabel}
 	for _, s := range []labels.Selector{r.NodeSelector, r.Preferred, r.Forbidden} {
 		reqs, _ := s.Requirements()

@@ -166,7 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	reconcileDuration.WithLabelValues(req.Name).Observe(took.Seconds())
 	if st.Result != nil {
 		log.V(1).Info("reconciled", "nodes", st.Result.Summary.Nodes, "routeReflectors", st.Result.Summary.RouteReflectors,
-			"changes", len(st.Changes), "took", time.Since(start))
+			"changes", len(st.Changes), "took", took)
 	}
 	resync := r.Resync
 	if resync <= 0 {
