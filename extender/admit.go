@@ -61,11 +61,16 @@ type Admission struct {
 	Reason string
 	// Healthy and Eligible are the facts the decision was taken on.
 	Healthy, Eligible bool
+
+	planned *NodeState // the plan's state of a known node whose facts did not change
 }
 
 // State returns the owned labels and annotations the decision puts on the node, as a plan's
 // NodeState: an owned key absent here must be absent on the node.
 func (a *Admission) State(p *policy.Resolved) NodeState {
+	if a.planned != nil {
+		return *a.planned
+	}
 	st := NodeState{Name: a.Node, Labels: map[string]string{}, Annotations: map[string]string{}}
 	switch a.Role {
 	case AdmitRouteReflector:
@@ -117,6 +122,7 @@ type admitNode struct {
 	id                uint32
 	set               string
 	rack              string
+	planned           *NodeState // the plan's state of the node (nil for a recorded decision)
 }
 
 type admitRR struct {
@@ -174,6 +180,7 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 			eligible: fact.eligible,
 			set:      st.Labels[LabelPeeringSet],
 			rack:     st.Annotations[AnnotationRack],
+			planned:  st,
 		}
 		want, wantsID := st.Annotations[AnnotationClusterID]
 		var wantID uint32
@@ -346,10 +353,12 @@ func (s *AdmitState) Admit(n *corev1.Node) Admission {
 		switch {
 		case prev.role == AdmitRouteReflector:
 			a.Role, a.ClusterID, a.Reason = AdmitRouteReflector, policy.ClusterIDString(prev.id), "planned"
+			a.Rack, a.planned = prev.rack, prev.planned
 			return a
 		case prev.role == AdmitClient && s.validSet(prev.set):
 			a.Role, a.PeeringSet, a.Rack, a.Reason = AdmitClient, prev.set, prev.rack, "planned"
 			a.RouteReflectors = slices.Clone(s.sets[prev.set].rrs)
+			a.planned = prev.planned
 			return a
 		}
 	}
@@ -368,7 +377,10 @@ func (s *AdmitState) Admit(n *corev1.Node) Admission {
 		}
 		eligible[prev.zone] -= admitB2i(prev.eligible)
 	}
-	if a.Eligible && p.Topology != v1alpha1.Hierarchical && s.active < p.Max {
+	// Racked topologies promote in the reconciler only: a new rack route reflector changes its
+	// rack's peering set, which the rack's other nodes carry.
+	racked := p.Topology == v1alpha1.Hierarchical || p.Topology == v1alpha1.DualPlane
+	if a.Eligible && !racked && s.active < p.Max {
 		if want, ok := s.promotion(a.Zone, healthy, zoneHealthy, eligible); ok {
 			a.Role = AdmitRouteReflector
 			a.ClusterID = policy.ClusterIDString(s.clusterID(a.Zone))
@@ -381,6 +393,8 @@ func (s *AdmitState) Admit(n *corev1.Node) Admission {
 		s.chooseZoneSet(&a)
 	case v1alpha1.Hierarchical:
 		s.chooseRackSet(&a, n)
+	case v1alpha1.DualPlane:
+		s.chooseZoneRack(&a)
 	default:
 		s.chooseMultiSet(&a)
 	}
@@ -626,6 +640,31 @@ func (s *AdmitState) chooseRackSet(a *Admission, n *corev1.Node) {
 	}
 	a.Rack = rack
 	set := s.racks[rack].set
+	a.Role, a.PeeringSet, a.RouteReflectors = AdmitClient, set, slices.Clone(s.sets[set].rrs)
+	a.Reason = "client of rack " + rack
+}
+
+// chooseZoneRack (DualPlane): the emptiest rack of the node's zone that has room, as the planner
+// places a node without a rack, and its peering set. A zone without racks, or whose racks are
+// full (it must split), waits for the reconciler.
+func (s *AdmitState) chooseZoneRack(a *Admission) {
+	var idx []int
+	for name := range s.racks {
+		if j, ok := zoneRackIndex(a.Zone, name); ok && s.racks[name].members < s.Policy.MaxRackSize {
+			idx = append(idx, j)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	slices.Sort(idx)
+	j := emptiestRack(idx, func(j int) int { return s.racks[ZoneRackName(a.Zone, j)].members })
+	rack := ZoneRackName(a.Zone, j)
+	set := s.racks[rack].set
+	if !s.validSet(set) {
+		return
+	}
+	a.Rack = rack
 	a.Role, a.PeeringSet, a.RouteReflectors = AdmitClient, set, slices.Clone(s.sets[set].rrs)
 	a.Reason = "client of rack " + rack
 }

@@ -33,9 +33,12 @@ func admitNode(i int, zone string, ready bool) *corev1.Node {
 	}
 }
 
+// admitPolicy is the default policy changed by mut, in MultiCluster unless mut names another
+// topology: the tests that use it were written for MultiCluster, the default before DualPlane.
 func admitPolicy(t testing.TB, mut func(*v1alpha1.RouteReflectorPolicySpec)) *policy.Resolved {
 	t.Helper()
 	p := policy.Default("default")
+	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
 	if mut != nil {
 		mut(&p.Spec)
 	}

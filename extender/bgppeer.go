@@ -16,8 +16,9 @@ type BGPPeer struct {
 }
 
 // bgpPeers returns one BGPPeer per distinct peering set (the nodes labelled with the set peer with
-// its route reflectors) and, where route reflectors mesh, one BGPPeer that meshes them.
-func (pl *planner) bgpPeers(sets map[string][]int, mesh bool) []BGPPeer {
+// its route reflectors), one per uplink set (DualPlane rack route reflectors and their spine
+// members) and, where route reflectors mesh, one BGPPeer that meshes them.
+func (pl *planner) bgpPeers(sets, uplinks map[string][]int, mesh bool) []BGPPeer {
 	labels := func() map[string]string {
 		return map[string]string{LabelManagedBy: ManagedByValue, LabelPolicy: pl.p.Name}
 	}
@@ -27,15 +28,21 @@ func (pl *planner) bgpPeers(sets map[string][]int, mesh bool) []BGPPeer {
 		out = append(out, BGPPeer{Name: MeshBGPPeerName(pl.p.Name), Labels: labels(),
 			Spec: apiv3.BGPPeerSpec{NodeSelector: sel, PeerSelector: sel}})
 	}
-	for _, set := range sortedKeys(sets) {
-		ids := make([]string, len(sets[set]))
-		for k, j := range sets[set] {
-			ids[k] = "'" + RouteReflectorID(pl.nodes[j].Name) + "'"
+	for _, kind := range [...]struct {
+		sets   map[string][]int
+		prefix string
+		label  string
+	}{{sets, BGPPeerPrefix, LabelPeeringSet}, {uplinks, UplinkBGPPeerPrefix, LabelUplinkSet}} {
+		for _, set := range sortedKeys(kind.sets) {
+			ids := make([]string, len(kind.sets[set]))
+			for k, j := range kind.sets[set] {
+				ids[k] = "'" + RouteReflectorID(pl.nodes[j].Name) + "'"
+			}
+			out = append(out, BGPPeer{Name: kind.prefix + set, Labels: labels(), Spec: apiv3.BGPPeerSpec{
+				NodeSelector: fmt.Sprintf("%s == '%s'", kind.label, set),
+				PeerSelector: fmt.Sprintf("%s in {%s}", LabelRouteReflectorID, strings.Join(ids, ", ")),
+			}})
 		}
-		out = append(out, BGPPeer{Name: BGPPeerPrefix + set, Labels: labels(), Spec: apiv3.BGPPeerSpec{
-			NodeSelector: fmt.Sprintf("%s == '%s'", LabelPeeringSet, set),
-			PeerSelector: fmt.Sprintf("%s in {%s}", LabelRouteReflectorID, strings.Join(ids, ", ")),
-		}})
 	}
 	return out
 }

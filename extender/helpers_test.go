@@ -64,10 +64,21 @@ func cluster(n, zones int, opts ...nodeOpt) []*corev1.Node {
 	return out
 }
 
+// resolve resolves a policy with spec. A spec that names no topology type gets MultiCluster: the
+// tests that use it were written for MultiCluster, the default before DualPlane (whose tests name
+// it, or use policy.Default).
 func resolve(t testing.TB, spec v1alpha1.RouteReflectorPolicySpec) *policy.Resolved {
 	t.Helper()
 	p := policy.Default("default")
 	p.Spec = spec
+	if spec.Topology == nil || spec.Topology.Type == "" {
+		topo := v1alpha1.Topology{}
+		if spec.Topology != nil {
+			topo = *spec.Topology
+		}
+		topo.Type = v1alpha1.MultiCluster
+		p.Spec.Topology = &topo
+	}
 	r, errs := policy.Resolve(p)
 	if len(errs) > 0 {
 		t.Fatalf("policy: %v", errs.ToAggregate())

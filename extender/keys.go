@@ -1,5 +1,7 @@
 package extender
 
+import "strings"
+
 // Labels and annotations this product owns on nodes and BGPPeers.
 const (
 	// AnnotationClusterID is Calico's route reflector cluster ID of a node (KDD mode).
@@ -17,8 +19,14 @@ const (
 	AnnotationRouteReflectors = "routereflector.io/route-reflectors"
 	// AnnotationDrainingSince marks a route reflector whose clients are being handed over (RFC 3339).
 	AnnotationDrainingSince = "routereflector.io/draining-since"
-	// AnnotationRack is a node's rack in the Hierarchical topology (kept while the node stays).
+	// AnnotationRack is a node's rack in the Hierarchical and DualPlane topologies (kept while the
+	// node stays).
 	AnnotationRack = "routereflector.io/rack"
+	// AnnotationPlane is a DualPlane route reflector's plane, 1 to redundancy (kept while it is one).
+	AnnotationPlane = "routereflector.io/plane"
+	// LabelUplinkSet names the spine route reflectors a DualPlane rack route reflector peers with
+	// (its plane's); one BGPPeer per set, named UplinkBGPPeerPrefix and the set.
+	LabelUplinkSet = "routereflector.io/uplink-set"
 
 	// LabelManagedBy marks the BGPPeers this product writes.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
@@ -28,15 +36,31 @@ const (
 	LabelPolicy = "routereflector.io/policy"
 	// BGPPeerPrefix starts the name of every BGPPeer this product writes.
 	BGPPeerPrefix = "rr-autoscaler-"
+	// UplinkBGPPeerPrefix starts the name of the BGPPeer of an uplink set.
+	UplinkBGPPeerPrefix = BGPPeerPrefix + "up-"
 )
 
 // OwnedLabelKeys returns the node label keys this product writes for a policy whose route
 // reflector label key is rrLabelKey.
 func OwnedLabelKeys(rrLabelKey string) []string {
-	return []string{rrLabelKey, LabelRouteReflectorID, LabelPeeringSet}
+	return []string{rrLabelKey, LabelRouteReflectorID, LabelPeeringSet, LabelUplinkSet}
+}
+
+// SetLabelOf returns the node label a managed BGPPeer's nodeSelector reads (LabelPeeringSet or
+// LabelUplinkSet) and the set's name, from the BGPPeer's name; ok is false for the BGPPeers that
+// select no set (the route reflector mesh).
+func SetLabelOf(bgpPeerName string) (key, set string, ok bool) {
+	if set, ok := strings.CutPrefix(bgpPeerName, UplinkBGPPeerPrefix); ok {
+		return LabelUplinkSet, set, true
+	}
+	set, ok = strings.CutPrefix(bgpPeerName, BGPPeerPrefix)
+	if !ok || strings.HasPrefix(set, "mesh-") {
+		return "", "", false
+	}
+	return LabelPeeringSet, set, true
 }
 
 // OwnedAnnotationKeys returns the node annotation keys this product writes.
 func OwnedAnnotationKeys() []string {
-	return []string{AnnotationClusterID, AnnotationRouteReflectors, AnnotationDrainingSince, AnnotationRack}
+	return []string{AnnotationClusterID, AnnotationRouteReflectors, AnnotationDrainingSince, AnnotationRack, AnnotationPlane}
 }

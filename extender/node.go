@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ type NodeInfo struct {
 	DrainingSince time.Time // zero when not draining
 	CurrentRRs    []string  // a client's route reflectors
 	Rack          string
+	Plane         int // a DualPlane route reflector's plane (1..), 0 when none
 
 	// Filled by the pipeline.
 	Eligible  bool
@@ -63,6 +65,11 @@ func NewNodeInfo(n *corev1.Node, p *policy.Resolved) *NodeInfo {
 		ni.CurrentRRs = strings.Split(s, ",")
 	}
 	ni.Rack = n.Annotations[AnnotationRack]
+	if s := n.Annotations[AnnotationPlane]; s != "" && ni.CurrentRR {
+		if k, err := strconv.Atoi(s); err == nil && k > 0 {
+			ni.Plane = k
+		}
+	}
 	return ni
 }
 

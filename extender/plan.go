@@ -63,9 +63,12 @@ type decision struct {
 	role  role
 	id    uint32
 	peers []int // indexes of the route reflectors this node peers with (sorted by name)
-	rack  string
-	spine bool
-	since time.Time
+	// uplinks: the spine route reflectors a DualPlane rack route reflector peers with (sorted).
+	uplinks []int
+	rack    string
+	plane   int // DualPlane: the route reflector's plane (1..redundancy)
+	spine   bool
+	since   time.Time
 }
 
 type condition struct{ reason, message string }
@@ -78,6 +81,8 @@ func Plan(in Input) *Result {
 		pl.planSingle()
 	case v1alpha1.Hierarchical:
 		pl.planHierarchical()
+	case v1alpha1.DualPlane:
+		pl.planDualPlane()
 	default:
 		pl.planMulti()
 	}

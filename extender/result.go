@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // Result is a plan: the route reflectors, each client's route reflectors, the BGPPeers and the
@@ -69,6 +71,7 @@ type RouteReflector struct {
 	ClusterID   string `json:"clusterID"`
 	Rack        string `json:"rack,omitempty"`
 	Spine       bool   `json:"spine,omitempty"`
+	Plane       int    `json:"plane,omitempty"`
 	Draining    bool   `json:"draining,omitempty"`
 	Clients     int    `json:"clients"`
 	Connections int    `json:"connections"`
@@ -131,35 +134,32 @@ func (pl *planner) result() *Result {
 			rrs = append(rrs, i)
 		}
 	}
-	meshed := p.Topology != "Hierarchical"
+	meshed := !pl.racked()
+	var edges map[[2]int]bool // route reflector sessions when they do not all mesh
+	if !meshed {
+		edges = map[[2]int]bool{}
+	}
 	for i, d := range pl.dec {
-		for _, j := range d.peers {
-			switch {
-			case j == i:
-			case d.role == roleClient:
-				clients[j]++
-			case !meshed && !(d.spine && pl.dec[j].spine):
-				// A rack (or draining) route reflector and a spine member.
-				rrPeers[i]++
-				rrPeers[j]++
+		for _, list := range [2][]int{d.peers, d.uplinks} {
+			for _, j := range list {
+				switch {
+				case j == i:
+				case d.role == roleClient:
+					clients[j]++
+				case !meshed:
+					edges[[2]int{min(i, j), max(i, j)}] = true
+				}
 			}
 		}
 	}
-	if !meshed {
-		// Spine members peer with each other once.
-		var spine []int
-		for _, i := range rrs {
-			if pl.dec[i].spine {
-				spine = append(spine, i)
-			}
-		}
-		for _, i := range spine {
-			rrPeers[i] += len(spine) - 1
-		}
-	} else {
+	if meshed {
 		for _, i := range rrs {
 			rrPeers[i] = len(rrs) - 1
 		}
+	}
+	for e := range edges {
+		rrPeers[e[0]]++
+		rrPeers[e[1]]++
 	}
 
 	ids := map[uint32]bool{}
@@ -170,7 +170,7 @@ func (pl *planner) result() *Result {
 	for _, n := range pl.nodes {
 		zone[n.Zone].Nodes++
 	}
-	sets := map[string][]int{}
+	sets, uplinks := map[string][]int{}, map[string][]int{}
 	memo := peeringSets{}
 	shared := clientStates{}
 	res.Nodes = make([]NodeState, 0, len(pl.nodes))
@@ -192,8 +192,8 @@ func (pl *planner) result() *Result {
 		st := NodeState{Name: n.Name, Labels: make(map[string]string, 4), Annotations: make(map[string]string, 4)}
 		id := policy.ClusterIDString(d.id)
 		rr := RouteReflector{Node: n.Name, Zone: n.Zone, ClusterID: id, Spine: d.spine, Draining: d.role == roleDraining,
-			Clients: clients[i], Connections: clients[i] + rrPeers[i]}
-		if p.Topology == "Hierarchical" {
+			Clients: clients[i], Connections: clients[i] + rrPeers[i], Plane: d.plane}
+		if pl.racked() {
 			rr.Rack = d.rack
 		}
 		res.RouteReflectors = append(res.RouteReflectors, rr)
@@ -215,13 +215,21 @@ func (pl *planner) result() *Result {
 			s.MaxRouteReflectorsPerRR = max(s.MaxRouteReflectorsPerRR, rrPeers[i])
 			s.MaxConnectionsPerRouteReflector = max(s.MaxConnectionsPerRouteReflector, clients[i]+rrPeers[i])
 		}
-		if p.Topology == "Hierarchical" {
+		if pl.racked() {
 			st.Annotations[AnnotationRack] = d.rack
+		}
+		if d.plane > 0 && d.role == roleActive {
+			st.Annotations[AnnotationPlane] = strconv.Itoa(d.plane)
 		}
 		if len(d.peers) > 0 {
 			ps := memo.get(pl, d.peers)
 			sets[ps.name] = d.peers
 			st.Labels[LabelPeeringSet] = ps.name
+		}
+		if len(d.uplinks) > 0 {
+			ps := memo.get(pl, d.uplinks)
+			uplinks[ps.name] = d.uplinks
+			st.Labels[LabelUplinkSet] = ps.name
 		}
 		res.Nodes = append(res.Nodes, st)
 		res.facts = append(res.facts, factsOf(n))
@@ -240,7 +248,7 @@ func (pl *planner) result() *Result {
 	for _, z := range pl.zones {
 		res.Zones = append(res.Zones, *zone[z])
 	}
-	res.BGPPeers = pl.bgpPeers(sets, meshed && len(rrs) > 0)
+	res.BGPPeers = pl.bgpPeers(sets, uplinks, meshed && len(rrs) > 0)
 	s.BGPPeers = len(res.BGPPeers)
 	for _, c := range pl.degraded {
 		res.Conditions = append(res.Conditions, Condition{Type: "Degraded", Reason: c.reason, Message: c.message})
@@ -296,7 +304,7 @@ func (pl *planner) clientResult(n *NodeInfo, d *decision, memo peeringSets, sets
 		sets[ps.name] = d.peers
 		c.RouteReflectors, c.PeeringSet = ps.names, ps.name
 	}
-	if pl.p.Topology == "Hierarchical" {
+	if pl.racked() {
 		c.Rack = d.rack
 	}
 	return c
@@ -313,7 +321,7 @@ func (m clientStates) get(pl *planner, d *decision, memo peeringSets) NodeState 
 		ps = memo.get(pl, d.peers)
 		key[0] = ps.name
 	}
-	if pl.p.Topology == "Hierarchical" {
+	if pl.racked() {
 		key[1] = d.rack
 	}
 	if st, ok := m[key]; ok {
@@ -324,7 +332,7 @@ func (m clientStates) get(pl *planner, d *decision, memo peeringSets) NodeState 
 		st.Labels[LabelPeeringSet] = ps.name
 		st.Annotations[AnnotationRouteReflectors] = ps.joined
 	}
-	if pl.p.Topology == "Hierarchical" {
+	if pl.racked() {
 		st.Annotations[AnnotationRack] = d.rack
 	}
 	m[key] = st
@@ -339,6 +347,11 @@ func peeringSetName(sortedNames []string) string {
 func shortHash(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:5])
+}
+
+// racked reports whether the topology puts nodes in racks (and route reflectors do not all mesh).
+func (pl *planner) racked() bool {
+	return pl.p.Topology == v1alpha1.Hierarchical || pl.p.Topology == v1alpha1.DualPlane
 }
 
 // Degraded returns the plan's first Degraded condition, or nil.

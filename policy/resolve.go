@@ -35,7 +35,10 @@ type Resolved struct {
 	Preferred labels.Selector
 	Forbidden labels.Selector
 
+	// Min and Max bound the route reflector count; Max is NoMaxRouteReflectors when uncapped.
 	Min, Max int
+	// MaxClientsPerRR bounds every route reflector's clients; 0: no bound.
+	MaxClientsPerRR int
 
 	Scaling            ScalingKind
 	RatioNum, RatioDen int64
@@ -68,14 +71,16 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 		return nil, errs
 	}
 	s := &p.Spec
+	minDef, maxDef, redDef, clientsDef := countDefaults(s)
 	r := &Resolved{
 		Name:            p.Name,
-		Min:             int(deref(s.MinRouteReflectors, DefaultMinRouteReflectors)),
-		Max:             int(deref(s.MaxRouteReflectors, DefaultMaxRouteReflectors)),
-		Topology:        DefaultTopology,
+		Min:             int(deref(s.MinRouteReflectors, minDef)),
+		Max:             int(deref(s.MaxRouteReflectors, maxDef)),
+		MaxClientsPerRR: int(deref(s.MaxClientsPerRouteReflector, clientsDef)),
+		Topology:        topologyOf(s),
 		ClusterIDMode:   DefaultClusterIDMode,
 		Groups:          DefaultClusterIDGroups,
-		Redundancy:      DefaultRedundancy,
+		Redundancy:      int(redDef),
 		MaxRackSize:     DefaultMaxRackSize,
 		RRLabelKey:      DefaultRouteReflectorLabelKey,
 		ZoneLabel:       or(s.ZoneLabel, DefaultZoneLabel),
@@ -106,7 +111,6 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 	}
 	base := DefaultClusterID
 	if t := s.Topology; t != nil {
-		r.Topology = v1alpha1.TopologyType(or(string(t.Type), string(r.Topology)))
 		base = or(t.ClusterID, base)
 		r.ClusterIDMode = v1alpha1.ClusterIDMode(or(string(t.ClusterIDs), string(r.ClusterIDMode)))
 		r.Groups = int(deref(t.ClusterIDGroups, int32(r.Groups)))
@@ -116,6 +120,10 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 	}
 	if r.RackLabel == "" {
 		r.RackLabel = r.ZoneLabel
+	}
+	if r.MaxClientsPerRR > 0 && (r.Topology == v1alpha1.DualPlane || r.Topology == v1alpha1.Hierarchical) {
+		// A rack's clients are its nodes but its route reflectors.
+		r.MaxRackSize = min(r.MaxRackSize, r.MaxClientsPerRR+r.Redundancy)
 	}
 	r.BaseClusterID = IPv4ToUint(netip.MustParseAddr(base))
 	if l := s.RouteReflectorLabel; l != nil {

@@ -27,8 +27,9 @@ func Validate(p *v1alpha1.RouteReflectorPolicy) field.ErrorList {
 	errs = append(errs, validateSelector(s.PreferredNodeSelector, spec.Child("preferredNodeSelector"))...)
 	errs = append(errs, validateSelector(s.ForbiddenNodeSelector, spec.Child("forbiddenNodeSelector"))...)
 
-	minRR := deref(s.MinRouteReflectors, DefaultMinRouteReflectors)
-	maxRR := deref(s.MaxRouteReflectors, DefaultMaxRouteReflectors)
+	minDef, maxDef, _, _ := countDefaults(s)
+	minRR := deref(s.MinRouteReflectors, minDef)
+	maxRR := deref(s.MaxRouteReflectors, maxDef)
 	if minRR < 1 {
 		errs = append(errs, field.Invalid(spec.Child("minRouteReflectors"), minRR, "must be at least 1"))
 	}
@@ -137,9 +138,9 @@ func validateTopology(t *v1alpha1.Topology, maxRR int32, p *field.Path) field.Er
 	}
 	var errs field.ErrorList
 	switch t.Type {
-	case "", v1alpha1.SingleCluster, v1alpha1.MultiCluster, v1alpha1.Hierarchical:
+	case "", v1alpha1.DualPlane, v1alpha1.SingleCluster, v1alpha1.MultiCluster, v1alpha1.Hierarchical:
 	default:
-		errs = append(errs, field.NotSupported(p.Child("type"), t.Type, []string{"SingleCluster", "MultiCluster", "Hierarchical"}))
+		errs = append(errs, field.NotSupported(p.Child("type"), t.Type, []string{"DualPlane", "SingleCluster", "MultiCluster", "Hierarchical"}))
 	}
 	if t.ClusterID != "" {
 		id, ok := ParseClusterID(t.ClusterID)
@@ -178,7 +179,7 @@ func Warnings(p *v1alpha1.RouteReflectorPolicy) []string {
 		return nil
 	}
 	var w []string
-	if r.Min < 3 {
+	if r.Min < 3 && r.Topology != v1alpha1.DualPlane {
 		w = append(w, fmt.Sprintf("spec.minRouteReflectors: %d is below 3; losing one route reflector may leave clients without redundancy", r.Min))
 	}
 	if r.Redundancy < 2 && r.Topology != v1alpha1.SingleCluster {

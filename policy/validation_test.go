@@ -78,15 +78,16 @@ func TestValidate(t *testing.T) {
 
 func TestResolveDefaults(t *testing.T) {
 	r := MustResolve(Default("default"))
-	assert.Equal(t, 3, r.Min)
-	assert.Equal(t, 25, r.Max)
+	assert.Equal(t, v1alpha1.DualPlane, r.Topology)
+	assert.Equal(t, 2, r.Min)
+	assert.Equal(t, NoMaxRouteReflectors, r.Max, "no cap: the count follows from the racks")
+	assert.Equal(t, 500, r.MaxClientsPerRR)
+	assert.Equal(t, 2, r.Redundancy)
 	assert.Equal(t, ScaleByRatio, r.Scaling)
 	assert.Equal(t, []int64{5, 1000}, []int64{r.RatioNum, r.RatioDen})
-	assert.Equal(t, v1alpha1.MultiCluster, r.Topology)
 	assert.Equal(t, "224.0.0.1", ClusterIDString(r.BaseClusterID))
 	assert.Equal(t, v1alpha1.Grouped, r.ClusterIDMode)
 	assert.Equal(t, 3, r.Groups)
-	assert.Equal(t, 3, r.Redundancy)
 	assert.Equal(t, "topology.kubernetes.io/zone", r.ZoneLabel)
 	assert.Equal(t, r.ZoneLabel, r.RackLabel)
 	assert.Equal(t, 500, r.MaxRackSize)
@@ -100,6 +101,51 @@ func TestResolveDefaults(t *testing.T) {
 	assert.False(t, r.IsRouteReflectorLabel(map[string]string{"calico-route-reflector": "true"}))
 }
 
+func TestResolveExplicitTopologyDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		topo *v1alpha1.Topology
+		want v1alpha1.TopologyType
+	}{
+		{"MultiCluster", &v1alpha1.Topology{Type: v1alpha1.MultiCluster}, v1alpha1.MultiCluster},
+		{"SingleCluster", &v1alpha1.Topology{Type: v1alpha1.SingleCluster}, v1alpha1.SingleCluster},
+		{"Hierarchical", &v1alpha1.Topology{Type: v1alpha1.Hierarchical}, v1alpha1.Hierarchical},
+		{"clusterIDs without a type means MultiCluster", &v1alpha1.Topology{ClusterIDs: v1alpha1.PerRouteReflector}, v1alpha1.MultiCluster},
+		{"clusterIDGroups without a type means MultiCluster", &v1alpha1.Topology{ClusterIDGroups: i32(2)}, v1alpha1.MultiCluster},
+		{"rackLabel without a type means Hierarchical", &v1alpha1.Topology{RackLabel: "rack"}, v1alpha1.Hierarchical},
+		{"redundancy alone keeps the default", &v1alpha1.Topology{Redundancy: i32(3)}, v1alpha1.DualPlane},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Default("p")
+			p.Spec.Topology = tt.topo
+			r := MustResolve(p)
+			assert.Equal(t, tt.want, r.Topology)
+			if tt.want == v1alpha1.DualPlane {
+				return
+			}
+			assert.Equal(t, 3, r.Min)
+			assert.Equal(t, 25, r.Max)
+			assert.Equal(t, 0, r.MaxClientsPerRR, "no bound unless set")
+			assert.Equal(t, 500, r.MaxRackSize)
+			if tt.topo.Redundancy == nil {
+				assert.Equal(t, 3, r.Redundancy)
+			}
+		})
+	}
+	// A client bound set on an explicit topology: honoured, and it bounds Hierarchical's racks.
+	p := Default("p")
+	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical}
+	p.Spec.MaxClientsPerRouteReflector = i32(100)
+	r := MustResolve(p)
+	assert.Equal(t, 100, r.MaxClientsPerRR)
+	assert.Equal(t, 103, r.MaxRackSize, "100 clients and the rack's 3 route reflectors")
+	// DualPlane with no cap accepts any minimum.
+	p = Default("p")
+	p.Spec.MinRouteReflectors = i32(40)
+	assert.Empty(t, Validate(p))
+}
+
 func TestWarnings(t *testing.T) {
 	tests := []struct {
 		name string
@@ -107,7 +153,8 @@ func TestWarnings(t *testing.T) {
 		want string
 	}{
 		{"defaults", v1alpha1.RouteReflectorPolicySpec{}, ""},
-		{"min below three", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(2)}, "spec.minRouteReflectors: 2 is below 3"},
+		{"min below three", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(2), Topology: &v1alpha1.Topology{Type: v1alpha1.MultiCluster}}, "spec.minRouteReflectors: 2 is below 3"},
+		{"DualPlane's min of two is no risk", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(2)}, ""},
 		{"per RR beyond four", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDs: v1alpha1.PerRouteReflector}}, "meshes more than four"},
 		{"per RR within four", v1alpha1.RouteReflectorPolicySpec{MaxRouteReflectors: i32(4), Topology: &v1alpha1.Topology{ClusterIDs: v1alpha1.PerRouteReflector}}, ""},
 		{"one group", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDGroups: i32(1)}}, "calico#2735"},

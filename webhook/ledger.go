@@ -375,8 +375,7 @@ func (l *Ledger) DropPolicy(name string) {
 
 // OwnedChanges returns the label and annotation changes that turn n's owned keys into want's.
 func OwnedChanges(rrLabelKey string, n *corev1.Node, want extender.NodeState) (lbl, ann map[string]*string) {
-	lkeys := [...]string{rrLabelKey, extender.LabelRouteReflectorID, extender.LabelPeeringSet}
-	return diffKeys(lkeys[:], n.Labels, want.Labels), diffKeys(ownedAnnotationKeys, n.Annotations, want.Annotations)
+	return diffKeys(extender.OwnedLabelKeys(rrLabelKey), n.Labels, want.Labels), diffKeys(ownedAnnotationKeys, n.Annotations, want.Annotations)
 }
 
 var ownedAnnotationKeys = extender.OwnedAnnotationKeys()

@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"context"
-	"strings"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,20 +60,22 @@ func (r *Reconciler) prunePeers(ctx context.Context, st *State) error {
 	for _, p := range st.Result.BGPPeers {
 		want[p.Name] = true
 	}
-	var inUse map[string]bool // the peering sets nodes still carry, read only when a BGPPeer is obsolete
+	var inUse map[[2]string]bool // the (set label, set) nodes still carry, read only when a BGPPeer is obsolete
 	for _, p := range st.Peers {
 		if want[p.Name] {
 			continue
 		}
 		if inUse == nil {
-			inUse = map[string]bool{}
+			inUse = map[[2]string]bool{}
 			for _, n := range st.View {
-				if s := n.Labels[extender.LabelPeeringSet]; s != "" {
-					inUse[s] = true
+				for _, k := range [...]string{extender.LabelPeeringSet, extender.LabelUplinkSet} {
+					if s := n.Labels[k]; s != "" {
+						inUse[[2]string{k, s}] = true
+					}
 				}
 			}
 		}
-		if set, ok := strings.CutPrefix(p.Name, extender.BGPPeerPrefix); ok && inUse[set] {
+		if key, set, ok := extender.SetLabelOf(p.Name); ok && inUse[[2]string{key, set}] {
 			st.requeue(handoverRetry)
 			continue
 		}

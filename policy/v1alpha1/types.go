@@ -10,10 +10,17 @@ import (
 )
 
 // TopologyType names a route reflector layout.
-// +kubebuilder:validation:Enum=SingleCluster;MultiCluster;Hierarchical
+// +kubebuilder:validation:Enum=DualPlane;SingleCluster;MultiCluster;Hierarchical
 type TopologyType string
 
 const (
+	// DualPlane (the default): every zone is split into racks of at most maxRackSize nodes; each rack
+	// has `redundancy` route reflectors (one cluster ID per rack), one in each plane; a spine of one
+	// route reflector per plane (sharing the first cluster ID, spread over the zones) links the
+	// racks. A rack route reflector peers with its rack and with its plane's spine member. Every
+	// client stores `redundancy` paths per prefix, at any size, and keeps its routes when a zone,
+	// a spine member or a rack route reflector is lost.
+	DualPlane TopologyType = "DualPlane"
 	// SingleCluster: each zone is its own RR cluster with its own cluster ID; clients peer with every RR of their zone.
 	SingleCluster TopologyType = "SingleCluster"
 	// MultiCluster: RRs balanced across zones in a few cluster-ID groups; each client peers with `redundancy` RRs.
@@ -79,15 +86,24 @@ type RouteReflectorPolicySpec struct {
 	// +optional
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 
-	// MinRouteReflectors is the lowest number of route reflectors [3].
+	// MinRouteReflectors is the lowest number of route reflectors [3; 2 in DualPlane].
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	MinRouteReflectors *int32 `json:"minRouteReflectors,omitempty"`
 
-	// MaxRouteReflectors is the highest number of route reflectors [25].
+	// MaxRouteReflectors is the highest number of route reflectors [25; no cap in DualPlane, whose
+	// count follows from the racks].
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	MaxRouteReflectors *int32 `json:"maxRouteReflectors,omitempty"`
+
+	// MaxClientsPerRouteReflector bounds the clients of every route reflector [500 in DualPlane;
+	// no bound in the other topologies]. DualPlane keeps its racks small enough; MultiCluster adds
+	// route reflectors (up to maxRouteReflectors); Hierarchical splits racks; a plan that cannot
+	// keep the bound is Degraded.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxClientsPerRouteReflector *int32 `json:"maxClientsPerRouteReflector,omitempty"`
 
 	// Scaling says how the desired count follows the node count [ratio "0.005"].
 	// +optional
@@ -165,7 +181,7 @@ type Step struct {
 
 // Topology is the layout of route reflectors and their cluster IDs.
 type Topology struct {
-	// Type is SingleCluster, MultiCluster or Hierarchical [MultiCluster].
+	// Type is DualPlane, SingleCluster, MultiCluster or Hierarchical [DualPlane].
 	// +optional
 	Type TopologyType `json:"type,omitempty"`
 
@@ -182,16 +198,21 @@ type Topology struct {
 	// +kubebuilder:validation:Minimum=1
 	ClusterIDGroups *int32 `json:"clusterIDGroups,omitempty"`
 
-	// Redundancy is the number of route reflectors each client peers with [3].
+	// Redundancy is the number of route reflectors each client peers with [2 in DualPlane (its planes),
+	// 3 otherwise].
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	Redundancy *int32 `json:"redundancy,omitempty"`
 
-	// RackLabel names a node's rack in Hierarchical [the zone label].
+	// RackLabel names a node's rack in Hierarchical [the zone label]. DualPlane forms its racks itself.
 	// +optional
 	RackLabel string `json:"rackLabel,omitempty"`
 
-	// MaxRackSize is the largest rack in Hierarchical; bigger racks and nodes without a rack are split [500].
+	// MaxRackSize is the largest rack in Hierarchical and DualPlane [500; in DualPlane at most
+	// maxClientsPerRouteReflector plus the rack's route reflectors]. Hierarchical splits bigger racks
+	// and nodes without a rack; DualPlane splits a zone into more racks when it outgrows them and
+	// merges racks only when the zone has shrunk by a margin (a tenth of a rack), so a cluster that
+	// hovers at a boundary does not move roles.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	MaxRackSize *int32 `json:"maxRackSize,omitempty"`
@@ -244,7 +265,7 @@ type RouteReflectorPolicyStatus struct {
 	// +listType=map
 	// +listMapKey=zone
 	Zones []ZoneStatus `json:"zones,omitempty"`
-	// Conditions: Ready, Degraded.
+	// Conditions: Ready, Degraded, ExpensiveTopology.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -252,6 +273,25 @@ type RouteReflectorPolicyStatus struct {
 	// LastScaleTime is when the route reflector count last changed.
 	// +optional
 	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+	// Routes is what the plan costs BIRD, by the graph model: paths stored per prefix on the busiest
+	// and on the mean node, for this policy's layout and for the default layout on the same nodes.
+	// +optional
+	Routes *RouteCost `json:"routes,omitempty"`
+}
+
+// RouteCost is the graph model's figures for a plan. Paths per prefix are decimals ("2.0"): the
+// routes a node stores divided by the number of nodes (every node originates one block).
+type RouteCost struct {
+	// BusiestPathsPerPrefix is the busiest node's paths per prefix.
+	BusiestPathsPerPrefix string `json:"busiestPathsPerPrefix"`
+	// MeanPathsPerPrefix is the mean node's paths per prefix.
+	MeanPathsPerPrefix string `json:"meanPathsPerPrefix"`
+	// DefaultBusiestPathsPerPrefix is the busiest node's paths per prefix under the default layout.
+	DefaultBusiestPathsPerPrefix string `json:"defaultBusiestPathsPerPrefix"`
+	// DefaultMeanPathsPerPrefix is the mean node's paths per prefix under the default layout.
+	DefaultMeanPathsPerPrefix string `json:"defaultMeanPathsPerPrefix"`
+	// MissingPairs counts node pairs where a node does not learn the other's block.
+	MissingPairs int64 `json:"missingPairs"`
 }
 
 // ZoneStatus holds the counts of one zone.

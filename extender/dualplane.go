@@ -1,0 +1,370 @@
+package extender
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// planDualPlane: every zone is split into racks of at most maxRackSize nodes; each rack has
+// `redundancy` route reflectors that share the rack's cluster ID, one in each plane; a spine of one
+// route reflector per plane (sharing the first cluster ID, spread over the zones) links the racks
+// once there are two or more. Sessions:
+//
+//   - a rack's clients and its route reflectors share one peering set: the rack's route reflectors
+//     (so they also peer with each other);
+//   - a rack route reflector of plane k peers with the spine member of plane k (its uplink set);
+//   - the spine members peer with each other.
+//
+// Why it is cheap: a route leaves its rack once per plane, the spine member of that plane passes it
+// to the plane's rack route reflectors, and a spine member or rack route reflector that learns it
+// from a same-cluster peer cannot pass it on (its own cluster ID is on the cluster list). Every
+// client stores `redundancy` paths per prefix (one per rack route reflector), the route reflectors
+// about as many, at any size. Why it is safe: the planes are independent paths between any two
+// racks, and the route reflectors of a rack peer with each other, so losing a spine member, a rack
+// route reflector or a zone (the spine spreads over the zones; a rack lives in one zone) leaves
+// every surviving node a path.
+//
+// A rack with no eligible node in a plane gives that plane's spine member to its clients instead,
+// so a client still peers with `redundancy` route reflectors.
+func (pl *planner) planDualPlane() {
+	p := pl.p
+	planes := p.Redundancy
+	racks := pl.assignZoneRacks()
+	base := p.BaseClusterID
+
+	// The spine, when there are two racks or more.
+	spineOf := make([]*NodeInfo, planes+1) // by plane, 1-based
+	taken := map[*NodeInfo]bool{}
+	if len(racks) > 1 {
+		pl.selectPlaneSpine(spineOf, taken)
+	}
+	// Rack route reflectors: plane by plane over all racks, so that a cap leaves each rack one.
+	rackRR := make(map[string][]*NodeInfo, len(racks)) // rack -> by plane (1-based), nil when none
+	eligible := make(map[string][]*NodeInfo, len(racks))
+	for _, n := range pl.ranked {
+		if !taken[n] {
+			r := pl.dec[n.index].rack
+			eligible[r] = append(eligible[r], n)
+		}
+	}
+	for _, r := range racks {
+		rackRR[r] = make([]*NodeInfo, planes+1)
+		// Current route reflectors of this rack keep their plane.
+		for _, n := range eligible[r] {
+			if n.Plane >= 1 && n.Plane <= planes && rackRR[r][n.Plane] == nil && pl.isRackRR(n) {
+				rackRR[r][n.Plane] = n
+				taken[n] = true
+			}
+		}
+	}
+	spineCount := 0
+	for _, n := range spineOf[1:] {
+		if n != nil {
+			spineCount++
+		}
+	}
+	budget := p.Max - spineCount
+	for _, r := range racks {
+		for k := 1; k <= planes; k++ {
+			if rackRR[r][k] != nil {
+				budget--
+			}
+		}
+	}
+	capped := false
+	for k := 1; k <= planes; k++ {
+		for _, r := range racks {
+			if rackRR[r][k] != nil {
+				continue
+			}
+			i := slices.IndexFunc(eligible[r], func(n *NodeInfo) bool { return !taken[n] })
+			if i < 0 {
+				continue
+			}
+			if budget <= 0 {
+				capped = true
+				continue
+			}
+			rackRR[r][k] = eligible[r][i]
+			taken[eligible[r][i]] = true
+			budget--
+		}
+	}
+	planned := spineCount
+	for _, r := range racks {
+		for _, n := range rackRR[r][1:] {
+			if n != nil {
+				planned++
+			}
+		}
+	}
+	pl.desired = planned
+	if len(racks) > 1 {
+		pl.desired = max(pl.desired, len(racks)*planes+planes)
+	}
+	if capped {
+		pl.degrade(ReasonMaxRouteReflectors, fmt.Sprintf("%d racks need %d route reflectors but maxRouteReflectors is %d", len(racks), len(racks)*planes+spineCount, p.Max))
+	}
+	if len(racks) > 1 && spineCount < planes {
+		pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d eligible nodes for a spine of %d route reflectors", spineCount, planes))
+	}
+	if planned < p.Min && planned < pl.eligibleCount() {
+		pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d route reflectors planned, policy requires at least %d", planned, p.Min))
+	}
+
+	// Roles and cluster IDs.
+	for k, n := range spineOf {
+		if n == nil {
+			continue
+		}
+		pl.activate(n, base)
+		d := &pl.dec[n.index]
+		d.spine, d.plane = true, k
+		pl.zoneWant[n.Zone]++
+	}
+	byRack := make(map[string][]*NodeInfo, len(racks))
+	for _, r := range racks {
+		for k, n := range rackRR[r] {
+			if n == nil {
+				continue
+			}
+			pl.activate(n, 0)
+			pl.dec[n.index].plane = k
+			byRack[r] = append(byRack[r], n)
+			pl.zoneWant[n.Zone]++
+		}
+	}
+	pl.retire()
+	pl.assignRackIDs(racks, byRack)
+
+	// Sessions.
+	var spine []int
+	for _, n := range spineOf {
+		if n != nil {
+			spine = append(spine, n.index)
+		}
+	}
+	rackSet := make(map[string][]int, len(racks))
+	for _, r := range racks {
+		var set []int
+		for k := 1; k <= planes; k++ {
+			switch {
+			case rackRR[r][k] != nil:
+				set = append(set, rackRR[r][k].index)
+			case spineOf[k] != nil:
+				set = append(set, spineOf[k].index)
+			}
+		}
+		if len(set) == 0 {
+			set = slices.Clone(spine)
+		}
+		rackSet[r] = set
+	}
+	draining := pl.drainingNodes()
+	for i := range pl.dec {
+		d := &pl.dec[i]
+		switch {
+		case d.spine:
+			pl.setPeers(i, slices.Clone(spine))
+		case d.role == roleActive:
+			pl.setPeers(i, slices.Clone(rackSet[d.rack]))
+			if up := spineOf[d.plane]; up != nil {
+				d.uplinks = []int{up.index}
+			} else {
+				d.uplinks = slices.Clone(spine)
+			}
+			pl.sortPeers(d.uplinks)
+		case d.role == roleDraining:
+			// Still connected while its clients move: the spine, else its rack.
+			if len(spine) > 0 {
+				pl.setPeers(i, slices.Clone(spine))
+			} else {
+				pl.setPeers(i, slices.Clone(rackSet[d.rack]))
+			}
+		default:
+			peers := slices.Clone(rackSet[d.rack])
+			if len(peers) == 0 {
+				peers = slices.Clone(draining)
+			}
+			pl.setPeers(i, peers)
+		}
+	}
+}
+
+// isRackRR reports whether n is an active rack route reflector now (not a spine member).
+func (pl *planner) isRackRR(n *NodeInfo) bool {
+	return n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID != pl.p.BaseClusterID
+}
+
+// selectPlaneSpine picks one spine member per plane: the current one when it is still eligible,
+// else the best-ranked eligible node of the zone with the fewest spine members, from a rack with
+// eligible nodes to spare (a rack route reflector only when nothing else is left), so that the
+// planes spread over the zones.
+func (pl *planner) selectPlaneSpine(spineOf []*NodeInfo, taken map[*NodeInfo]bool) {
+	base := pl.p.BaseClusterID
+	planes := len(spineOf) - 1
+	spare := map[string]int{} // eligible nodes per rack beyond its planes
+	for _, n := range pl.ranked {
+		spare[pl.dec[n.index].rack]++
+	}
+	for r := range spare {
+		spare[r] -= planes
+	}
+	perZone := map[string]int{}
+	for _, n := range pl.ranked {
+		k := n.Plane
+		if n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID == base && k >= 1 && k < len(spineOf) && spineOf[k] == nil {
+			spineOf[k] = n
+			taken[n] = true
+			perZone[n.Zone]++
+		}
+	}
+	for k := 1; k < len(spineOf); k++ {
+		if spineOf[k] != nil {
+			continue
+		}
+		var best *NodeInfo
+		better := func(n *NodeInfo) bool {
+			if best == nil {
+				return true
+			}
+			if a, b := pl.isRackRR(n), pl.isRackRR(best); a != b {
+				return !a
+			}
+			if a, b := perZone[n.Zone], perZone[best.Zone]; a != b {
+				return a < b
+			}
+			if a, b := spare[pl.dec[n.index].rack] > 0, spare[pl.dec[best.index].rack] > 0; a != b {
+				return a
+			}
+			return n.rank < best.rank
+		}
+		for _, n := range pl.ranked {
+			if !taken[n] && better(n) {
+				best = n
+			}
+		}
+		if best == nil {
+			return
+		}
+		spineOf[k] = best
+		taken[best] = true
+		perZone[best.Zone]++
+		spare[pl.dec[best.index].rack]--
+	}
+}
+
+func (pl *planner) sortPeers(peers []int) {
+	slices.SortFunc(peers, func(a, b int) int { return cmp.Compare(pl.nodes[a].Name, pl.nodes[b].Name) })
+}
+
+// rackMargin is how far below a rack boundary a zone must shrink before two of its racks merge: a
+// tenth of a rack, at least one node.
+func rackMargin(maxRackSize int) int { return max(1, maxRackSize/10) }
+
+// ZoneRackName names rack j (from 1) of a zone.
+func ZoneRackName(zone string, j int) string {
+	if zone == "" {
+		return "rack-" + strconv.Itoa(j)
+	}
+	return zone + "-rack-" + strconv.Itoa(j)
+}
+
+// zoneRackIndex returns j when rack is ZoneRackName(zone, j).
+func zoneRackIndex(zone, rack string) (int, bool) {
+	prefix := "rack-"
+	if zone != "" {
+		prefix = zone + "-rack-"
+	}
+	s, ok := strings.CutPrefix(rack, prefix)
+	if !ok {
+		return 0, false
+	}
+	j, err := strconv.Atoi(s)
+	return j, err == nil && j > 0 && strconv.Itoa(j) == s
+}
+
+// ZoneRacks is the number of racks a zone of n nodes gets when it has cur racks now (0: none yet):
+// enough that no rack exceeds maxRackSize, and no fewer than now unless the zone has shrunk a
+// margin below the boundary.
+func ZoneRacks(n, cur, maxRackSize int) int {
+	need := max(1, (n+maxRackSize-1)/maxRackSize)
+	if cur < need {
+		return need
+	}
+	if cur > 1 && n <= (cur-1)*maxRackSize-rackMargin(maxRackSize) {
+		return need
+	}
+	return cur
+}
+
+// assignZoneRacks puts every managed node in a rack of its zone (DualPlane) and returns the racks,
+// sorted. A node keeps its rack while it stays and the rack stays and
+// has room; a new node, or one whose rack was merged away, goes to the emptiest rack of its zone.
+// A zone splits into more racks only when it outgrows them (the new racks fill with the nodes that
+// join; no node moves) and merges its smallest racks away only beyond the margin.
+func (pl *planner) assignZoneRacks() []string {
+	size := pl.p.MaxRackSize
+	byZone := map[string][]int{}
+	for i, n := range pl.nodes {
+		byZone[n.Zone] = append(byZone[n.Zone], i)
+	}
+	var racks []string
+	for _, z := range pl.zones {
+		idx := byZone[z]
+		count := map[int]int{}
+		for _, i := range idx {
+			if j, ok := zoneRackIndex(z, pl.nodes[i].Rack); ok {
+				count[j]++
+			}
+		}
+		k := ZoneRacks(len(idx), len(count), size)
+		// The racks that stay: the fullest current ones (then the lowest index); new ones take the
+		// lowest free index.
+		cur := sortedKeys(count)
+		slices.SortStableFunc(cur, func(a, b int) int { return cmp.Compare(count[b], count[a]) })
+		keep := map[int]bool{}
+		for _, j := range cur[:min(k, len(cur))] {
+			keep[j] = true
+		}
+		for j := 1; len(keep) < k; j++ {
+			keep[j] = true
+		}
+		names := sortedKeys(keep)
+		fill := make(map[int]int, k)
+		var rest []int
+		for _, i := range idx {
+			if j, ok := zoneRackIndex(z, pl.nodes[i].Rack); ok && keep[j] && fill[j] < size {
+				fill[j]++
+				pl.dec[i].rack = ZoneRackName(z, j)
+				continue
+			}
+			rest = append(rest, i)
+		}
+		for _, i := range rest {
+			best := emptiestRack(names, func(j int) int { return fill[j] })
+			fill[best]++
+			pl.dec[i].rack = ZoneRackName(z, best)
+		}
+		for _, j := range names {
+			racks = append(racks, ZoneRackName(z, j))
+		}
+	}
+	slices.Sort(racks)
+	return racks
+}
+
+// emptiestRack returns the rack index (of idx, ascending) with the fewest nodes, the lowest on a
+// tie: where the planner and the admission path put a node that has no rack.
+func emptiestRack(idx []int, fill func(int) int) int {
+	best := idx[0]
+	for _, j := range idx[1:] {
+		if fill(j) < fill(best) {
+			best = j
+		}
+	}
+	return best
+}
