@@ -22,6 +22,9 @@ func FuzzPlan(f *testing.F) {
 	for i, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8} {
 		f.Add(seed, uint16(20+i*40), uint8(i%5+1), uint8(i), uint8(3), uint8(3), uint8(3), uint8(25), uint8(i*37))
 	}
+	for i, seed := range []uint64{11, 12, 13, 14, 15, 16} { // DualPlane, several racks per zone
+		f.Add(seed, uint16(30+i*45), uint8(i%4+1), uint8(4), uint8(0), uint8(i), uint8(1), uint8(29), uint8(i*11))
+	}
 	f.Fuzz(func(t *testing.T, seed uint64, n uint16, zones, topo, groups, redundancy, minRR, maxRR, flags uint8) {
 		rng := rand.New(rand.NewPCG(seed, uint64(n)))
 		p := fuzzPolicy(topo, groups, redundancy, minRR, maxRR, flags)
@@ -65,7 +68,7 @@ func fuzzPolicy(topo, groups, redundancy, minRR, maxRR, flags uint8) *v1alpha1.R
 	hi := lo + int32(maxRR%30)
 	s.MinRouteReflectors, s.MaxRouteReflectors = &lo, &hi
 	t := &v1alpha1.Topology{Redundancy: i32(int32(redundancy%5) + 1), ClusterIDGroups: i32(int32(groups%5) + 1)}
-	switch topo % 4 {
+	switch topo % 5 {
 	case 0:
 		t.Type = v1alpha1.SingleCluster
 	case 1:
@@ -74,6 +77,14 @@ func fuzzPolicy(topo, groups, redundancy, minRR, maxRR, flags uint8) *v1alpha1.R
 		t.Type, t.ClusterIDs = v1alpha1.MultiCluster, v1alpha1.PerRouteReflector
 	case 3:
 		t.Type, t.MaxRackSize = v1alpha1.Hierarchical, i32(int32(flags%40)+5)
+	case 4:
+		t.Type, t.MaxRackSize, t.ClusterIDGroups = v1alpha1.DualPlane, i32(int32(flags%40)+5), nil
+		if redundancy%2 == 0 {
+			t.Redundancy = nil // the default's two planes
+		}
+		if flags%5 == 0 {
+			s.MinRouteReflectors, s.MaxRouteReflectors = nil, nil // the default's bounds: none
+		}
 	}
 	s.Topology = t
 	switch flags % 3 {

@@ -152,6 +152,93 @@ func checkInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []stri
 				}
 			}
 		}
+	case v1alpha1.DualPlane:
+		bad = append(bad, dualPlaneInvariants(p, nodes, r)...)
+	}
+	return bad
+}
+
+// dualPlaneInvariants are the default layout's safety rules: every client peers with
+// min(redundancy, eligible nodes) route reflectors, its rack's or its planes' spine members; no
+// route reflector over the client bound; a rack's route reflectors share one cluster ID no other
+// rack holds, the spine holds the first one; a rack lives in one zone and is no larger than
+// maxRackSize; and the graph model (when the test binary wires it, see ModelDrills) finds every
+// route with all nodes up and, with two planes or more and a plan that is not Degraded, after the
+// loss of any zone and after the loss of any route reflector.
+func dualPlaneInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []string {
+	var bad []string
+	fail := func(f string, a ...any) { bad = append(bad, fmt.Sprintf(f, a...)) }
+	degraded := len(r.Conditions) > 0
+	want := min(p.Redundancy, r.Summary.EligibleNodes)
+	rackOf := map[string]string{}
+	rackID := map[string]string{}
+	idRack := map[string]string{}
+	base := policy.ClusterIDString(p.BaseClusterID)
+	for _, rr := range r.RouteReflectors {
+		if rr.Draining {
+			continue
+		}
+		if !degraded && rr.Clients > p.MaxClientsPerRR && p.MaxClientsPerRR > 0 {
+			fail("route reflector %s has %d clients, more than %d", rr.Node, rr.Clients, p.MaxClientsPerRR)
+		}
+		if rr.Spine {
+			if rr.ClusterID != base {
+				fail("spine member %s carries %s, not %s", rr.Node, rr.ClusterID, base)
+			}
+			continue
+		}
+		rackOf[rr.Node] = rr.Rack
+		if id, ok := rackID[rr.Rack]; ok && id != rr.ClusterID {
+			fail("rack %s has two cluster IDs %s and %s", rr.Rack, id, rr.ClusterID)
+		}
+		if other, ok := idRack[rr.ClusterID]; ok && other != rr.Rack || rr.ClusterID == base {
+			fail("cluster ID %s of rack %s is also held by %q", rr.ClusterID, rr.Rack, other)
+		}
+		rackID[rr.Rack], idRack[rr.ClusterID] = rr.ClusterID, rr.Rack
+	}
+	if !degraded && p.MaxClientsPerRR > 0 && r.Summary.MaxClientsPerRouteReflector > p.MaxClientsPerRR {
+		fail("summary: %d clients per route reflector, more than %d", r.Summary.MaxClientsPerRouteReflector, p.MaxClientsPerRR)
+	}
+	rrs := map[string]RouteReflector{}
+	for _, rr := range r.RouteReflectors {
+		rrs[rr.Node] = rr
+	}
+	for _, c := range r.Clients {
+		if r.Summary.RouteReflectors > 0 && len(c.RouteReflectors) < min(want, r.Summary.RouteReflectors) {
+			fail("client %s has %d route reflectors %v, want %d", c.Node, len(c.RouteReflectors), c.RouteReflectors, want)
+		}
+		for _, name := range c.RouteReflectors {
+			if rr := rrs[name]; !rr.Spine && !rr.Draining && rr.Rack != c.Rack {
+				fail("client %s of rack %s peers with %s of rack %s", c.Node, c.Rack, name, rr.Rack)
+			}
+		}
+	}
+	zoneOf := map[string]string{}
+	size := map[string]int{}
+	for _, n := range nodes {
+		if p.NodeSelector.Matches(labelSet(n.Labels)) {
+			zoneOf[n.Name] = n.Labels[p.ZoneLabel]
+		}
+	}
+	rackZone := map[string]string{}
+	for _, st := range r.Nodes {
+		rack := st.Annotations[AnnotationRack]
+		size[rack]++
+		if z, ok := rackZone[rack]; ok && z != zoneOf[st.Name] {
+			fail("rack %s spans zones %q and %q", rack, z, zoneOf[st.Name])
+		}
+		rackZone[rack] = zoneOf[st.Name]
+	}
+	for rack, n := range size {
+		if n > p.MaxRackSize {
+			fail("rack %s has %d nodes, more than maxRackSize %d", rack, n, p.MaxRackSize)
+		}
+	}
+	if ModelDrills != nil && len(bad) == 0 {
+		// Survival of a lost zone or route reflector is promised with two planes or more and a
+		// plan that is not Degraded (a spine short of members is).
+		drills := p.Redundancy >= 2 && !degraded
+		bad = append(bad, ModelDrills(Input{Policy: p, Nodes: nodes}, r, drills)...)
 	}
 	return bad
 }

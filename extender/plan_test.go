@@ -20,6 +20,7 @@ var (
 	perRR  = &v1alpha1.Topology{Type: v1alpha1.MultiCluster, ClusterIDs: v1alpha1.PerRouteReflector}
 	single = &v1alpha1.Topology{Type: v1alpha1.SingleCluster}
 	hier   = &v1alpha1.Topology{Type: v1alpha1.Hierarchical}
+	dual   = &v1alpha1.Topology{Type: v1alpha1.DualPlane}
 	steps  = &v1alpha1.Scaling{Steps: []v1alpha1.Step{{MaxNodes: 200, RouteReflectors: 3}, {MaxNodes: 1000, RouteReflectors: 5}, {MaxNodes: 5000, RouteReflectors: 25}}}
 )
 

@@ -1,0 +1,107 @@
+package extender_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// TestDualPlaneDefaultLayout: the empty policy at the sizes the default-layout issue names. Every
+// plan keeps the invariants (CheckInvariants runs the graph model's drills: every node up, each zone
+// lost, each route reflector lost, a sample beyond 5,000 nodes), is not Degraded, gives every client
+// two route reflectors and no route reflector more than 500 clients, and the graph model puts at most
+// 10 paths per prefix on the busiest node and 8 on the mean one (the layout gives 2: one per plane).
+func TestDualPlaneDefaultLayout(t *testing.T) {
+	tests := []struct{ nodes, zones int }{
+		{100, 1}, {100, 3}, {100, 10}, {300, 3}, {1000, 3}, {5000, 1}, {5000, 3}, {5000, 10}, {20000, 3}, {65000, 3},
+	}
+	p := policy.MustResolve(policy.Default("default"))
+	require.Equal(t, v1alpha1.DualPlane, p.Topology)
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d nodes in %d zones", tt.nodes, tt.zones), func(t *testing.T) {
+			if tt.nodes > 5000 && testing.Short() {
+				t.Skip("-short")
+			}
+			nodes, err := nodesource.Simulate(tt.nodes, tt.zones)
+			require.NoError(t, err)
+			in := extender.Input{Policy: p, Nodes: nodes, Now: nodesource.SimulationStart.Add(time.Hour)}
+			res := extender.Plan(in)
+			require.Empty(t, res.Conditions, "not Degraded")
+			bad := extender.CheckInvariants(p, nodes, res)
+			require.Empty(t, bad, strings.Join(bad[:min(len(bad), 3)], "\n"))
+			assert.LessOrEqual(t, res.Summary.MaxClientsPerRouteReflector, 500)
+			for _, c := range res.Clients {
+				require.GreaterOrEqual(t, len(c.RouteReflectors), 2, "client %s", c.Node)
+			}
+			m, err := bgpmodel.Evaluate(in, res, bgpmodel.Options{})
+			require.NoError(t, err)
+			n := float64(m.Summary.Nodes)
+			busiest, mean := m.Summary.MaxRoutesPerNode/n, m.Summary.TotalRoutes/n/n
+			t.Logf("%d route reflectors, %d clients per route reflector at most, %d BGPPeers; paths per prefix: busiest %.2f, mean %.2f",
+				res.Summary.RouteReflectors, res.Summary.MaxClientsPerRouteReflector, res.Summary.BGPPeers, busiest, mean)
+			assert.LessOrEqual(t, busiest, 10.0)
+			assert.LessOrEqual(t, mean, 8.0)
+			assert.Zero(t, m.Summary.MissingPairs)
+		})
+	}
+}
+
+// TestDualPlaneInvariantsCatchBrokenWiring: the invariants fail on a plan whose wiring loses routes
+// (the uplink BGPPeers removed: racks no longer reach the spine) and on one that gives a client a
+// single route reflector.
+func TestDualPlaneInvariantsCatchBrokenWiring(t *testing.T) {
+	p := policy.MustResolve(policy.Default("default"))
+	nodes, err := nodesource.Simulate(300, 3)
+	require.NoError(t, err)
+	res := extender.Plan(extender.Input{Policy: p, Nodes: nodes, Now: nodesource.SimulationStart})
+	require.Empty(t, extender.CheckInvariants(p, nodes, res))
+
+	noUplinks := *res
+	noUplinks.BGPPeers = nil
+	for _, b := range res.BGPPeers {
+		if !strings.HasPrefix(b.Name, extender.UplinkBGPPeerPrefix) {
+			noUplinks.BGPPeers = append(noUplinks.BGPPeers, b)
+		}
+	}
+	require.Less(t, len(noUplinks.BGPPeers), len(res.BGPPeers))
+	bad := extender.CheckInvariants(p, nodes, &noUplinks)
+	require.NotEmpty(t, bad)
+	assert.Contains(t, bad[0], "node pairs missing")
+
+	oneRR := *res
+	oneRR.Clients = append([]extender.Client(nil), res.Clients...)
+	oneRR.Clients[0].RouteReflectors = oneRR.Clients[0].RouteReflectors[:1]
+	bad = extender.CheckInvariants(p, nodes, &oneRR)
+	require.NotEmpty(t, bad)
+	assert.Contains(t, bad[0], "has 1 route reflectors")
+}
+
+// TestZoneRacks: a zone splits as soon as it outgrows its racks and merges only a margin (a tenth
+// of a rack) below the boundary, so a zone that hovers at a boundary keeps its racks.
+func TestZoneRacks(t *testing.T) {
+	tests := []struct{ n, cur, want int }{
+		{1, 0, 1}, {500, 0, 1}, {501, 0, 2}, {1000, 0, 2}, {1001, 0, 3},
+		{501, 1, 2},  // outgrown: split
+		{500, 2, 2},  // back at the boundary: keep two
+		{451, 2, 2},  // within the margin: keep
+		{450, 2, 1},  // a margin below: merge
+		{900, 3, 2},  // 900 <= 2*500-50: merge to two racks
+		{951, 3, 3},  // 951 > 2*500-50: keep
+		{2000, 3, 4}, // outgrown by more than one rack
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d nodes, %d racks", tt.n, tt.cur), func(t *testing.T) {
+			assert.Equal(t, tt.want, extender.ZoneRacks(tt.n, tt.cur, 500))
+		})
+	}
+}
