@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // Recommendation is one desired count seen at one time, for the scale-down stabilization window.
@@ -44,9 +45,21 @@ const (
 	ScaleByClients = policy.ScaleByClients
 )
 
-// DesiredCount is clamp(scaling(healthy), min, max).
+// DesiredCount is clamp(scaling(healthy), min, max), raised in MultiCluster to the count that keeps
+// every route reflector within maxClientsPerRouteReflector. The planner and the admission path
+// both call it.
 func DesiredCount(p *policy.Resolved, healthy int) int {
-	return clamp(ScaledCount(p, healthy), p.Min, p.Max)
+	return clamp(max(ScaledCount(p, healthy), clientBoundCount(p, healthy)), p.Min, p.Max)
+}
+
+// clientBoundCount is the fewest route reflectors that keep MultiCluster's clients within the
+// bound: d route reflectors carry (healthy-d) x redundancy client sessions, at most d x bound.
+func clientBoundCount(p *policy.Resolved, healthy int) int {
+	if p.MaxClientsPerRR <= 0 || p.Topology != v1alpha1.MultiCluster || healthy <= 0 {
+		return 0
+	}
+	r := p.Redundancy
+	return (healthy*r + p.MaxClientsPerRR + r - 1) / (p.MaxClientsPerRR + r)
 }
 
 // stabilize returns the count to use: the highest recommendation for key within the scale-down

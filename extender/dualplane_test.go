@@ -105,3 +105,41 @@ func TestZoneRacks(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxClientsPerRouteReflector: an explicit topology honours the bound when it is set (more
+// route reflectors in MultiCluster, smaller racks in Hierarchical) and says Degraded when
+// maxRouteReflectors or the zones leave no way to keep it; unset, the seed's tables stand.
+func TestMaxClientsPerRouteReflector(t *testing.T) {
+	nodes, err := nodesource.Simulate(2000, 3)
+	require.NoError(t, err)
+	tests := []struct {
+		name     string
+		spec     v1alpha1.RouteReflectorPolicySpec
+		degraded string
+	}{
+		{"MultiCluster adds route reflectors", v1alpha1.RouteReflectorPolicySpec{MaxClientsPerRouteReflector: ptr(int32(300)), MaxRouteReflectors: ptr(int32(40)),
+			Topology: &v1alpha1.Topology{Type: v1alpha1.MultiCluster}}, ""},
+		{"MultiCluster capped by maxRouteReflectors", v1alpha1.RouteReflectorPolicySpec{MaxClientsPerRouteReflector: ptr(int32(300)), MaxRouteReflectors: ptr(int32(12)),
+			Topology: &v1alpha1.Topology{Type: v1alpha1.MultiCluster}}, extender.ReasonMaxClients},
+		{"Hierarchical splits racks", v1alpha1.RouteReflectorPolicySpec{MaxClientsPerRouteReflector: ptr(int32(300)), MaxRouteReflectors: ptr(int32(60)),
+			Topology: &v1alpha1.Topology{Type: v1alpha1.Hierarchical}}, ""},
+		{"SingleCluster cannot", v1alpha1.RouteReflectorPolicySpec{MaxClientsPerRouteReflector: ptr(int32(300)),
+			Topology: &v1alpha1.Topology{Type: v1alpha1.SingleCluster}}, extender.ReasonMaxClients},
+		{"DualPlane", v1alpha1.RouteReflectorPolicySpec{MaxClientsPerRouteReflector: ptr(int32(300))}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pol := policy.Default("p")
+			pol.Spec = tt.spec
+			p := policy.MustResolve(pol)
+			res := extender.Plan(extender.Input{Policy: p, Nodes: nodes, Now: nodesource.SimulationStart})
+			if tt.degraded != "" {
+				require.NotEmpty(t, res.Conditions)
+				assert.Equal(t, tt.degraded, res.Conditions[0].Reason)
+				return
+			}
+			require.Empty(t, res.Conditions)
+			assert.LessOrEqual(t, res.Summary.MaxClientsPerRouteReflector, 300)
+		})
+	}
+}

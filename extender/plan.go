@@ -30,6 +30,7 @@ const (
 	ReasonNotEnoughEligibleNodes = "NotEnoughEligibleNodes"
 	ReasonQuorumAtRisk           = "QuorumAtRisk"
 	ReasonMaxRouteReflectors     = "MaxRouteReflectorsReached"
+	ReasonMaxClients             = "MaxClientsPerRouteReflectorExceeded"
 )
 
 type role uint8

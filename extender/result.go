@@ -253,6 +253,10 @@ func (pl *planner) result() *Result {
 	for _, c := range pl.degraded {
 		res.Conditions = append(res.Conditions, Condition{Type: "Degraded", Reason: c.reason, Message: c.message})
 	}
+	if p.MaxClientsPerRR > 0 && s.MaxClientsPerRouteReflector > p.MaxClientsPerRR && len(res.Conditions) == 0 {
+		res.Conditions = append(res.Conditions, Condition{Type: "Degraded", Reason: ReasonMaxClients,
+			Message: fmt.Sprintf("a route reflector has %d clients; maxClientsPerRouteReflector is %d", s.MaxClientsPerRouteReflector, p.MaxClientsPerRR)})
+	}
 	if s.RouteReflectors < p.Min && len(res.Conditions) == 0 {
 		res.Conditions = append(res.Conditions, Condition{Type: "Degraded", Reason: ReasonNotEnoughEligibleNodes,
 			Message: fmt.Sprintf("%d route reflectors from %d eligible of %d nodes; policy requires at least %d", s.RouteReflectors, s.EligibleNodes, s.Nodes, p.Min)})
