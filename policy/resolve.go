@@ -217,3 +217,22 @@ func or(s, def string) string {
 	}
 	return s
 }
+
+// DefaultLayoutOf returns r with the default layout (the empty spec's topology, counts and client
+// bound) in place of its own, for comparing what a layout costs against the default on the same
+// nodes. Everything else (selectors, labels, timing) stays r's.
+func DefaultLayoutOf(r *Resolved) *Resolved {
+	d := MustResolve(Default(r.Name))
+	out := *r
+	out.Min, out.Max, out.MaxClientsPerRR = d.Min, d.Max, d.MaxClientsPerRR
+	out.Scaling, out.RatioNum, out.RatioDen, out.Steps, out.ClientsPerRR = d.Scaling, d.RatioNum, d.RatioDen, d.Steps, d.ClientsPerRR
+	out.Topology, out.ClusterIDMode, out.Groups, out.Redundancy, out.MaxRackSize = d.Topology, d.ClusterIDMode, d.Groups, d.Redundancy, d.MaxRackSize
+	return &out
+}
+
+// IsDefaultLayout reports whether r plans the default layout.
+func (r *Resolved) IsDefaultLayout() bool {
+	d := DefaultLayoutOf(r)
+	return r.Min == d.Min && r.Max == d.Max && r.MaxClientsPerRR == d.MaxClientsPerRR && r.Topology == d.Topology &&
+		r.Redundancy == d.Redundancy && r.MaxRackSize == d.MaxRackSize
+}

@@ -76,10 +76,13 @@ func drainingMark(n *corev1.Node) {
 	n.Annotations[extender.AnnotationDrainingSince] = tNow.Add(-time.Minute).Format(time.RFC3339)
 }
 
+// mkPolicy is the default policy changed by mut, in MultiCluster unless mut names another
+// topology: the tests that use it were written for MultiCluster, the default before DualPlane.
 func mkPolicy(name string, mut func(*v1alpha1.RouteReflectorPolicySpec)) *v1alpha1.RouteReflectorPolicy {
 	p := policy.Default(name)
 	p.UID = types.UID("uid-" + name)
 	p.Generation = 1
+	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
 	if mut != nil {
 		mut(&p.Spec)
 	}

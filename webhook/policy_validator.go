@@ -2,12 +2,17 @@ package webhook
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -44,7 +49,42 @@ func (v *PolicyValidator) Handle(_ context.Context, req *admissionv1.AdmissionRe
 	if len(errs) > 0 {
 		return Denied(policyGK, p.Name, errs), nil
 	}
-	return Allowed(policy.Warnings(p)...), nil
+	return Allowed(append(policy.Warnings(p), v.costWarning(p)...)...), nil
+}
+
+// CostWarningMaxNodes bounds the clusters on which applying a policy plans it and runs the graph
+// model to warn what it costs (the policy status reports it at any size).
+const CostWarningMaxNodes = 20000
+
+// costWarning plans the policy on the cached nodes it selects and says what the layout costs BIRD
+// beside the default layout, by the graph model; empty when there are no nodes to plan.
+func (v *PolicyValidator) costWarning(p *v1alpha1.RouteReflectorPolicy) []string {
+	if v.Nodes == nil {
+		return nil
+	}
+	r, errs := policy.Resolve(p)
+	if len(errs) > 0 {
+		return nil
+	}
+	var nodes []*corev1.Node
+	for _, n := range v.Nodes.List() {
+		if r.NodeSelector.Matches(labels.Set(n.Labels)) {
+			nodes = append(nodes, n)
+		}
+	}
+	if len(nodes) == 0 || len(nodes) > CostWarningMaxNodes {
+		return nil
+	}
+	in := extender.Input{Policy: r, Nodes: nodes, Now: time.Now()}
+	c, err := bgpmodel.CostOf(in, extender.Plan(in), nil)
+	if err != nil {
+		return []string{"route cost not computed: graph model: " + err.Error()}
+	}
+	w := fmt.Sprintf("on the %d nodes it selects, %s", len(nodes), c)
+	if c.Expensive() {
+		w += "; that is more than twice the default's paths (condition ExpensiveTopology)"
+	}
+	return []string{w}
 }
 
 // overlap reports another policy that selects a node this one selects: when either selects every

@@ -25,6 +25,9 @@ func TestPolicyValidator(t *testing.T) {
 		warnings string
 	}{
 		{name: "valid, apart from the other", policy: mkPolicy("edge", func(s *v1alpha1.RouteReflectorPolicySpec) { s.NodeSelector = sel("pool", "edge") })},
+		{name: "what the layout costs, beside the default", policy: mkPolicy("zone-b", func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.NodeSelector = sel("topology.kubernetes.io/zone", "zone-b")
+		}), warnings: "on the 2 nodes it selects, MultiCluster/Grouped stores 1.0 paths per prefix on the busiest node and 1.0 on the mean node; the default layout (DualPlane) 1.0 and 1.0"},
 		{name: "invalid fields with paths", policy: mkPolicy("bad", func(s *v1alpha1.RouteReflectorPolicySpec) {
 			s.NodeSelector = sel("pool", "bad")
 			s.MinRouteReflectors, s.MaxRouteReflectors = i32(5), i32(2)
@@ -39,7 +42,7 @@ spec.topology.clusterID: Invalid value: "not-an-ip": must be an IPv4 address`},
 			s.NodeSelector = sel("topology.kubernetes.io/zone", "zone-a")
 		}),
 			want: `spec.nodeSelector: Invalid value: [policy-overlap] node node-a1 matches both this nodeSelector and policy "racks"'s (pool=racks); a node may match at most one policy`},
-		{name: "update of itself", policy: existing},
+		{name: "update of itself", policy: existing, warnings: "on the 1 nodes it selects"},
 		{name: "warnings", policy: mkPolicy("edge", func(s *v1alpha1.RouteReflectorPolicySpec) {
 			s.NodeSelector = sel("pool", "edge")
 			s.MinRouteReflectors = i32(2)

@@ -73,7 +73,8 @@ func runPlan(args []string, stdout io.Writer) error {
 	var in planInputs
 	in.register(fs)
 	output := fs.String("o", "table", "output format: table or json")
-	routes := fs.Bool("routes", true, "report the graph model's route figures (routes on the busiest node, paths per prefix) and a cheaper topology")
+	routes := fs.Bool("routes", true, "report the graph model's route figures (routes on the busiest node, paths per prefix), beside the default layout's for the same nodes")
+	alternatives := fs.Bool("alternatives", false, "with --routes, also plan the same nodes in every explicit topology and report each one's figures")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -97,7 +98,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	res := extender.Plan(input)
 	var figures *routeFigures
 	if *routes {
-		if figures, err = evaluateRoutes(input, res); err != nil {
+		if figures, err = evaluateRoutes(input, res, *alternatives); err != nil {
 			return err
 		}
 	}
@@ -114,7 +115,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	}
 	if figures != nil {
 		fmt.Fprintln(stdout)
-		if err := report.RouteFigures(stdout, figures.Summary); err != nil {
+		if err := report.RouteFigures(stdout, figures.Summary, figures.Cost); err != nil {
 			return err
 		}
 		if figures.Suggestion != "" {
@@ -124,35 +125,36 @@ func runPlan(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// routeFigures is what the graph model says of a plan, and of the same nodes in the other layouts.
+// routeFigures is what the graph model says of a plan, of the default layout on the same nodes,
+// and (with --alternatives) of the same nodes in the other layouts.
 type routeFigures struct {
 	Summary      bgpmodel.Summary       `json:"summary"`
-	Alternatives []bgpmodel.Alternative `json:"alternatives"`
+	Cost         bgpmodel.Cost          `json:"cost"`
+	Alternatives []bgpmodel.Alternative `json:"alternatives,omitempty"`
 	Suggestion   string                 `json:"suggestion,omitempty"`
 }
 
-// evaluateRoutes runs the graph model on the plan and on the same nodes in every layout, and names
-// the layout that keeps the busiest node's routes smallest when that is less than half of the
-// chosen one's: with Calico's ADD-PATH the cost of a topology is part of its correctness.
-func evaluateRoutes(in extender.Input, res *extender.Result) (*routeFigures, error) {
+// evaluateRoutes runs the graph model on the plan and on the default layout's plan for the same
+// nodes, and says so when the plan stores more than twice the default's paths: with Calico's
+// ADD-PATH the cost of a topology is part of its correctness.
+func evaluateRoutes(in extender.Input, res *extender.Result, alternatives bool) (*routeFigures, error) {
 	m, err := bgpmodel.Evaluate(in, res, bgpmodel.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("route model: %w", err)
 	}
-	alts, err := bgpmodel.Alternatives(in, bgpmodel.Options{})
+	cost, err := bgpmodel.CostOf(in, res, m)
 	if err != nil {
 		return nil, fmt.Errorf("route model: %w", err)
 	}
-	f := &routeFigures{Summary: m.Summary, Alternatives: alts}
-	best := -1
-	for i, a := range alts {
-		if a.Summary.MissingPairs == 0 && (best < 0 || a.Summary.MaxRoutesPerNode < alts[best].Summary.MaxRoutesPerNode) {
-			best = i
-		}
+	f := &routeFigures{Summary: m.Summary, Cost: cost}
+	if cost.Expensive() {
+		f.Suggestion = fmt.Sprintf("The default layout (%s) would store %.1f paths per prefix on the mean node instead of %.1f (%.1f instead of %.1f on the busiest) for the same nodes.",
+			cost.DefaultLayout, cost.DefaultMean, cost.MeanPaths, cost.DefaultBusiest, cost.BusiestPaths)
 	}
-	if best >= 0 && alts[best].Summary.MaxRoutesPerNode*2 < m.Summary.MaxRoutesPerNode {
-		f.Suggestion = fmt.Sprintf("Topology %s would put %.0f routes on the busiest node instead of %.0f for the same nodes.",
-			alts[best].Layout, alts[best].Summary.MaxRoutesPerNode, m.Summary.MaxRoutesPerNode)
+	if alternatives {
+		if f.Alternatives, err = bgpmodel.Alternatives(in, bgpmodel.Options{}); err != nil {
+			return nil, fmt.Errorf("route model: %w", err)
+		}
 	}
 	return f, nil
 }

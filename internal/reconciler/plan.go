@@ -25,6 +25,7 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 		delete(r.history, st.Name)
 		delete(r.last, st.Name)
 		delete(r.memos, st.Name)
+		delete(r.costs, st.Name)
 		r.mu.Unlock()
 		forgetMetrics(st.Name)
 		st.Done = true

@@ -71,6 +71,7 @@ type Reconciler struct {
 	history map[string][]extender.Recommendation // the stabilization window, per policy
 	last    map[string]*extender.Result          // the previous plan, per policy
 	memos   map[string]*handoverMemo             // handovers and mesh migration, per policy
+	costs   map[string]*costMemo                 // the graph model's figures of the last plan shape
 	steps   []Step
 
 	lastTook atomic.Int64 // the last reconcile's duration, in nanoseconds

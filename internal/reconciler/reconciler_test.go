@@ -76,6 +76,8 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 	t.Helper()
 	pol := policy.Default("default")
 	pol.Generation = 1
+	// The tests were written for MultiCluster, the default before DualPlane; a spec may name another.
+	pol.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
 	if spec != nil {
 		spec(&pol.Spec)
 	}
@@ -294,8 +296,16 @@ func TestReconcileBootstrapsAndSettles(t *testing.T) {
 	if s.Nodes != 30 || s.HealthyNodes != 30 || s.DesiredRouteReflectors != 3 || s.RouteReflectors != 3 || len(s.Zones) != 3 || s.LastScaleTime == nil {
 		t.Fatalf("status %+v", s)
 	}
-	if c := s.Conditions; len(c) != 2 || c[0].Type != "Ready" || c[0].Status != "True" || c[1].Type != "Degraded" || c[1].Status != "False" {
+	if c := s.Conditions; len(c) != 3 || c[0].Type != "Ready" || c[0].Status != "True" || c[2].Type != "Degraded" || c[2].Status != "False" {
 		t.Fatalf("conditions %+v", c)
+	}
+	// MultiCluster stores far more paths than the default layout would on these 30 nodes.
+	if c := s.Conditions[1]; c.Type != ConditionExpensiveTopology || c.Status != "True" || c.Reason != ReasonMoreThanTwiceDefault ||
+		!strings.Contains(c.Message, "the default layout (DualPlane) 2.0 and 2.0") {
+		t.Fatalf("condition %+v", c)
+	}
+	if r := s.Routes; r == nil || r.DefaultMeanPathsPerPrefix != "2.0" || r.MeanPathsPerPrefix == "2.0" || r.MissingPairs != 0 {
+		t.Fatalf("routes %+v", r)
 	}
 	// Settled: the next reconcile writes nothing.
 	h.writes.Store(0)

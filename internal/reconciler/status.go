@@ -81,6 +81,7 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 		ready.Message = fmt.Sprintf("%d route reflectors; the policy requires at least %d", total, p.Min)
 	}
 	meta.SetStatusCondition(&s.Conditions, ready)
+	r.setCost(st, s, pol.Generation)
 	slices.SortFunc(s.Conditions, func(a, b metav1.Condition) int {
 		if a.Type < b.Type {
 			return 1

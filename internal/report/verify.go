@@ -63,11 +63,13 @@ func phase(tw *tabwriter.Writer, _ string, s bgpverify.Summary, nodes []bgpverif
 // RouteFigures writes the graph model's figures for a plan: routes on the busiest node and paths
 // per prefix (with Calico's ADD-PATH every distinct path is stored), and whether every node learns
 // every other node's block.
-func RouteFigures(w io.Writer, s bgpmodel.Summary) error {
+func RouteFigures(w io.Writer, s bgpmodel.Summary, c bgpmodel.Cost) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	rows := [][2]string{
 		{"Routes on the busiest node", fmt.Sprintf("%s (%s)", num(s.MaxRoutesPerNode), s.BusiestNode)},
-		{"Paths per prefix (max / mean)", num(s.MaxPathsPerPrefix) + " / " + num(s.MeanPathsPerPrefix)},
+		{"Paths per prefix (busiest / mean node)", fmt.Sprintf("%.1f / %.1f", c.BusiestPaths, c.MeanPaths)},
+		{"Default layout (" + c.DefaultLayout + ")", fmt.Sprintf("%.1f / %.1f", c.DefaultBusiest, c.DefaultMean)},
+		{"Paths of one prefix, all nodes (max / mean)", num(s.MaxPathsPerPrefix) + " / " + num(s.MeanPathsPerPrefix)},
 		{"Missing routes (node pairs)", fmt.Sprint(s.MissingPairs)},
 		{"BGP sessions", fmt.Sprint(s.Sessions)},
 	}

@@ -304,8 +304,14 @@ func TestRenderDefaults(t *testing.T) {
 	require.Empty(t, r.all("ServiceMonitor"))
 
 	p := typed[v1alpha1.RouteReflectorPolicy](t, r.get(t, "RouteReflectorPolicy", "default"))
-	require.EqualValues(t, 3, *p.Spec.MinRouteReflectors)
-	require.Equal(t, v1alpha1.MultiCluster, p.Spec.Topology.Type)
+	require.Nil(t, p.Spec.MinRouteReflectors, "the layout's own default")
+	require.Nil(t, p.Spec.MaxRouteReflectors, "DualPlane: no cap")
+	require.Equal(t, v1alpha1.DualPlane, p.Spec.Topology.Type)
+	require.EqualValues(t, 500, *p.Spec.MaxClientsPerRouteReflector)
+	// The chart's default policy is the empty spec's layout.
+	chartDefault, errs := policy.Resolve(p)
+	require.Empty(t, errs)
+	require.True(t, chartDefault.IsDefaultLayout())
 
 	pdb := typed[policyv1.PodDisruptionBudget](t, r.get(t, "PodDisruptionBudget", fullname))
 	require.Equal(t, "1", pdb.Spec.MaxUnavailable.String())

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// BenchmarkPlanRoutes is what `plan --simulate N --zones 3` does beyond reading its flags: the plan
+// and the route figures (the graph model on the plan and on the default layout's plan for the same
+// nodes), per topology the planner produces. The goal is under 1 s at 65,000 nodes on one core:
+//
+//	go test -run '^$' -bench PlanRoutes -benchtime 3x -cpu 1 ./cmd/calico-rr-autoscaler/
+func BenchmarkPlanRoutes(b *testing.B) {
+	layouts := []struct {
+		name string
+		topo *v1alpha1.Topology
+		max  int32
+	}{
+		{"DualPlane", nil, 0},
+		{"Hierarchical", &v1alpha1.Topology{Type: v1alpha1.Hierarchical}, 500},
+		{"MultiCluster", &v1alpha1.Topology{Type: v1alpha1.MultiCluster}, 0},
+		{"PerRouteReflector", &v1alpha1.Topology{Type: v1alpha1.MultiCluster, ClusterIDs: v1alpha1.PerRouteReflector}, 0},
+		{"SingleCluster", &v1alpha1.Topology{Type: v1alpha1.SingleCluster}, 0},
+	}
+	for _, n := range []int{5000, 65000} {
+		nodes, err := nodesource.Simulate(n, 3)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range layouts {
+			p := policy.Default("bench")
+			p.Spec.Topology = l.topo
+			if l.max > 0 {
+				p.Spec.MaxRouteReflectors = &l.max
+			}
+			in := extender.Input{Policy: policy.MustResolve(p), Nodes: nodes, Now: nodesource.SimulationStart.Add(time.Hour)}
+			b.Run(fmt.Sprintf("%s/%d", l.name, n), func(b *testing.B) {
+				var f *routeFigures
+				for b.Loop() {
+					res := extender.Plan(in)
+					if f, err = evaluateRoutes(in, res, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(f.Cost.BusiestPaths, "busiest-paths/prefix")
+				b.ReportMetric(f.Cost.MeanPaths, "mean-paths/prefix")
+				if f.Summary.MissingPairs != 0 {
+					b.Fatalf("%d missing pairs", f.Summary.MissingPairs)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package reconciler
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// ConditionExpensiveTopology is True when the policy's layout stores more than twice the paths the
+// default layout would store on the same nodes (by the graph model).
+const (
+	ConditionExpensiveTopology = "ExpensiveTopology"
+	ReasonMoreThanTwiceDefault = "MoreThanTwiceTheDefault"
+	ReasonWithinTwiceDefault   = "WithinTwiceTheDefault"
+	ReasonModelFailed          = "ModelFailed"
+)
+
+// costMemo is the graph model's cost of the last plan shape, per policy: the model runs again only
+// when the plan's route reflectors, peering or node count change.
+type costMemo struct {
+	key  uint64
+	cost bgpmodel.Cost
+	err  error
+}
+
+// planShape hashes what the route figures depend on: the policy generation, the node count, each
+// route reflector with its cluster ID and role, and the BGPPeers.
+func (st *State) planShape() uint64 {
+	h := fnv.New64a()
+	w := func(s string) { h.Write([]byte(s)); h.Write([]byte{0}) }
+	w(strconv.FormatInt(st.Policy.Generation, 10))
+	w(strconv.Itoa(st.Result.Summary.Nodes))
+	for _, rr := range st.Result.RouteReflectors {
+		w(rr.Node)
+		w(rr.ClusterID)
+		w(strconv.FormatBool(rr.Draining))
+	}
+	for _, p := range st.Result.BGPPeers {
+		w(p.Name)
+		w(p.Spec.PeerSelector)
+	}
+	return h.Sum64()
+}
+
+// setCost fills the status's route figures and the ExpensiveTopology condition.
+func (r *Reconciler) setCost(st *State, s *v1alpha1.RouteReflectorPolicyStatus, gen int64) {
+	key := st.planShape()
+	r.mu.Lock()
+	m := r.costs[st.Name]
+	r.mu.Unlock()
+	if m == nil || m.key != key {
+		c, err := bgpmodel.CostOf(st.Input, st.Result, nil)
+		m = &costMemo{key: key, cost: c, err: err}
+		r.mu.Lock()
+		if r.costs == nil {
+			r.costs = map[string]*costMemo{}
+		}
+		r.costs[st.Name] = m
+		r.mu.Unlock()
+	}
+	cond := metav1.Condition{Type: ConditionExpensiveTopology, ObservedGeneration: gen}
+	switch {
+	case m.err != nil:
+		s.Routes = nil
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, ReasonModelFailed, "graph model: "+m.err.Error()
+	default:
+		c := m.cost
+		s.Routes = &v1alpha1.RouteCost{
+			BusiestPathsPerPrefix:        fmt.Sprintf("%.1f", c.BusiestPaths),
+			MeanPathsPerPrefix:           fmt.Sprintf("%.1f", c.MeanPaths),
+			DefaultBusiestPathsPerPrefix: fmt.Sprintf("%.1f", c.DefaultBusiest),
+			DefaultMeanPathsPerPrefix:    fmt.Sprintf("%.1f", c.DefaultMean),
+			MissingPairs:                 c.MissingPairs,
+		}
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonWithinTwiceDefault, c.String()
+		if c.Expensive() {
+			cond.Status, cond.Reason = metav1.ConditionTrue, ReasonMoreThanTwiceDefault
+		}
+	}
+	meta.SetStatusCondition(&s.Conditions, cond)
+}
