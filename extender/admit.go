@@ -71,19 +71,19 @@ func (a *Admission) State(p *policy.Resolved) NodeState {
 	if a.planned != nil {
 		return *a.planned
 	}
-	st := NodeState{Name: a.Node, Labels: map[string]string{}, Annotations: map[string]string{}}
+	var st NodeState
 	switch a.Role {
 	case AdmitRouteReflector:
+		st = clientState("", "", a.Rack)
 		st.Labels[p.RRLabelKey] = p.RRLabelValue
 		st.Labels[LabelRouteReflectorID] = RouteReflectorID(a.Node)
 		st.Annotations[AnnotationClusterID] = a.ClusterID
 	case AdmitClient:
-		st.Labels[LabelPeeringSet] = a.PeeringSet
-		st.Annotations[AnnotationRouteReflectors] = strings.Join(a.RouteReflectors, ",")
+		st = clientState(a.PeeringSet, strings.Join(a.RouteReflectors, ","), a.Rack)
+	default:
+		st = clientState("", "", a.Rack)
 	}
-	if a.Rack != "" {
-		st.Annotations[AnnotationRack] = a.Rack
-	}
+	st.Name = a.Node
 	return st
 }
 
@@ -434,7 +434,7 @@ func (s *AdmitState) promotion(zone string, healthy, zoneHealthy int, eligible m
 		want = min(want, eligible[zone])
 		return want, cur < want
 	}
-	target := max(admitGroupTarget(p, DesiredCount(p, healthy)), s.desired)
+	target := max(groupTarget(p, DesiredCount(p, healthy)), s.desired)
 	total := 0
 	for _, e := range eligible {
 		total += max(e, 0)
@@ -445,22 +445,6 @@ func (s *AdmitState) promotion(zone string, healthy, zoneHealthy int, eligible m
 	}
 	q := s.quotas(target, eligible)
 	return q[zone], cur < q[zone]
-}
-
-// admitGroupTarget rounds a desired count to a multiple of the cluster-ID groups, as the planner does.
-func admitGroupTarget(p *policy.Resolved, want int) int {
-	if p.ClusterIDMode == v1alpha1.PerRouteReflector || p.Groups <= 1 || want%p.Groups == 0 {
-		return want
-	}
-	up := (want/p.Groups + 1) * p.Groups
-	down := want / p.Groups * p.Groups
-	switch {
-	case up <= p.Max:
-		return up
-	case down >= p.Min:
-		return down
-	}
-	return want
 }
 
 // quotas spreads total over the zones as the planner does: zones differ by at most one where they

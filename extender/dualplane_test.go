@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -142,4 +144,46 @@ func TestMaxClientsPerRouteReflector(t *testing.T) {
 			assert.LessOrEqual(t, res.Summary.MaxClientsPerRouteReflector, 300)
 		})
 	}
+}
+
+// TestDualPlaneAdmissionAgreesWithThePlan feeds the same joins to the admission path and to the
+// planner: each joiner is admitted into its zone's emptiest rack as a client of the rack's route
+// reflectors, and the full plan over the whole cluster then gives every joiner exactly the state
+// admission gave it (no node moves, no role changes).
+func TestDualPlaneAdmissionAgreesWithThePlan(t *testing.T) {
+	p := policy.MustResolve(func() *v1alpha1.RouteReflectorPolicy {
+		pol := policy.Default("default")
+		pol.Spec.Topology = &v1alpha1.Topology{MaxRackSize: ptr(int32(40))}
+		return pol
+	}())
+	var base, joining []*corev1.Node
+	for i := range 150 {
+		base = append(base, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
+	}
+	in := extender.Input{Policy: p, Nodes: base, Now: admitT0.Add(time.Hour)}
+	res := extender.Plan(in)
+	for i, st := range res.Nodes {
+		applyState(p, base[i], st)
+	}
+	for i := 150; i < 180; i++ {
+		joining = append(joining, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
+	}
+	st, all := joinAll(t, p, base, joining)
+	admitted := map[string]extender.NodeState{}
+	for _, n := range joining {
+		a := st.Admit(n)
+		require.Equal(t, extender.AdmitClient, a.Role, "%s: %s", n.Name, a.Reason)
+		require.NotEmpty(t, a.Rack)
+		admitted[n.Name] = a.State(p)
+	}
+	full := extender.Plan(extender.Input{Policy: p, Nodes: all, Now: admitT0.Add(time.Hour)})
+	for _, want := range full.Nodes {
+		got, ok := admitted[want.Name]
+		if !ok {
+			continue
+		}
+		assert.Equal(t, want.Labels, got.Labels, want.Name)
+		assert.Equal(t, want.Annotations, got.Annotations, want.Name)
+	}
+	assert.Equal(t, res.Summary.RouteReflectors, full.Summary.RouteReflectors, "no role changes")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -15,18 +16,8 @@ func (pl *planner) planMulti() {
 	p := pl.p
 	want := DesiredCount(p, pl.healthy)
 	want, pl.recs = stabilize(p, pl.in.Recommendations, "", want, pl.in.Now)
-	target := want
+	target := groupTarget(p, want)
 	grouped := p.ClusterIDMode != v1alpha1.PerRouteReflector
-	if grouped && p.Groups > 1 && target%p.Groups != 0 {
-		up := (target/p.Groups + 1) * p.Groups
-		down := target / p.Groups * p.Groups
-		switch {
-		case up <= p.Max:
-			target = up
-		case down >= p.Min:
-			target = down
-		}
-	}
 	pl.desired = target
 	if target > pl.eligibleCount() {
 		target = pl.eligibleCount()
@@ -56,6 +47,24 @@ func (pl *planner) planMulti() {
 }
 
 func (pl *planner) rankOf(n *NodeInfo) int { return n.rank }
+
+// groupTarget rounds a desired count to a multiple of the cluster-ID groups (Grouped): up where
+// maxRouteReflectors allows, else down where minRouteReflectors allows, else not at all. The
+// planner and the admission path both call it.
+func groupTarget(p *policy.Resolved, want int) int {
+	if p.ClusterIDMode == v1alpha1.PerRouteReflector || p.Groups <= 1 || want%p.Groups == 0 {
+		return want
+	}
+	up := (want/p.Groups + 1) * p.Groups
+	down := want / p.Groups * p.Groups
+	switch {
+	case up <= p.Max:
+		return up
+	case down >= p.Min:
+		return down
+	}
+	return want
+}
 
 // assignPerRRIDs gives every route reflector its own cluster ID, keeping the current one when no
 // higher-ranked route reflector holds it.

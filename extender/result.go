@@ -331,15 +331,29 @@ func (m clientStates) get(pl *planner, d *decision, memo peeringSets) NodeState 
 	if st, ok := m[key]; ok {
 		return st
 	}
-	st := NodeState{Labels: make(map[string]string, 1), Annotations: make(map[string]string, 2)}
+	var set, joined, rack string
 	if ps != nil {
-		st.Labels[LabelPeeringSet] = ps.name
-		st.Annotations[AnnotationRouteReflectors] = ps.joined
+		set, joined = ps.name, ps.joined
 	}
 	if pl.racked() {
-		st.Annotations[AnnotationRack] = d.rack
+		rack = d.rack
 	}
+	st := clientState(set, joined, rack)
 	m[key] = st
+	return st
+}
+
+// clientState is the owned state of a client: its peering set and route reflectors (when it has
+// any) and its rack (when the topology has racks). The planner and the admission path share it.
+func clientState(set, joinedRRs, rack string) NodeState {
+	st := NodeState{Labels: make(map[string]string, 1), Annotations: make(map[string]string, 2)}
+	if set != "" {
+		st.Labels[LabelPeeringSet] = set
+		st.Annotations[AnnotationRouteReflectors] = joinedRRs
+	}
+	if rack != "" {
+		st.Annotations[AnnotationRack] = rack
+	}
 	return st
 }
 
