@@ -193,6 +193,7 @@ func TestHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
 kind: RouteReflectorPolicy
 metadata: {name: default}
 spec:
+  topology: {type: MultiCluster}
   minRouteReflectors: 9
   removalDelay: 10m
   handover: BGPSessions
@@ -273,6 +274,7 @@ func TestHandoverBGPSessionsTimeoutOnRealAPIServer(t *testing.T) {
 kind: RouteReflectorPolicy
 metadata: {name: default}
 spec:
+  topology: {type: MultiCluster}
   removalDelay: 4s
   handover: BGPSessions
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
@@ -369,6 +371,7 @@ func testMigrateFromNodeMesh(t *testing.T, mode string) {
 kind: RouteReflectorPolicy
 metadata: {name: default}
 spec:
+  topology: {type: MultiCluster}
   removalDelay: 3s
   handover: ` + mode + `
   migrateFromNodeMesh: true

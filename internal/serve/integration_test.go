@@ -384,11 +384,14 @@ func counter(name string, labels map[string]string) float64 {
 	return total
 }
 
+// policyYAML pins MultiCluster, the default before DualPlane: these tests follow its admission
+// promotions and denials (DualPlane has its own end-to-end test).
 const policyYAML = `apiVersion: routereflector.io/v1alpha1
 kind: RouteReflectorPolicy
 metadata:
   name: default
 spec:
+  topology: {type: MultiCluster}
   removalDelay: 2s
   forbiddenNodeSelector: {matchLabels: {role: db}}
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
