@@ -29,11 +29,15 @@ type nodePatch struct {
 
 // patchNodes writes the plan's owned labels and annotations to the nodes that differ, with merge
 // patches that touch only the owned keys. Promotions, draining marks and clients' new peering sets
-// are written here; a route reflector the plan makes a client is left to demote.
+// are written here; a route reflector the plan makes a client is left to demote. The patches go
+// in three phases, each finished before the next starts: the plan's active route reflectors
+// (promotions, cluster IDs, their own peering), then the clients, then the draining marks. So a
+// client never peers with a node that is not a route reflector yet (it would learn nothing from
+// it), and an old route reflector is marked only once its clients have moved.
 func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	releasing := releasingIDs(st)
-	var patches []nodePatch
+	var phases [3][]nodePatch
 	for _, want := range st.Result.Nodes {
 		cur := st.View[want.Name]
 		if cur == nil {
@@ -71,6 +75,13 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 			}
 		}
 		np := nodePatch{name: want.Name, lbl: lbl, ann: ann}
+		phase := 1 // a client
+		switch {
+		case wantRR && want.Annotations[extender.AnnotationDrainingSince] != "":
+			phase = 2
+		case wantRR:
+			phase = 0
+		}
 		switch {
 		case !wasRR && wantRR:
 			np.change = &RoleChange{Node: want.Name, Kind: "Promoted", Message: "Promoted to route reflector: " + promotionReason(st, cur)}
@@ -81,9 +92,14 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 			cur.Annotations[extender.AnnotationClusterID] != want.Annotations[extender.AnnotationClusterID]:
 			np.change = &RoleChange{Node: want.Name, Kind: KindClusterIDChanged, Message: clusterIDChange(st, cur, want)}
 		}
-		patches = append(patches, np)
+		phases[phase] = append(phases[phase], np)
 	}
-	return r.applyPatches(ctx, st, patches)
+	for _, patches := range phases {
+		if err := r.applyPatches(ctx, st, patches); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // clusterIDChange says why a route reflector's cluster ID changes: a duplicate repaired (another

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,6 +43,9 @@ type harness struct {
 	now      time.Time
 	writes   atomic.Int32
 	policyNm string
+
+	mu          sync.Mutex
+	nodePatches []string // "name body" of every node patch, in the order they were sent
 }
 
 func scheme(t testing.TB) *runtime.Scheme {
@@ -101,6 +105,12 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 			},
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
 				h.writes.Add(1)
+				if _, ok := obj.(*corev1.Node); ok {
+					body, _ := p.Data(obj)
+					h.mu.Lock()
+					h.nodePatches = append(h.nodePatches, obj.GetName()+" "+string(body))
+					h.mu.Unlock()
+				}
 				return c.Patch(ctx, obj, p, opts...)
 			},
 			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {

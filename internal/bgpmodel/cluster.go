@@ -1,0 +1,22 @@
+package bgpmodel
+
+import (
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+// FromCluster builds the topology of a cluster's actual state: its nodes (labels and annotations as
+// Calico reads them) and its BGPPeers, as the tests and tools read them from an API server.
+func FromCluster(nodes []*corev1.Node, peers []apiv3.BGPPeer, zoneLabel string, opts Options) (*Topology, error) {
+	ns := make([]Node, 0, len(nodes))
+	for _, n := range nodes {
+		ns = append(ns, NodeFromObject(n.Name, n.Labels, n.Annotations, zoneLabel))
+	}
+	ps := make([]extender.BGPPeer, 0, len(peers))
+	for _, p := range peers {
+		ps = append(ps, extender.BGPPeer{Name: p.Name, Labels: p.Labels, Spec: p.Spec})
+	}
+	return Build(ns, ps, opts)
+}
