@@ -5,8 +5,12 @@ import (
 	"testing"
 )
 
-// BenchmarkModel: deriving sessions from a plan's labels and BGPPeers (Calico's selector parser)
-// and propagating every block, per layout, at 5,000 nodes (65,000 without -short).
+// BenchmarkModel, per layout at 5,000 nodes (and 65,000 without -short), in three zones:
+//
+//   - fromplan: the plan's nodes with their labels and annotations, then Build (what `plan` runs);
+//   - build: Build alone (sessions from Calico's selectors);
+//   - propagate: every block, every node up;
+//   - zone-down, rr-down: the failure drills, the first zone or the first route reflector down.
 func BenchmarkModel(b *testing.B) {
 	sizes := []int{5000}
 	if !testing.Short() {
@@ -18,7 +22,7 @@ func BenchmarkModel(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Run(fmt.Sprintf("%s/%d/sessions", layout, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%d/fromplan", layout, n), func(b *testing.B) {
 				for b.Loop() {
 					if _, err := FromPlan(in, res, Options{}); err != nil {
 						b.Fatal(err)
@@ -29,16 +33,32 @@ func BenchmarkModel(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Run(fmt.Sprintf("%s/%d/propagate", layout, n), func(b *testing.B) {
-				var m *Model
+			b.Run(fmt.Sprintf("%s/%d/build", layout, n), func(b *testing.B) {
 				for b.Loop() {
-					if m, err = topo.Propagate(nil); err != nil {
+					if _, err := Build(topo.Nodes, res.BGPPeers, Options{}); err != nil {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(m.Summary.MaxRoutesPerNode, "busiest-routes")
-				b.ReportMetric(float64(m.Summary.MissingPairs), "missing-pairs")
 			})
+			propagate := func(name string, down []bool) {
+				b.Run(fmt.Sprintf("%s/%d/%s", layout, n, name), func(b *testing.B) {
+					var m *Model
+					for b.Loop() {
+						if m, err = topo.Propagate(down); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(m.Summary.MaxRoutesPerNode/float64(m.Summary.Nodes), "busiest-paths/prefix")
+					b.ReportMetric(float64(m.Summary.MissingPairs), "missing-pairs")
+				})
+			}
+			propagate("propagate", nil)
+			propagate("zone-down", topo.ZoneDown(res.Zones[0].Zone))
+			down, err := topo.NamesDown(res.RouteReflectors[0].Node)
+			if err != nil {
+				b.Fatal(err)
+			}
+			propagate("rr-down", down)
 		}
 	}
 }

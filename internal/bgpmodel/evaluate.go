@@ -2,6 +2,7 @@ package bgpmodel
 
 import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -20,12 +21,22 @@ type Alternative struct {
 	Summary Summary `json:"summary"`
 }
 
-// Alternatives plans the same nodes under each of Layouts (the policy otherwise unchanged) and
-// returns each one's figures, for comparing the cost of topologies.
+// Alternatives plans the same nodes under each of Layouts (the policy otherwise unchanged, but for
+// the counts when going to or from DualPlane, whose defaults differ: those take the target
+// topology's defaults) and returns each one's figures, for comparing the cost of topologies.
 func Alternatives(in extender.Input, opts Options) ([]Alternative, error) {
 	var out []Alternative
 	for _, layout := range Layouts {
 		p := *in.Policy
+		if (layout == "DualPlane") != (p.Topology == v1alpha1.DualPlane) {
+			spec := policy.Default(p.Name)
+			spec.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
+			if layout == "DualPlane" {
+				spec.Spec.Topology.Type = v1alpha1.DualPlane
+			}
+			d := policy.MustResolve(spec)
+			p.Min, p.Max, p.MaxClientsPerRR, p.Redundancy, p.MaxRackSize = d.Min, d.Max, d.MaxClientsPerRR, d.Redundancy, d.MaxRackSize
+		}
 		switch layout {
 		case "SingleCluster":
 			p.Topology = v1alpha1.SingleCluster
@@ -35,6 +46,8 @@ func Alternatives(in extender.Input, opts Options) ([]Alternative, error) {
 			p.Topology, p.ClusterIDMode = v1alpha1.MultiCluster, v1alpha1.PerRouteReflector
 		case "Hierarchical":
 			p.Topology = v1alpha1.Hierarchical
+		case "DualPlane":
+			p.Topology = v1alpha1.DualPlane
 		}
 		alt := in
 		alt.Policy = &p

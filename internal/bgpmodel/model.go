@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 )
 
 // How routes propagate (BIRD 1.6 with Calico's configuration, every session iBGP in one AS):
@@ -34,9 +33,12 @@ import (
 // only when the forwarder learnt the route from a client session; the origin never accepts its
 // own route back). It counts chains by dynamic programming over (current route reflector, cluster
 // IDs used), where route reflectors that are interchangeable (same peers, same cluster-ID role:
-// "twins") are counted in bulk: the state records how many of each twin class the chain used, not
-// which. Nodes without a cluster ID never forward; those with the same route reflectors are treated
-// as one class. Route counts are float64: exact below 2^53.
+// "twins") are counted in bulk: the state records the twin class, not the member, and how many of
+// each twin class the chain used, not which; one search per twin class gives every member's
+// chains (chain.go). Nodes without a cluster ID never forward; those with the same route
+// reflectors are one class, and every figure is computed per class: the cost is in the route
+// reflectors and classes, the nodes only add a pass over them. Route counts are float64: exact
+// below 2^53.
 
 // Summary holds a model's figures.
 type Summary struct {
@@ -53,7 +55,8 @@ type Summary struct {
 	MaxPathsPerPrefix  float64 `json:"maxPathsPerPrefix"`
 	MeanPathsPerPrefix float64 `json:"meanPathsPerPrefix"`
 	TotalRoutes        float64 `json:"totalRoutes"`
-	// Exact is false when a count passed 2^53 (it is then rounded).
+	// Exact is false when a count passed 2^53 (it is then rounded; past the float64 range it is
+	// the largest float64, so that the figures stay valid JSON).
 	Exact bool `json:"exact"`
 	// States is the number of chain states the model explored.
 	States int `json:"states"`
@@ -84,11 +87,25 @@ type Model struct {
 	classOf []int32 // plain node -> class, -1 for route reflectors and down nodes
 	classes []plainClass
 	plain   int // plain nodes up
-	pQQ     [][]float64
-	pQR     [][]float64
-	pRQ     [][]float64
-	pRR     [][]float64
-	direct  []map[int32]bool // explicit sessions between plain nodes (without the mesh)
+	// Paths of one block at one node, by kind of origin and receiver (Q: a client class, R: a
+	// route reflector): aq[q][r] is the paths route reflector r passes on (or stores) of a block of
+	// class q, so a client of class q2 stores sum(aq[q][r], r in q2's route reflectors) (pqq);
+	// pQR[q][n], pRQ[o][q2], pRR[o][n] are the paths stored.
+	aq     [][]float64
+	pQR    [][]float64
+	pRQ    [][]float64
+	pRR    [][]float64
+	direct []map[int32]bool // explicit sessions between plain nodes (without the mesh)
+}
+
+// pqq is the number of paths a client of class q2 stores of the block of a client of class q
+// (other than itself), without a direct session between the two.
+func (m *Model) pqq(q, q2 int32) float64 {
+	s := 0.0
+	for _, r := range m.classes[q2].rrs {
+		s += m.aq[q][r]
+	}
+	return s
 }
 
 type plainClass struct {
@@ -132,16 +149,26 @@ func (t *Topology) Propagate(down []bool) (*Model, error) {
 	for _, id := range rrID {
 		idCount[id]++
 	}
-	// The route reflector graph and each plain node's route reflectors.
+	// The route reflector graph (sorted: route reflector indexes follow node indexes) and each
+	// plain node's route reflectors. Nodes whose session lists are one shared slice (Build gives
+	// every node of a label group the same one) and that have no direct session with another plain
+	// node fall in the same class without a second look.
 	hAdj := make([][]int32, R)
 	plainKey := map[string]int32{}
-	var sb strings.Builder
+	type sharedList struct {
+		p *int32
+		n int
+	}
+	byList := map[sharedList]int32{}
+	var peers []int32
+	var kb []byte
 	for i := range t.Nodes {
 		if isDown(down, i) {
 			continue
 		}
+		adj := t.adj[i]
 		if k := m.rrOf[i]; k >= 0 {
-			for _, j := range t.adj[i] {
+			for _, j := range adj {
 				if r := m.rrOf[j]; r >= 0 {
 					hAdj[k] = append(hAdj[k], r)
 				}
@@ -149,112 +176,126 @@ func (t *Topology) Propagate(down []bool) (*Model, error) {
 			continue
 		}
 		m.plain++
-		var peers []int32
-		for _, j := range t.adj[i] {
+		var sl sharedList
+		if len(adj) > 0 {
+			sl = sharedList{&adj[0], len(adj)}
+			if q, ok := byList[sl]; ok {
+				m.classes[q].members = append(m.classes[q].members, int32(i))
+				m.classOf[i] = q
+				continue
+			}
+		}
+		peers, kb = peers[:0], kb[:0]
+		direct := false
+		for _, j := range adj {
 			if isDown(down, int(j)) {
 				continue
 			}
 			if r := m.rrOf[j]; r >= 0 {
 				peers = append(peers, r)
+				kb = appendU32(kb, uint32(r))
 			} else if !t.Mesh {
 				if m.direct[i] == nil {
 					m.direct[i] = map[int32]bool{}
 				}
 				m.direct[i][j] = true
+				direct = true
 			}
 		}
-		slices.Sort(peers)
-		sb.Reset()
-		for _, r := range peers {
-			sb.WriteString(fmt.Sprint(r))
-			sb.WriteByte(',')
-		}
-		q, ok := plainKey[sb.String()]
+		q, ok := plainKey[string(kb)]
 		if !ok {
 			q = int32(len(m.classes))
-			plainKey[sb.String()] = q
-			m.classes = append(m.classes, plainClass{rrs: peers})
+			plainKey[string(kb)] = q
+			m.classes = append(m.classes, plainClass{rrs: slices.Clone(peers)})
 		}
 		m.classes[q].members = append(m.classes[q].members, int32(i))
 		m.classOf[i] = q
-	}
-	for k := range hAdj {
-		slices.Sort(hAdj[k])
+		if len(adj) > 0 && !direct {
+			byList[sl] = q
+		}
 	}
 
 	ch := newChainer(hAdj, rrID, idCount)
-	// Chains from each route reflector for origins without a cluster ID.
-	A := make([][]float64, R)
-	for r1 := range R {
-		A[r1], _ = ch.run(int32(r1), -1, false)
-	}
-	// Chains for each route reflector's own block.
-	Ao := make([][]float64, R)
-	Aop := make([][]float64, R)
-	for o := range R {
-		Ao[o], Aop[o] = make([]float64, R), make([]float64, R)
-		for _, r1 := range hAdj[o] {
-			a, ap := ch.run(r1, int32(o), rrID[r1] == rrID[o])
-			for r := range R {
-				Ao[o][r] += a[r]
-				Aop[o][r] += ap[r]
-			}
-		}
-	}
-	if ch.states > MaxStates {
-		return nil, fmt.Errorf("%w: %d explored, budget %d", ErrTooLarge, ch.states, MaxStates)
-	}
-	// mateSum(a, n): paths a route reflector n accepts from same-cluster peers as a terminal.
-	mateSum := func(ap []float64, nIdx int) float64 {
-		s := 0.0
-		for _, r := range hAdj[nIdx] {
-			if rrID[r] == rrID[nIdx] {
-				s += ap[r]
-			}
-		}
-		return s
-	}
 	Q := len(m.classes)
-	m.pQQ, m.pQR = make([][]float64, Q), make([][]float64, Q)
+	// A client's block: the chains from each of its route reflectors, summed per client class.
+	// One search per twin class of first hops; a twin's chains are its representative's, swapped.
+	fromRep := map[int32][]float64{}
+	aqs := make([][]float64, Q)
+	var tmp []float64
 	for q := range Q {
 		aq := make([]float64, R)
 		for _, r1 := range m.classes[q].rrs {
-			for r := range R {
-				aq[r] += A[r1][r]
+			rep := ch.rep[ch.class[r1]]
+			a, ok := fromRep[rep]
+			if !ok {
+				a = slices.Clone(ch.fromRR(rep))
+				fromRep[rep] = a
+			}
+			if rep != r1 {
+				tmp = swapped(tmp, a, rep, r1)
+				a = tmp
+			}
+			for r, v := range a {
+				aq[r] += v
 			}
 		}
-		m.pQQ[q] = make([]float64, Q)
-		for q2 := range Q {
-			s := 0.0
-			for _, r := range m.classes[q2].rrs {
-				s += aq[r]
+		aqs[q] = aq
+	}
+	// mateSum(ap, n): paths route reflector n accepts from same-cluster peers as a terminal.
+	mates := make([][]int32, R)
+	for n, peers := range hAdj {
+		for _, r := range peers {
+			if rrID[r] == rrID[n] {
+				mates[n] = append(mates[n], r)
 			}
-			m.pQQ[q][q2] = s
 		}
+	}
+	mateSum := func(ap []float64, nIdx int) float64 {
+		s := 0.0
+		for _, r := range mates[nIdx] {
+			s += ap[r]
+		}
+		return s
+	}
+	m.aq, m.pQR = aqs, make([][]float64, Q)
+	for q, aq := range aqs {
 		m.pQR[q] = make([]float64, R)
 		for nIdx := range R {
 			m.pQR[q][nIdx] = aq[nIdx] + mateSum(aq, nIdx)
 		}
 	}
+	// A route reflector's own block: one search per twin class.
 	m.pRQ, m.pRR = make([][]float64, R), make([][]float64, R)
-	for o := range R {
-		m.pRQ[o] = make([]float64, Q)
-		for q2 := range Q {
-			s := 0.0
-			for _, r := range m.classes[q2].rrs {
-				s += Ao[o][r]
-				if r == int32(o) {
-					s++ // the route reflector's own client: directly
+	var bufA, bufAp []float64
+	for cl, rep := range ch.rep {
+		a, ap := ch.fromOrigin(rep)
+		for _, o := range ch.members[cl] {
+			ao, aop := a, ap
+			if o != rep {
+				bufA, bufAp = swapped(bufA, a, rep, o), swapped(bufAp, ap, rep, o)
+				ao, aop = bufA, bufAp
+			}
+			m.pRQ[o] = make([]float64, Q)
+			for q2 := range Q {
+				s := 0.0
+				for _, r := range m.classes[q2].rrs {
+					s += ao[r]
+					if r == o {
+						s++ // the route reflector's own client: directly
+					}
+				}
+				m.pRQ[o][q2] = s
+			}
+			m.pRR[o] = make([]float64, R)
+			for nIdx := range R {
+				if nIdx != int(o) {
+					m.pRR[o][nIdx] = ao[nIdx] + mateSum(aop, nIdx)
 				}
 			}
-			m.pRQ[o][q2] = s
 		}
-		m.pRR[o] = make([]float64, R)
-		for nIdx := range R {
-			if nIdx != o {
-				m.pRR[o][nIdx] = Ao[o][nIdx] + mateSum(Aop[o], nIdx)
-			}
-		}
+	}
+	if ch.over || ch.states > MaxStates {
+		return nil, fmt.Errorf("%w: %d explored, budget %d", ErrTooLarge, ch.states, MaxStates)
 	}
 	m.summarize(idIdx, ch.states)
 	return m, nil
@@ -280,6 +321,120 @@ func (m *Model) summarize(ids map[string]int32, states int) {
 	s.Sessions, s.OneSided = t.SessionCount(m.down), t.OneSided
 	m.Nodes = make([]NodeResult, len(t.Nodes))
 	size := func(q int) int { return len(m.classes[q].members) }
+	// What every member of a client class learns from the other classes and the route
+	// reflectors; what a route reflector learns. Sums over client classes go through the route
+	// reflectors: w[r] is the paths r passes on of all clients' blocks, v[r] its clients.
+	Q, R := len(m.classes), len(m.rrs)
+	w, v := make([]float64, R), make([]float64, R)
+	for q, aq := range m.aq {
+		k := float64(size(q))
+		for r, p := range aq {
+			w[r] += p * k
+		}
+		for _, r := range m.classes[q].rrs {
+			v[r] += k
+		}
+	}
+	// Which route reflectors pass a class's blocks on, as bit sets; classes with the same set
+	// together.
+	words := (R + 63) / 64
+	type reachSet struct {
+		bits    []uint64
+		members int
+	}
+	var reach []reachSet
+	reachOf := map[string]int{}
+	var kb []byte
+	for q, aq := range m.aq {
+		bits := make([]uint64, words)
+		kb = kb[:0]
+		for r, p := range aq {
+			if p > 0 {
+				bits[r/64] |= 1 << (r % 64)
+			}
+		}
+		for _, x := range bits {
+			kb = binary.LittleEndian.AppendUint64(kb, x)
+		}
+		d, ok := reachOf[string(kb)]
+		if !ok {
+			d = len(reach)
+			reachOf[string(kb)] = d
+			reach = append(reach, reachSet{bits: bits})
+		}
+		reach[d].members += size(q)
+	}
+	classHas, classRoutes := make([]int, Q), make([]float64, Q)
+	mask := make([]uint64, words)
+	for q2 := range Q {
+		self := m.pqq(int32(q2), int32(q2))
+		routes := 1.0
+		for _, r := range m.classes[q2].rrs {
+			if x := w[r]; !math.IsInf(x, 0) {
+				routes += x - m.aq[q2][r]
+				continue
+			}
+			// Past the float64 range, sum without the class's own member term to subtract.
+			for q, aq := range m.aq {
+				k := size(q)
+				if q == q2 {
+					k--
+				}
+				routes += aq[r] * float64(k)
+			}
+		}
+		has := 0
+		if t.Mesh {
+			has = m.plain - 1
+		} else {
+			clear(mask)
+			for _, r := range m.classes[q2].rrs {
+				mask[r/64] |= 1 << (r % 64)
+			}
+			for _, d := range reach {
+				for i, x := range d.bits {
+					if x&mask[i] != 0 {
+						has += d.members
+						break
+					}
+				}
+			}
+			if self > 0 {
+				has--
+			}
+		}
+		classHas[q2], classRoutes[q2] = has, routes
+	}
+	// The route reflectors' blocks, row by row (the same order of sums as column by column).
+	for o := range m.rrs {
+		for q2, p := range m.pRQ[o] {
+			classRoutes[q2] += p
+			if p > 0 {
+				classHas[q2]++
+			}
+		}
+	}
+	rrHas, rrRoutes := make([]int, R), make([]float64, R)
+	for k := range rrRoutes {
+		rrRoutes[k] = 1
+	}
+	for q, row := range m.pQR {
+		k := size(q)
+		for n, p := range row {
+			rrRoutes[n] += p * float64(k)
+			if p > 0 {
+				rrHas[n] += k
+			}
+		}
+	}
+	for o := range m.rrs {
+		for n, p := range m.pRR[o] {
+			rrRoutes[n] += p
+			if p > 0 {
+				rrHas[n]++
+			}
+		}
+	}
 	for i, nd := range t.Nodes {
 		nr := &m.Nodes[i]
 		nr.Name, nr.Zone, nr.ClusterID = nd.Name, nd.Zone, nd.ClusterID
@@ -287,61 +442,36 @@ func (m *Model) summarize(ids map[string]int32, states int) {
 			nr.Down = true
 			continue
 		}
-		for _, j := range t.adj[i] {
-			if !isDown(m.down, int(j)) {
-				nr.Sessions++
+		if m.down == nil {
+			nr.Sessions = len(t.adj[i])
+		} else {
+			for _, j := range t.adj[i] {
+				if !m.down[j] {
+					nr.Sessions++
+				}
 			}
 		}
 		if t.Mesh && !t.IsRR(i) {
 			nr.Sessions = len(m.rrPeersOf(i)) + m.plain - 1
 		}
-		has, routes := 0, 1.0
+		var has int
+		var routes float64
 		if q2 := m.classOf[i]; q2 >= 0 {
-			for q := range m.classes {
-				k := size(q)
-				if q == int(q2) {
-					k--
-				}
-				p := m.pQQ[q][q2]
-				routes += p * float64(k)
-				if p > 0 || t.Mesh {
-					has += k
-				}
-			}
-			for o := range m.rrs {
-				p := m.pRQ[o][q2]
-				routes += p
-				if p > 0 {
-					has++
-				}
-			}
+			has, routes = classHas[q2], classRoutes[q2]
 			if t.Mesh {
 				routes += float64(m.plain - 1)
 			} else {
 				for j := range m.direct[i] {
 					routes++
-					if m.pQQ[m.classOf[j]][q2] == 0 {
+					if m.pqq(m.classOf[j], q2) == 0 {
 						has++
 					}
 				}
 			}
 		} else {
-			k := m.rrOf[i]
-			for q := range m.classes {
-				p := m.pQR[q][k]
-				routes += p * float64(size(q))
-				if p > 0 {
-					has += size(q)
-				}
-			}
-			for o := range m.rrs {
-				p := m.pRR[o][k]
-				routes += p
-				if p > 0 {
-					has++
-				}
-			}
+			has, routes = rrHas[m.rrOf[i]], rrRoutes[m.rrOf[i]]
 		}
+		routes = finite(routes)
 		nr.Prefixes, nr.Missing, nr.Routes = has, alive-1-has, routes
 		s.MissingPairs += int64(nr.Missing)
 		s.TotalRoutes += routes
@@ -354,12 +484,16 @@ func (m *Model) summarize(ids map[string]int32, states int) {
 	origins := 0
 	for q := range m.classes {
 		total := 1.0
-		for q2 := range m.classes {
-			k := size(q2)
-			if q2 == q {
-				k--
+		for _, r := range m.classes[q].rrs {
+			v[r]-- // the clients of r, but the origin
+		}
+		for r, p := range m.aq[q] {
+			if v[r] > 0 {
+				total += p * v[r]
 			}
-			total += m.pQQ[q][q2] * float64(k)
+		}
+		for _, r := range m.classes[q].rrs {
+			v[r]++
 		}
 		for k := range m.rrs {
 			total += m.pQR[q][k]
@@ -390,7 +524,11 @@ func (m *Model) summarize(ids map[string]int32, states int) {
 		s.MeanPathsPerPrefix /= float64(origins)
 	}
 	exact(s.TotalRoutes)
+	s.TotalRoutes, s.MaxPathsPerPrefix, s.MeanPathsPerPrefix = finite(s.TotalRoutes), finite(s.MaxPathsPerPrefix), finite(s.MeanPathsPerPrefix)
 }
+
+// finite caps a count past the float64 range.
+func finite(v float64) float64 { return min(v, math.MaxFloat64) }
 
 func (m *Model) prefix(total float64) {
 	s := &m.Summary
@@ -417,7 +555,7 @@ func (m *Model) Paths(n, o int) float64 {
 	qo, qn := m.classOf[o], m.classOf[n]
 	switch {
 	case qo >= 0 && qn >= 0:
-		p := m.pQQ[qo][qn]
+		p := m.pqq(qo, qn)
 		if m.t.Mesh || m.direct[n][int32(o)] {
 			p++
 		}
@@ -468,188 +606,3 @@ func (m *Model) MissingPairs(limit int) [][2]string {
 
 // Topology returns the topology the model was computed on.
 func (m *Model) Topology() *Topology { return m.t }
-
-// chainer counts forwarder chains on the route reflector graph.
-type chainer struct {
-	adj     [][]int32
-	id      []int32
-	shared  []int32 // cluster ID -> bit index when more than one route reflector carries it, else -1
-	words   int
-	class   []int32 // twin class of each route reflector
-	members [][]int32
-	uniq    []int32 // twin class -> index among classes of unique-ID members, -1 for shared-ID classes
-	nUniq   int
-	states  int
-}
-
-func newChainer(adj [][]int32, id []int32, idCount []int) *chainer {
-	R := len(adj)
-	c := &chainer{adj: adj, id: id, shared: make([]int32, len(idCount)), class: make([]int32, R)}
-	nb := int32(0)
-	for i, k := range idCount {
-		c.shared[i] = -1
-		if k > 1 {
-			c.shared[i] = nb
-			nb++
-		}
-	}
-	c.words = (int(nb) + 63) / 64
-	// Twin classes: same open neighbourhood (false twins) or same closed one (true twins), and the
-	// same cluster ID when it is shared, or each its own unshared ID.
-	idKey := func(r int) string {
-		if s := c.shared[id[r]]; s >= 0 {
-			return fmt.Sprint("s", id[r])
-		}
-		return "u"
-	}
-	nbKey := func(r int, closed bool) string {
-		var sb strings.Builder
-		sb.WriteString(idKey(r))
-		list := adj[r]
-		if closed {
-			list = append(slices.Clone(list), int32(r))
-			slices.Sort(list)
-		}
-		for _, x := range list {
-			fmt.Fprintf(&sb, ",%d", x)
-		}
-		return sb.String()
-	}
-	open, closedG := map[string][]int32{}, map[string][]int32{}
-	for r := range R {
-		open[nbKey(r, false)] = append(open[nbKey(r, false)], int32(r))
-		closedG[nbKey(r, true)] = append(closedG[nbKey(r, true)], int32(r))
-	}
-	for r := range c.class {
-		c.class[r] = -1
-	}
-	assign := func(g []int32) {
-		cl := int32(len(c.members))
-		for _, r := range g {
-			c.class[r] = cl
-		}
-		c.members = append(c.members, g)
-	}
-	for r := range R {
-		if c.class[r] >= 0 {
-			continue
-		}
-		if g := closedG[nbKey(r, true)]; len(g) > 1 {
-			assign(g)
-		} else if g := open[nbKey(r, false)]; len(g) > 1 {
-			assign(g)
-		} else {
-			assign([]int32{int32(r)})
-		}
-	}
-	c.uniq = make([]int32, len(c.members))
-	for cl, g := range c.members {
-		c.uniq[cl] = -1
-		if c.shared[id[g[0]]] < 0 {
-			c.uniq[cl] = int32(c.nUniq)
-			c.nUniq++
-		}
-	}
-	return c
-}
-
-type chainState struct {
-	r     int32
-	bits  []uint64
-	count []uint16 // per unique-ID twin class: free members used
-	first bool
-}
-
-// run counts the chains starting at route reflector r1 for an origin o (a route reflector index,
-// or -1 for a node without a cluster ID). It returns, per route reflector, the chains that reach
-// it (it stores each), and those among them it learnt over a client session (it may reflect them
-// to same-cluster peers). sameID says the origin shares r1's cluster ID (r1 learnt the origin's own
-// route over a non-client session).
-func (c *chainer) run(r1, o int32, sameID bool) (a, ap []float64) {
-	R := len(c.adj)
-	a, ap = make([]float64, R), make([]float64, R)
-	free := func(x int32) bool { return x != r1 && x != o }
-	freeCount := make([]int, len(c.members))
-	for cl, g := range c.members {
-		for _, x := range g {
-			if free(x) {
-				freeCount[cl]++
-			}
-		}
-	}
-	key := func(s *chainState) string {
-		b := make([]byte, 0, 4+8*len(s.bits)+2*len(s.count))
-		b = binary.LittleEndian.AppendUint32(b, uint32(s.r))
-		for _, w := range s.bits {
-			b = binary.LittleEndian.AppendUint64(b, w)
-		}
-		for _, k := range s.count {
-			b = binary.LittleEndian.AppendUint16(b, k)
-		}
-		return string(b)
-	}
-	type entry struct {
-		s *chainState
-		f float64
-	}
-	start := &chainState{r: r1, bits: make([]uint64, c.words), count: make([]uint16, c.nUniq), first: true}
-	if b := c.shared[c.id[r1]]; b >= 0 {
-		start.bits[b/64] |= 1 << (b % 64)
-	}
-	layer := []entry{{start, 1}}
-	for len(layer) > 0 {
-		c.states += len(layer)
-		if c.states > MaxStates {
-			return a, ap
-		}
-		next := map[string]int{}
-		var nextL []entry
-		for _, e := range layer {
-			s, f := e.s, e.f
-			a[s.r] += f
-			if !(s.first && sameID) {
-				ap[s.r] += f
-			}
-			for _, r2 := range c.adj[s.r] {
-				if !free(r2) {
-					continue
-				}
-				g := f
-				ns := &chainState{r: r2, bits: s.bits, count: s.count}
-				if b := c.shared[c.id[r2]]; b >= 0 {
-					if s.bits[b/64]&(1<<(b%64)) != 0 {
-						continue
-					}
-					ns.bits = slices.Clone(s.bits)
-					ns.bits[b/64] |= 1 << (b % 64)
-				} else {
-					cl := c.class[r2]
-					u := c.uniq[cl]
-					in := 0
-					if free(s.r) && c.class[s.r] == cl {
-						in = 1
-					}
-					avail := freeCount[cl] - in
-					used := int(s.count[u]) - in
-					if avail-used <= 0 {
-						continue
-					}
-					// Chains at s that have not used r2: the used members of its class are
-					// spread evenly over the free ones (the members are interchangeable).
-					g = f * float64(avail-used) / float64(avail)
-					ns.count = slices.Clone(s.count)
-					ns.count[u]++
-				}
-				k := key(ns)
-				if idx, ok := next[k]; ok {
-					nextL[idx].f += g
-				} else {
-					next[k] = len(nextL)
-					nextL = append(nextL, entry{ns, g})
-				}
-			}
-		}
-		layer = nextL
-	}
-	return a, ap
-}

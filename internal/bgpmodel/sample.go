@@ -9,9 +9,9 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
-// Layouts names the plans SamplePlan makes: the three topologies, MultiCluster in both cluster-ID
+// Layouts names the plans SamplePlan makes: the four topologies, MultiCluster in both cluster-ID
 // modes.
-var Layouts = []string{"SingleCluster", "MultiCluster", "PerRouteReflector", "Hierarchical"}
+var Layouts = []string{"SingleCluster", "MultiCluster", "PerRouteReflector", "Hierarchical", "DualPlane"}
 
 // SamplePlan plans n simulated nodes over zones under the default policy with the named layout
 // (one of Layouts). Tests and benchmarks use it.
@@ -27,6 +27,8 @@ func SamplePlan(layout string, n, zones int) (extender.Input, *extender.Result, 
 		topo.Type, topo.ClusterIDs = v1alpha1.MultiCluster, v1alpha1.PerRouteReflector
 	case "Hierarchical":
 		topo.Type = v1alpha1.Hierarchical
+	case "DualPlane":
+		topo.Type = v1alpha1.DualPlane
 	default:
 		return extender.Input{}, nil, fmt.Errorf("unknown layout %q", layout)
 	}

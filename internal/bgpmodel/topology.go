@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoselector"
 )
 
 // Options tune how sessions are derived.
@@ -49,12 +48,19 @@ type Topology struct {
 	// OneSided counts peerings configured at one end only; they never establish.
 	OneSided int
 
-	adj   [][]int32 // established sessions per node, sorted
-	index map[string]int
+	adj   [][]int32      // established sessions per node, sorted
+	index map[string]int // nil when the nodes are sorted by name
 }
 
 // Index returns the index of a node by name, or -1.
 func (t *Topology) Index(name string) int {
+	if t.index == nil { // the nodes are sorted by name
+		i, ok := slices.BinarySearchFunc(t.Nodes, name, func(n Node, name string) int { return strings.Compare(n.Name, name) })
+		if !ok {
+			return -1
+		}
+		return i
+	}
 	if i, ok := t.index[name]; ok {
 		return i
 	}
@@ -78,12 +84,7 @@ func (t *Topology) RRClient(a, b int) bool {
 // labels and annotations where the plan's owned keys are replaced by the plan's values, and the
 // plan's BGPPeers.
 func FromPlan(in extender.Input, res *extender.Result, opts Options) (*Topology, error) {
-	byName := make(map[string]*corev1.Node, len(in.Nodes))
-	for _, n := range in.Nodes {
-		if n != nil {
-			byName[n.Name] = n
-		}
-	}
+	var byName map[string]*corev1.Node // built when the plan's order is not the input's
 	rrKey, zoneKey := "", corev1.LabelTopologyZone
 	if in.Policy != nil {
 		rrKey, zoneKey = in.Policy.RRLabelKey, in.Policy.ZoneLabel
@@ -91,31 +92,68 @@ func FromPlan(in extender.Input, res *extender.Result, opts Options) (*Topology,
 	ownedLabels := extender.OwnedLabelKeys(rrKey)
 	ownedAnn := extender.OwnedAnnotationKeys()
 	nodes := make([]Node, 0, len(res.Nodes))
+	next := 0 // the input node expected next
 	for _, st := range res.Nodes {
+		var n *corev1.Node
+		for next < len(in.Nodes) && in.Nodes[next] == nil {
+			next++
+		}
+		if next < len(in.Nodes) && in.Nodes[next].Name == st.Name {
+			n = in.Nodes[next]
+			next++
+		} else {
+			if byName == nil {
+				byName = make(map[string]*corev1.Node, len(in.Nodes))
+				for _, n := range in.Nodes {
+					if n != nil {
+						byName[n.Name] = n
+					}
+				}
+			}
+			n = byName[st.Name]
+		}
 		var labels, ann map[string]string
-		if n := byName[st.Name]; n != nil {
+		if n != nil {
 			labels, ann = n.Labels, n.Annotations
 		}
-		labels = overlay(labels, ownedLabels, st.Labels)
-		ann = overlay(ann, ownedAnn, st.Annotations)
-		nodes = append(nodes, NodeFromObject(st.Name, labels, ann, zoneKey))
+		nodes = append(nodes, planNode(st.Name, labels, ann, ownedLabels, ownedAnn, st.Labels, st.Annotations, zoneKey))
 	}
 	return Build(nodes, res.BGPPeers, opts)
 }
 
-// overlay returns base without the owned keys, with set on top.
-func overlay(base map[string]string, owned []string, set map[string]string) map[string]string {
-	out := make(map[string]string, len(base)+len(set))
-	for k, v := range base {
-		out[k] = v
+// planNode is NodeFromObject(name, overlay(labels, ownedLabels, setLabels), overlay(ann, ownedAnn,
+// setAnn), zoneLabel) without the intermediate maps.
+func planNode(name string, labels, ann map[string]string, ownedLabels, ownedAnn []string, setLabels, setAnn map[string]string, zoneLabel string) Node {
+	merged := make(map[string]string, len(labels)+len(setLabels))
+	if s := overlaid(ann, ownedAnn, setAnn, extender.AnnotationCalicoLabels); s != "" {
+		var cl map[string]string
+		if json.Unmarshal([]byte(s), &cl) == nil {
+			for k, v := range cl {
+				merged[k] = v
+			}
+		}
 	}
-	for _, k := range owned {
-		delete(out, k)
+	for k, v := range labels {
+		if !slices.Contains(ownedLabels, k) {
+			merged[k] = v
+		}
 	}
-	for k, v := range set {
-		out[k] = v
+	for k, v := range setLabels {
+		merged[k] = v
 	}
-	return out
+	return Node{Name: name, Zone: overlaid(labels, ownedLabels, setLabels, zoneLabel),
+		ClusterID: ParseClusterID(overlaid(ann, ownedAnn, setAnn, extender.AnnotationClusterID)), Labels: merged}
+}
+
+// overlaid is overlay(base, owned, set)[k].
+func overlaid(base map[string]string, owned []string, set map[string]string, k string) string {
+	if v, ok := set[k]; ok {
+		return v
+	}
+	if slices.Contains(owned, k) {
+		return ""
+	}
+	return base[k]
 }
 
 // NodeFromObject makes a Node from a node's labels and annotations as Calico reads them in the
@@ -140,6 +178,9 @@ func NodeFromObject(name string, labels, annotations map[string]string, zoneLabe
 
 // ParseClusterID returns the cluster ID in normal form, or "" when s is not an IPv4 address.
 func ParseClusterID(s string) string {
+	if s == "" {
+		return ""
+	}
 	a, err := netip.ParseAddr(strings.TrimSpace(s))
 	if err != nil || !a.Is4() {
 		return ""
@@ -152,91 +193,84 @@ func ParseClusterID(s string) string {
 // its peerSelector selects; confd adds the reverse peering on the peer nodes unless reversePeering
 // is Manual. A node never peers with itself. A session establishes only when both ends configure
 // it. BGPPeers with a peerIP (not a node) are ignored.
+//
+// Nodes that no selector tells apart (same presence and values of the labels the selectors name,
+// values no selector names counting as one) form a group: selectors are evaluated once per group,
+// the peerings are derived between groups, and every node of a group gets the same session list.
 func Build(nodes []Node, peers []extender.BGPPeer, opts Options) (*Topology, error) {
 	if opts.MaxPairs <= 0 {
 		opts.MaxPairs = 50_000_000
 	}
-	t := &Topology{Nodes: nodes, Mesh: opts.NodeToNodeMesh, index: make(map[string]int, len(nodes)), adj: make([][]int32, len(nodes))}
+	t := &Topology{Nodes: nodes, Mesh: opts.NodeToNodeMesh, adj: make([][]int32, len(nodes))}
+	if !slices.IsSortedFunc(nodes, func(a, b Node) int { return strings.Compare(a.Name, b.Name) }) {
+		t.index = make(map[string]int, len(nodes))
+	}
 	for i, n := range nodes {
+		if t.index == nil {
+			if i > 0 && nodes[i-1].Name == n.Name {
+				return nil, fmt.Errorf("node %q appears twice", n.Name)
+			}
+			continue
+		}
 		if _, dup := t.index[n.Name]; dup {
 			return nil, fmt.Errorf("node %q appears twice", n.Name)
 		}
 		t.index[n.Name] = i
 	}
 	type parsed struct {
-		node, peer *calicoselector.Selector
+		node, peer *selectorInfo
 		spec       *apiv3.BGPPeerSpec
+		named      int // the node of spec.Node, -1 when none or unknown
 	}
 	ps := make([]parsed, len(peers))
-	var all []*calicoselector.Selector
+	var all []*selectorInfo
+	named := map[int]bool{}
 	for i := range peers {
 		p := &peers[i]
-		ps[i].spec = &p.Spec
+		ps[i].spec, ps[i].named = &p.Spec, -1
 		var err error
 		if p.Spec.NodeSelector != "" {
-			if ps[i].node, err = calicoselector.Parse(p.Spec.NodeSelector); err != nil {
+			if ps[i].node, err = parseSelector(p.Spec.NodeSelector); err != nil {
 				return nil, fmt.Errorf("BGPPeer %s: nodeSelector: %v", p.Name, err)
 			}
 			all = append(all, ps[i].node)
+		} else if p.Spec.Node != "" {
+			if j := t.Index(p.Spec.Node); j >= 0 {
+				ps[i].named = j
+				named[j] = true
+			}
 		}
 		if p.Spec.PeerSelector != "" {
-			if ps[i].peer, err = calicoselector.Parse(p.Spec.PeerSelector); err != nil {
+			if ps[i].peer, err = parseSelector(p.Spec.PeerSelector); err != nil {
 				return nil, fmt.Errorf("BGPPeer %s: peerSelector: %v", p.Name, err)
 			}
 			all = append(all, ps[i].peer)
 		}
 	}
-	// Group nodes that agree on every label the selectors name: one evaluation per group.
-	keySet := map[string]bool{}
-	for _, n := range nodes {
-		for k := range n.Labels {
-			keySet[k] = true
-		}
-	}
-	keys := calicoselector.KeysIn(mapKeys(keySet), all...)
-	groupOf := map[string]int{}
-	var groups [][]int32
-	var groupLabels []map[string]string
-	var sb strings.Builder
-	for i, n := range nodes {
-		sb.Reset()
-		proj := map[string]string{}
-		for _, k := range keys {
-			if v, ok := n.Labels[k]; ok {
-				proj[k] = v
-				sb.WriteString(k)
-				sb.WriteByte(0)
-				sb.WriteString(v)
-				sb.WriteByte(1)
-			}
-		}
-		g, ok := groupOf[sb.String()]
-		if !ok {
-			g = len(groups)
-			groupOf[sb.String()] = g
-			groups = append(groups, nil)
-			groupLabels = append(groupLabels, proj)
-		}
-		groups[g] = append(groups[g], int32(i))
-	}
-	match := func(s *calicoselector.Selector) []int32 {
+	gr := groupNodes(nodes, all, named)
+	G := len(gr.members)
+	match := func(s *selectorInfo) []int32 {
 		var out []int32
-		for g, gl := range groupLabels {
-			if s.Matches(gl) {
-				out = append(out, groups[g]...)
+		for _, g := range gr.candidates(s) {
+			if s.matches(gr.labels[g]) {
+				out = append(out, g)
 			}
 		}
 		return out
 	}
-	allNodes := make([]int32, len(nodes))
-	for i := range allNodes {
-		allNodes[i] = int32(i)
+	allGroups := make([]int32, G)
+	for g := range allGroups {
+		allGroups[g] = int32(g)
 	}
-	cfg := map[uint64]uint8{} // (lo<<32 | hi) -> bit 1: lo configures hi, bit 2: hi configures lo
-	mark := func(from, to int32) {
-		if from == to {
-			return
+	size := func(gs []int32) int {
+		n := 0
+		for _, g := range gs {
+			n += len(gr.members[g])
 		}
+		return n
+	}
+	cfg := map[uint64]uint8{} // groups (lo<<32 | hi) -> bit 1: lo configures hi, bit 2: hi configures lo
+	mark := func(from, to int32) {
 		lo, hi, bit := from, to, uint8(1)
 		if lo > hi {
 			lo, hi, bit = hi, lo, 2
@@ -249,18 +283,18 @@ func Build(nodes []Node, peers []extender.BGPPeer, opts Options) (*Topology, err
 		case p.node != nil:
 			local = match(p.node)
 		case p.spec.Node != "":
-			if j, ok := t.index[p.spec.Node]; ok {
-				local = []int32{int32(j)}
+			if p.named >= 0 {
+				local = []int32{gr.of[p.named]}
 			}
 		default:
-			local = allNodes
+			local = allGroups
 		}
 		if p.peer == nil {
 			continue // a peerIP: not a node of the plan
 		}
 		remote := match(p.peer)
-		if len(local)*len(remote) > opts.MaxPairs {
-			return nil, fmt.Errorf("BGPPeer %s selects %d x %d node pairs, more than %d", peers[i].Name, len(local), len(remote), opts.MaxPairs)
+		if nl, nr := size(local), size(remote); nl*nr > opts.MaxPairs {
+			return nil, fmt.Errorf("BGPPeer %s selects %d x %d node pairs, more than %d", peers[i].Name, nl, nr, opts.MaxPairs)
 		}
 		reverse := p.spec.ReversePeering == nil || *p.spec.ReversePeering != apiv3.ReversePeeringManual
 		for _, l := range local {
@@ -272,26 +306,117 @@ func Build(nodes []Node, peers []extender.BGPPeer, opts Options) (*Topology, err
 			}
 		}
 	}
+	// Sessions between groups: a node of one peers with every node of the other (within a group,
+	// with every other member) when both configure it.
+	partners := make([][]int32, G)
 	for k, v := range cfg {
-		if v != 3 {
-			t.OneSided++
+		lo, hi := int32(k>>32), int32(k&0xffffffff)
+		if lo == hi {
+			if len(gr.members[lo]) > 1 {
+				partners[lo] = append(partners[lo], lo)
+			}
 			continue
 		}
-		lo, hi := int32(k>>32), int32(k&0xffffffff)
-		t.Sessions = append(t.Sessions, [2]int32{lo, hi})
-		t.adj[lo] = append(t.adj[lo], hi)
-		t.adj[hi] = append(t.adj[hi], lo)
-	}
-	slices.SortFunc(t.Sessions, func(a, b [2]int32) int {
-		if a[0] != b[0] {
-			return int(a[0] - b[0])
+		if v != 3 {
+			t.OneSided += len(gr.members[lo]) * len(gr.members[hi])
+			continue
 		}
-		return int(a[1] - b[1])
-	})
-	for i := range t.adj {
-		slices.Sort(t.adj[i])
+		partners[lo] = append(partners[lo], hi)
+		partners[hi] = append(partners[hi], lo)
+	}
+	total := 0
+	var runs [][]int32
+	var buf []int32
+	for g, ps := range partners {
+		if len(ps) == 0 {
+			continue
+		}
+		slices.Sort(ps)
+		runs = runs[:0]
+		self := false
+		for _, h := range ps {
+			runs = append(runs, gr.members[h])
+			self = self || h == int32(g)
+		}
+		list := mergeSorted(runs, &buf)
+		if !self {
+			for _, i := range gr.members[g] {
+				t.adj[i] = list
+			}
+			total += len(gr.members[g]) * len(list)
+			continue
+		}
+		for _, i := range gr.members[g] {
+			k, _ := slices.BinarySearch(list, i)
+			own := make([]int32, 0, len(list)-1)
+			own = append(append(own, list[:k]...), list[k+1:]...)
+			t.adj[i] = own
+			total += len(own)
+		}
+	}
+	t.Sessions = make([][2]int32, 0, total/2)
+	for i, adj := range t.adj {
+		k, _ := slices.BinarySearch(adj, int32(i))
+		for _, j := range adj[k:] {
+			t.Sessions = append(t.Sessions, [2]int32{int32(i), j})
+		}
 	}
 	return t, nil
+}
+
+// mergeSorted merges disjoint sorted lists into a new sorted list.
+func mergeSorted(runs [][]int32, buf *[]int32) []int32 {
+	n := 0
+	for _, r := range runs {
+		n += len(r)
+	}
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	out := make([]int32, 0, n)
+	for _, r := range runs {
+		out = append(out, r...)
+	}
+	// Merge sorted runs pairwise, ping-ponging with buf.
+	bounds := make([]int, 0, len(runs)+1)
+	bounds = append(bounds, 0)
+	for _, r := range runs {
+		bounds = append(bounds, bounds[len(bounds)-1]+len(r))
+	}
+	if cap(*buf) < n {
+		*buf = make([]int32, n)
+	}
+	src, dst := out, (*buf)[:n]
+	for len(bounds) > 2 {
+		nb := bounds[:1]
+		for k := 0; k+1 < len(bounds); k += 2 {
+			lo, mid := bounds[k], bounds[k+1]
+			hi := mid
+			if k+2 < len(bounds) {
+				hi = bounds[k+2]
+			}
+			a, b, d := lo, mid, lo
+			for a < mid && b < hi {
+				if src[a] < src[b] {
+					dst[d] = src[a]
+					a++
+				} else {
+					dst[d] = src[b]
+					b++
+				}
+				d++
+			}
+			d += copy(dst[d:], src[a:mid])
+			copy(dst[d:], src[b:hi])
+			nb = append(nb, hi)
+		}
+		bounds = nb
+		src, dst = dst, src
+	}
+	if &src[0] != &out[0] {
+		copy(out, src)
+	}
+	return out
 }
 
 // SessionCount is the number of established sessions among the nodes not down, mesh included.
