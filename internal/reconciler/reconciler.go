@@ -75,6 +75,15 @@ type Reconciler struct {
 	steps   []Step
 
 	lastTook atomic.Int64 // the last reconcile's duration, in nanoseconds
+	after    func(policy string)
+}
+
+// SetAfterReconcile sets a function called at the end of every reconcile, before the next one can
+// start (tests read the cluster's state there: what each reconcile left behind).
+func (r *Reconciler) SetAfterReconcile(f func(policy string)) {
+	r.mu.Lock()
+	r.after = f
+	r.mu.Unlock()
 }
 
 // Step is one reconcile function; they all have this signature and run in order. A step stops the
@@ -164,6 +173,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	took := time.Since(start)
 	r.lastTook.Store(int64(took))
+	r.mu.Lock()
+	after := r.after
+	r.mu.Unlock()
+	if after != nil {
+		after(req.Name)
+	}
 	reconcileDuration.WithLabelValues(req.Name).Observe(took.Seconds())
 	if st.Result != nil {
 		log.V(1).Info("reconciled", "nodes", st.Result.Summary.Nodes, "routeReflectors", st.Result.Summary.RouteReflectors,
