@@ -667,20 +667,14 @@ func (s *AdmitState) chooseMultiSet(a *Admission) {
 			distinct++
 		}
 	}
-	r := min(s.Policy.Redundancy, len(act))
-	switch {
-	case distinct == 1 && len(act) > 1:
-		r = max(r, len(act)/2+1)
-	case r < 2 && len(act) > distinct:
-		r = 2
-	}
+	r := clientRedundancy(s.Policy, len(act), distinct)
 	zonesWithRR := 0
 	for _, zs := range s.zones {
 		if zs.active > 0 {
 			zonesWithRR++
 		}
 	}
-	capLoad := ((s.clients+1)*r+len(act)-1)/len(act)*5/4 + 1
+	capLoad := loadCap(s.clients+1, r, len(act))
 	score := func(rrs []string) [5]int {
 		zones := map[string]bool{}
 		groups := map[uint32]bool{}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -114,19 +115,10 @@ func (pl *planner) assignMultiClients() {
 	for _, id := range s.id {
 		distinct[id] = true
 	}
-	r := min(pl.p.Redundancy, len(s.nodes))
-	switch {
-	case len(distinct) == 1 && len(s.nodes) > 1:
-		// One shared cluster ID: the route reflectors do not pass on their clients' routes to each
-		// other, so every two clients must share one: a quorum (projectcalico/calico#2735).
-		r = max(r, len(s.nodes)/2+1)
-	case r < 2 && len(s.nodes) > len(distinct):
-		// Two clients on different route reflectors of one group would not learn each other's routes.
-		r = 2
-	}
+	r := clientRedundancy(pl.p, len(s.nodes), len(distinct))
 	perGroupLimit := len(distinct) < r // groups cannot all be distinct
 	zonesWithRR := len(s.byZone)
-	capLoad := (len(clients)*r+len(s.nodes)-1)/len(s.nodes)*5/4 + 1
+	capLoad := loadCap(len(clients), r, len(s.nodes))
 
 	chosen := make([][]int, len(clients))
 	for ci, c := range clients {
@@ -183,6 +175,28 @@ func (pl *planner) assignMultiClients() {
 	if v := pl.p.ClusterIDMode; pl.p.Topology == v1alpha1.MultiCluster && v == v1alpha1.Grouped && len(distinct) == 1 && len(s.nodes) > 1 {
 		pl.degrade(ReasonQuorumAtRisk, "all route reflectors share one cluster ID; clients peer with a quorum of them")
 	}
+}
+
+// clientRedundancy is the number of route reflectors a MultiCluster client peers with, given the
+// active route reflectors and their distinct cluster IDs. The planner and the admission path share it.
+func clientRedundancy(p *policy.Resolved, active, distinct int) int {
+	r := min(p.Redundancy, active)
+	switch {
+	case distinct == 1 && active > 1:
+		// One shared cluster ID: the route reflectors do not pass on their clients' routes to each
+		// other, so every two clients must share one: a quorum (projectcalico/calico#2735).
+		r = max(r, active/2+1)
+	case r < 2 && active > distinct:
+		// Two clients on different route reflectors of one group would not learn each other's routes.
+		r = 2
+	}
+	return r
+}
+
+// loadCap is the load above which a client's current route reflector is not kept (1.25 times the
+// mean, so that a scale-up rebalances): the planner and the admission path share it.
+func loadCap(clients, r, active int) int {
+	return (clients*r+active-1)/active*5/4 + 1
 }
 
 // mixGroups makes sure a client with two or more route reflectors has two cluster IDs: with one,
