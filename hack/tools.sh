@@ -1,23 +1,37 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the real binaries the integration tests run against:
-# kube-apiserver, kubectl, etcd and helm. Everything is built from source
-# fetched through the Go module proxy (no release tarballs) and cached
-# outside the repository, keyed by version:
+# kube-apiserver, kubectl, etcd, helm and Calico's confd. Everything is built
+# from source fetched through the Go module proxy (no release tarballs) and
+# cached outside the repository, keyed by version:
 #
 #   ${RRA_CACHE:-$HOME/.cache/calico-rr-autoscaler}/bin/<tool>-<version>
 #
-# Usage: hack/tools.sh [kube-apiserver] [kubectl] [etcd] [helm]
+# confd is the program inside calico-node that renders BIRD's configuration
+# from the datastore; it is built from the github.com/projectcalico/calico
+# module go.mod pins (CALICO_VERSION), with github.com/projectcalico/api at
+# the version go.mod uses (CALICO_API_VERSION).
+#
+# It also installs Debian's bird package (BIRD 1.6, what `verify --speaker
+# bird|calico` and their tests run) when bird is missing: apt-get install -y
+# bird, as root.
+#
+# Usage: hack/tools.sh [kube-apiserver] [kubectl] [etcd] [helm] [confd] [bird]
 #   (no arguments = all tools). Safe to call repeatedly and concurrently; it
 #   is fast when everything is cached. At the end it writes
-#   ${cache}/bin/env.sh exporting KUBE_APISERVER, ETCD, KUBECTL and HELM.
+#   ${cache}/bin/env.sh exporting KUBE_APISERVER, ETCD, KUBECTL, HELM, CONFD
+#   and BIRD.
 #
-# The first build takes ~10 minutes on 2 cores. Versions can be overridden
-# with K8S_VERSION, ETCD_VERSION and HELM_VERSION.
+# The first build takes ~10 minutes on 2 cores (confd about 4 more). Versions
+# can be overridden with K8S_VERSION, ETCD_VERSION, HELM_VERSION,
+# CALICO_VERSION and CALICO_API_VERSION.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.34.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v3.19.5}"
+# Keep in sync with go.mod (github.com/projectcalico/calico and .../api).
+CALICO_VERSION="${CALICO_VERSION:-v0.0.0-20251021213802-b1f3c43f8437}"
+CALICO_API_VERSION="${CALICO_API_VERSION:-v0.0.0-20251022175904-f2ab03771208}"
 
 CACHE="${RRA_CACHE:-$HOME/.cache/calico-rr-autoscaler}"
 BIN="$CACHE/bin"
@@ -33,7 +47,7 @@ export GOWORK=off
 export GONOSUMDB="${GONOSUMDB:-github.com/projectcalico}"
 export GO111MODULE=on
 
-ALL_TOOLS=(kube-apiserver kubectl etcd helm)
+ALL_TOOLS=(kube-apiserver kubectl etcd helm confd bird)
 
 log() { printf '%s\n' "$*" >&2; }
 die() { log "hack/tools.sh: $*"; exit 1; }
@@ -45,6 +59,8 @@ version_of() {
     kube-apiserver|kubectl) echo "$K8S_VERSION" ;;
     etcd) echo "$ETCD_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
+    confd) echo "$CALICO_VERSION" ;;
+    bird) echo "1.6" ;;
     *) die "unknown tool '$1' (known: ${ALL_TOOLS[*]})" ;;
   esac
 }
@@ -59,6 +75,7 @@ smoke() {
     kube-apiserver|etcd) "$bin" --version ;;
     kubectl) "$bin" version --client ;;
     helm) "$bin" version --short ;;
+    confd) "$bin" -version ;;
   esac
 }
 
@@ -117,6 +134,35 @@ prepare_simple_module() {
   echo "$dir"
 }
 
+# A throwaway main module that requires the calico module and the api module
+# at the versions go.mod uses. The calico module's own replace lines for its
+# lib/httpmachinery and lib/std submodules point into its repository; here
+# they point at the same pseudo-version on the proxy. (The proxy's calico
+# module has no api/ folder, hence the explicit api requirement.)
+prepare_confd_module() {
+  local dir
+  dir="$(new_module "confd-$CALICO_VERSION")"
+  if [[ ! -f "$dir/.ready" ]]; then
+    {
+      echo "module rra.local/confd"
+      echo
+      echo "go 1.24.0"
+      echo
+      echo "require ("
+      echo "	github.com/projectcalico/calico $CALICO_VERSION"
+      echo "	github.com/projectcalico/api $CALICO_API_VERSION"
+      echo ")"
+      echo
+      echo "replace github.com/projectcalico/calico/lib/httpmachinery => github.com/projectcalico/calico/lib/httpmachinery $CALICO_VERSION"
+      echo
+      echo "replace github.com/projectcalico/calico/lib/std => github.com/projectcalico/calico/lib/std $CALICO_VERSION"
+    } >"$dir/go.mod.tmp"
+    mv -f "$dir/go.mod.tmp" "$dir/go.mod"
+    touch "$dir/.ready"
+  fi
+  echo "$dir"
+}
+
 TMPFILES=()
 cleanup() {
   local f
@@ -161,6 +207,11 @@ build_tool() {
         ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kminor"
       fi
       ;;
+    confd)
+      dir="$(prepare_confd_module)"
+      pkg="github.com/projectcalico/calico/confd"
+      ldflags="-s -w -X github.com/projectcalico/calico/pkg/buildinfo.Version=$CALICO_VERSION"
+      ;;
   esac
 
   tmp="$BIN/.$tool-$ver.tmp.$$"
@@ -174,8 +225,43 @@ build_tool() {
   log "built $tool $ver in $((SECONDS - start))s -> $dest"
 }
 
+# bird is not built: Debian's package bird is BIRD 1.6.8, the version Calico's
+# fork of BIRD derives from. Installed with apt-get when missing (as root).
+bird_path() { command -v bird 2>/dev/null || true; }
+
+ensure_bird() {
+  local p
+  p="$(bird_path)"
+  if [[ -n "$p" ]]; then
+    log "using installed bird ($p)"
+    return
+  fi
+  if [[ "$(id -u)" != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+    log "bird is missing: install BIRD 1.6 (Debian: apt-get install -y bird) for verify --speaker bird|calico and its tests"
+    return
+  fi
+  exec 8>"$CACHE/.apt.lock"
+  command -v flock >/dev/null 2>&1 && flock 8
+  if [[ -z "$(bird_path)" ]]; then
+    log "installing Debian's bird (BIRD 1.6) with apt-get..."
+    local start=$SECONDS
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y -q bird >/dev/null 2>&1; then
+      apt-get update -q >/dev/null 2>&1 || true
+      apt-get install -y -q bird >/dev/null 2>&1 || log "apt-get install -y bird failed"
+    fi
+    p="$(bird_path)"
+    [[ -n "$p" ]] && log "installed bird in $((SECONDS - start))s -> $p"
+  fi
+  exec 8>&-
+}
+
 ensure_tool() {
   local tool="$1" ver dest
+  if [[ "$tool" == bird ]]; then
+    ensure_bird
+    return
+  fi
   ver="$(version_of "$tool")"
   dest="$(path_of "$tool")"
   if [[ -x "$dest" ]]; then
@@ -214,10 +300,14 @@ TMPFILES+=("$env_tmp")
   echo "export ETCD='$(path_of etcd)'"
   echo "export KUBECTL='$(path_of kubectl)'"
   echo "export HELM='$(path_of helm)'"
+  echo "export CONFD='$(path_of confd)'"
+  if [[ -n "$(bird_path)" ]]; then
+    echo "export BIRD='$(bird_path)'"
+  fi
 } >"$env_tmp"
 mv -f "$env_tmp" "$BIN/env.sh"
 
-for v in KUBE_APISERVER:kube-apiserver ETCD:etcd KUBECTL:kubectl HELM:helm; do
+for v in KUBE_APISERVER:kube-apiserver ETCD:etcd KUBECTL:kubectl HELM:helm CONFD:confd; do
   p="$(path_of "${v#*:}")"
   if [[ -x "$p" ]]; then
     echo "${v%%:*}=$p"
@@ -225,4 +315,9 @@ for v in KUBE_APISERVER:kube-apiserver ETCD:etcd KUBECTL:kubectl HELM:helm; do
     echo "${v%%:*}=$p (not built yet)"
   fi
 done
+if [[ -n "$(bird_path)" ]]; then
+  echo "BIRD=$(bird_path)"
+else
+  echo "BIRD= (not installed: apt-get install -y bird)"
+fi
 echo "env: source $BIN/env.sh"

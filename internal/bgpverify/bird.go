@@ -30,14 +30,18 @@ type birdFleet struct {
 	conns []*birdConn
 }
 
-// FindBIRD returns the path of the bird binary, or an error that says how to install it.
+// FindBIRD returns the path of the bird binary (path, else $BIRD, else bird from PATH), or an
+// error that says how to install it.
 func FindBIRD(path string) (string, error) {
+	if path == "" {
+		path = os.Getenv("BIRD")
+	}
 	if path == "" {
 		path = "bird"
 	}
 	p, err := exec.LookPath(path)
 	if err != nil {
-		return "", fmt.Errorf("bird not found (%v): install BIRD 1.6, Debian's package bird (apt-get install -y bird)", err)
+		return "", fmt.Errorf("bird not found (%v): run `make tools` (it installs Debian's package bird, BIRD 1.6, as root: apt-get install -y bird)", err)
 	}
 	return p, nil
 }
