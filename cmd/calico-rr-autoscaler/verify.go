@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpverify"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/report"
@@ -23,20 +26,22 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	var in planInputs
 	in.register(fs)
 	output := fs.String("o", "table", "output format: table or json")
-	speaker := fs.String("speaker", bgpverify.SpeakerGoBGP, "BGP speakers: gobgp (in-process GoBGP servers) or bird (one BIRD 1.6 process per node)")
+	speaker := fs.String("speaker", bgpverify.SpeakerGoBGP, "BGP speakers: gobgp (in-process GoBGP servers), bird (one BIRD 1.6 process per node) or calico (Calico's confd renders each node's BIRD configuration from a kube-apiserver; one BIRD per node in its own network namespace; root)")
+	kubeconfig := fs.String("kubeconfig", "", "verify a live cluster's own state (Nodes, BGPPeers, BGPConfigurations; read only) instead of a plan")
 	failZone := fs.String("fail-zone", "", "after convergence, stop every speaker of this zone and check the survivors again")
 	failRR := fs.String("fail-rr", "", "after convergence, stop these route reflectors (comma-separated node names, or N for the plan's first N) and check the survivors again")
-	maxNodes := fs.Int("max-nodes", 0, fmt.Sprintf("refuse plans with more nodes (default %d for gobgp, %d for bird)", bgpverify.DefaultMaxNodes[bgpverify.SpeakerGoBGP], bgpverify.DefaultMaxNodes[bgpverify.SpeakerBIRD]))
-	timeout := fs.Duration("timeout", 0, "bound on each convergence wait (default 60s + 0.3s per node)")
+	maxNodes := fs.Int("max-nodes", 0, fmt.Sprintf("refuse plans with more nodes (default %d for gobgp, %d for bird and calico)", bgpverify.DefaultMaxNodes[bgpverify.SpeakerGoBGP], bgpverify.DefaultMaxNodes[bgpverify.SpeakerBIRD]))
+	timeout := fs.Duration("timeout", 0, "bound on each convergence wait (default 60s + 0.3s per node; 2m + 0.6s per node for calico)")
 	mesh := fs.Bool("node-to-node-mesh", false, "Calico's node-to-node mesh is on: nodes without a cluster ID also peer with each other")
-	bird := fs.String("bird", "", "the bird binary (default: bird from PATH)")
+	bird := fs.String("bird", "", "the bird binary (default: $BIRD, else bird from PATH)")
+	confd := fs.String("confd", "", "Calico's confd binary for --speaker calico (default: $CONFD, else the one `make tools` builds)")
 	verbose := fs.Bool("v", false, "print progress to standard error")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "Usage: calico-rr-autoscaler verify (--nodes FILE | --simulate N [--zones Z]) [--policy FILE] [--speaker gobgp|bird] [--fail-zone Z] [--fail-rr N|NAMES] [-o table|json]")
-			fmt.Fprintln(stdout, "Runs the plan on real BGP speakers (iBGP, AS 64512, one /24 per node on 127.x loopback addresses) and reports which nodes learn which blocks. Exit status 1 when a block is missing.")
+			fmt.Fprintln(stdout, "Usage: calico-rr-autoscaler verify (--nodes FILE | --simulate N [--zones Z] | --kubeconfig FILE) [--policy FILE] [--speaker gobgp|bird|calico] [--fail-zone Z] [--fail-rr N|NAMES] [-o table|json]")
+			fmt.Fprintln(stdout, "Runs the plan (or a live cluster's state) on real BGP speakers (iBGP, AS 64512, one /24 per node) and reports which nodes learn which blocks. Exit status 1 when a block is missing.")
 			fs.PrintDefaults()
 			return errHelp
 		}
@@ -48,8 +53,8 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	if *output != "table" && *output != "json" {
 		return usageError{fmt.Errorf("-o: %q is not table or json", *output)}
 	}
-	if *speaker != bgpverify.SpeakerGoBGP && *speaker != bgpverify.SpeakerBIRD {
-		return usageError{fmt.Errorf("--speaker: %q is not gobgp or bird", *speaker)}
+	if *speaker != bgpverify.SpeakerGoBGP && *speaker != bgpverify.SpeakerBIRD && *speaker != bgpverify.SpeakerCalico {
+		return usageError{fmt.Errorf("--speaker: %q is not gobgp, bird or calico", *speaker)}
 	}
 	if *maxNodes < 0 {
 		return usageError{fmt.Errorf("--max-nodes: %d is negative", *maxNodes)}
@@ -57,12 +62,24 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	if *timeout < 0 {
 		return usageError{fmt.Errorf("--timeout: %v is negative", *timeout)}
 	}
-	input, err := in.load()
-	if err != nil {
-		return err
+	var input extender.Input
+	var restConfig *rest.Config
+	if *kubeconfig != "" {
+		if in.nodes != "" || in.simulate != 0 || in.policy != "" {
+			return usageError{errors.New("--kubeconfig verifies a live cluster's state: no --nodes, --simulate or --policy with it")}
+		}
+		var err error
+		if restConfig, err = clientcmd.BuildConfigFromFlags("", *kubeconfig); err != nil {
+			return usageError{fmt.Errorf("--kubeconfig: %v", err)}
+		}
+	} else {
+		var err error
+		if input, err = in.load(); err != nil {
+			return err
+		}
 	}
 	opts := bgpverify.Options{Speaker: *speaker, MaxNodes: *maxNodes, Timeout: *timeout, FailZone: *failZone,
-		NodeToNodeMesh: *mesh, BIRD: *bird}
+		NodeToNodeMesh: *mesh, BIRD: *bird, Confd: *confd}
 	if *failRR != "" {
 		for _, s := range strings.Split(*failRR, ",") {
 			if s = strings.TrimSpace(s); s != "" {
@@ -73,16 +90,29 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	if *verbose {
 		opts.Log = stderr
 	}
-	if *speaker == bgpverify.SpeakerBIRD {
+	if *speaker == bgpverify.SpeakerBIRD || *speaker == bgpverify.SpeakerCalico {
 		if _, err := bgpverify.FindBIRD(*bird); err != nil {
+			return err
+		}
+	}
+	if *speaker == bgpverify.SpeakerCalico {
+		if _, err := bgpverify.FindConfd(*confd); err != nil {
+			return err
+		}
+		if err := bgpverify.NetnsAvailable(); err != nil {
 			return err
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res := extender.Plan(input)
 	start := time.Now()
-	rep, err := bgpverify.Run(ctx, input, res, opts)
+	var rep *bgpverify.Report
+	var err error
+	if restConfig != nil {
+		rep, err = bgpverify.VerifyCluster(ctx, restConfig, opts)
+	} else {
+		rep, err = bgpverify.Run(ctx, input, extender.Plan(input), opts)
+	}
 	if err != nil {
 		var ie bgpverify.InputError
 		if errors.As(err, &ie) {
@@ -99,14 +129,25 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 		if err := enc.Encode(rep); err != nil {
 			return err
 		}
-	} else if err := report.VerifyTable(stdout, rep); err != nil {
-		return err
+	} else {
+		if err := report.VerifyTable(stdout, rep); err != nil {
+			return err
+		}
+		if len(rep.ConfigDifferences) > 0 {
+			fmt.Fprintf(stdout, "\nWhere confd's configurations differ from the graph model's sessions (%d):\n", len(rep.ConfigDifferences))
+			for _, d := range rep.ConfigDifferences {
+				fmt.Fprintln(stdout, "  "+d)
+			}
+		}
 	}
 	if n := rep.MissingPairs(); n > 0 {
 		return fmt.Errorf("verify: %d node pairs miss each other's routes", n)
 	}
 	if !rep.Summary.Converged || rep.AfterFailure != nil && !rep.AfterFailure.Summary.Converged {
 		return errors.New("verify: the speakers did not converge within the timeout")
+	}
+	if n := len(rep.ConfigDifferences); n > 0 {
+		return fmt.Errorf("verify: confd's configurations differ from the graph model's sessions in %d places", n)
 	}
 	return nil
 }

@@ -25,9 +25,15 @@ type birdFleet struct {
 	opts  Options
 	bin   string
 	dir   string
-	mu    sync.Mutex
-	procs []*exec.Cmd
-	conns []*birdConn
+	// The calico speaker: each BIRD runs configs[i] (confd's bird.cfg, in its own folder) in its
+	// node's network namespace, and only routes matching filter (the pod blocks) are counted:
+	// Calico's kernel and direct protocols also put the node's interface routes in the table.
+	lab     *netLab
+	configs []string
+	filter  string
+	mu      sync.Mutex
+	procs   []*exec.Cmd
+	conns   []*birdConn
 }
 
 // FindBIRD returns the path of the bird binary (path, else $BIRD, else bird from PATH), or an
@@ -110,15 +116,28 @@ func birdConfig(nd speakerNode, asn uint32, port int) string {
 
 func (f *birdFleet) start(ctx context.Context) error {
 	for i, nd := range f.nodes {
-		cfg := filepath.Join(f.dir, fmt.Sprintf("n%d.conf", i))
-		if err := os.WriteFile(cfg, []byte(birdConfig(nd, f.opts.ASN, f.opts.Port)), 0o644); err != nil {
-			return err
+		var cfg string
+		if f.configs != nil {
+			cfg = f.configs[i]
+		} else {
+			cfg = filepath.Join(f.dir, fmt.Sprintf("n%d.conf", i))
+			if err := os.WriteFile(cfg, []byte(birdConfig(nd, f.opts.ASN, f.opts.Port)), 0o644); err != nil {
+				return err
+			}
 		}
 		logFile, err := os.Create(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
 		if err != nil {
 			return err
 		}
-		cmd := exec.Command(f.bin, "-f", "-c", cfg, "-s", f.socket(i), "-P", filepath.Join(f.dir, fmt.Sprintf("n%d.pid", i)))
+		args := []string{"-f", "-c", cfg, "-s", f.socket(i), "-P", filepath.Join(f.dir, fmt.Sprintf("n%d.pid", i))}
+		var cmd *exec.Cmd
+		if f.lab != nil {
+			// `ip netns exec` enters the namespace and execs bird: the process is bird itself.
+			cmd = f.lab.command(i, f.bin, args...)
+		} else {
+			cmd = exec.Command(f.bin, args...)
+		}
+		cmd.Dir = filepath.Dir(cfg) // confd's bird.cfg includes bird_aggr.cfg and bird_ipam.cfg by relative path
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
@@ -166,7 +185,7 @@ func (f *birdFleet) poll(ctx context.Context, i int) (nodeState, error) {
 	if c == nil || cmd == nil {
 		return st, errStopped
 	}
-	out, err := c.command("show route count")
+	out, err := c.command("show route" + f.filter + " count")
 	if err != nil {
 		return st, err
 	}
@@ -174,8 +193,8 @@ func (f *birdFleet) poll(ctx context.Context, i int) (nodeState, error) {
 	if m == nil {
 		return st, fmt.Errorf("unexpected reply to show route count: %q", out)
 	}
-	st.routes, _ = strconv.Atoi(m[2])
-	out, err = c.command("show route primary")
+	st.routes, _ = strconv.Atoi(m[1]) // "<shown> of <in the table> routes": the filter's count
+	out, err = c.command("show route" + f.filter + " primary")
 	if err != nil {
 		return st, err
 	}
@@ -246,6 +265,9 @@ func (f *birdFleet) stop(i int) error {
 
 func (f *birdFleet) close() {
 	stopAll(len(f.nodes), f.stop)
+	if f.lab != nil {
+		f.lab.close()
+	}
 	if os.Getenv("RRV_KEEP_BIRD_DIR") == "" {
 		os.RemoveAll(f.dir)
 	}

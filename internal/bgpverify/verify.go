@@ -4,8 +4,10 @@
 // in internal/bgpmodel). It waits for the routes to converge and reports, for every node, which
 // other nodes' blocks it learnt; failure drills stop speakers and check the survivors again.
 //
-// Two backends: in-process GoBGP servers, and real BIRD 1.6 processes (Calico's BGP daemon is a
-// fork of it) configured the way Calico's bird.cfg.template configures them.
+// Three backends: in-process GoBGP servers; real BIRD 1.6 processes (Calico's BGP daemon is a
+// fork of it) configured the way Calico's bird.cfg.template configures them; and calico, where
+// Calico's own confd renders each node's BIRD configuration from a kube-apiserver holding the
+// state the product writes, and each BIRD runs in a network namespace of its own (calico.go).
 package bgpverify
 
 import (
@@ -34,15 +36,15 @@ const (
 const DefaultASN = 64512
 
 // DefaultMaxNodes is the --max-nodes guard of each backend.
-var DefaultMaxNodes = map[string]int{SpeakerGoBGP: 300, SpeakerBIRD: 200}
+var DefaultMaxNodes = map[string]int{SpeakerGoBGP: 300, SpeakerBIRD: 200, SpeakerCalico: 200}
 
 // Options configure a run.
 type Options struct {
-	Speaker string // gobgp (default) or bird
+	Speaker string // gobgp (default), bird or calico
 	ASN     uint32 // default 64512
 	// MaxNodes refuses larger plans (default per backend: DefaultMaxNodes).
 	MaxNodes int
-	// Timeout bounds each convergence wait [60s + 0.3s per node].
+	// Timeout bounds each convergence wait [60s + 0.3s per node; calico: 2m + 0.6s per node].
 	Timeout time.Duration
 	// Stable is how long the route counts must stay unchanged to call it converged [2s; 3s for bird].
 	Stable time.Duration
@@ -57,8 +59,13 @@ type Options struct {
 	Net int
 	// Port is the BGP port every speaker listens on [179].
 	Port int
-	// BIRD is the bird binary [bird from PATH].
+	// BIRD is the bird binary [$BIRD, else bird from PATH].
 	BIRD string
+	// Confd is Calico's confd binary (calico speaker) [$CONFD, else hack/tools.sh's cache].
+	Confd string
+	// Scratch is the kube-apiserver the calico speaker writes a plan's (or a live cluster's) state
+	// into for confd [nil: one is started and stopped for the run].
+	Scratch *Scratch
 	// Log receives progress lines (nil: none).
 	Log io.Writer
 }
@@ -116,6 +123,10 @@ type Report struct {
 	Nodes   []NodeReport `json:"nodes"`
 	// AfterFailure is the outcome after the failure drill, when one was asked for.
 	AfterFailure *Phase `json:"afterFailure,omitempty"`
+	// ConfigDifferences (calico speaker) lists where the BIRD configurations confd rendered differ
+	// from this project's derivation of the sessions (internal/bgpmodel): a session one has and
+	// the other has not, an rr client flag or cluster ID the model does not expect.
+	ConfigDifferences []string `json:"configDifferences,omitempty"`
 }
 
 // MissingPairs is the largest missing-pair count of every phase.
@@ -175,11 +186,35 @@ func Block(i int) netip.Prefix {
 
 // Run verifies a plan on real speakers.
 func Run(ctx context.Context, in extender.Input, res *extender.Result, opts Options) (*Report, error) {
+	opts, err := prepare(opts, len(res.Nodes))
+	if err != nil {
+		return nil, err
+	}
+	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{NodeToNodeMesh: opts.NodeToNodeMesh})
+	if err != nil {
+		return nil, InputError{err}
+	}
+	var rrs []string
+	for _, rr := range res.RouteReflectors {
+		rrs = append(rrs, rr.Node)
+	}
+	if opts.Speaker == SpeakerCalico {
+		st, err := planState(in, res, topo, opts)
+		if err != nil {
+			return nil, err
+		}
+		return runCalico(ctx, st, opts)
+	}
+	return runSpeakers(ctx, res.Policy, topo, rrs, opts)
+}
+
+// prepare checks the options and fills in the defaults for a run of n nodes.
+func prepare(opts Options, n int) (Options, error) {
 	if opts.Speaker == "" {
 		opts.Speaker = SpeakerGoBGP
 	}
 	if _, ok := DefaultMaxNodes[opts.Speaker]; !ok {
-		return nil, inputErr("--speaker: %q is not gobgp or bird", opts.Speaker)
+		return opts, inputErr("--speaker: %q is not gobgp, bird or calico", opts.Speaker)
 	}
 	if opts.MaxNodes <= 0 {
 		opts.MaxNodes = DefaultMaxNodes[opts.Speaker]
@@ -194,32 +229,37 @@ func Run(ctx context.Context, in extender.Input, res *extender.Result, opts Opti
 		opts.Net = 100 + rand.IntN(150)
 	}
 	if opts.Net < 1 || opts.Net > 254 {
-		return nil, inputErr("address octet %d is not in 1..254", opts.Net)
+		return opts, inputErr("address octet %d is not in 1..254", opts.Net)
 	}
 	if opts.Stable <= 0 {
 		opts.Stable = 2 * time.Second
-		if opts.Speaker == SpeakerBIRD {
+		if opts.Speaker != SpeakerGoBGP {
 			opts.Stable = 3 * time.Second
 		}
 	}
-	n := len(res.Nodes)
 	if n == 0 {
-		return nil, inputErr("the plan has no nodes")
+		return opts, inputErr("the plan has no nodes")
 	}
 	if n > opts.MaxNodes {
-		return nil, inputErr("the plan has %d nodes, more than --max-nodes %d for %s", n, opts.MaxNodes, opts.Speaker)
+		return opts, inputErr("the plan has %d nodes, more than --max-nodes %d for %s", n, opts.MaxNodes, opts.Speaker)
 	}
 	if n > 65000 {
-		return nil, inputErr("at most 65000 nodes fit the address plan")
+		return opts, inputErr("at most 65000 nodes fit the address plan")
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 60*time.Second + time.Duration(n)*300*time.Millisecond
+		if opts.Speaker == SpeakerCalico {
+			// Calico's node-specific peers have no passive side: both ends connect, and a
+			// connection collision costs a retry (connect retry time 5, error wait time 5,30).
+			opts.Timeout = 2*time.Minute + time.Duration(n)*600*time.Millisecond
+		}
 	}
-	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{NodeToNodeMesh: opts.NodeToNodeMesh})
-	if err != nil {
-		return nil, InputError{err}
-	}
-	down, downNames, err := failureMask(topo, res, opts)
+	return opts, nil
+}
+
+// runSpeakers runs the gobgp or bird speakers with the sessions of topo.
+func runSpeakers(ctx context.Context, policy string, topo *bgpmodel.Topology, rrs []string, opts Options) (*Report, error) {
+	down, downNames, err := failureMask(topo, rrs, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -234,40 +274,82 @@ func Run(ctx context.Context, in extender.Input, res *extender.Result, opts Opti
 	if err != nil {
 		return nil, err
 	}
+	logf(opts, "starting %d %s speakers on 127.%d.0.0/16 with %d sessions", len(nodes), opts.Speaker, opts.Net, topo.SessionCount(nil))
+	return runFleet(ctx, f, fleetRun{policy: policy, topo: topo, model: topo, nodes: nodes, down: down, downNames: downNames}, opts)
+}
+
+// fleetRun is what runFleet needs besides the fleet.
+type fleetRun struct {
+	policy string
+	// topo has the sessions the speakers are configured with: convergence waits for them and for
+	// the blocks they carry.
+	topo *bgpmodel.Topology
+	// model is the project's own derivation of the sessions; its figures are reported as the
+	// graph model's (the same as topo, except for the calico speaker where topo is confd's).
+	model     *bgpmodel.Topology
+	nodes     []speakerNode
+	down      []bool
+	downNames []string
+}
+
+// runFleet starts the speakers, waits for convergence, runs the failure drill and stops them.
+func runFleet(ctx context.Context, f fleet, r fleetRun, opts Options) (*Report, error) {
 	defer func() {
 		t := time.Now()
 		f.close()
 		logf(opts, "stopped every speaker in %v", time.Since(t).Round(time.Millisecond))
 	}()
-	rep := &Report{Speaker: opts.Speaker, Policy: res.Policy}
-	logf(opts, "starting %d %s speakers on 127.%d.0.0/16 with %d sessions", n, opts.Speaker, opts.Net, topo.SessionCount(nil))
+	rep := &Report{Speaker: opts.Speaker, Policy: r.policy}
 	start := time.Now()
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}
-	phase, err := converge(ctx, f, topo, nodes, nil, start, opts)
+	phase, err := converge(ctx, f, r.topo, r.nodes, nil, start, opts)
 	if err != nil {
 		return nil, err
 	}
+	if err := modelFigures(phase, r.model, r.topo, nil); err != nil {
+		return nil, err
+	}
 	rep.Summary, rep.Nodes = phase.Summary, phase.Nodes
-	if down != nil {
-		logf(opts, "stopping %d speakers: %s", len(downNames), strings.Join(downNames, ","))
+	if r.down != nil {
+		logf(opts, "stopping %d speakers: %s", len(r.downNames), strings.Join(r.downNames, ","))
 		start = time.Now()
-		for i, d := range down {
+		for i, d := range r.down {
 			if d {
 				if err := f.stop(i); err != nil {
 					return nil, err
 				}
 			}
 		}
-		phase, err := converge(ctx, f, topo, nodes, down, start, opts)
+		phase, err := converge(ctx, f, r.topo, r.nodes, r.down, start, opts)
 		if err != nil {
 			return nil, err
 		}
-		phase.Down = downNames
+		if err := modelFigures(phase, r.model, r.topo, r.down); err != nil {
+			return nil, err
+		}
+		phase.Down = r.downNames
 		rep.AfterFailure = phase
 	}
 	return rep, nil
+}
+
+// modelFigures replaces a phase's graph model figures with those of model when it is not the
+// topology the speakers ran.
+func modelFigures(ph *Phase, model, ran *bgpmodel.Topology, down []bool) error {
+	if model == ran {
+		return nil
+	}
+	m, err := model.Propagate(down)
+	if err != nil {
+		return err
+	}
+	ph.Summary.ModelMissingPairs, ph.Summary.ModelMaxRoutesPerNode = m.Summary.MissingPairs, m.Summary.MaxRoutesPerNode
+	for i := range ph.Nodes {
+		ph.Nodes[i].ModelRoutes = m.Nodes[i].Routes
+	}
+	return nil
 }
 
 func logf(opts Options, format string, a ...any) {
@@ -276,8 +358,9 @@ func logf(opts Options, format string, a ...any) {
 	}
 }
 
-// failureMask returns the nodes the drill stops.
-func failureMask(topo *bgpmodel.Topology, res *extender.Result, opts Options) ([]bool, []string, error) {
+// failureMask returns the nodes the drill stops; rrs are the route reflectors in the order
+// --fail-rr N counts them (the plan's).
+func failureMask(topo *bgpmodel.Topology, rrs []string, opts Options) ([]bool, []string, error) {
 	if opts.FailZone == "" && len(opts.FailRR) == 0 {
 		return nil, nil, nil
 	}
@@ -295,11 +378,11 @@ func failureMask(topo *bgpmodel.Topology, res *extender.Result, opts Options) ([
 	}
 	for _, s := range opts.FailRR {
 		if k, err := strconv.Atoi(s); err == nil {
-			if k < 1 || k > len(res.RouteReflectors) {
-				return nil, nil, inputErr("--fail-rr: %d is not between 1 and the plan's %d route reflectors", k, len(res.RouteReflectors))
+			if k < 1 || k > len(rrs) {
+				return nil, nil, inputErr("--fail-rr: %d is not between 1 and the plan's %d route reflectors", k, len(rrs))
 			}
-			for _, rr := range res.RouteReflectors[:k] {
-				down[topo.Index(rr.Node)] = true
+			for _, rr := range rrs[:k] {
+				down[topo.Index(rr)] = true
 			}
 			continue
 		}
@@ -324,12 +407,24 @@ func failureMask(topo *bgpmodel.Topology, res *extender.Result, opts Options) ([
 	return down, names, nil
 }
 
+// speakerNodes are the nodes of topo on 127.net addresses, each with its own block.
 func speakerNodes(topo *bgpmodel.Topology, opts Options) []speakerNode {
+	addrs, blocks := make([]netip.Addr, len(topo.Nodes)), make([]netip.Prefix, len(topo.Nodes))
+	for i := range topo.Nodes {
+		addrs[i], blocks[i] = Address(opts.Net, i), Block(i)
+	}
+	return speakerNodesAt(topo, addrs, blocks)
+}
+
+// speakerNodesAt are the nodes of topo with the given addresses and blocks, and their peers:
+// `rr client` toward a peer with no or another cluster ID, passive toward a peer with a higher
+// address.
+func speakerNodesAt(topo *bgpmodel.Topology, addrs []netip.Addr, blocks []netip.Prefix) []speakerNode {
 	nodes := make([]speakerNode, len(topo.Nodes))
 	for i, nd := range topo.Nodes {
-		nodes[i] = speakerNode{name: nd.Name, addr: Address(opts.Net, i), block: Block(i), clusterID: nd.ClusterID}
+		nodes[i] = speakerNode{name: nd.Name, addr: addrs[i], block: blocks[i], clusterID: nd.ClusterID}
 	}
-	add := func(a, b int) {
+	add := func(a, b int, mesh bool) {
 		pa, pb := nodes[a].addr, nodes[b].addr
 		nodes[a].peers = append(nodes[a].peers, speakerPeer{idx: b, addr: pb, rrClient: topo.RRClient(a, b), passive: pb.String() > pa.String()})
 	}
@@ -337,15 +432,15 @@ func speakerNodes(topo *bgpmodel.Topology, opts Options) []speakerNode {
 	for _, s := range topo.Sessions {
 		a, b := int(s[0]), int(s[1])
 		seen[[2]int{a, b}] = true
-		add(a, b)
-		add(b, a)
+		add(a, b, false)
+		add(b, a, false)
 	}
 	if topo.Mesh {
 		for a := range nodes {
 			for b := a + 1; b < len(nodes); b++ {
 				if !topo.IsRR(a) && !topo.IsRR(b) && !seen[[2]int{a, b}] {
-					add(a, b)
-					add(b, a)
+					add(a, b, true)
+					add(b, a, true)
 				}
 			}
 		}
@@ -373,7 +468,7 @@ func converge(ctx context.Context, f fleet, topo *bgpmodel.Topology, nodes []spe
 	}
 	wantSessions := topo.SessionCount(down)
 	interval := 250 * time.Millisecond
-	if opts.Speaker == SpeakerBIRD {
+	if opts.Speaker != SpeakerGoBGP {
 		interval = 500 * time.Millisecond
 	}
 	deadline := start.Add(opts.Timeout)

@@ -1,0 +1,916 @@
+package bgpverify
+
+// The calico speaker: Calico's own confd renders every node's BIRD configuration from a
+// kube-apiserver that holds the state the product writes (Nodes with their labels and annotations,
+// BGPPeers, the BGPConfiguration), and one BIRD 1.6 per node runs it in a network namespace of its
+// own. Nothing of what BIRD runs is written here, except what the comments at the rewrites below
+// explain (the output paths of confd's templates).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/projectcalico/api/pkg/lib/numorstring"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+)
+
+// SpeakerCalico runs confd and BIRD: see the package documentation.
+const SpeakerCalico = "calico"
+
+// ConfdVersion is the calico module version hack/tools.sh builds confd from (go.mod's).
+const ConfdVersion = crds.Version
+
+// The addresses the calico speaker gives nodes: node i is 100.64.0.0/16 + i + 1 (the annotation
+// projectcalico.org/IPv4Address, CIDR form as calico-node writes it) and owns the pod block
+// Block(i) (spec.podCIDRs; confd runs with USE_POD_CIDR=true), inside the one IP pool.
+var (
+	nodeNet = netip.MustParsePrefix("100.64.0.0/16")
+	podPool = netip.MustParsePrefix("10.0.0.0/8")
+)
+
+// NodeAddress is the address node i gets with the calico speaker.
+func NodeAddress(i int) netip.Prefix {
+	b := nodeNet.Addr().As4()
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], byte((i + 1) >> 8), byte(i + 1)}), nodeNet.Bits())
+}
+
+// FindConfd returns the confd binary: path, else $CONFD, else hack/tools.sh's cache
+// (<cache>/bin/confd-<ConfdVersion>). The error says how to get it.
+func FindConfd(path string) (string, error) {
+	if path == "" {
+		path = os.Getenv("CONFD")
+	}
+	if path == "" {
+		path = filepath.Join(testenv.CacheDir(), "bin", "confd-"+ConfdVersion)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("Calico's confd not found at %s: run `make tools` (hack/tools.sh builds it from the module proxy)", path)
+	}
+	return path, nil
+}
+
+// confdEtc returns the folder with confd's conf.d and templates: the calico module's
+// confd/etc/calico/confd, found in the module cache as the CRDs are.
+func confdEtc() (string, error) {
+	if d := os.Getenv("CONFD_ETC"); d != "" {
+		return d, nil
+	}
+	crdDir, err := crds.Dir()
+	if err != nil {
+		return "", err
+	}
+	// <module>/libcalico-go/config/crd -> <module>/confd/etc/calico/confd
+	d := filepath.Join(crdDir, "..", "..", "..", "confd", "etc", "calico", "confd")
+	if _, err := os.Stat(filepath.Join(d, "templates", "bird.cfg.template")); err != nil {
+		return "", fmt.Errorf("confd's templates not found next to the Calico CRDs (set CONFD_ETC to a copy of %s/confd/etc/calico/confd): %v", crds.Module, err)
+	}
+	return filepath.Clean(d), nil
+}
+
+// calicoState is what confd reads from the API server, and the graph model of it.
+type calicoState struct {
+	policy  string
+	nodes   []*corev1.Node // in the model's order, with addresses and pod blocks
+	addrs   []netip.Prefix
+	blocks  []netip.Prefix
+	peers   []apiv3.BGPPeer
+	configs []apiv3.BGPConfiguration
+	model   *bgpmodel.Topology // the project's derivation of the sessions
+	rrs     []string           // route reflectors in the order --fail-rr N counts them
+}
+
+// planState is the state the product writes for a plan: every node of the plan with its labels
+// and annotations (the plan's owned keys replaced by the plan's values), the plan's BGPPeers, and
+// the default BGPConfiguration (AS number, node-to-node mesh as asked).
+func planState(in extender.Input, res *extender.Result, topo *bgpmodel.Topology, opts Options) (*calicoState, error) {
+	byName := make(map[string]*corev1.Node, len(in.Nodes))
+	for _, n := range in.Nodes {
+		if n != nil {
+			byName[n.Name] = n
+		}
+	}
+	rrKey := ""
+	if in.Policy != nil {
+		rrKey = in.Policy.RRLabelKey
+	}
+	st := &calicoState{policy: res.Policy, model: topo}
+	for _, s := range res.Nodes {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.Name}}
+		if orig := byName[s.Name]; orig != nil {
+			n.Labels, n.Annotations = orig.Labels, orig.Annotations
+		}
+		n.Labels = overlay(n.Labels, extender.OwnedLabelKeys(rrKey), s.Labels)
+		n.Annotations = overlay(n.Annotations, extender.OwnedAnnotationKeys(), s.Annotations)
+		st.nodes = append(st.nodes, n)
+	}
+	for _, rr := range res.RouteReflectors {
+		st.rrs = append(st.rrs, rr.Node)
+	}
+	for _, p := range res.BGPPeers {
+		st.peers = append(st.peers, *calico.BGPPeer(calico.CRD, p))
+	}
+	asn := numorstring.ASNumber(opts.ASN)
+	mesh := opts.NodeToNodeMesh
+	st.configs = []apiv3.BGPConfiguration{{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec:       apiv3.BGPConfigurationSpec{ASNumber: &asn, NodeToNodeMeshEnabled: &mesh},
+	}}
+	return st, st.assign(nil)
+}
+
+// overlay returns base without the owned keys, with set on top.
+func overlay(base map[string]string, owned []string, set map[string]string) map[string]string {
+	out := make(map[string]string, len(base)+len(set))
+	for k, v := range base {
+		out[k] = v
+	}
+	for _, k := range owned {
+		delete(out, k)
+	}
+	for k, v := range set {
+		out[k] = v
+	}
+	return out
+}
+
+// assign gives node i the address NodeAddress(i) and the pod block Block(i). The sessions confd
+// configures do not depend on them (BGPPeers select nodes by label), and every node then has an
+// address and a block in the one pool; a BGPPeer's peerIP that was a node's address (realIP) is
+// rewritten to the node's new one, so that it still names that node.
+func (st *calicoState) assign(realIP map[string]int) error {
+	if len(st.nodes) > 65000 {
+		return inputErr("at most 65000 nodes fit the address plan")
+	}
+	st.addrs = make([]netip.Prefix, len(st.nodes))
+	st.blocks = make([]netip.Prefix, len(st.nodes))
+	for i, n := range st.nodes {
+		st.addrs[i], st.blocks[i] = NodeAddress(i), Block(i)
+		n.Annotations = overlay(n.Annotations, nil, map[string]string{annotationIPv4Address: st.addrs[i].String()})
+		n.Spec.PodCIDR, n.Spec.PodCIDRs = st.blocks[i].String(), []string{st.blocks[i].String()}
+	}
+	for k := range st.peers {
+		p := &st.peers[k]
+		if p.Spec.PeerIP == "" {
+			continue
+		}
+		host, port := p.Spec.PeerIP, ""
+		if ap, err := netip.ParseAddrPort(host); err == nil {
+			host, port = ap.Addr().String(), strconv.Itoa(int(ap.Port()))
+		}
+		if i, ok := realIP[host]; ok {
+			p.Spec.PeerIP = st.addrs[i].Addr().String()
+			if port != "" {
+				p.Spec.PeerIP += ":" + port
+			}
+		}
+	}
+	return nil
+}
+
+const annotationIPv4Address = "projectcalico.org/IPv4Address"
+
+// liveState reads a live cluster's state: its Nodes, BGPPeers and BGPConfigurations, from the API
+// group that serves them (calico.Detect). The graph model is derived from it as the product
+// derives it: nodes as Calico reads them (bgpmodel.NodeFromObject), the BGPPeers, and the mesh as
+// the default BGPConfiguration sets it (on when unset, Calico's default).
+func liveState(ctx context.Context, cfg *rest.Config, opts Options) (*calicoState, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	gv, err := calico.Detect(cs.Discovery())
+	if err != nil {
+		return nil, err
+	}
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	st := &calicoState{policy: "(live cluster)"}
+	slices.SortFunc(list.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	realIP := map[string]int{}
+	var nodes []bgpmodel.Node
+	for i := range list.Items {
+		n := &list.Items[i]
+		out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, Annotations: n.Annotations}}
+		if a := n.Annotations[annotationIPv4Address]; a != "" {
+			if p, err := netip.ParsePrefix(a); err == nil {
+				realIP[p.Addr().String()] = i
+			} else if ad, err := netip.ParseAddr(a); err == nil {
+				realIP[ad.String()] = i
+			}
+		}
+		st.nodes = append(st.nodes, out)
+		nodes = append(nodes, bgpmodel.NodeFromObject(n.Name, n.Labels, n.Annotations, corev1.LabelTopologyZone))
+		if nodes[i].ClusterID != "" {
+			st.rrs = append(st.rrs, n.Name)
+		}
+	}
+	var peers []extender.BGPPeer
+	if err := listCalico(ctx, dyn, gv.WithResource("bgppeers"), func(u *unstructured.Unstructured) error {
+		var p apiv3.BGPPeer
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			return err
+		}
+		st.peers = append(st.peers, apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Labels: p.Labels}, Spec: p.Spec})
+		peers = append(peers, extender.BGPPeer{Name: p.Name, Labels: p.Labels, Spec: p.Spec})
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	mesh := true
+	if err := listCalico(ctx, dyn, gv.WithResource("bgpconfigurations"), func(u *unstructured.Unstructured) error {
+		var c apiv3.BGPConfiguration
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
+			return err
+		}
+		if c.Name == "default" && c.Spec.NodeToNodeMeshEnabled != nil {
+			mesh = *c.Spec.NodeToNodeMeshEnabled
+		}
+		st.configs = append(st.configs, apiv3.BGPConfiguration{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec})
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if st.model, err = bgpmodel.Build(nodes, peers, bgpmodel.Options{NodeToNodeMesh: mesh}); err != nil {
+		return nil, InputError{err}
+	}
+	return st, st.assign(realIP)
+}
+
+func listCalico(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, f func(*unstructured.Unstructured) error) error {
+	l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
+	}
+	for i := range l.Items {
+		if err := f(&l.Items[i]); err != nil {
+			return fmt.Errorf("%s %s: %w", gvr.Resource, l.Items[i].GetName(), err)
+		}
+	}
+	return nil
+}
+
+// Scratch is a kube-apiserver (and etcd) of internal/testenv with Calico's CRDs
+// (crd.projectcalico.org/v1), the datastore confd renders from. A run replaces its Nodes,
+// BGPPeers, BGPConfigurations and IPPools.
+type Scratch struct {
+	env        *testenv.Env
+	cs         kubernetes.Interface
+	dyn        dynamic.Interface
+	kubeconfig string
+}
+
+// StartScratch starts a Scratch from hack/tools.sh's binaries; Close stops it.
+func StartScratch(ctx context.Context) (*Scratch, error) {
+	dir, err := crds.Dir()
+	if err != nil {
+		return nil, err
+	}
+	all, err := testenv.ReadCRDs(dir)
+	if err != nil {
+		return nil, err
+	}
+	var want = all[:0]
+	for _, c := range all {
+		if c.Spec.Group == calico.CRD.Group {
+			want = append(want, c)
+		}
+	}
+	env, err := testenv.StartEnv(ctx, testenv.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("starting a kube-apiserver for confd: %w (run `make tools`)", err)
+	}
+	s := &Scratch{env: env, kubeconfig: env.KubeconfigPath(testenv.UserAdmin)}
+	ok := false
+	defer func() {
+		if !ok {
+			env.Stop()
+		}
+	}()
+	if _, err := testenv.ApplyCRDs(ctx, env.Config, want); err != nil {
+		return nil, err
+	}
+	if s.cs, err = kubernetes.NewForConfig(env.Config); err != nil {
+		return nil, err
+	}
+	if s.dyn, err = dynamic.NewForConfig(env.Config); err != nil {
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+// Config is the admin's client config of the scratch API server.
+func (s *Scratch) Config() *rest.Config { return rest.CopyConfig(s.env.Config) }
+
+// Close stops the API server and etcd.
+func (s *Scratch) Close() { s.env.Stop() }
+
+var calicoResources = []string{"bgppeers", "bgpconfigurations", "ippools", "bgpfilters"}
+
+// write replaces the scratch's state with st, and one IP pool: podPool with IP-in-IP and VXLAN
+// off, plain BGP routing as the product wires it (the pool decides which prefixes BIRD exports
+// and re-exports).
+func (s *Scratch) write(ctx context.Context, st *calicoState) error {
+	if err := s.cs.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("clearing nodes: %w", err)
+	}
+	for _, r := range calicoResources {
+		if err := s.dyn.Resource(calico.CRD.WithResource(r)).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			return fmt.Errorf("clearing %s: %w", r, err)
+		}
+	}
+	var objs []*unstructured.Unstructured
+	add := func(kind string, obj any) error {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			return err
+		}
+		u := &unstructured.Unstructured{Object: m}
+		u.SetAPIVersion(calico.CRD.String())
+		u.SetKind(kind)
+		objs = append(objs, u)
+		return nil
+	}
+	for i := range st.peers {
+		p := st.peers[i]
+		p.ResourceVersion, p.UID, p.CreationTimestamp = "", "", metav1.Time{}
+		if err := add(apiv3.KindBGPPeer, &p); err != nil {
+			return err
+		}
+	}
+	for i := range st.configs {
+		if err := add(apiv3.KindBGPConfiguration, &apiv3.BGPConfiguration{ObjectMeta: metav1.ObjectMeta{Name: st.configs[i].Name}, Spec: st.configs[i].Spec}); err != nil {
+			return err
+		}
+	}
+	never := apiv3.IPIPModeNever
+	if err := add(apiv3.KindIPPool, &apiv3.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "verify-pods"}, Spec: apiv3.IPPoolSpec{
+		CIDR: podPool.String(), IPIPMode: never, VXLANMode: apiv3.VXLANModeNever, BlockSize: 24, NodeSelector: "all()",
+	}}); err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	var errs []error
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	do := func(f func() error) {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, n := range st.nodes {
+		do(func() error {
+			_, err := s.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("node %s: %w", n.Name, err)
+			}
+			return nil
+		})
+	}
+	for _, u := range objs {
+		do(func() error {
+			res := strings.ToLower(u.GetKind()) + "s"
+			_, err := s.dyn.Resource(calico.CRD.WithResource(res)).Create(ctx, u, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
+			}
+			return nil
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// renderState writes st and renders every node's configuration into dir/n<i>.
+func (s *Scratch) renderState(ctx context.Context, st *calicoState, confd, dir string, logv func(string, ...any)) ([]string, error) {
+	etc, err := confdEtc()
+	if err != nil {
+		return nil, err
+	}
+	t := time.Now()
+	if err := s.write(ctx, st); err != nil {
+		return nil, err
+	}
+	logv("wrote %d nodes, %d BGPPeers, %d BGPConfigurations and an IP pool in %v", len(st.nodes), len(st.peers), len(st.configs), time.Since(t).Round(time.Millisecond))
+	names := make([]string, len(st.nodes))
+	for i, n := range st.nodes {
+		names[i] = n.Name
+	}
+	dirs, err := s.render(ctx, confd, etc, dir, names, logv)
+	if err != nil {
+		return nil, err
+	}
+	return dirs, dropEmptyKrtTunnel(dirs)
+}
+
+// render runs confd once per node (NODENAME) against the scratch API server and returns each
+// node's folder with its bird.cfg, bird_aggr.cfg and bird_ipam.cfg (and the IPv6 files).
+func (s *Scratch) render(ctx context.Context, confd, etc, dir string, names []string, log func(string, ...any)) ([]string, error) {
+	tomls, err := filepath.Glob(filepath.Join(etc, "conf.d", "*.toml"))
+	if err != nil || len(tomls) == 0 {
+		return nil, fmt.Errorf("no conf.d/*.toml in %s", etc)
+	}
+	dirs := make([]string, len(names))
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, name := range names {
+		dirs[i] = filepath.Join(dir, fmt.Sprintf("n%d", i))
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = s.renderNode(ctx, confd, etc, tomls, dirs[i], name)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	log("confd rendered %d nodes' BIRD configurations in %v", len(names), time.Since(start).Round(time.Millisecond))
+	return dirs, nil
+}
+
+func (s *Scratch) renderNode(ctx context.Context, confd, etc string, tomls []string, dir, name string) error {
+	if err := os.MkdirAll(filepath.Join(dir, "conf.d"), 0o755); err != nil {
+		return err
+	}
+	if err := os.Symlink(filepath.Join(etc, "templates"), filepath.Join(dir, "templates")); err != nil {
+		return err
+	}
+	for _, t := range tomls {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return err
+		}
+		// The one change to Calico's files: a template's output path (`dest`) is fixed in its
+		// conf.d/*.toml (/etc/calico/confd/config/...); each node gets its own copy of conf.d
+		// whose dest names a file in the node's own folder.
+		out, n := rewriteDest(string(b), dir)
+		if n != 1 {
+			return fmt.Errorf("%s: %d dest lines", t, n)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "conf.d", filepath.Base(t)), []byte(out), 0o644); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, confd, "-onetime", "-sync-only", "-confdir", dir)
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+		"NODENAME=" + name,
+		"DATASTORE_TYPE=kubernetes",
+		"KUBECONFIG=" + s.kubeconfig,
+		"USE_POD_CIDR=true",
+		"BGP_LOGSEVERITYSCREEN=warning",
+	}
+	out, err := cmd.CombinedOutput()
+	_ = os.WriteFile(filepath.Join(dir, "confd.log"), out, 0o644)
+	if err != nil {
+		return fmt.Errorf("confd for node %s: %v: %s", name, err, lastLines(string(out), 5))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bird.cfg")); err != nil {
+		return fmt.Errorf("confd for node %s wrote no bird.cfg: %s", name, lastLines(string(out), 5))
+	}
+	return nil
+}
+
+// rewriteDest points every `dest = "..."` line of a conf.d toml at a file of the same name in dir.
+func rewriteDest(toml, dir string) (string, int) {
+	lines := strings.Split(toml, "\n")
+	n := 0
+	for i, l := range lines {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || strings.TrimSpace(k) != "dest" {
+			continue
+		}
+		v = strings.Trim(strings.TrimSpace(v), `"`)
+		lines[i] = fmt.Sprintf("dest = %q", filepath.Join(dir, filepath.Base(v)))
+		n++
+	}
+	return strings.Join(lines, "\n"), n
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "; ")
+}
+
+// birdProtocol is one `protocol bgp` of a rendered bird.cfg.
+type birdProtocol struct {
+	name      string
+	neighbor  netip.Addr
+	as        uint32
+	rrClient  bool
+	clusterID string
+	passive   bool
+}
+
+// renderedConfig is what this package reads from a rendered bird.cfg.
+type renderedConfig struct {
+	routerID  string
+	template  string // the body of `template bgp bgp_template`
+	protocols []birdProtocol
+}
+
+// parseBIRDConfig reads the BGP protocols of a bird.cfg as confd renders it.
+func parseBIRDConfig(text string) (*renderedConfig, error) {
+	rc := &renderedConfig{}
+	lines := strings.Split(text, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if v, ok := strings.CutPrefix(l, "router id "); ok {
+			rc.routerID = strings.TrimSuffix(v, ";")
+			continue
+		}
+		if !strings.HasPrefix(l, "protocol bgp ") && !strings.HasPrefix(l, "template bgp ") {
+			continue
+		}
+		head := strings.Fields(l)
+		var body []string
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "}"; i++ {
+			body = append(body, strings.TrimSpace(lines[i]))
+		}
+		if head[0] == "template" {
+			rc.template = strings.Join(body, "\n")
+			continue
+		}
+		p := birdProtocol{name: head[2]}
+		for _, b := range body {
+			b, _, _ = strings.Cut(b, "#")
+			f := strings.Fields(strings.TrimSuffix(strings.TrimSpace(b), ";"))
+			switch {
+			case len(f) >= 2 && f[0] == "neighbor":
+				a, err := netip.ParseAddr(f[1])
+				if err != nil {
+					return nil, fmt.Errorf("protocol %s: neighbor %q: %v", p.name, f[1], err)
+				}
+				p.neighbor = a
+				if k := slices.Index(f, "as"); k >= 0 && k+1 < len(f) {
+					n, _ := strconv.ParseUint(f[k+1], 10, 32)
+					p.as = uint32(n)
+				}
+			case len(f) == 2 && f[0] == "rr" && f[1] == "client":
+				p.rrClient = true
+			case len(f) == 4 && f[0] == "rr" && f[1] == "cluster" && f[2] == "id":
+				p.clusterID = f[3]
+			case len(f) == 2 && f[0] == "passive" && f[1] == "on":
+				p.passive = true
+			}
+		}
+		if !p.neighbor.IsValid() {
+			return nil, fmt.Errorf("protocol %s has no neighbor", p.name)
+		}
+		rc.protocols = append(rc.protocols, p)
+	}
+	if rc.routerID == "" {
+		return nil, errors.New("no router id")
+	}
+	return rc, nil
+}
+
+// Options of bgp_template the graph model relies on.
+var templateNeeds = []string{"add paths on;", "graceful restart;"}
+
+// confdTopology reads every node's rendered configuration and returns the sessions confd
+// configured as a topology (a session establishes when both ends configure it), each node's
+// protocols, and every difference from the project's own derivation (st.model): a session one
+// has and the other has not, an `rr client` or `rr cluster id` the model does not expect, a
+// template without an option the model relies on.
+func confdTopology(st *calicoState, dirs []string) (*bgpmodel.Topology, [][]birdProtocol, []string, error) {
+	n := len(st.nodes)
+	byAddr := make(map[netip.Addr]int, n)
+	for i, a := range st.addrs {
+		byAddr[a.Addr()] = i
+	}
+	protos := make([][]birdProtocol, n)
+	configured := make([]map[int]birdProtocol, n)
+	var diffs []string
+	for i, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "bird.cfg"))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		rc, err := parseBIRDConfig(string(b))
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s/bird.cfg: %w", d, err)
+		}
+		name := st.nodes[i].Name
+		if rc.routerID != st.addrs[i].Addr().String() {
+			diffs = append(diffs, fmt.Sprintf("%s: router id %s, not its address %s", name, rc.routerID, st.addrs[i].Addr()))
+		}
+		for _, need := range templateNeeds {
+			if len(rc.protocols) > 0 && !strings.Contains(rc.template, need) {
+				diffs = append(diffs, fmt.Sprintf("%s: bgp_template has no %q", name, need))
+			}
+		}
+		protos[i] = rc.protocols
+		configured[i] = map[int]birdProtocol{}
+		for _, p := range rc.protocols {
+			j, ok := byAddr[p.neighbor]
+			if !ok {
+				diffs = append(diffs, fmt.Sprintf("%s: protocol %s peers with %s, not a node", name, p.name, p.neighbor))
+				continue
+			}
+			if _, dup := configured[i][j]; dup {
+				diffs = append(diffs, fmt.Sprintf("%s: two protocols toward %s", name, st.nodes[j].Name))
+			}
+			configured[i][j] = p
+		}
+	}
+	// The sessions confd configured, as BGPPeers the model's Build reads back exactly: node i
+	// peers with the nodes labelled with the indexes it configured, without reverse peering.
+	nodes := make([]bgpmodel.Node, n)
+	var peers []extender.BGPPeer
+	manual := apiv3.ReversePeeringManual
+	for i := range nodes {
+		m := st.model.Nodes[i]
+		nodes[i] = bgpmodel.Node{Name: m.Name, Zone: m.Zone, ClusterID: m.ClusterID, Labels: map[string]string{"verify.node": strconv.Itoa(i)}}
+		if len(configured[i]) == 0 {
+			continue
+		}
+		var idx []string
+		for j := range configured[i] {
+			idx = append(idx, "'"+strconv.Itoa(j)+"'")
+		}
+		sort.Strings(idx)
+		peers = append(peers, extender.BGPPeer{Name: fmt.Sprintf("confd-%d", i), Spec: apiv3.BGPPeerSpec{
+			Node: m.Name, PeerSelector: "verify.node in {" + strings.Join(idx, ",") + "}", ReversePeering: &manual,
+		}})
+	}
+	topo, err := bgpmodel.Build(nodes, peers, bgpmodel.Options{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	diffs = append(diffs, compareSessions(st, topo, configured)...)
+	return topo, protos, diffs, nil
+}
+
+// compareSessions lists where confd's sessions and options differ from the model's derivation.
+func compareSessions(st *calicoState, got *bgpmodel.Topology, configured []map[int]birdProtocol) []string {
+	m := st.model
+	name := func(i int) string { return m.Nodes[i].Name }
+	want := map[[2]int]bool{}
+	for _, s := range m.Sessions {
+		want[[2]int{int(s[0]), int(s[1])}] = true
+	}
+	if m.Mesh {
+		for a := range m.Nodes {
+			for b := a + 1; b < len(m.Nodes); b++ {
+				if !m.IsRR(a) && !m.IsRR(b) {
+					want[[2]int{a, b}] = true
+				}
+			}
+		}
+	}
+	have := map[[2]int]bool{}
+	for _, s := range got.Sessions {
+		have[[2]int{int(s[0]), int(s[1])}] = true
+	}
+	var diffs []string
+	for _, k := range sortedPairs(want) {
+		if !have[k] {
+			diffs = append(diffs, fmt.Sprintf("session %s-%s: the model has it, confd does not configure it at both ends", name(k[0]), name(k[1])))
+		}
+	}
+	for _, k := range sortedPairs(have) {
+		if !want[k] {
+			diffs = append(diffs, fmt.Sprintf("session %s-%s: confd configures it at both ends, the model has none", name(k[0]), name(k[1])))
+		}
+	}
+	if got.OneSided != m.OneSided {
+		diffs = append(diffs, fmt.Sprintf("one-sided peerings: confd %d, the model %d", got.OneSided, m.OneSided))
+	}
+	for a := range configured {
+		for _, b := range slices.Sorted(mapKeys(configured[a])) {
+			p := configured[a][b]
+			if !have[pair(a, b)] {
+				continue
+			}
+			if w := m.RRClient(a, b); p.rrClient != w {
+				diffs = append(diffs, fmt.Sprintf("%s toward %s: rr client %v, the model says %v", name(a), name(b), p.rrClient, w))
+			}
+			if p.rrClient && p.clusterID != m.Nodes[a].ClusterID {
+				diffs = append(diffs, fmt.Sprintf("%s toward %s: rr cluster id %q, the node's is %q", name(a), name(b), p.clusterID, m.Nodes[a].ClusterID))
+			}
+		}
+	}
+	return diffs
+}
+
+func pair(a, b int) [2]int {
+	if a > b {
+		a, b = b, a
+	}
+	return [2]int{a, b}
+}
+
+func sortedPairs(m map[[2]int]bool) [][2]int {
+	out := make([][2]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(x, y [2]int) int {
+		if x[0] != y[0] {
+			return x[0] - y[0]
+		}
+		return x[1] - y[1]
+	})
+	return out
+}
+
+func mapKeys[V any](m map[int]V) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// dropEmptyKrtTunnel makes bird_ipam.cfg readable by Debian's BIRD, the second (and last) change
+// to what confd renders. Calico's bird_ipam.cfg.template writes `krt_tunnel = "<interface>";` for
+// every pool that is not VXLAN in the filter calico_kernel_programming (routes BIRD exports to the
+// kernel) whenever the node's network is known, and krt_tunnel is an attribute of Calico's fork
+// of BIRD only. With the pool written here (IP-in-IP and VXLAN off) the value is "", no tunnel,
+// which is what BIRD does without the line; the line goes and nothing else changes. It touches
+// neither a BGP session nor what BGP exports. Any other krt_tunnel stops the run.
+func dropEmptyKrtTunnel(dirs []string) error {
+	for _, d := range dirs {
+		p := filepath.Join(d, "bird_ipam.cfg")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(string(b), "\n")
+		out := lines[:0]
+		for _, l := range lines {
+			t := strings.TrimSpace(l)
+			if strings.HasPrefix(t, `krt_tunnel = "";`) {
+				continue
+			}
+			if strings.Contains(t, "krt_tunnel") {
+				return fmt.Errorf("%s sets a tunnel (%s), which only Calico's fork of BIRD knows", p, t)
+			}
+			out = append(out, l)
+		}
+		if err := os.WriteFile(p, []byte(strings.Join(out, "\n")), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runCalico writes st to a scratch API server, renders every node's configuration with confd and
+// runs one BIRD per node, each in a network namespace of its own.
+func runCalico(ctx context.Context, st *calicoState, opts Options) (*Report, error) {
+	confd, err := FindConfd(opts.Confd)
+	if err != nil {
+		return nil, err
+	}
+	bird, err := FindBIRD(opts.BIRD)
+	if err != nil {
+		return nil, err
+	}
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		return nil, fmt.Errorf("%w: iproute2's ip not found (%v)", ErrNoNetns, err)
+	}
+	logv := func(format string, a ...any) { logf(opts, format, a...) }
+	scratch := opts.Scratch
+	if scratch == nil {
+		t := time.Now()
+		if scratch, err = StartScratch(ctx); err != nil {
+			return nil, err
+		}
+		defer scratch.Close()
+		logv("started a kube-apiserver with Calico's CRDs for confd in %v", time.Since(t).Round(time.Millisecond))
+	}
+	// Control socket paths must stay under 108 bytes: a short directory under /tmp.
+	dir, err := os.MkdirTemp("/tmp", "rrc")
+	if err != nil {
+		return nil, err
+	}
+	dirs, err := scratch.renderState(ctx, st, confd, dir, logv)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	topo, _, diffs, err := confdTopology(st, dirs)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	for _, d := range diffs {
+		logv("confd and the model differ: %s", d)
+	}
+	down, downNames, err := failureMask(topo, st.rrs, opts)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	addrs := make([]netip.Addr, len(st.addrs))
+	for i, a := range st.addrs {
+		addrs[i] = a.Addr()
+	}
+	nodes := speakerNodesAt(topo, addrs, st.blocks)
+	configs := make([]string, len(nodes))
+	for i := range nodes {
+		configs[i] = filepath.Join(dirs[i], "bird.cfg")
+	}
+	lab, err := newNetLab(ip, len(nodes))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	f := &birdFleet{nodes: nodes, opts: opts, bin: bird, dir: dir, lab: lab, configs: configs,
+		filter: " where net ~ " + podPool.String(), procs: make([]*exec.Cmd, len(nodes)), conns: make([]*birdConn, len(nodes))}
+	t := time.Now()
+	if err := lab.setup(st.addrs); err != nil {
+		f.close()
+		return nil, fmt.Errorf("%w: %v", ErrNoNetns, err)
+	}
+	logv("created %d network namespaces on one bridge in %v", len(nodes), time.Since(t).Round(time.Millisecond))
+	logv("starting %d BIRDs with confd's configurations: %d sessions", len(nodes), topo.SessionCount(nil))
+	rep, err := runFleet(ctx, f, fleetRun{policy: st.policy, topo: topo, model: st.model, nodes: nodes, down: down, downNames: downNames}, opts)
+	if err != nil {
+		return nil, err
+	}
+	rep.ConfigDifferences = diffs
+	return rep, nil
+}
+
+// VerifyCluster checks a live cluster's own state: it reads the cluster's Nodes, BGPPeers and
+// BGPConfigurations (read access only; nothing is written to the cluster), replays them into a
+// scratch kube-apiserver with node addresses and pod blocks of its own (see assign), has Calico's
+// confd render every node's BIRD configuration from there and runs one BIRD per node (Speaker
+// calico, the default), or runs the sessions the project derives from that state on GoBGP or
+// BIRD speakers. The failure drills of opts apply; --fail-rr N counts route reflectors by name.
+func VerifyCluster(ctx context.Context, cfg *rest.Config, opts Options) (*Report, error) {
+	if opts.Speaker == "" {
+		opts.Speaker = SpeakerCalico
+	}
+	st, err := liveState(ctx, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts, err = prepare(opts, len(st.nodes)); err != nil {
+		return nil, err
+	}
+	if opts.Speaker == SpeakerCalico {
+		return runCalico(ctx, st, opts)
+	}
+	return runSpeakers(ctx, st.policy, st.model, st.rrs, opts)
+}

@@ -1,0 +1,366 @@
+package bgpverify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/projectcalico/api/pkg/lib/numorstring"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+)
+
+// The scratch API server the calico tests share (tests of a package run one at a time).
+var shared struct {
+	once    sync.Once
+	scratch *Scratch
+	err     error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.scratch != nil {
+		shared.scratch.Close()
+	}
+	os.Exit(code)
+}
+
+// calicoScratch returns the shared scratch API server for the calico speaker. It skips the test
+// where network namespaces cannot be created (needNetns); a missing confd, bird or kube-apiserver
+// fails it, naming `make tools`.
+func calicoScratch(t *testing.T, needNetns bool) *Scratch {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("confd on a kube-apiserver and BIRD in network namespaces run without -short")
+	}
+	if needNetns {
+		if err := NetnsAvailable(); err != nil {
+			if errors.Is(err, ErrNoNetns) {
+				t.Skipf("the calico speaker needs network namespaces: %v", err)
+			}
+			t.Fatal(err)
+		}
+		if _, err := FindBIRD(""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := FindConfd(""); err != nil {
+		t.Fatal(err)
+	}
+	shared.once.Do(func() {
+		start := time.Now()
+		shared.scratch, shared.err = StartScratch(context.Background())
+		if shared.err == nil {
+			t.Logf("kube-apiserver with Calico's CRDs ready in %v", time.Since(start).Round(time.Millisecond))
+		}
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.scratch
+}
+
+func runCalicoPlan(t *testing.T, s *Scratch, in extender.Input, res *extender.Result, o Options) *Report {
+	t.Helper()
+	o.Speaker, o.Scratch = SpeakerCalico, s
+	if testing.Verbose() {
+		o.Log = testLog{t}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, in, res, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// calicoMatchesModel checks a phase against the graph model: every node misses the blocks the
+// model says and stores its routes within 10% of the model's count.
+func calicoMatchesModel(t *testing.T, name string, in extender.Input, res *extender.Result, rep *Report, ph *Phase) {
+	t.Helper()
+	sameRoutes(t, name, in, res, rep, ph)
+	for _, nr := range ph.Nodes {
+		if !nr.Down && math.Abs(float64(nr.Routes)-nr.ModelRoutes) > 0.1*nr.ModelRoutes {
+			t.Errorf("%s: %s stores %d routes, the model says %v", name, nr.Name, nr.Routes, nr.ModelRoutes)
+		}
+	}
+	if int64(ph.Summary.MissingPairs) != ph.Summary.ModelMissingPairs {
+		t.Errorf("%s: %d missing pairs, the model says %d", name, ph.Summary.MissingPairs, ph.Summary.ModelMissingPairs)
+	}
+}
+
+func noConfigDifferences(t *testing.T, name string, diffs []string) {
+	t.Helper()
+	for i, d := range diffs {
+		if i == 10 {
+			t.Errorf("%s: and %d more differences", name, len(diffs)-i)
+			break
+		}
+		t.Errorf("%s: confd and the model differ: %s", name, d)
+	}
+}
+
+// Every layout at 50 and 100 nodes: confd configures the sessions the model derives, and BIRD
+// running confd's configurations learns what the model says, route counts within 10%.
+func TestCalicoMatchesModel(t *testing.T) {
+	s := calicoScratch(t, true)
+	for _, layout := range bgpmodel.Layouts {
+		for _, n := range []int{50, 100} {
+			in, res := samplePlan(t, layout, n)
+			rep := runCalicoPlan(t, s, in, res, Options{})
+			name := fmt.Sprintf("calico %s/%d", layout, n)
+			noConfigDifferences(t, name, rep.ConfigDifferences)
+			calicoMatchesModel(t, name, in, res, rep, &Phase{Summary: rep.Summary, Nodes: rep.Nodes})
+			if rep.Summary.MissingPairs != 0 {
+				t.Errorf("%s: %d missing pairs", name, rep.Summary.MissingPairs)
+			}
+			t.Logf("%s: %d RRs, %d sessions, converged %v in %.1fs, busiest %d routes (model %.0f), %d missing",
+				name, len(res.RouteReflectors), rep.Summary.Sessions, rep.Summary.Converged, rep.Summary.ConvergedSeconds,
+				rep.Summary.MaxRoutesPerNode, rep.Summary.ModelMaxRoutesPerNode, rep.Summary.MissingPairs)
+		}
+	}
+}
+
+// projectcalico/calico#2735 on Calico's own configuration: one cluster ID shared by every route
+// reflector while clients peer with their own zone's only. BIRD misses the pairs the model says.
+func TestCalicoSharedClusterIDLosesRoutes(t *testing.T) {
+	s := calicoScratch(t, true)
+	in, res := samplePlan(t, "SingleCluster", 60)
+	for _, st := range res.Nodes {
+		if _, ok := st.Annotations[extender.AnnotationClusterID]; ok {
+			st.Annotations[extender.AnnotationClusterID] = "224.0.0.1"
+		}
+	}
+	rep := runCalicoPlan(t, s, in, res, Options{})
+	noConfigDifferences(t, "shared cluster ID", rep.ConfigDifferences)
+	calicoMatchesModel(t, "calico shared cluster ID", in, res, rep, &Phase{Summary: rep.Summary, Nodes: rep.Nodes})
+	// The shared measurements with BIRD: 1,734 of 3,540 node pairs.
+	if rep.Summary.MissingPairs != 1734 {
+		t.Errorf("%d missing pairs, BIRD measured 1,734 (model %d)", rep.Summary.MissingPairs, rep.Summary.ModelMissingPairs)
+	}
+	t.Logf("shared cluster ID: %+v", rep.Summary)
+}
+
+func TestCalicoFailureDrills(t *testing.T) {
+	s := calicoScratch(t, true)
+	in, res := samplePlan(t, "MultiCluster", 60)
+	rep := runCalicoPlan(t, s, in, res, Options{FailZone: "zone-a"})
+	if rep.AfterFailure == nil || rep.AfterFailure.Summary.Nodes != 40 {
+		t.Fatalf("after failure: %+v", rep.AfterFailure)
+	}
+	calicoMatchesModel(t, "calico without zone-a", in, res, rep, rep.AfterFailure)
+	if rep.MissingPairs() != 0 {
+		t.Errorf("missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
+	}
+	rep = runCalicoPlan(t, s, in, res, Options{FailRR: []string{"1"}})
+	if rep.AfterFailure == nil || len(rep.AfterFailure.Down) != 1 {
+		t.Fatalf("after losing a route reflector: %+v", rep.AfterFailure)
+	}
+	calicoMatchesModel(t, "calico without "+rep.AfterFailure.Down[0], in, res, rep, rep.AfterFailure)
+	if rep.MissingPairs() != 0 {
+		t.Errorf("missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
+	}
+}
+
+// VerifyCluster on a cluster's own state: a plan written to one API server (the "cluster") as the
+// product writes it, with the node-to-node mesh left at Calico's default (on), read back and
+// checked on a scratch API server of its own.
+func TestVerifyClusterReadsTheClusterState(t *testing.T) {
+	cluster := calicoScratch(t, true)
+	in, res := samplePlan(t, "MultiCluster", 30)
+	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{NodeToNodeMesh: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := planState(in, res, topo, Options{ASN: DefaultASN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.configs = nil // no BGPConfiguration: the mesh is on
+	if err := cluster.write(t.Context(), st); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{}
+	if testing.Verbose() {
+		o.Log = testLog{t}
+	}
+	rep, err := VerifyCluster(t.Context(), cluster.Config(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noConfigDifferences(t, "live", rep.ConfigDifferences)
+	if rep.Summary.Nodes != 30 || rep.MissingPairs() != 0 || !rep.Summary.Converged || rep.Summary.EstablishedSessions != rep.Summary.Sessions {
+		t.Errorf("live cluster: %+v", rep.Summary)
+	}
+	// The mesh: every two clients peer, plus each client's route reflectors, plus the RR mesh.
+	if want := topo.SessionCount(nil); rep.Summary.Sessions != want {
+		t.Errorf("%d sessions, the model with the mesh has %d", rep.Summary.Sessions, want)
+	}
+	t.Logf("live: %+v", rep.Summary)
+}
+
+// renderOnly writes a state to the scratch API server and has confd render it, without BIRD.
+func renderOnly(t *testing.T, s *Scratch, st *calicoState) []string {
+	t.Helper()
+	confd, err := FindConfd("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logv := func(f string, a ...any) {
+		if testing.Verbose() {
+			t.Logf(f, a...)
+		}
+	}
+	dirs, err := s.renderState(t.Context(), st, confd, t.TempDir(), logv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+func planStateFor(t *testing.T, in extender.Input, res *extender.Result, mesh bool) *calicoState {
+	t.Helper()
+	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{NodeToNodeMesh: mesh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := planState(in, res, topo, Options{ASN: DefaultASN, NodeToNodeMesh: mesh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// confd renders the sessions and options the model derives, with the node-to-node mesh on too
+// (clients mesh, route reflectors leave the mesh).
+func TestConfdSessionsMatchModelWithMesh(t *testing.T) {
+	s := calicoScratch(t, false)
+	for _, layout := range bgpmodel.Layouts {
+		in, res := samplePlan(t, layout, 40)
+		st := planStateFor(t, in, res, true)
+		_, _, diffs, err := confdTopology(st, renderOnly(t, s, st))
+		if err != nil {
+			t.Fatal(err)
+		}
+		noConfigDifferences(t, layout+" with the mesh", diffs)
+	}
+}
+
+func TestParseBIRDConfig(t *testing.T) {
+	rc, err := parseBIRDConfig(`router id 100.64.0.1;
+template bgp bgp_template {
+  add paths on;
+  graceful restart;  # comment
+}
+# For peer /bgp/v1/host/a/peer_v4/100.64.0.2
+protocol bgp Node_100_64_0_2 from bgp_template {
+  ttl security off;
+  multihop;
+  neighbor 100.64.0.2 as 64512;
+  source address 100.64.0.1;  # The local address we use for the TCP connection
+  import filter {
+    accept;
+  };
+  rr client;
+  rr cluster id 224.0.0.1;
+}
+protocol bgp Mesh_100_64_0_3 from bgp_template {
+  neighbor 100.64.0.3 port 1790 as 64513;
+  passive on; # Mesh is unidirectional, peer will connect to us.
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []birdProtocol{
+		{name: "Node_100_64_0_2", neighbor: mustAddr("100.64.0.2"), as: 64512, rrClient: true, clusterID: "224.0.0.1"},
+		{name: "Mesh_100_64_0_3", neighbor: mustAddr("100.64.0.3"), as: 64513, passive: true},
+	}
+	if rc.routerID != "100.64.0.1" || !slices.Equal(rc.protocols, want) || !strings.Contains(rc.template, "add paths on;") {
+		t.Errorf("parsed %+v", rc)
+	}
+}
+
+func TestRewriteDest(t *testing.T) {
+	out, n := rewriteDest("[template]\nsrc = \"bird.cfg.template\"\ndest = \"/etc/calico/confd/config/bird.cfg\"\nprefix = \"/calico/\"\n", "/tmp/x/n3")
+	if n != 1 || !strings.Contains(out, "dest = \"/tmp/x/n3/bird.cfg\"\n") || !strings.Contains(out, "src = \"bird.cfg.template\"") {
+		t.Errorf("%d: %s", n, out)
+	}
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// knownDifference passes when confd and the model agree, and skips with the case when they differ
+// exactly as reported (a bug of internal/bgpmodel, which this package does not edit): once the
+// model is fixed the test passes and the skip goes.
+func knownDifference(t *testing.T, diffs []string, want string, why string) {
+	t.Helper()
+	if len(diffs) == 0 {
+		t.Logf("confd and the model agree: the known difference (%s) is fixed", why)
+		return
+	}
+	for _, d := range diffs {
+		if !strings.Contains(d, want) {
+			t.Fatalf("confd and the model differ beyond the known case: %v", diffs)
+		}
+	}
+	t.Skipf("KNOWN DIFFERENCE between confd and internal/bgpmodel (%s): %s", why, strings.Join(diffs, "; "))
+}
+
+// A BGPPeer with a peerIP that is a node's address (node-00010 peers with node-00011 by IP) is a
+// session between two nodes in Calico: confd configures it on the local node and, with automatic
+// reverse peering, on the node that owns the address. bgpmodel.Build ignores every BGPPeer with a
+// peerIP.
+func TestConfdModelPeerIPOfANode(t *testing.T) {
+	s := calicoScratch(t, false)
+	in, res := samplePlan(t, "MultiCluster", 12)
+	res.BGPPeers = append(slices.Clone(res.BGPPeers), extender.BGPPeer{Name: "by-ip", Spec: apiv3.BGPPeerSpec{
+		Node: "node-00010", PeerIP: "0.0.0.0", ASNumber: numorstring.ASNumber(DefaultASN)}})
+	st := planStateFor(t, in, res, false)
+	st.peers[len(st.peers)-1].Spec.PeerIP = st.addrs[st.model.Index("node-00011")].Addr().String()
+	_, _, diffs, err := confdTopology(st, renderOnly(t, s, st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	knownDifference(t, diffs, "session node-00010-node-00011: confd configures it at both ends, the model has none",
+		"bgpmodel.Build ignores BGPPeers with a peerIP, also when the IP is a node's")
+}
+
+// Calico accepts a strictly masked IPv4 network as a cluster ID (validator.ValidateIPv4Network:
+// "224.0.0.9/32", even "224.0.0.0/8"), so the node is a route reflector to confd, which writes
+// the value into `rr cluster id`; bgpmodel.ParseClusterID accepts only an address and treats the
+// node as a plain one.
+func TestConfdModelClusterIDInCIDRForm(t *testing.T) {
+	s := calicoScratch(t, false)
+	in, res := samplePlan(t, "MultiCluster", 12)
+	rr := res.RouteReflectors[0].Node
+	for _, n := range res.Nodes {
+		if n.Name == rr {
+			n.Annotations[extender.AnnotationClusterID] = "224.0.0.9/32"
+		}
+	}
+	st := planStateFor(t, in, res, false)
+	dirs := renderOnly(t, s, st)
+	_, _, diffs, err := confdTopology(st, dirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bird, err := FindBIRD(""); err == nil {
+		out, err := exec.Command(bird, "-p", "-c", filepath.Join(dirs[st.model.Index(rr)], "bird.cfg")).CombinedOutput()
+		t.Logf("bird -p on %s's configuration: %v %s", rr, err, strings.TrimSpace(string(out)))
+	}
+	knownDifference(t, diffs, rr+" toward ", "bgpmodel.ParseClusterID rejects the CIDR form Calico accepts")
+}
