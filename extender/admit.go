@@ -642,8 +642,11 @@ func (s *AdmitState) chooseZoneRack(a *Admission) {
 		return
 	}
 	slices.Sort(idx)
-	j := emptiestRack(idx, func(j int) int { return s.racks[ZoneRackName(a.Zone, j)].members })
-	rack := ZoneRackName(a.Zone, j)
+	fill := make([]int, len(idx))
+	for k, j := range idx {
+		fill[k] = s.racks[ZoneRackName(a.Zone, j)].members
+	}
+	rack := ZoneRackName(a.Zone, idx[emptiestRack(fill)])
 	set := s.racks[rack].set
 	if !s.validSet(set) {
 		return

@@ -11,7 +11,7 @@ import (
 // BenchmarkPlan plans fresh clusters of 1,000, 5,000 and 65,000 nodes in three zones in each
 // topology. Goal: 5,000 nodes under 10 ms and 65,000 under 200 ms on one core (make bench).
 func BenchmarkPlan(b *testing.B) {
-	for _, top := range []*v1alpha1.Topology{nil, perRR, single, hier} {
+	for _, top := range []*v1alpha1.Topology{dual, nil, perRR, single, hier} {
 		name := "MultiCluster-Grouped"
 		if top != nil {
 			name = string(top.Type) + map[v1alpha1.ClusterIDMode]string{"": "", v1alpha1.PerRouteReflector: "-PerRouteReflector"}[top.ClusterIDs]
@@ -36,19 +36,25 @@ func BenchmarkPlan(b *testing.B) {
 }
 
 // BenchmarkReplan plans a cluster whose nodes already carry the previous plan (the reconciler's
-// steady state).
+// steady state), in the default layout (DualPlane) and in MultiCluster.
 func BenchmarkReplan(b *testing.B) {
-	for _, n := range []int{5000, 65000} {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			p := resolve(b, v1alpha1.RouteReflectorPolicySpec{})
-			nodes := cluster(n, 3)
-			in := Input{Policy: p, Nodes: nodes, Now: t0.Add(24 * time.Hour)}
-			apply(p, nodes, Plan(in))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				Plan(in)
-			}
-		})
+	for _, top := range []*v1alpha1.Topology{dual, nil} {
+		name := "MultiCluster"
+		if top != nil {
+			name = string(top.Type)
+		}
+		for _, n := range []int{5000, 65000} {
+			b.Run(fmt.Sprintf("%s/nodes=%d", name, n), func(b *testing.B) {
+				p := resolve(b, v1alpha1.RouteReflectorPolicySpec{Topology: top})
+				nodes := cluster(n, 3)
+				in := Input{Policy: p, Nodes: nodes, Now: t0.Add(24 * time.Hour)}
+				apply(p, nodes, Plan(in))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					Plan(in)
+				}
+			})
+		}
 	}
 }

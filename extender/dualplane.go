@@ -316,38 +316,48 @@ func (pl *planner) assignZoneRacks() []string {
 	for _, z := range pl.zones {
 		idx := byZone[z]
 		count := map[int]int{}
-		for _, i := range idx {
+		cur := make([]int, len(idx)) // each node's current rack index, 0 when none
+		for k, i := range idx {
 			if j, ok := zoneRackIndex(z, pl.nodes[i].Rack); ok {
 				count[j]++
+				cur[k] = j
 			}
 		}
 		k := ZoneRacks(len(idx), len(count), size)
 		// The racks that stay: the fullest current ones (then the lowest index); new ones take the
 		// lowest free index.
-		cur := sortedKeys(count)
-		slices.SortStableFunc(cur, func(a, b int) int { return cmp.Compare(count[b], count[a]) })
+		have := sortedKeys(count)
+		slices.SortStableFunc(have, func(a, b int) int { return cmp.Compare(count[b], count[a]) })
 		keep := map[int]bool{}
-		for _, j := range cur[:min(k, len(cur))] {
+		for _, j := range have[:min(k, len(have))] {
 			keep[j] = true
 		}
 		for j := 1; len(keep) < k; j++ {
 			keep[j] = true
 		}
 		names := sortedKeys(keep)
-		fill := make(map[int]int, k)
+		pos := make(map[int]int, k)
+		for p, j := range names {
+			pos[j] = p
+		}
+		fill := make([]int, len(names))
+		rackName := make([]string, len(names))
+		for p, j := range names {
+			rackName[p] = ZoneRackName(z, j)
+		}
 		var rest []int
-		for _, i := range idx {
-			if j, ok := zoneRackIndex(z, pl.nodes[i].Rack); ok && keep[j] && fill[j] < size {
-				fill[j]++
-				pl.dec[i].rack = ZoneRackName(z, j)
+		for k, i := range idx {
+			if j := cur[k]; j > 0 && keep[j] && fill[pos[j]] < size {
+				fill[pos[j]]++
+				pl.dec[i].rack = rackName[pos[j]]
 				continue
 			}
 			rest = append(rest, i)
 		}
 		for _, i := range rest {
-			best := emptiestRack(names, func(j int) int { return fill[j] })
+			best := emptiestRack(fill)
 			fill[best]++
-			pl.dec[i].rack = ZoneRackName(z, best)
+			pl.dec[i].rack = rackName[best]
 		}
 		for _, j := range names {
 			racks = append(racks, ZoneRackName(z, j))
@@ -357,13 +367,13 @@ func (pl *planner) assignZoneRacks() []string {
 	return racks
 }
 
-// emptiestRack returns the rack index (of idx, ascending) with the fewest nodes, the lowest on a
-// tie: where the planner and the admission path put a node that has no rack.
-func emptiestRack(idx []int, fill func(int) int) int {
-	best := idx[0]
-	for _, j := range idx[1:] {
-		if fill(j) < fill(best) {
-			best = j
+// emptiestRack returns the position of the rack with the fewest nodes (fill, in rack index
+// order), the first on a tie: where the planner and the admission path put a node that has no rack.
+func emptiestRack(fill []int) int {
+	best := 0
+	for k := 1; k < len(fill); k++ {
+		if fill[k] < fill[best] {
+			best = k
 		}
 	}
 	return best

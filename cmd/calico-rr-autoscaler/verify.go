@@ -31,7 +31,7 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	failZone := fs.String("fail-zone", "", "after convergence, stop every speaker of this zone and check the survivors again")
 	failRR := fs.String("fail-rr", "", "after convergence, stop these route reflectors (comma-separated node names, or N for the plan's first N) and check the survivors again")
 	maxNodes := fs.Int("max-nodes", 0, fmt.Sprintf("refuse plans with more nodes (default %d for gobgp, %d for bird and calico)", bgpverify.DefaultMaxNodes[bgpverify.SpeakerGoBGP], bgpverify.DefaultMaxNodes[bgpverify.SpeakerBIRD]))
-	timeout := fs.Duration("timeout", 0, "bound on each convergence wait (default 60s + 0.3s per node; 2m + 0.6s per node for calico)")
+	timeout := fs.Duration("timeout", 0, "bound on each convergence wait (default 60s + 0.3s per node for gobgp, 2m + 0.6s per node for bird and calico)")
 	mesh := fs.Bool("node-to-node-mesh", false, "Calico's node-to-node mesh is on: nodes without a cluster ID also peer with each other")
 	bird := fs.String("bird", "", "the bird binary (default: $BIRD, else bird from PATH)")
 	confd := fs.String("confd", "", "Calico's confd binary for --speaker calico (default: $CONFD, else the one `make tools` builds)")

@@ -70,9 +70,10 @@ func (f *birdFleet) socket(i int) string { return filepath.Join(f.dir, fmt.Sprin
 // Config is BIRD's configuration for node nd, written as Calico's bird.cfg.template writes it for
 // a node with node-specific BGP peers (the Node_ protocols): the template's BGP settings, `rr
 // client` and `rr cluster id` toward peers with no or another cluster ID when the node is a route
-// reflector, `passive on` toward peers with a higher address, and an export filter that passes the
-// pod blocks (Calico's calico_export_to_bgp_peers passes its IP pools). Calico's kernel and direct
-// protocols are left out: nothing is programmed into the kernel and no interface route is counted.
+// reflector, `passive on` toward mesh peers with a higher address, and an export filter that
+// passes the pod blocks (Calico's calico_export_to_bgp_peers passes its IP pools). Calico's kernel
+// and direct protocols are left out: nothing is programmed into the kernel and no interface route
+// is counted. TestBIRDConfigMatchesConfd holds it to what Calico's confd renders.
 func birdConfig(nd speakerNode, asn uint32, port int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Node %s\nrouter id %s;\nlisten bgp address %s port %d;\n\n", nd.name, nd.addr, nd.addr, port)
@@ -86,7 +87,7 @@ func birdConfig(nd speakerNode, asn uint32, port int) string {
   add paths on;
   graceful restart;
   connect delay time 2;
-  connect retry time 3;
+  connect retry time 5;
   error wait time 5,30;
 }
 `, asn)
@@ -104,7 +105,7 @@ func birdConfig(nd speakerNode, asn uint32, port int) string {
 		fmt.Fprintf(&b, "  neighbor %s %sas %d;\n  source address %s;  # The local address we use for the TCP connection\n", p.addr, portPart, asn, nd.addr)
 		b.WriteString("  import filter {\n    accept;\n  };\n  export filter {\n    calico_export_to_bgp_peers();\n    reject;\n  };\n")
 		if p.passive {
-			b.WriteString("  passive on; # Peering is unidirectional, peer will connect to us.\n")
+			b.WriteString("  passive on; # Mesh is unidirectional, peer will connect to us.\n")
 		}
 		if p.rrClient {
 			fmt.Fprintf(&b, "  rr client;\n  rr cluster id %s;\n", nd.clusterID)

@@ -259,6 +259,76 @@ func TestConfdSessionsMatchModelWithMesh(t *testing.T) {
 	}
 }
 
+// The bird backend writes BIRD's configuration itself (birdConfig); for the same plan its
+// sessions and their options must be those confd renders: the same peers, `rr client` and `rr
+// cluster id` where confd writes them, `passive on` only where confd writes it (node-specific
+// peers have none in Calico's template; mesh peers toward a higher address), and the same
+// bgp_template statements.
+func TestBIRDConfigMatchesConfd(t *testing.T) {
+	s := calicoScratch(t, false)
+	for _, c := range []struct {
+		layout string
+		mesh   bool
+	}{{"MultiCluster", false}, {"SingleCluster", true}, {"Hierarchical", false}} {
+		in, res := samplePlan(t, c.layout, 24)
+		st := planStateFor(t, in, res, c.mesh)
+		dirs := renderOnly(t, s, st)
+		addrs := make([]netip.Addr, len(st.addrs))
+		for i, a := range st.addrs {
+			addrs[i] = a.Addr()
+		}
+		nodes := speakerNodesAt(st.model, addrs, st.blocks)
+		for i, nd := range nodes {
+			mine, err := parseBIRDConfig(birdConfig(nd, DefaultASN, 179))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(dirs[i], "bird.cfg"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			theirs, err := parseBIRDConfig(string(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := fmt.Sprintf("%s mesh=%v %s", c.layout, c.mesh, nd.name)
+			if got, want := statements(mine.template), statements(theirs.template); !slices.Equal(got, want) {
+				t.Errorf("%s: bgp_template %q, confd %q", name, got, want)
+			}
+			key := func(p birdProtocol) string {
+				return fmt.Sprintf("%s rr=%v id=%s passive=%v as=%d", p.neighbor, p.rrClient, p.clusterID, p.passive, p.as)
+			}
+			var got, want []string
+			for _, p := range mine.protocols {
+				got = append(got, key(p))
+			}
+			for _, p := range theirs.protocols {
+				want = append(want, key(p))
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: bird backend %v, confd %v", name, got, want)
+			}
+		}
+	}
+}
+
+// statements are a block's statements without comments and debug settings, sorted.
+func statements(body string) []string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		l, _, _ = strings.Cut(l, "#")
+		l = strings.Join(strings.Fields(l), " ")
+		if l == "" || strings.HasPrefix(l, "debug ") {
+			continue
+		}
+		out = append(out, l)
+	}
+	slices.Sort(out)
+	return out
+}
+
 func TestParseBIRDConfig(t *testing.T) {
 	rc, err := parseBIRDConfig(`router id 100.64.0.1;
 template bgp bgp_template {

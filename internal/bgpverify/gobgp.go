@@ -48,7 +48,7 @@ func (f *gobgpFleet) start(ctx context.Context) error {
 			peer := &api.Peer{
 				Conf:      &api.PeerConf{NeighborAddress: p.addr.String(), PeerAsn: f.opts.ASN},
 				Transport: &api.Transport{LocalAddress: nd.addr.String(), PassiveMode: p.passive, RemotePort: uint32(f.opts.Port)},
-				Timers:    &api.Timers{Config: &api.TimersConfig{ConnectRetry: 3, HoldTime: 90, KeepaliveInterval: 30}},
+				Timers:    &api.Timers{Config: &api.TimersConfig{ConnectRetry: 5, HoldTime: 90, KeepaliveInterval: 30}},
 				AfiSafis: []*api.AfiSafi{{
 					Config:   &api.AfiSafiConfig{Family: ipv4Unicast, Enabled: true},
 					AddPaths: &api.AddPaths{Config: &api.AddPathsConfig{Receive: true, SendMax: 255}},

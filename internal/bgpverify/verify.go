@@ -44,7 +44,8 @@ type Options struct {
 	ASN     uint32 // default 64512
 	// MaxNodes refuses larger plans (default per backend: DefaultMaxNodes).
 	MaxNodes int
-	// Timeout bounds each convergence wait [60s + 0.3s per node; calico: 2m + 0.6s per node].
+	// Timeout bounds each convergence wait [gobgp: 60s + 0.3s per node; bird, calico: 2m + 0.6s
+	// per node].
 	Timeout time.Duration
 	// Stable is how long the route counts must stay unchanged to call it converged [2s; 3s for bird].
 	Stable time.Duration
@@ -156,7 +157,7 @@ type speakerPeer struct {
 	idx      int
 	addr     netip.Addr
 	rrClient bool // the local node treats the peer as its route reflector client
-	passive  bool // Calico: the side with the lower address waits for the other to connect
+	passive  bool // Calico's mesh: the side with the lower address waits for the other to connect
 }
 
 // nodeState is what a speaker reports.
@@ -248,7 +249,7 @@ func prepare(opts Options, n int) (Options, error) {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 60*time.Second + time.Duration(n)*300*time.Millisecond
-		if opts.Speaker == SpeakerCalico {
+		if opts.Speaker != SpeakerGoBGP {
 			// Calico's node-specific peers have no passive side: both ends connect, and a
 			// connection collision costs a retry (connect retry time 5, error wait time 5,30).
 			opts.Timeout = 2*time.Minute + time.Duration(n)*600*time.Millisecond
@@ -416,9 +417,10 @@ func speakerNodes(topo *bgpmodel.Topology, opts Options) []speakerNode {
 	return speakerNodesAt(topo, addrs, blocks)
 }
 
-// speakerNodesAt are the nodes of topo with the given addresses and blocks, and their peers:
-// `rr client` toward a peer with no or another cluster ID, passive toward a peer with a higher
-// address.
+// speakerNodesAt are the nodes of topo with the given addresses and blocks, and their peers as
+// Calico configures them: `rr client` toward a peer with no or another cluster ID, and passive
+// toward a mesh peer with a higher address (bird.cfg.template's Mesh_ protocols; its Node_
+// protocols, the BGPPeers' sessions, have no passive side).
 func speakerNodesAt(topo *bgpmodel.Topology, addrs []netip.Addr, blocks []netip.Prefix) []speakerNode {
 	nodes := make([]speakerNode, len(topo.Nodes))
 	for i, nd := range topo.Nodes {
@@ -426,7 +428,7 @@ func speakerNodesAt(topo *bgpmodel.Topology, addrs []netip.Addr, blocks []netip.
 	}
 	add := func(a, b int, mesh bool) {
 		pa, pb := nodes[a].addr, nodes[b].addr
-		nodes[a].peers = append(nodes[a].peers, speakerPeer{idx: b, addr: pb, rrClient: topo.RRClient(a, b), passive: pb.String() > pa.String()})
+		nodes[a].peers = append(nodes[a].peers, speakerPeer{idx: b, addr: pb, rrClient: topo.RRClient(a, b), passive: mesh && pb.String() > pa.String()})
 	}
 	seen := map[[2]int]bool{}
 	for _, s := range topo.Sessions {

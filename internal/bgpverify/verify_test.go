@@ -195,7 +195,7 @@ func sharedClusterIDRun(t *testing.T, speaker string) planReport {
 			st.Annotations[extender.AnnotationClusterID] = "224.0.0.1"
 		}
 	}
-	rep := run(t, speaker, in, res, Options{Timeout: 20 * time.Second})
+	rep := run(t, speaker, in, res, Options{Timeout: time.Minute})
 	t.Logf("%s, shared cluster ID: %+v", speaker, rep.Summary)
 	return planReport{rep, in, res}
 }
