@@ -15,14 +15,17 @@ const (
 	NodeDeletingName       = "NodeDeleting"
 	TaintTolerationName    = "TaintToleration"
 	NotForbiddenName       = "NotForbidden"
+	NodeConditionsName     = "NodeConditions"
 	ReasonNotReady         = "node is not Ready"
 	ReasonUnschedulable    = "node is cordoned (spec.unschedulable)"
 	ReasonDeleting         = "node is being deleted"
 	ReasonForbidden        = "node matches the policy's forbiddenNodeSelector"
 	reasonUntoleratedTaint = "node has taint %s=%s:%s that the route reflector does not tolerate"
+	reasonCondition        = "node condition %s is True"
 )
 
-// NodeReady passes Ready nodes.
+// NodeReady passes Ready nodes, and a route reflector NotReady for less than the policy's
+// notReadyGracePeriod (it keeps its role through a kubelet blip).
 type NodeReady struct{}
 
 var _ FilterPlugin = &NodeReady{}
@@ -34,9 +37,30 @@ func NewNodeReady() *NodeReady { return &NodeReady{} }
 func (*NodeReady) Name() string { return NodeReadyName }
 
 // Filter implements FilterPlugin.
-func (*NodeReady) Filter(_ *policy.Resolved, n *NodeInfo) string {
-	if !n.Ready {
+func (*NodeReady) Filter(p *policy.Resolved, n *NodeInfo) string {
+	if !n.Ready && !n.WithinNotReadyGrace(p) {
 		return ReasonNotReady
+	}
+	return ""
+}
+
+// NodeConditions rejects a node that is not a route reflector yet while it reports memory, disk or
+// PID pressure or an unavailable network; a route reflector keeps its role (a replacement would
+// reset its clients' sessions, and the condition often clears by itself).
+type NodeConditions struct{}
+
+var _ FilterPlugin = &NodeConditions{}
+
+// NewNodeConditions returns the NodeConditions filter.
+func NewNodeConditions() *NodeConditions { return &NodeConditions{} }
+
+// Name implements FilterPlugin.
+func (*NodeConditions) Name() string { return NodeConditionsName }
+
+// Filter implements FilterPlugin.
+func (*NodeConditions) Filter(_ *policy.Resolved, n *NodeInfo) string {
+	if n.Condition != "" && !(n.CurrentRR && !n.Draining()) {
+		return fmt.Sprintf(reasonCondition, n.Condition)
 	}
 	return ""
 }

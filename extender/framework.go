@@ -19,7 +19,7 @@ type ScorePlugin interface {
 
 // DefaultFilters are the filters in the order they run.
 func DefaultFilters() []FilterPlugin {
-	return []FilterPlugin{NewNodeReady(), NewNodeUnschedulable(), NewNodeDeleting(), NewTaintToleration(), NewNotForbidden()}
+	return []FilterPlugin{NewNodeReady(), NewNodeUnschedulable(), NewNodeDeleting(), NewTaintToleration(), NewNotForbidden(), NewNodeConditions()}
 }
 
 // DefaultScores are the score plugins in order of precedence.

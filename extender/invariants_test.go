@@ -31,6 +31,7 @@ func checkInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []stri
 		ids[rr.ClusterID]++
 		n := byName[rr.Node]
 		ni := NewNodeInfo(n, p)
+		ni.Now = r.now
 		RunFilters(DefaultFilters(), p, ni)
 		if !ni.Eligible {
 			fail("route reflector %s is not eligible: %s", rr.Node, ni.Reason)

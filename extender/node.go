@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,13 @@ type NodeInfo struct {
 	Ready         bool
 	Unschedulable bool
 	Deleting      bool
+	// NotReadySince is when the Ready condition last left True (zero while Ready, or unknown).
+	NotReadySince time.Time
+	// Condition is the first pressure or network condition that is True (MemoryPressure,
+	// DiskPressure, PIDPressure, NetworkUnavailable), "" when none.
+	Condition corev1.NodeConditionType
+	// Now is the time of the decision, for the NotReady grace period (zero: no grace).
+	Now time.Time
 
 	// Current state, read back from the node.
 	CurrentRR     bool   // carries the route reflector label or a cluster ID
@@ -49,6 +57,8 @@ func NewNodeInfo(n *corev1.Node, p *policy.Resolved) *NodeInfo {
 		Zone:          n.Labels[p.ZoneLabel],
 		Created:       n.CreationTimestamp.Unix(),
 		Ready:         IsReady(n),
+		NotReadySince: notReadySince(n),
+		Condition:     PressureCondition(n),
 		Unschedulable: n.Spec.Unschedulable,
 		Deleting:      n.DeletionTimestamp != nil,
 	}
@@ -78,6 +88,54 @@ func (n *NodeInfo) Healthy() bool { return n.Ready && !n.Deleting }
 
 // Draining reports whether the node is a route reflector being handed over.
 func (n *NodeInfo) Draining() bool { return !n.DrainingSince.IsZero() }
+
+// WithinNotReadyGrace reports whether n is a route reflector that has been NotReady for less than
+// the policy's grace period at n.Now: it keeps its role.
+func (n *NodeInfo) WithinNotReadyGrace(p *policy.Resolved) bool {
+	return !n.Ready && n.CurrentRR && !n.Draining() && !n.Now.IsZero() && !n.NotReadySince.IsZero() &&
+		n.Now.Before(n.NotReadySince.Add(p.NotReadyGrace))
+}
+
+func notReadySince(n *corev1.Node) time.Time {
+	for i := range n.Status.Conditions {
+		if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// badConditions are the node conditions under which a node is not made a route reflector.
+var badConditions = []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure, corev1.NodeNetworkUnavailable}
+
+// PressureCondition returns the first of MemoryPressure, DiskPressure, PIDPressure and
+// NetworkUnavailable that is True on n, "" when none is.
+func PressureCondition(n *corev1.Node) corev1.NodeConditionType {
+	for i := range n.Status.Conditions {
+		c := &n.Status.Conditions[i]
+		if c.Status == corev1.ConditionTrue && slices.Contains(badConditions, c.Type) {
+			return c.Type
+		}
+	}
+	return ""
+}
+
+// SlimConditions returns the conditions the planner reads, and only the fields it reads: Ready
+// (status and lastTransitionTime, for the NotReady grace period) and the pressure conditions that
+// are True (type and status). Heartbeat times and messages go, so a kubelet heartbeat changes none
+// of them. The webhooks' decoder and the cache's transform share it.
+func SlimConditions(conds []corev1.NodeCondition) []corev1.NodeCondition {
+	var out []corev1.NodeCondition
+	for _, c := range conds {
+		switch {
+		case c.Type == corev1.NodeReady:
+			out = append(out, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
+		case c.Status == corev1.ConditionTrue && slices.Contains(badConditions, c.Type):
+			out = append(out, corev1.NodeCondition{Type: c.Type, Status: c.Status})
+		}
+	}
+	return out
+}
 
 // IsReady reports whether a node's Ready condition is True.
 func IsReady(n *corev1.Node) bool {

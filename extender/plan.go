@@ -108,6 +108,7 @@ func newPlanner(in Input) *planner {
 			continue
 		}
 		ni := NewNodeInfo(n, p)
+		ni.Now = in.Now
 		RunFilters(in.Filters, p, ni)
 		pl.byName[n.Name] = ni
 		pl.nodes = append(pl.nodes, ni)

@@ -28,9 +28,14 @@ type Result struct {
 	Conditions      []Condition      `json:"conditions"`
 	// Recommendations is the stabilization history to pass to the next plan.
 	Recommendations []Recommendation `json:"-"`
+	// RecheckAt is when a decision of this plan changes by the clock alone (a route reflector's
+	// NotReady grace period ends); zero when none does.
+	RecheckAt time.Time `json:"-"`
 
 	// facts[i] is what the planner read of node Nodes[i], for NewAdmitState.
 	facts []nodeFacts
+	now   time.Time // the input's Now
+
 }
 
 // nodeFacts is what the admission state needs of a node besides its planned state.
@@ -119,7 +124,14 @@ type Condition struct {
 
 func (pl *planner) result() *Result {
 	p := pl.p
-	res := &Result{Policy: p.Name, Recommendations: pl.recs}
+	res := &Result{Policy: p.Name, Recommendations: pl.recs, now: pl.in.Now}
+	for _, n := range pl.nodes {
+		if n.WithinNotReadyGrace(p) {
+			if end := n.NotReadySince.Add(p.NotReadyGrace); res.RecheckAt.IsZero() || end.Before(res.RecheckAt) {
+				res.RecheckAt = end
+			}
+		}
+	}
 	s := &res.Summary
 	s.Nodes, s.HealthyNodes, s.EligibleNodes = len(pl.nodes), pl.healthy, len(pl.ranked)
 	s.DesiredRouteReflectors = pl.desired

@@ -29,6 +29,7 @@ const (
 	DefaultRouteReflectorLabelKey = "calico-route-reflector"
 	DefaultZoneLabel              = corev1.LabelTopologyZone
 	DefaultRemovalDelay           = 5 * time.Minute
+	DefaultNotReadyGracePeriod    = 2 * time.Minute
 	DefaultStabilizationWindow    = 300 * time.Second
 	DefaultHandover               = v1alpha1.HandoverDelay
 )

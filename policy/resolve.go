@@ -58,6 +58,7 @@ type Resolved struct {
 	Tolerations              []corev1.Toleration
 
 	RemovalDelay        time.Duration
+	NotReadyGrace       time.Duration
 	Handover            v1alpha1.HandoverMode
 	ScaleDownWindow     time.Duration
 	MigrateFromNodeMesh bool
@@ -86,6 +87,7 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 		ZoneLabel:       or(s.ZoneLabel, DefaultZoneLabel),
 		Tolerations:     s.Tolerations,
 		RemovalDelay:    DefaultRemovalDelay,
+		NotReadyGrace:   DefaultNotReadyGracePeriod,
 		Handover:        DefaultHandover,
 		ScaleDownWindow: DefaultStabilizationWindow,
 
@@ -132,6 +134,9 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 	}
 	if s.RemovalDelay != nil {
 		r.RemovalDelay = s.RemovalDelay.Duration
+	}
+	if s.NotReadyGracePeriod != nil {
+		r.NotReadyGrace = s.NotReadyGracePeriod.Duration
 	}
 	r.Handover = v1alpha1.HandoverMode(or(string(s.Handover), string(r.Handover)))
 	if b := s.Behavior; b != nil && b.ScaleDown != nil && b.ScaleDown.StabilizationWindowSeconds != nil {

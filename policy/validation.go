@@ -67,6 +67,9 @@ func Validate(p *v1alpha1.RouteReflectorPolicy) field.ErrorList {
 			errs = append(errs, validateLabelKey(t.Key, p.Child("key"))...)
 		}
 	}
+	if s.NotReadyGracePeriod != nil && s.NotReadyGracePeriod.Duration < 0 {
+		errs = append(errs, field.Invalid(spec.Child("notReadyGracePeriod"), s.NotReadyGracePeriod.Duration.String(), "must not be negative"))
+	}
 	if s.RemovalDelay != nil && s.RemovalDelay.Duration < 0 {
 		errs = append(errs, field.Invalid(spec.Child("removalDelay"), s.RemovalDelay.Duration.String(), "must not be negative"))
 	}
@@ -195,6 +198,12 @@ func Warnings(p *v1alpha1.RouteReflectorPolicy) []string {
 		if r.ClusterIDMode == v1alpha1.Grouped && r.Redundancy > r.Groups {
 			w = append(w, fmt.Sprintf("spec.topology.redundancy: %d is more than clusterIDGroups (%d); a client's extra route reflectors share a cluster ID with another of its route reflectors", r.Redundancy, r.Groups))
 		}
+	}
+	if sel := p.Spec.ForbiddenNodeSelector; sel != nil && len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
+		w = append(w, "spec.forbiddenNodeSelector: {} selects every node, so no node may be a route reflector; leave it out to forbid none")
+	}
+	if sel := p.Spec.PreferredNodeSelector; sel != nil && len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
+		w = append(w, "spec.preferredNodeSelector: {} selects every node, so it prefers none over another; leave it out")
 	}
 	if r.RemovalDelay < 30*time.Second {
 		w = append(w, fmt.Sprintf("spec.removalDelay: %s may remove an old route reflector before its clients have established sessions with the new one", r.RemovalDelay))

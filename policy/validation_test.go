@@ -159,6 +159,8 @@ func TestWarnings(t *testing.T) {
 		{"per RR within four", v1alpha1.RouteReflectorPolicySpec{MaxRouteReflectors: i32(4), Topology: &v1alpha1.Topology{ClusterIDs: v1alpha1.PerRouteReflector}}, ""},
 		{"one group", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDGroups: i32(1)}}, "calico#2735"},
 		{"redundancy one", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Redundancy: i32(1)}}, "redundancy: 1"},
+		{"empty forbidden selector forbids every node", v1alpha1.RouteReflectorPolicySpec{ForbiddenNodeSelector: &metav1.LabelSelector{}}, "spec.forbiddenNodeSelector: {} selects every node"},
+		{"empty preferred selector prefers none", v1alpha1.RouteReflectorPolicySpec{PreferredNodeSelector: &metav1.LabelSelector{}}, "spec.preferredNodeSelector: {} selects every node"},
 		{"short removal delay", v1alpha1.RouteReflectorPolicySpec{RemovalDelay: &metav1.Duration{Duration: time.Second}}, "spec.removalDelay: 1s"},
 	}
 	for _, tt := range tests {

@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
 
 // MaxBodyBytes bounds an AdmissionReview: the API server's largest object (3 MiB), twice (object and
@@ -220,10 +222,7 @@ type slimNode struct {
 		Taints        []corev1.Taint `json:"taints"`
 	} `json:"spec"`
 	Status struct {
-		Conditions []struct {
-			Type   corev1.NodeConditionType `json:"type"`
-			Status corev1.ConditionStatus   `json:"status"`
-		} `json:"conditions"`
+		Conditions []corev1.NodeCondition `json:"conditions"`
 	} `json:"status"`
 }
 
@@ -243,11 +242,6 @@ func decodeNode(raw []byte, what string) (*corev1.Node, error) {
 	n.Labels, n.Annotations = m.Labels, m.Annotations
 	n.CreationTimestamp, n.DeletionTimestamp = m.CreationTimestamp, m.DeletionTimestamp
 	n.Spec.Unschedulable, n.Spec.Taints = s.Spec.Unschedulable, s.Spec.Taints
-	for _, c := range s.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			n.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
-			break
-		}
-	}
+	n.Status.Conditions = extender.SlimConditions(s.Status.Conditions)
 	return n, nil
 }

@@ -72,6 +72,14 @@ func clientOf(rrs ...string) nodeOpt {
 func withLabel(k, v string) nodeOpt { return func(n *corev1.Node) { n.Labels[k] = v } }
 func cordon(n *corev1.Node)         { n.Spec.Unschedulable = true }
 func notReady(n *corev1.Node)       { n.Status.Conditions[0].Status = corev1.ConditionFalse }
+
+// notReadySince makes a node NotReady since t (the Ready condition's lastTransitionTime).
+func notReadySince(t time.Time) nodeOpt {
+	return func(n *corev1.Node) {
+		n.Status.Conditions[0].Status = corev1.ConditionFalse
+		n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t)
+	}
+}
 func drainingMark(n *corev1.Node) {
 	n.Annotations[extender.AnnotationDrainingSince] = tNow.Add(-time.Minute).Format(time.RFC3339)
 }

@@ -96,6 +96,24 @@ func (l *Ledger) SetLeader(v bool) {
 // Leader reports whether this replica holds the leader lease.
 func (l *Ledger) Leader() bool { return l.leader.Load() }
 
+// Decide decides the role of a node as Admit does, without recording anything: for a dry-run
+// request, which must leave no trace.
+func (l *Ledger) Decide(m Managed, n *corev1.Node) (extender.Admission, bool) {
+	if !l.Leader() {
+		return extender.Admission{}, false
+	}
+	l.decide.RLock()
+	defer l.decide.RUnlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ps := l.states[m.Policy.Name]
+	if ps == nil || ps.generation != m.Policy.Generation {
+		return extender.Admission{}, false
+	}
+	a := ps.st.Admit(n)
+	return a, a.Role != extender.AdmitNone
+}
+
 // Admit decides the role of a node that is not a route reflector (see extender.AdmitState.Admit)
 // and records the decision. It returns false when this replica is not the leader, when no plan of
 // the policy's current generation is committed, or when there is nothing to decide.

@@ -47,22 +47,27 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 	}
 	p := mp.Resolved
 	ni := extender.NewNodeInfo(node, p)
+	ni.Now = m.now()
 	extender.RunFilters(extender.DefaultFilters(), p, ni)
 	change := Change{Node: node.Name, Object: node.DeepCopy(), Create: old == nil}
 	if old != nil {
 		change.BaseRV = old.ResourceVersion
 	}
 
+	// A dry run gets the same answer and leaves no trace: nothing assumed, nothing recorded.
+	dryRun := req.DryRun != nil && *req.DryRun
 	var lbl, ann map[string]*string
 	switch {
 	case ni.CurrentRR:
 		if !ni.Eligible && node.Annotations[extender.AnnotationDrainingSince] == "" {
 			ts := CeilSecond(m.now()).Format(time.RFC3339)
 			ann = map[string]*string{extender.AnnotationDrainingSince: &ts}
-			change.Annotations = ann
-			change.Object = ApplyChange(change.Object, &change)
-			m.Ledger.Assume(p.Name, change)
-			decisionsTotal.WithLabelValues("draining").Inc()
+			if !dryRun {
+				change.Annotations = ann
+				change.Object = ApplyChange(change.Object, &change)
+				m.Ledger.Assume(p.Name, change)
+				decisionsTotal.WithLabelValues("draining").Inc()
+			}
 		}
 	case old != nil && wasRouteReflector(old, mp):
 		// The role is being removed (by the reconciler, or by hand as the validator allows): the
@@ -77,12 +82,18 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 			decisionsTotal.WithLabelValues("deferred").Inc()
 			break
 		}
-		a, ok := m.Ledger.Admit(mp, node, change)
+		var a extender.Admission
+		var ok bool
+		if dryRun {
+			a, ok = m.Ledger.Decide(mp, node)
+		} else {
+			a, ok = m.Ledger.Admit(mp, node, change)
+		}
 		if !ok {
 			break
 		}
 		lbl, ann = OwnedChanges(p.RRLabelKey, node, a.State(p))
-		if len(lbl)+len(ann) > 0 {
+		if len(lbl)+len(ann) > 0 && !dryRun {
 			decisionsTotal.WithLabelValues(a.Role.String()).Inc()
 		}
 	}

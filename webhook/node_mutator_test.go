@@ -63,6 +63,12 @@ func TestNodeMutator(t *testing.T) {
 		{name: "cordoned route reflector is marked draining (any replica)", nodes: threeZones(),
 			old: mkNode("node-a1", "zone-a", rr("224.0.0.1")), obj: mkNode("node-a1", "zone-a", rr("224.0.0.1"), cordon),
 			want: "[calico-route-reflector= routereflector.io/rr-id=node-a1 projectcalico.org/RouteReflectorClusterID=224.0.0.1 routereflector.io/draining-since=2025-06-01T12:00:00Z]"},
+		{name: "a route reflector NotReady within the grace period keeps its role, unmarked", nodes: threeZones(),
+			old: mkNode("node-a1", "zone-a", rr("224.0.0.1")), obj: mkNode("node-a1", "zone-a", rr("224.0.0.1"), notReadySince(tNow.Add(-30*time.Second))),
+			want: "[calico-route-reflector= routereflector.io/rr-id=node-a1 projectcalico.org/RouteReflectorClusterID=224.0.0.1]"},
+		{name: "a route reflector NotReady past the grace period is marked draining", nodes: threeZones(),
+			old: mkNode("node-a1", "zone-a", rr("224.0.0.1")), obj: mkNode("node-a1", "zone-a", rr("224.0.0.1"), notReadySince(tNow.Add(-3*time.Minute))),
+			want: "[calico-route-reflector= routereflector.io/rr-id=node-a1 projectcalico.org/RouteReflectorClusterID=224.0.0.1 routereflector.io/draining-since=2025-06-01T12:00:00Z]"},
 		{name: "already draining: no change", nodes: threeZones(),
 			old: mkNode("node-a1", "zone-a", rr("224.0.0.1"), drainingMark), obj: mkNode("node-a1", "zone-a", rr("224.0.0.1"), drainingMark, cordon),
 			want: "[calico-route-reflector= routereflector.io/rr-id=node-a1 projectcalico.org/RouteReflectorClusterID=224.0.0.1 routereflector.io/draining-since=2025-06-01T11:59:00Z]"},
@@ -173,3 +179,42 @@ func TestNodeMutatorNoPolicy(t *testing.T) {
 }
 
 var _ = time.Second
+
+// TestNodeMutatorDryRunLeavesNoTrace: a server-side dry run gets the answer a real request would,
+// and records nothing: the next real joiner is decided as if the dry run never happened.
+func TestNodeMutatorDryRunLeavesNoTrace(t *testing.T) {
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
+	f.ledger.SetLeader(true)
+	f.commit(t)
+	promoted := "[calico-route-reflector= routereflector.io/rr-id=%s projectcalico.org/RouteReflectorClusterID=224.0.0.1]"
+
+	dry := mkNode("node-dry", "zone-a")
+	req := nodeReq(t, alice, dry, nil)
+	yes := true
+	req.DryRun = &yes
+	got, _ := mutate(t, f, req, dry)
+	if want := fmt.Sprintf(promoted, "node-dry"); owned(got) != want {
+		t.Fatalf("dry run: owned keys %s, want %s", owned(got), want)
+	}
+	real := mkNode("node-real", "zone-a")
+	got, _ = mutate(t, f, nodeReq(t, alice, real, nil), real)
+	if want := fmt.Sprintf(promoted, "node-real"); owned(got) != want {
+		t.Fatalf("after a dry run: owned keys %s, want %s (the dry run was recorded)", owned(got), want)
+	}
+
+	// A dry-run cordon of a route reflector is answered with the draining mark but not assumed.
+	f2 := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, threeZones())
+	old, obj := mkNode("node-a1", "zone-a", rr("224.0.0.1")), mkNode("node-a1", "zone-a", rr("224.0.0.1"), cordon)
+	req = nodeReq(t, alice, obj, old)
+	req.DryRun = &yes
+	got, _ = mutate(t, f2, req, obj)
+	if got.Annotations[extender.AnnotationDrainingSince] == "" {
+		t.Fatalf("dry-run cordon: no draining mark in the answer")
+	}
+	all, _ := f2.ledger.Overlay(threeZones())
+	for _, n := range all {
+		if n.Annotations[extender.AnnotationDrainingSince] != "" {
+			t.Fatalf("dry-run cordon assumed a draining mark on %s", n.Name)
+		}
+	}
+}

@@ -30,6 +30,7 @@ const (
 	RuleNotReadyNode       = "not-ready-node"
 	RuleDeletingNode       = "deleting-node"
 	RuleUntoleratedTaint   = "untolerated-taint"
+	RuleNodeCondition      = "node-condition"
 )
 
 // filterRules maps the planner's filters to the rules that deny labelling an ineligible node.
@@ -39,6 +40,7 @@ var filterRules = map[string]string{
 	extender.NodeReadyName:         RuleNotReadyNode,
 	extender.NodeDeletingName:      RuleDeletingNode,
 	extender.TaintTolerationName:   RuleUntoleratedTaint,
+	extender.NodeConditionsName:    RuleNodeCondition,
 }
 
 // NodeValidator is /validate-v1-node (Node UPDATE on nodes and nodes/status, and DELETE). For any

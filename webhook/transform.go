@@ -21,7 +21,8 @@ var keptAnnotations = func() map[string]bool {
 
 // StripNode removes, in place, every field of a node that the planner, the webhooks and the
 // reconciler never read: managedFields, status.images, addresses but InternalIPs, capacity, node
-// info, the heartbeat times and messages of conditions, all conditions but Ready, and the spec but
+// info, the heartbeat times and messages of conditions, all conditions but Ready (with its
+// lastTransitionTime) and the pressure conditions that are True, and the spec but
 // unschedulable and taints. It keeps a 5,000-node cache small and makes kubelet heartbeats
 // invisible to everything but the resourceVersion. (The BGPSessions handover matches the
 // InternalIPs against a route reflector's BGP peers when Calico's BGP address annotation is absent.)
@@ -41,13 +42,7 @@ func StripNode(n *corev1.Node) *corev1.Node {
 		n.Annotations = keep
 	}
 	n.Spec = corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints}
-	var ready []corev1.NodeCondition
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			ready = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
-			break
-		}
-	}
+	ready := extender.SlimConditions(n.Status.Conditions)
 	var internal []corev1.NodeAddress
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {

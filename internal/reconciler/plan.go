@@ -82,7 +82,11 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 	r.history[st.Name] = st.Result.Recommendations
 	r.last[st.Name] = st.Result
 	r.mu.Unlock()
-	// Wake up when a draining route reflector's removalDelay ends.
+	// Wake up when a route reflector's NotReady grace period ends, and when a draining route
+	// reflector's removalDelay ends.
+	if at := st.Result.RecheckAt; !at.IsZero() {
+		st.requeue(at.Sub(st.Now) + 100*time.Millisecond)
+	}
 	for _, rr := range st.Result.RouteReflectors {
 		if !rr.Draining {
 			continue

@@ -120,6 +120,7 @@ func NodeChanged(old, cur *corev1.Node, read func(key string) bool) bool {
 		old.Spec.Unschedulable != cur.Spec.Unschedulable ||
 		!equality.Semantic.DeepEqual(old.Spec.Taints, cur.Spec.Taints) ||
 		extender.IsReady(old) != extender.IsReady(cur) ||
+		extender.PressureCondition(old) != extender.PressureCondition(cur) ||
 		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil)
 }
 

@@ -134,6 +134,12 @@ type RouteReflectorPolicySpec struct {
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
+	// NotReadyGracePeriod is how long a route reflector keeps its role while NotReady [2m]: a kubelet
+	// blip shorter than this moves no role (every role change resets the BGP sessions of all the
+	// route reflector's clients). Cordon and deletion act at once.
+	// +optional
+	NotReadyGracePeriod *metav1.Duration `json:"notReadyGracePeriod,omitempty"`
+
 	// RemovalDelay is how long an obsolete route reflector keeps its role after its replacement is in place [5m].
 	// +optional
 	RemovalDelay *metav1.Duration `json:"removalDelay,omitempty"`

@@ -174,6 +174,11 @@ func (in *RouteReflectorPolicySpec) DeepCopyInto(out *RouteReflectorPolicySpec) 
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.NotReadyGracePeriod != nil {
+		in, out := &in.NotReadyGracePeriod, &out.NotReadyGracePeriod
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.RemovalDelay != nil {
 		in, out := &in.RemovalDelay, &out.RemovalDelay
 		*out = new(v1.Duration)
