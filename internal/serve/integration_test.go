@@ -446,6 +446,7 @@ func TestServeOnRealAPIServer(t *testing.T) {
 		if err != nil || out != "3/3/True" {
 			t.Fatalf("policy status %q %v", out, err)
 		}
+		w.checkRouting(t, "after the 30-node join")
 	})
 
 	t.Run("kubelet heartbeats never reach the webhooks", func(t *testing.T) {
@@ -586,6 +587,7 @@ spec:
 			all, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-A", "-o", "wide")
 			t.Fatalf("events of %s: %q; all: %q", victim, out, all)
 		}
+		w.checkRouting(t, "after the cordon handover")
 	})
 
 	t.Run("kubectl delete node of an RR succeeds with a warning and is replaced", func(t *testing.T) {
