@@ -11,6 +11,8 @@ const (
 	// AnnotationCalicoIPv4 is Calico's BGP IPv4 address of a node with its prefix length (KDD
 	// mode, written by calico-node): the address its BGP peers see.
 	AnnotationCalicoIPv4 = "projectcalico.org/IPv4Address"
+	// AnnotationCalicoIPv6 is the IPv6 counterpart of AnnotationCalicoIPv4.
+	AnnotationCalicoIPv6 = "projectcalico.org/IPv6Address"
 	// LabelRouteReflectorID names a route reflector in BGPPeer peer selectors.
 	LabelRouteReflectorID = "routereflector.io/rr-id"
 	// LabelPeeringSet names the set of route reflectors a node peers with; one BGPPeer per set.

@@ -8,11 +8,11 @@ import (
 )
 
 // keptAnnotations are the node annotations the cache keeps: the ones this product owns, Calico's
-// node labels and Calico's BGP address (the peer IP a route reflector's CalicoNodeStatus reports
+// node labels and Calico's BGP addresses, IPv4 and IPv6 (the peer IPs a route reflector's CalicoNodeStatus reports
 // for the node, read by the BGPSessions handover). Everything else (last-applied configurations,
 // CSI and volume annotations) goes.
 var keptAnnotations = func() map[string]bool {
-	m := map[string]bool{extender.AnnotationCalicoLabels: true, extender.AnnotationCalicoIPv4: true}
+	m := map[string]bool{extender.AnnotationCalicoLabels: true, extender.AnnotationCalicoIPv4: true, extender.AnnotationCalicoIPv6: true}
 	for _, k := range extender.OwnedAnnotationKeys() {
 		m[k] = true
 	}

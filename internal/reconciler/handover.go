@@ -40,9 +40,11 @@ import (
 // policy is Degraded (HandoverTimeout) for a while and a Warning Event names the clients that
 // never established.
 //
-// Clients are matched by IP: Calico's BGP address (the projectcalico.org/IPv4Address annotation
-// calico-node writes), else the node's InternalIP. The informer cache keeps both (see
-// webhook.StripNode), so no extra read is needed.
+// Clients are matched by IP, per address family: Calico's BGP addresses (the
+// projectcalico.org/IPv4Address and IPv6Address annotations calico-node writes), else the node's
+// InternalIPs. A client counts as established when every family it has an address in has an
+// Established session (peersV4, peersV6): IPv4-only, IPv6-only and dual-stack clusters alike. The
+// informer cache keeps both (see webhook.StripNode), so no extra read is needed.
 
 // Handover constants.
 const (
@@ -155,11 +157,11 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		if cns == nil {
 			continue
 		}
-		ips := map[string]string{}
+		ips := map[string][]string{}
 		for _, c := range cs {
-			ips[c] = nodeIP(st.View[c])
+			ips[c] = nodeIPs(st.View[c])
 		}
-		missing := missingSessions(ips, cns.Status.BGP.PeersV4)
+		missing := missingSessions(ips, append(slices.Clone(cns.Status.BGP.PeersV4), cns.Status.BGP.PeersV6...))
 		if m.verified[rr] == nil {
 			m.verified[rr] = map[string]bool{}
 		}
@@ -326,9 +328,10 @@ func planNodeStatuses(want, have []string, bound int) (create, del []string) {
 	return create, del
 }
 
-// missingSessions returns the clients (name -> IP) without an Established IPv4 session in peers,
-// sorted. A client without an IP is missing.
-func missingSessions(clients map[string]string, peers []apiv3.CalicoNodePeer) []string {
+// missingSessions returns the clients (name -> their BGP addresses) that lack an Established
+// session in peers (IPv4 and IPv6 alike) for one of their addresses, sorted. A client without an
+// address is missing.
+func missingSessions(clients map[string][]string, peers []apiv3.CalicoNodePeer) []string {
 	up := map[string]bool{}
 	for _, p := range peers {
 		if p.State == apiv3.BGPSessionStateEstablished {
@@ -338,8 +341,8 @@ func missingSessions(clients map[string]string, peers []apiv3.CalicoNodePeer) []
 		}
 	}
 	var out []string
-	for name, ip := range clients {
-		if ip == "" || !up[ip] {
+	for name, ips := range clients {
+		if len(ips) == 0 || slices.ContainsFunc(ips, func(ip string) bool { return !up[ip] }) {
 			out = append(out, name)
 		}
 	}
@@ -347,25 +350,37 @@ func missingSessions(clients map[string]string, peers []apiv3.CalicoNodePeer) []
 	return out
 }
 
-// nodeIP is the IPv4 address a node's BGP peers see: Calico's BGP address, else its InternalIP.
-func nodeIP(n *corev1.Node) string {
+// nodeIPs are the addresses a node's BGP peers see, at most one per family: Calico's BGP address
+// of the family, else the node's first InternalIP of that family. IPv4 first.
+func nodeIPs(n *corev1.Node) []string {
 	if n == nil {
-		return ""
+		return nil
 	}
-	if v := n.Annotations[extender.AnnotationCalicoIPv4]; v != "" {
-		if ip, _, err := net.ParseCIDR(v); err == nil {
-			return ip.String()
+	var out []string
+	for _, fam := range [...]struct {
+		annotation string
+		v4         bool
+	}{{extender.AnnotationCalicoIPv4, true}, {extender.AnnotationCalicoIPv6, false}} {
+		if ip := annotatedIP(n.Annotations[fam.annotation]); ip != nil && (ip.To4() != nil) == fam.v4 {
+			out = append(out, ip.String())
+			continue
 		}
-		if ip := net.ParseIP(v); ip != nil {
-			return ip.String()
+		for _, a := range n.Status.Addresses {
+			if ip := net.ParseIP(a.Address); a.Type == corev1.NodeInternalIP && ip != nil && (ip.To4() != nil) == fam.v4 {
+				out = append(out, ip.String())
+				break
+			}
 		}
 	}
-	for _, a := range n.Status.Addresses {
-		if ip := net.ParseIP(a.Address); a.Type == corev1.NodeInternalIP && ip != nil && ip.To4() != nil {
-			return ip.String()
-		}
+	return out
+}
+
+// annotatedIP parses Calico's address annotation ("10.0.0.1/24" or a bare address).
+func annotatedIP(v string) net.IP {
+	if ip, _, err := net.ParseCIDR(v); err == nil {
+		return ip
 	}
-	return ""
+	return net.ParseIP(v)
 }
 
 // clientsByRR maps each route reflector to the Ready clients of the view that peer with it.

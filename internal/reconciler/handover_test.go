@@ -49,17 +49,31 @@ func TestMissingSessions(t *testing.T) {
 	est := func(ip string) apiv3.CalicoNodePeer {
 		return apiv3.CalicoNodePeer{PeerIP: ip, Type: "NodeMesh", State: apiv3.BGPSessionStateEstablished}
 	}
+	one := func(kv ...string) map[string][]string {
+		m := map[string][]string{}
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i+1] == "" {
+				m[kv[i]] = nil
+			} else {
+				m[kv[i]] = strings.Split(kv[i+1], ",")
+			}
+		}
+		return m
+	}
 	for _, tc := range []struct {
 		name    string
-		clients map[string]string
+		clients map[string][]string
 		peers   []apiv3.CalicoNodePeer
 		want    string
 	}{
-		{"all up", map[string]string{"a": "10.0.0.1", "b": "10.0.0.2"}, []apiv3.CalicoNodePeer{est("10.0.0.2"), est("10.0.0.1")}, "[]"},
-		{"one down", map[string]string{"a": "10.0.0.1", "b": "10.0.0.2"}, []apiv3.CalicoNodePeer{est("10.0.0.1"), {PeerIP: "10.0.0.2", State: apiv3.BGPSessionStateActive}}, "[b]"},
-		{"not listed yet", map[string]string{"a": "10.0.0.1", "b": "10.0.0.2"}, nil, "[a b]"},
-		{"no IP known", map[string]string{"a": ""}, []apiv3.CalicoNodePeer{est("10.0.0.1")}, "[a]"},
-		{"IPs compared parsed", map[string]string{"a": "10.0.0.1"}, []apiv3.CalicoNodePeer{est("10.000.0.1")}, "[a]"},
+		{"all up", one("a", "10.0.0.1", "b", "10.0.0.2"), []apiv3.CalicoNodePeer{est("10.0.0.2"), est("10.0.0.1")}, "[]"},
+		{"one down", one("a", "10.0.0.1", "b", "10.0.0.2"), []apiv3.CalicoNodePeer{est("10.0.0.1"), {PeerIP: "10.0.0.2", State: apiv3.BGPSessionStateActive}}, "[b]"},
+		{"not listed yet", one("a", "10.0.0.1", "b", "10.0.0.2"), nil, "[a b]"},
+		{"no IP known", one("a", ""), []apiv3.CalicoNodePeer{est("10.0.0.1")}, "[a]"},
+		{"IPs compared parsed", one("a", "10.0.0.1"), []apiv3.CalicoNodePeer{est("10.000.0.1")}, "[a]"},
+		{"IPv6 only", one("a", "fd00::1", "b", "fd00::2"), []apiv3.CalicoNodePeer{est("fd00:0::1")}, "[b]"},
+		{"dual stack: both families up", one("a", "10.0.0.1,fd00::1"), []apiv3.CalicoNodePeer{est("10.0.0.1"), est("fd00::1")}, "[]"},
+		{"dual stack: IPv6 still down", one("a", "10.0.0.1,fd00::1"), []apiv3.CalicoNodePeer{est("10.0.0.1")}, "[a]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := fmt.Sprint(missingSessions(tc.clients, tc.peers)); got != tc.want {
@@ -69,32 +83,31 @@ func TestMissingSessions(t *testing.T) {
 	}
 }
 
-func TestNodeIP(t *testing.T) {
-	n := func(ann string, addrs ...corev1.NodeAddress) *corev1.Node {
-		o := &corev1.Node{Status: corev1.NodeStatus{Addresses: addrs}}
-		if ann != "" {
-			o.Annotations = map[string]string{extender.AnnotationCalicoIPv4: ann}
-		}
-		return o
+func TestNodeIPs(t *testing.T) {
+	n := func(ann map[string]string, addrs ...corev1.NodeAddress) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: ann}, Status: corev1.NodeStatus{Addresses: addrs}}
 	}
 	internal := corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.1.0.1"}
+	internal6 := corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00::1"}
 	for _, tc := range []struct {
 		node *corev1.Node
 		want string
 	}{
-		{n("192.168.0.5/24", internal), "192.168.0.5"},
-		{n("", internal), "10.1.0.1"},
-		{n("", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00::1"}, internal), "10.1.0.1"},
-		{n("", corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "1.2.3.4"}), ""},
-		{nil, ""},
+		{n(map[string]string{extender.AnnotationCalicoIPv4: "192.168.0.5/24"}, internal), "[192.168.0.5]"},
+		{n(nil, internal), "[10.1.0.1]"},
+		{n(nil, internal6, internal), "[10.1.0.1 fd00::1]"},
+		{n(map[string]string{extender.AnnotationCalicoIPv6: "fd00::5/64"}), "[fd00::5]"},
+		{n(map[string]string{extender.AnnotationCalicoIPv4: "192.168.0.5/24", extender.AnnotationCalicoIPv6: "fd00::5/64"}, internal, internal6), "[192.168.0.5 fd00::5]"},
+		{n(nil, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "1.2.3.4"}), "[]"},
+		{nil, "[]"},
 	} {
-		if got := nodeIP(tc.node); got != tc.want {
-			t.Errorf("%+v: %q want %q", tc.node, got, tc.want)
+		if got := fmt.Sprint(nodeIPs(tc.node)); got != tc.want {
+			t.Errorf("%+v: %s want %s", tc.node, got, tc.want)
 		}
 	}
 }
 
-// The cache keeps what nodeIP reads.
+// The cache keeps what nodeIPs reads.
 func TestStripNodeKeepsBGPAddress(t *testing.T) {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{extender.AnnotationCalicoIPv4: "192.168.0.5/24", "other": "x"}},
@@ -106,8 +119,8 @@ func TestStripNodeKeepsBGPAddress(t *testing.T) {
 		t.Fatalf("stripped: %v %v", s.Annotations, s.Status.Addresses)
 	}
 	delete(s.Annotations, extender.AnnotationCalicoIPv4)
-	if nodeIP(s) != "10.1.0.1" {
-		t.Fatal(nodeIP(s))
+	if got := fmt.Sprint(nodeIPs(s)); got != "[10.1.0.1]" {
+		t.Fatal(got)
 	}
 }
 

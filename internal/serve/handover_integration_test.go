@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -115,27 +116,42 @@ func (c *calicoNode) report(ctx context.Context) {
 	}
 	for _, o := range list.Items {
 		node, _, _ := unstructured.NestedString(o.Object, "spec", "node")
-		var peers []any
-		established := 0
+		// One session per address family of the client, listed as calico-node lists them.
+		peers := map[bool][]any{} // IPv4? -> peers
+		established := map[bool]int64{}
 		for _, n := range nodes.Items {
-			if !slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), node) || len(n.Status.Addresses) == 0 {
+			if !slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), node) {
 				continue
 			}
-			state := "Established"
 			c.mu.Lock()
-			if c.down[n.Name] {
-				state = "Active"
-			} else {
-				established++
-			}
+			down := c.down[n.Name]
 			c.mu.Unlock()
-			peers = append(peers, map[string]any{"peerIP": n.Status.Addresses[0].Address, "type": "NodePeer", "state": state, "since": "09:00:00"})
+			for _, a := range n.Status.Addresses {
+				ip := net.ParseIP(a.Address)
+				if a.Type != corev1.NodeInternalIP || ip == nil {
+					continue
+				}
+				v4 := ip.To4() != nil
+				state := "Established"
+				if down {
+					state = "Active"
+				} else {
+					established[v4]++
+				}
+				peers[v4] = append(peers[v4], map[string]any{"peerIP": a.Address, "type": "NodePeer", "state": state, "since": "09:00:00"})
+			}
 		}
-		o.Object["status"] = map[string]any{
-			"lastUpdated": time.Now().UTC().Format(time.RFC3339),
-			"bgp": map[string]any{"numberEstablishedV4": int64(established), "numberNotEstablishedV4": int64(len(peers) - established),
-				"numberEstablishedV6": int64(0), "numberNotEstablishedV6": int64(0), "peersV4": peers},
+		bgp := map[string]any{
+			"numberEstablishedV4": established[true], "numberNotEstablishedV4": int64(len(peers[true])) - established[true],
+			"numberEstablishedV6": established[false], "numberNotEstablishedV6": int64(len(peers[false])) - established[false],
 		}
+		if len(peers[true]) > 0 {
+			bgp["peersV4"] = peers[true]
+		}
+		if len(peers[false]) > 0 {
+			bgp["peersV6"] = peers[false]
+		}
+		o.Object["status"] = map[string]any{"lastUpdated": time.Now().UTC().Format(time.RFC3339), "bgp": bgp}
 		_, _ = c.w.dyn.Resource(nodeStatusGVR).Update(ctx, &o, metav1.UpdateOptions{})
 	}
 }
@@ -266,6 +282,50 @@ spec:
 			t.Fatalf("only %d replacements checked: the bound was not exercised", len(seen))
 		}
 	})
+}
+
+// TestHandoverBGPSessionsIPv6OnRealAPIServer: with IPv6-only nodes (calico-node reports peersV6
+// only), a cordoned route reflector hands over by its sessions, long before removalDelay (10m).
+func TestHandoverBGPSessionsIPv6OnRealAPIServer(t *testing.T) {
+	w := newWorld(t)
+	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  topology: {type: MultiCluster}
+  removalDelay: 10m
+  handover: BGPSessions
+  behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
+`)
+	cn := w.startCalicoNode()
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.joinIP(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3), fmt.Sprintf("fd00::%x", i+1))
+		}()
+	}
+	wg.Wait()
+	w.eventually("settled on 3 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(3) })
+	victim := slices.Sorted(maps.Keys(w.snapshot().rrs))[0]
+	start := time.Now()
+	w.cordon(victim)
+	w.eventually("handed over by IPv6 sessions", 60*time.Second, func() error {
+		s := w.snapshot()
+		if _, ok := s.rrs[victim]; ok {
+			return fmt.Errorf("%s still a route reflector", victim)
+		}
+		if o := s.orphans(); len(o) > 0 {
+			return fmt.Errorf("orphans %v", o)
+		}
+		return nil
+	})
+	_, _, seen := cn.stats()
+	t.Logf("handed over in %s over IPv6 sessions (removalDelay 10m); CalicoNodeStatus for %v", time.Since(start).Round(10*time.Millisecond), seen)
+	if len(seen) == 0 {
+		t.Fatal("no CalicoNodeStatus was used")
+	}
 }
 
 func TestHandoverBGPSessionsTimeoutOnRealAPIServer(t *testing.T) {
