@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // RuleManagedBGPPeer denies changes to the BGPPeers this product writes.
@@ -16,9 +17,14 @@ const RuleManagedBGPPeer = "managed-bgppeer"
 
 // BGPPeerValidator is /validate-bgppeer (CREATE, UPDATE and DELETE of Calico BGPPeers, in either
 // API group): only the product's service account may create, change or delete a BGPPeer labelled
-// app.kubernetes.io/managed-by=calico-rr-autoscaler (or take that label away).
+// app.kubernetes.io/managed-by=calico-rr-autoscaler (or take that label away), while the policy
+// it belongs to exists: one left behind by a deleted policy is the user's to remove.
 type BGPPeerValidator struct {
 	ServiceAccount string
+	// Policies, when set, tells whether a BGPPeer's policy still exists; Synced says whether its
+	// cache has synced (before, no BGPPeer counts as left behind).
+	Policies *Policies
+	Synced   func() bool
 }
 
 // Handle implements Handler.
@@ -48,7 +54,7 @@ func (v *BGPPeerValidator) Handle(_ context.Context, req *admissionv1.AdmissionR
 		if name == "" {
 			name = o.Name
 		}
-		if o.Labels[extender.LabelManagedBy] != extender.ManagedByValue {
+		if o.Labels[extender.LabelManagedBy] != extender.ManagedByValue || v.orphan(o.Labels[extender.LabelPolicy]) {
 			continue
 		}
 		verb := map[admissionv1.Operation]string{admissionv1.Create: "created", admissionv1.Delete: "deleted"}[req.Operation]
@@ -68,3 +74,19 @@ func (v *BGPPeerValidator) Handle(_ context.Context, req *admissionv1.AdmissionR
 }
 
 func quote(s string) string { return `"` + s + `"` }
+
+// orphan reports whether a managed BGPPeer's policy is gone or being deleted.
+func (v *BGPPeerValidator) orphan(policyName string) bool {
+	if v.Policies == nil || v.Synced == nil || !v.Synced() {
+		return false
+	}
+	obj, ok, err := v.Policies.Store().GetByKey(policyName)
+	if err != nil {
+		return false
+	}
+	if !ok {
+		return true
+	}
+	p, ok := obj.(*v1alpha1.RouteReflectorPolicy)
+	return ok && p.DeletionTimestamp != nil
+}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 var peerKind = metav1.GroupVersionKind{Group: "crd.projectcalico.org", Version: "v1", Kind: "BGPPeer"}
@@ -52,7 +53,7 @@ func TestBGPPeerValidator(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, nil, nil)
+			f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
 			var obj, old runtime.Object
 			if tc.obj != nil {
 				obj = tc.obj
@@ -71,6 +72,41 @@ func TestBGPPeerValidator(t *testing.T) {
 			}
 			if got := causes(resp); got != tc.want || resp.Allowed != (tc.want == "") {
 				t.Fatalf("allowed=%v causes:\n%s\nwant:\n%s", resp.Allowed, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestBGPPeerValidatorLeftBehind: a managed BGPPeer whose policy is gone or being deleted is the
+// user's to remove; before the cache has synced, none counts as left behind.
+func TestBGPPeerValidatorLeftBehind(t *testing.T) {
+	deleting := mkPolicy("default", nil)
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	deleting.Finalizers = []string{"routereflector.io/cleanup"}
+	m := peer("rr-autoscaler-mesh-default", true)
+	for _, tc := range []struct {
+		name     string
+		policies []*v1alpha1.RouteReflectorPolicy
+		synced   bool
+		allowed  bool
+	}{
+		{"its policy exists", []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, true, false},
+		{"its policy is gone", nil, true, true},
+		{"its policy is being deleted", []*v1alpha1.RouteReflectorPolicy{deleting}, true, true},
+		{"cache not synced yet", nil, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.policies, nil)
+			f.peerVal.Synced = func() bool { return tc.synced }
+			req := request(t, admissionv1.Delete, peerKind, "", alice, nil, m)
+			req.Name = m.Name
+			resp, err := f.peerVal.Handle(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", resp.Allowed, tc.allowed, causes(resp))
 			}
 		})
 	}

@@ -129,7 +129,7 @@ func newFixture(t testing.TB, policies []*v1alpha1.RouteReflectorPolicy, nodes [
 	f.mutator = &NodeMutator{Policies: f.policies, Ledger: f.ledger, Now: func() time.Time { return tNow }}
 	f.nodeVal = &NodeValidator{Policies: f.policies, Nodes: f.nodes, ServiceAccount: testSA}
 	f.polVal = &PolicyValidator{Policies: f.policies, Nodes: f.nodes}
-	f.peerVal = &BGPPeerValidator{ServiceAccount: testSA}
+	f.peerVal = &BGPPeerValidator{ServiceAccount: testSA, Policies: f.policies, Synced: func() bool { return true }}
 	return f
 }
 

@@ -162,10 +162,14 @@ func (ps *Policies) Resolve(p *v1alpha1.RouteReflectorPolicy) (*policy.Resolved,
 	return r, errs
 }
 
-// Valid returns the valid policies, by name.
+// Valid returns the valid policies, by name. A policy being deleted is not: its nodes are managed
+// by no policy while the reconciler takes its roles back (see reconciler.cleanup).
 func (ps *Policies) Valid() []Managed {
 	var out []Managed
 	for _, p := range ps.List() {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
 		if r, errs := ps.Resolve(p); len(errs) == 0 {
 			out = append(out, Managed{Policy: p, Resolved: r})
 		}
@@ -180,7 +184,7 @@ func (ps *Policies) Get(name string) (Managed, bool) {
 		return Managed{}, false
 	}
 	p, ok := obj.(*v1alpha1.RouteReflectorPolicy)
-	if !ok {
+	if !ok || p.DeletionTimestamp != nil {
 		return Managed{}, false
 	}
 	r, errs := ps.Resolve(p)

@@ -16,9 +16,12 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
-// modelMissing feeds the fake API server's nodes and BGPPeers to the graph model and returns the
-// node pairs that miss each other's routes.
-func (h *harness) modelMissing() int64 {
+// modelMissing feeds the fake API server's nodes and BGPPeers to the graph model, with Calico's
+// node-to-node mesh off, and returns the node pairs that miss each other's routes.
+func (h *harness) modelMissing() int64 { return h.modelMissingMesh(false) }
+
+// modelMissingMesh is modelMissing with the node-to-node mesh on or off.
+func (h *harness) modelMissingMesh(mesh bool) int64 {
 	h.t.Helper()
 	nodes := &corev1.NodeList{}
 	require.NoError(h.t, h.client.List(context.Background(), nodes))
@@ -28,7 +31,7 @@ func (h *harness) modelMissing() int64 {
 	for i := range nodes.Items {
 		ptrs[i] = &nodes.Items[i]
 	}
-	topo, err := bgpmodel.FromCluster(ptrs, peers.Items, corev1.LabelTopologyZone, bgpmodel.Options{})
+	topo, err := bgpmodel.FromCluster(ptrs, peers.Items, corev1.LabelTopologyZone, bgpmodel.Options{NodeToNodeMesh: mesh})
 	require.NoError(h.t, err)
 	m, err := topo.Propagate(nil)
 	require.NoError(h.t, err)

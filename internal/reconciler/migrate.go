@@ -34,7 +34,8 @@ func (r *Reconciler) meshPending(st *State, m *handoverMemo) bool {
 }
 
 // migrateMesh sets nodeToNodeMeshEnabled: false in the default BGPConfiguration (created when
-// missing) once every client has its route reflector sessions: with BGPSessions, every Ready
+// missing), marked with the policy's name (AnnotationMeshDisabledBy: deleting the policy turns the
+// mesh back on), once every client has its route reflector sessions: with BGPSessions, every Ready
 // client seen Established by each of its route reflectors; else removalDelay after every client
 // was first seen with its peering set and route reflectors in place. Any moment a client lacks
 // route reflectors starts that wait again; the mesh is never turned off before.
@@ -72,7 +73,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	case apierrors.IsNotFound(err):
 		cfg = &apiv3.BGPConfiguration{
 			TypeMeta:   metav1.TypeMeta{APIVersion: r.PeerAPI.String(), Kind: apiv3.KindBGPConfiguration},
-			ObjectMeta: metav1.ObjectMeta{Name: "default"},
+			ObjectMeta: metav1.ObjectMeta{Name: "default", Annotations: map[string]string{AnnotationMeshDisabledBy: st.Name}},
 			Spec:       apiv3.BGPConfigurationSpec{NodeToNodeMeshEnabled: kptr.To(false)},
 		}
 		if err := r.Client.Create(ctx, cfg); err != nil {
@@ -90,6 +91,10 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	default:
 		orig := cfg.DeepCopy()
 		cfg.Spec.NodeToNodeMeshEnabled = kptr.To(false)
+		if cfg.Annotations == nil {
+			cfg.Annotations = map[string]string{}
+		}
+		cfg.Annotations[AnnotationMeshDisabledBy] = st.Name
 		if err := r.Client.Patch(ctx, cfg, client.MergeFrom(orig)); err != nil {
 			return fmt.Errorf("patching BGPConfiguration default: %w", err)
 		}

@@ -33,6 +33,19 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 	}
 	st.Policy = obj.(*v1alpha1.RouteReflectorPolicy)
 	resolved, errs := r.Policies.Resolve(st.Policy)
+	if st.Policy.DeletionTimestamp != nil {
+		st.Done = true
+		if len(errs) > 0 {
+			r.Recorder.Eventf(st.Policy, corev1.EventTypeWarning, EventRouteReflectorsKept,
+				"policy deleted while invalid: its route reflectors, labels and BGPPeers stay; remove them by hand")
+			return r.dropFinalizer(ctx, st.Policy)
+		}
+		st.Managed = webhook.Managed{Policy: st.Policy, Resolved: resolved}
+		return r.cleanup(ctx, st)
+	}
+	if err := r.ensureFinalizer(ctx, st.Policy); err != nil {
+		return err
+	}
 	if len(errs) > 0 {
 		st.Invalid = errs
 		return r.status(ctx, st)

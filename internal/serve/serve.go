@@ -224,7 +224,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	srv.Register(PathMutateNode, webhook.Serve("mutate-v1-node", gate(&webhook.NodeMutator{Policies: s.Policies, Ledger: s.Ledger})))
 	srv.Register(PathValidateNode, webhook.Serve("validate-v1-node", gate(&webhook.NodeValidator{Policies: s.Policies, Nodes: s.Nodes, ServiceAccount: o.ServiceAccount})))
 	srv.Register(PathValidatePolicy, webhook.Serve("validate-routereflectorpolicy", gate(&webhook.PolicyValidator{Policies: s.Policies, Nodes: s.Nodes})))
-	srv.Register(PathValidatePeer, webhook.Serve("validate-bgppeer", &webhook.BGPPeerValidator{ServiceAccount: o.ServiceAccount}))
+	srv.Register(PathValidatePeer, webhook.Serve("validate-bgppeer", &webhook.BGPPeerValidator{ServiceAccount: o.ServiceAccount, Policies: s.Policies, Synced: s.Synced}))
 
 	s.Reconciler = &reconciler.Reconciler{
 		Client:    mgr.GetClient(),

@@ -1,0 +1,99 @@
+package reconciler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// TestPolicyDeletion: a policy that turned the node-to-node mesh off is deleted. Its finalizer turns
+// the mesh back on first, keeps every role for removalDelay, then releases the route reflectors,
+// then the clients, then deletes the BGPPeers and goes. The graph model (with the mesh as the
+// BGPConfiguration says) finds every route after every reconcile.
+func TestPolicyDeletion(t *testing.T) {
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.RemovalDelay = &metav1.Duration{Duration: time.Minute}
+		s.MigrateFromNodeMesh = true
+	}, ipCluster(12))
+	h.reconcile()
+	h.now = h.now.Add(time.Minute + time.Second)
+	h.reconcile()
+	require.True(t, meshOff(h), "the policy turned the mesh off")
+	require.Zero(t, h.modelMissingMesh(false))
+	pol := &v1alpha1.RouteReflectorPolicy{}
+	require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
+	require.Contains(t, pol.Finalizers, Finalizer)
+
+	require.NoError(t, h.client.Delete(context.Background(), pol))
+	h.reconcile()
+	require.False(t, meshOff(h), "the mesh is back on first")
+	require.NotEmpty(t, h.rrs(), "the route reflectors stay while the mesh sessions come up")
+	require.Zero(t, h.modelMissingMesh(true))
+
+	h.now = h.now.Add(30 * time.Second)
+	h.reconcile()
+	require.NotEmpty(t, h.rrs(), "still within removalDelay")
+
+	h.now = h.now.Add(31 * time.Second)
+	h.reconcile()
+	require.Empty(t, h.rrs(), "route reflectors released")
+	require.Empty(t, h.peers(), "BGPPeers deleted")
+	for _, n := range h.nodes() {
+		for _, k := range extender.OwnedLabelKeys("calico-route-reflector") {
+			require.NotContains(t, n.Labels, k, n.Name)
+		}
+		for _, k := range extender.OwnedAnnotationKeys() {
+			require.NotContains(t, n.Annotations, k, n.Name)
+		}
+	}
+	require.Zero(t, h.modelMissingMesh(true), "every node on the mesh")
+	err := h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol)
+	require.True(t, apierrors.IsNotFound(err), "the policy is gone: %v", err)
+}
+
+// TestPolicyDeletionMeshOffByHand: with the mesh off and not by this policy, deleting it keeps the
+// route reflectors (its nodes have no other routes) and says so.
+func TestPolicyDeletionMeshOffByHand(t *testing.T) {
+	h := newHarness(t, nil, ipCluster(12))
+	h.reconcile()
+	h.meshOffByHand()
+	pol := &v1alpha1.RouteReflectorPolicy{}
+	require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
+	rrs := h.rrs()
+	require.NoError(t, h.client.Delete(context.Background(), pol))
+	h.reconcile()
+	require.Equal(t, rrs, h.rrs())
+	require.NotEmpty(t, h.peers())
+	require.Zero(t, h.modelMissingMesh(false))
+	require.Contains(t, h.events(), "Warning "+EventRouteReflectorsKept+" the node-to-node mesh is off and this policy did not turn it off: its route reflectors, labels and BGPPeers stay, or its nodes would lose their routes; remove them by hand once the nodes have other peers")
+	err := h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol)
+	require.True(t, apierrors.IsNotFound(err), "the policy is gone: %v", err)
+}
+
+func (h *harness) nodes() []corev1.Node {
+	h.t.Helper()
+	list := &corev1.NodeList{}
+	require.NoError(h.t, h.client.List(context.Background(), list))
+	return list.Items
+}
+
+// meshOffByHand turns the mesh off in the BGPConfiguration, as a user would (no policy's mark).
+func (h *harness) meshOffByHand() {
+	h.t.Helper()
+	require.NoError(h.t, h.client.Create(context.Background(), &apiv3.BGPConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: calico.CRD.String(), Kind: apiv3.KindBGPConfiguration},
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec:       apiv3.BGPConfigurationSpec{NodeToNodeMeshEnabled: ptrTo(false)},
+	}))
+}
