@@ -15,6 +15,7 @@ Usage:
   calico-rr-autoscaler plan   [flags]   compute and print a plan without a cluster
   calico-rr-autoscaler verify [flags]   run a plan on real BGP speakers and check every node learns every route
   calico-rr-autoscaler serve  [flags]   run the admission webhooks and the reconciler in a cluster
+  calico-rr-autoscaler uninstall [flags] delete every policy and wait until its route reflectors are released
   calico-rr-autoscaler help   [command]
 
 Run "calico-rr-autoscaler <command> -h" for a command's flags.
@@ -37,6 +38,8 @@ func run(args []string) int {
 		err = runVerify(args[1:], os.Stdout, os.Stderr)
 	case "serve":
 		err = runServe(args[1:], os.Stdout)
+	case "uninstall":
+		err = runUninstall(args[1:], os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(os.Stdout, usage)
 		return 0

@@ -81,7 +81,11 @@ func renderErr(t testing.TB, ns string, vals map[string]any) (*rendered, error) 
 		return nil, err
 	}
 	out := &rendered{Manifest: rel.Manifest, Notes: rel.Info.Notes}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(rel.Manifest), 4096)
+	manifest := rel.Manifest
+	for _, h := range rel.Hooks { // the uninstall hook's objects
+		manifest += "\n---\n" + h.Manifest
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err != nil {
