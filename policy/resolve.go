@@ -57,6 +57,7 @@ type Resolved struct {
 	ZoneLabel                string
 	Tolerations              []corev1.Toleration
 
+	Mode                v1alpha1.Mode
 	RemovalDelay        time.Duration
 	NotReadyGrace       time.Duration
 	Handover            v1alpha1.HandoverMode
@@ -139,6 +140,7 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 		r.NotReadyGrace = s.NotReadyGracePeriod.Duration
 	}
 	r.Handover = v1alpha1.HandoverMode(or(string(s.Handover), string(r.Handover)))
+	r.Mode = v1alpha1.Mode(or(string(s.Mode), string(v1alpha1.Enforce)))
 	if b := s.Behavior; b != nil && b.ScaleDown != nil && b.ScaleDown.StabilizationWindowSeconds != nil {
 		r.ScaleDownWindow = time.Duration(*b.ScaleDown.StabilizationWindowSeconds) * time.Second
 	}

@@ -73,6 +73,11 @@ func Validate(p *v1alpha1.RouteReflectorPolicy) field.ErrorList {
 	if s.RemovalDelay != nil && s.RemovalDelay.Duration < 0 {
 		errs = append(errs, field.Invalid(spec.Child("removalDelay"), s.RemovalDelay.Duration.String(), "must not be negative"))
 	}
+	switch s.Mode {
+	case "", v1alpha1.Enforce, v1alpha1.Observe, v1alpha1.Paused:
+	default:
+		errs = append(errs, field.NotSupported(spec.Child("mode"), s.Mode, []string{"Enforce", "Observe", "Paused"}))
+	}
 	switch s.Handover {
 	case "", v1alpha1.HandoverDelay, v1alpha1.HandoverBGPSessions:
 	default:

@@ -2,12 +2,15 @@ package webhook
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // NodeMutator is /mutate-v1-node (Node CREATE and UPDATE, on nodes and nodes/status). A route
@@ -49,6 +52,9 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 	ni := extender.NewNodeInfo(node, p)
 	ni.Now = m.now()
 	extender.RunFilters(extender.DefaultFilters(), p, ni)
+	if p.Mode != v1alpha1.Enforce {
+		return Allowed(m.wouldDo(mp, node, old, ni)...), nil
+	}
 	change := Change{Node: node.Name, Object: node.DeepCopy(), Create: old == nil}
 	if old != nil {
 		change.BaseRV = old.ResourceVersion
@@ -125,4 +131,28 @@ func CeilSecond(t time.Time) time.Time {
 		u = u.Add(time.Second)
 	}
 	return u
+}
+
+// wouldDo says what Enforce would do to the node, for a policy in Observe or Paused mode: the
+// webhook changes nothing then, and answers with a warning instead.
+func (m *NodeMutator) wouldDo(mp Managed, node, old *corev1.Node, ni *extender.NodeInfo) []string {
+	p := mp.Resolved
+	prefix := fmt.Sprintf("policy %q is in %s mode: Enforce would ", p.Name, p.Mode)
+	switch {
+	case ni.CurrentRR:
+		if !ni.Eligible && node.Annotations[extender.AnnotationDrainingSince] == "" {
+			return []string{prefix + "hand route reflector " + node.Name + " over (" + ni.Reason + ")"}
+		}
+	case old != nil && wasRouteReflector(old, mp):
+	case node.Labels[extender.LabelPeeringSet] == "":
+		a, ok := m.Ledger.Decide(mp, node)
+		switch {
+		case !ok:
+		case a.Role == extender.AdmitRouteReflector:
+			return []string{prefix + "make " + node.Name + " a route reflector (cluster ID " + a.ClusterID + "): " + a.Reason}
+		case a.Role == extender.AdmitClient:
+			return []string{prefix + "make " + node.Name + " a client of " + strings.Join(a.RouteReflectors, ", ")}
+		}
+	}
+	return nil
 }

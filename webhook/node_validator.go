@@ -83,16 +83,27 @@ func (v *NodeValidator) Handle(_ context.Context, req *admissionv1.AdmissionRequ
 		node.Name = req.Name
 	}
 	var errs field.ErrorList
+	var warnings []string
+	check := func(mp Managed, found field.ErrorList) {
+		if mp.Resolved.Mode != v1alpha1.Observe {
+			errs = append(errs, found...)
+			return
+		}
+		// Observe never refuses: it says what Enforce would refuse.
+		for _, e := range found {
+			warnings = append(warnings, fmt.Sprintf("policy %q is in Observe mode: Enforce would refuse this change: %s", mp.Resolved.Name, e.Error()))
+		}
+	}
 	if mp, ok := v.Policies.ForNode(node.Labels); ok {
-		errs = append(errs, v.addition(mp, old, node)...)
+		check(mp, v.addition(mp, old, node))
 	}
 	if mp, ok := v.Policies.ForNode(old.Labels); ok {
-		errs = append(errs, v.removal(mp, old, node)...)
+		check(mp, v.removal(mp, old, node))
 	}
 	if len(errs) > 0 {
 		return Denied(nodeGK, node.Name, errs), nil
 	}
-	return Allowed(), nil
+	return Allowed(warnings...), nil
 }
 
 // exempt: the product itself, and kubelets (a node must always be able to report its status).

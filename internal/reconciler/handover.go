@@ -63,6 +63,8 @@ const (
 // handoverMemo is what the reconciler remembers of a policy's handovers between reconciles (lost
 // on restart: the sessions are then read again).
 type handoverMemo struct {
+	// announced: the pending changes last recorded as Events (Observe mode).
+	announced []string
 	// verified: replacement -> client -> seen Established.
 	verified map[string]map[string]bool
 	// reported: draining route reflectors (name and mark) whose timeout was reported.

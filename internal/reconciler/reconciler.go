@@ -111,8 +111,10 @@ type State struct {
 	// Demotions are route reflectors the plan makes clients, handled by the demote step.
 	Demotions []string
 	Changes   []RoleChange
-	Requeue   time.Duration
-	Done      bool
+	// Pending is what Enforce would change now, in Observe and Paused mode.
+	Pending []string
+	Requeue time.Duration
+	Done    bool
 }
 
 // RoleChange is a role change this reconcile made, for Events and metrics.
@@ -137,14 +139,15 @@ func (r *Reconciler) Steps() []Step {
 	return []Step{
 		{"load", r.load},
 		{"plan", r.plan},
-		{"bgppeers", r.applyPeers},
-		{"nodes", r.patchNodes},
-		{"handover", r.handover},
-		{"demote", r.demote},
-		{"mesh", r.migrateMesh},
-		{"prune", r.prunePeers},
+		{"bgppeers", r.enforcing(r.applyPeers)},
+		{"nodes", r.enforcing(r.patchNodes)},
+		{"handover", r.enforcing(r.handover)},
+		{"demote", r.enforcing(r.demote)},
+		{"mesh", r.enforcing(r.migrateMesh)},
+		{"prune", r.enforcing(r.prunePeers)},
+		{"pending", r.pending},
 		{"status", r.status},
-		{"events", r.events},
+		{"events", r.enforcing(r.events)},
 		{"metrics", r.metrics},
 	}
 }

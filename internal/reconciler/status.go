@@ -39,6 +39,8 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 		return r.writeStatus(ctx, st, pol)
 	}
 	res, p := st.Result, st.Managed.Resolved
+	s.Mode = p.Mode
+	s.PendingChanges = st.Pending[:min(len(st.Pending), maxPendingChanges)]
 	s.Nodes = int32(res.Summary.Nodes)
 	s.HealthyNodes = int32(res.Summary.HealthyNodes)
 	s.DesiredRouteReflectors = int32(res.Summary.DesiredRouteReflectors)
@@ -79,6 +81,18 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	case total < int32(p.Min):
 		ready.Status, ready.Reason = metav1.ConditionFalse, extender.ReasonNotEnoughEligibleNodes
 		ready.Message = fmt.Sprintf("%d route reflectors; the policy requires at least %d", total, p.Min)
+	}
+	if p.Mode != v1alpha1.Enforce {
+		// Ready says whether the cluster is as the plan wants it; in Observe and Paused that is
+		// reported, not made so.
+		ready.Reason = string(p.Mode)
+		if len(st.Pending) > 0 {
+			ready.Status = metav1.ConditionFalse
+			ready.Message = fmt.Sprintf("%s: %d changes pending (status.pendingChanges); %d route reflectors", p.Mode, len(st.Pending), total)
+		} else {
+			ready.Status = metav1.ConditionTrue
+			ready.Message = fmt.Sprintf("%s: the cluster is as the plan wants it; %d route reflectors", p.Mode, total)
+		}
 	}
 	meta.SetStatusCondition(&s.Conditions, ready)
 	r.setCost(st, s, pol.Generation)

@@ -51,11 +51,27 @@ const (
 	HandoverBGPSessions HandoverMode = "BGPSessions"
 )
 
+// Mode says whether the product acts on a policy.
+// +kubebuilder:validation:Enum=Enforce;Observe;Paused
+type Mode string
+
+const (
+	// Enforce: the webhooks and the reconciler apply the plan and refuse what breaks it.
+	Enforce Mode = "Enforce"
+	// Observe: the plan is computed and reported (status, Events, metrics, admission warnings);
+	// nothing is written to nodes or BGPPeers and nothing is refused.
+	Observe Mode = "Observe"
+	// Paused: no role changes and no BGPPeer writes; manual changes that break the policy's limits
+	// are still refused.
+	Paused Mode = "Paused"
+)
+
 // RouteReflectorPolicy says how many Calico route reflectors a set of nodes gets, in which topology, and how roles are handed over.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=rrp
 // +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.mode`
 // +kubebuilder:printcolumn:name="Topology",type=string,JSONPath=`.spec.topology.type`
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
 // +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.healthyNodes`
@@ -82,6 +98,13 @@ type RouteReflectorPolicyList struct {
 
 // RouteReflectorPolicySpec is the desired route reflector layout. Every field is optional.
 type RouteReflectorPolicySpec struct {
+	// Mode is Enforce, Observe or Paused [Enforce]. Observe computes and reports the plan and what
+	// Enforce would change or refuse, and writes nothing; Paused keeps everything as it is but still
+	// refuses manual changes that break the policy. Back to Enforce, the plan is applied through
+	// the normal handover.
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+
 	// NodeSelector selects the nodes this policy manages [all nodes]. A node may match at most one policy.
 	// +optional
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
@@ -254,6 +277,14 @@ type RouteReflectorPolicyStatus struct {
 	// ObservedGeneration is the generation of the spec the status is for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Mode is the mode the reconciler last acted in.
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+	// PendingChanges lists what Enforce would change now (Observe and Paused), at most 20:
+	// "promote node-12 (zone-b)", "demote node-3", ...
+	// +optional
+	// +listType=atomic
+	PendingChanges []string `json:"pendingChanges,omitempty"`
 	// Nodes is the number of nodes the policy manages.
 	// +optional
 	Nodes int32 `json:"nodes,omitempty"`
