@@ -12,8 +12,9 @@ IMAGE ?= calico-rr-autoscaler:dev
 
 all: lint build test
 
-build: ## Build the binary into bin/
+build: ## Build the binary into bin/ (and bin/kubectl-rr, the kubectl plugin: kubectl rr = status)
 	$(GO) build -trimpath -o $(BIN) ./cmd/calico-rr-autoscaler
+	ln -sf calico-rr-autoscaler bin/kubectl-rr
 
 generate: ## Regenerate deepcopy and the CRD from policy/
 	$(CONTROLLER_GEN) object paths=./policy/... crd:crdVersions=v1 output:crd:artifacts:config=policy/crd

@@ -4,6 +4,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 // usageError is bad input: the command prints it on one line and exits with status 2.
@@ -15,6 +16,7 @@ Usage:
   calico-rr-autoscaler plan   [flags]   compute and print a plan without a cluster
   calico-rr-autoscaler verify [flags]   run a plan on real BGP speakers and check every node learns every route
   calico-rr-autoscaler serve  [flags]   run the admission webhooks and the reconciler in a cluster
+  calico-rr-autoscaler status [flags]   what the product manages in a live cluster (also: kubectl rr)
   calico-rr-autoscaler uninstall [flags] delete every policy and wait until its route reflectors are released
   calico-rr-autoscaler help   [command]
 
@@ -26,6 +28,10 @@ func main() {
 }
 
 func run(args []string) int {
+	if filepath.Base(os.Args[0]) == "kubectl-rr" {
+		// Installed as the kubectl plugin `kubectl rr`: the status command.
+		return exitCode(runStatus(args, os.Stdout))
+	}
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
 		return 2
@@ -38,6 +44,8 @@ func run(args []string) int {
 		err = runVerify(args[1:], os.Stdout, os.Stderr)
 	case "serve":
 		err = runServe(args[1:], os.Stdout)
+	case "status":
+		err = runStatus(args[1:], os.Stdout)
 	case "uninstall":
 		err = runUninstall(args[1:], os.Stdout)
 	case "help", "-h", "--help":

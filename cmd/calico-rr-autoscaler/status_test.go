@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/clusterstatus"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// TestStatusOnRealAPIServer: `status` (and `kubectl rr`) on a real API server holding a policy in
+// Observe mode, 12 nodes with 3 hand-labelled route reflectors (one of them draining), the
+// product's BGPPeers and a hand-written one: the table matches testdata/status.golden and -o json
+// carries the same.
+func TestStatusOnRealAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver and etcd (hack/tools.sh)")
+	}
+	env := testenv.Start(t)
+	dir, err := crds.Dir()
+	require.NoError(t, err)
+	testenv.InstallCRDs(t, env.Config, filepath.Join(dir, "crd.projectcalico.org_bgppeers.yaml"),
+		filepath.Join(dir, "crd.projectcalico.org_bgpconfigurations.yaml"), filepath.Join("..", "..", "policy", "crd"))
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, v1alpha1.AddToScheme(scheme))
+	require.NoError(t, calico.AddToScheme(scheme, calico.CRD))
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	since := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC).Format(time.RFC3339)
+	for i := range 12 {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + string(rune('a'+i)), Labels: map[string]string{
+			corev1.LabelTopologyZone: "zone-" + string(rune('a'+i%3))}, Annotations: map[string]string{}}}
+		switch {
+		case i < 3:
+			n.Labels["calico-route-reflector"] = ""
+			n.Annotations[extender.AnnotationClusterID] = "224.0.0." + string(rune('1'+i))
+		case i == 3:
+			n.Labels["calico-route-reflector"] = ""
+			n.Annotations[extender.AnnotationClusterID] = "224.0.0.1"
+			n.Annotations[extender.AnnotationDrainingSince] = since
+		default:
+			n.Labels[extender.LabelPeeringSet] = "abc"
+			n.Annotations[extender.AnnotationRouteReflectors] = "node-a,node-b,node-c"
+		}
+		require.NoError(t, c.Create(ctx, n))
+	}
+	mk := func(name string, managed bool, spec apiv3.BGPPeerSpec) *apiv3.BGPPeer {
+		p := &apiv3.BGPPeer{TypeMeta: metav1.TypeMeta{APIVersion: calico.CRD.String(), Kind: "BGPPeer"}, ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}, Spec: spec}
+		if managed {
+			p.Labels[extender.LabelManagedBy], p.Labels[extender.LabelPolicy] = extender.ManagedByValue, "default"
+		}
+		return p
+	}
+	require.NoError(t, c.Create(ctx, mk("rr-autoscaler-abc", true, apiv3.BGPPeerSpec{NodeSelector: "routereflector.io/peering-set == 'abc'", PeerSelector: "has(calico-route-reflector)"})))
+	require.NoError(t, c.Create(ctx, mk("rr-autoscaler-mesh-default", true, apiv3.BGPPeerSpec{NodeSelector: "has(calico-route-reflector)", PeerSelector: "has(calico-route-reflector)"})))
+	require.NoError(t, c.Create(ctx, mk("hand-made-rr-mesh", false, apiv3.BGPPeerSpec{NodeSelector: "has(calico-route-reflector)", PeerSelector: "has(calico-route-reflector)"})))
+	pol := &v1alpha1.RouteReflectorPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec: v1alpha1.RouteReflectorPolicySpec{Mode: v1alpha1.Observe, Topology: &v1alpha1.Topology{Type: v1alpha1.MultiCluster}}}
+	require.NoError(t, c.Create(ctx, pol))
+	pol.Status = v1alpha1.RouteReflectorPolicyStatus{Mode: v1alpha1.Observe, DesiredRouteReflectors: 3, RouteReflectors: 3,
+		PendingChanges: []string{"demote node-d", "create 1 BGPPeers"},
+		Conditions:     []metav1.Condition{{Type: "Ready", Status: "False", Reason: "Observe", Message: "x", LastTransitionTime: metav1.Now()}}}
+	require.NoError(t, c.Status().Update(ctx, pol))
+
+	kubeconfig := env.KubeconfigPath(testenv.UserAdmin)
+	var out bytes.Buffer
+	require.NoError(t, runStatus([]string{"--kubeconfig", kubeconfig}, &out))
+	// The draining age depends on the clock.
+	got := regexp.MustCompile(`\(\d+h\d+m\d+s\)|\(\d+m\d+s\)`).ReplaceAllString(out.String(), "(AGE)")
+	golden := filepath.Join("testdata", "status.golden")
+	if *update {
+		require.NoError(t, os.WriteFile(golden, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err)
+	require.Equal(t, string(want), got)
+
+	out.Reset()
+	require.NoError(t, runStatus([]string{"--kubeconfig", kubeconfig, "-o", "json"}, &out))
+	var rep clusterstatus.Report
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	require.Len(t, rep.Policies, 1)
+	p := rep.Policies[0]
+	require.Equal(t, "Observe", p.Mode)
+	require.Equal(t, 3, p.RouteReflectors)
+	require.Equal(t, "node-d", p.Draining[0].Node)
+	require.Equal(t, []string{"hand-made-rr-mesh"}, rep.ForeignBGPPeers)
+	require.Equal(t, int64(0), rep.Routes.MissingPairs)
+	require.Equal(t, 8, p.Zones[0].RouteReflectors[0].Clients)
+}

@@ -1,0 +1,287 @@
+// Package clusterstatus reads a live cluster through its API server and reports, per
+// RouteReflectorPolicy, what the product manages there: the mode, the route reflectors per zone
+// with their clients, those being handed over with their age, the hand-written BGPPeers beside the
+// product's, what Observe or Paused would change, and the graph model's figures for the cluster's
+// actual nodes and BGPPeers. The `status` command (also installed as the kubectl plugin `kubectl
+// rr`) prints it.
+package clusterstatus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// Report is the state of every policy of a cluster.
+type Report struct {
+	Policies []PolicyReport `json:"policies"`
+	// ForeignBGPPeers are the BGPPeers this product did not write.
+	ForeignBGPPeers []string `json:"foreignBGPPeers"`
+	// NodeToNodeMesh is Calico's node-to-node mesh setting (BGPConfiguration default).
+	NodeToNodeMesh bool `json:"nodeToNodeMesh"`
+	// Routes is the graph model on the cluster's actual nodes and BGPPeers.
+	Routes RouteFigures `json:"routes"`
+}
+
+// PolicyReport is one policy.
+type PolicyReport struct {
+	Name            string       `json:"name"`
+	Mode            string       `json:"mode"`
+	Topology        string       `json:"topology"`
+	Nodes           int          `json:"nodes"`
+	RouteReflectors int          `json:"routeReflectors"`
+	Desired         int32        `json:"desiredRouteReflectors"`
+	Ready           string       `json:"ready"`
+	Zones           []ZoneReport `json:"zones"`
+	Draining        []Draining   `json:"draining"`
+	Pending         []string     `json:"pendingChanges"`
+	Invalid         string       `json:"invalid,omitempty"`
+}
+
+// ZoneReport is one zone of a policy: its route reflectors and how many clients each has.
+type ZoneReport struct {
+	Zone            string           `json:"zone"`
+	Nodes           int              `json:"nodes"`
+	RouteReflectors []RouteReflector `json:"routeReflectors"`
+}
+
+// RouteReflector is a route reflector with its cluster ID and its clients.
+type RouteReflector struct {
+	Node      string `json:"node"`
+	ClusterID string `json:"clusterID"`
+	Clients   int    `json:"clients"`
+}
+
+// Draining is a route reflector being handed over, and for how long.
+type Draining struct {
+	Node  string `json:"node"`
+	Since string `json:"since"`
+	Age   string `json:"age"`
+}
+
+// RouteFigures are the graph model's figures for the cluster as it is.
+type RouteFigures struct {
+	Nodes        int     `json:"nodes"`
+	MissingPairs int64   `json:"missingPairs"`
+	BusiestPaths float64 `json:"busiestPathsPerPrefix"`
+	MeanPaths    float64 `json:"meanPathsPerPrefix"`
+	Error        string  `json:"error,omitempty"`
+}
+
+// Read reads the cluster. gv is the Calico API the BGPPeers are read through.
+func Read(ctx context.Context, cfg *rest.Config, gv schema.GroupVersion, now time.Time) (*Report, error) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	if err := calico.AddToScheme(scheme, gv); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the API server: %w", err)
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pols := &v1alpha1.RouteReflectorPolicyList{}
+	if err := c.List(ctx, pols); err != nil {
+		return nil, fmt.Errorf("listing RouteReflectorPolicies: %w", err)
+	}
+	peers := &apiv3.BGPPeerList{}
+	if err := c.List(ctx, peers); err != nil {
+		return nil, fmt.Errorf("listing BGPPeers: %w", err)
+	}
+	rep := &Report{NodeToNodeMesh: true, ForeignBGPPeers: []string{}, Policies: []PolicyReport{}}
+	cfgObj := &apiv3.BGPConfiguration{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "default"}, cfgObj); err == nil && cfgObj.Spec.NodeToNodeMeshEnabled != nil {
+		rep.NodeToNodeMesh = *cfgObj.Spec.NodeToNodeMeshEnabled
+	}
+	for _, p := range peers.Items {
+		if p.Labels[extender.LabelManagedBy] != extender.ManagedByValue {
+			rep.ForeignBGPPeers = append(rep.ForeignBGPPeers, p.Name)
+		}
+	}
+	slices.Sort(rep.ForeignBGPPeers)
+	ptrs := make([]*corev1.Node, len(nodes.Items))
+	for i := range nodes.Items {
+		ptrs[i] = &nodes.Items[i]
+	}
+	slices.SortFunc(ptrs, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(pols.Items, func(a, b v1alpha1.RouteReflectorPolicy) int { return strings.Compare(a.Name, b.Name) })
+	for i := range pols.Items {
+		rep.Policies = append(rep.Policies, policyReport(&pols.Items[i], ptrs, now))
+	}
+	rep.Routes = routeFigures(ptrs, peers.Items, rep.NodeToNodeMesh)
+	return rep, nil
+}
+
+func policyReport(pol *v1alpha1.RouteReflectorPolicy, nodes []*corev1.Node, now time.Time) PolicyReport {
+	pr := PolicyReport{Name: pol.Name, Mode: string(pol.Status.Mode), Desired: pol.Status.DesiredRouteReflectors,
+		Pending: pol.Status.PendingChanges, Zones: []ZoneReport{}, Draining: []Draining{}}
+	if pr.Pending == nil {
+		pr.Pending = []string{}
+	}
+	for _, c := range pol.Status.Conditions {
+		if c.Type == "Ready" {
+			pr.Ready = string(c.Status) + " (" + c.Reason + ")"
+		}
+	}
+	r, errs := policy.Resolve(pol)
+	if len(errs) > 0 {
+		pr.Invalid = errs.ToAggregate().Error()
+		return pr
+	}
+	if pr.Mode == "" {
+		pr.Mode = string(r.Mode)
+	}
+	pr.Topology = string(r.Topology)
+	clients := map[string]int{}
+	zones := map[string]*ZoneReport{}
+	var names []string
+	for _, n := range nodes {
+		if !r.NodeSelector.Matches(labels.Set(n.Labels)) {
+			continue
+		}
+		pr.Nodes++
+		z := n.Labels[r.ZoneLabel]
+		if zones[z] == nil {
+			zones[z] = &ZoneReport{Zone: z, RouteReflectors: []RouteReflector{}}
+			names = append(names, z)
+		}
+		zones[z].Nodes++
+		if rrs := n.Annotations[extender.AnnotationRouteReflectors]; rrs != "" {
+			for _, rr := range strings.Split(rrs, ",") {
+				clients[rr]++
+			}
+		}
+	}
+	for _, n := range nodes {
+		if !r.NodeSelector.Matches(labels.Set(n.Labels)) || !r.IsRouteReflectorLabel(n.Labels) {
+			continue
+		}
+		id, ok := policy.ParseClusterID(n.Annotations[extender.AnnotationClusterID])
+		if !ok {
+			continue
+		}
+		if since := n.Annotations[extender.AnnotationDrainingSince]; since != "" {
+			d := Draining{Node: n.Name, Since: since}
+			if t, err := time.Parse(time.RFC3339, since); err == nil {
+				d.Age = now.Sub(t).Round(time.Second).String()
+			}
+			pr.Draining = append(pr.Draining, d)
+			continue
+		}
+		pr.RouteReflectors++
+		zr := zones[n.Labels[r.ZoneLabel]]
+		zr.RouteReflectors = append(zr.RouteReflectors, RouteReflector{Node: n.Name, ClusterID: policy.ClusterIDString(id), Clients: clients[n.Name]})
+	}
+	slices.Sort(names)
+	for _, z := range names {
+		pr.Zones = append(pr.Zones, *zones[z])
+	}
+	return pr
+}
+
+func routeFigures(nodes []*corev1.Node, peers []apiv3.BGPPeer, mesh bool) RouteFigures {
+	f := RouteFigures{Nodes: len(nodes)}
+	topo, err := bgpmodel.FromCluster(nodes, peers, corev1.LabelTopologyZone, bgpmodel.Options{NodeToNodeMesh: mesh})
+	if err != nil {
+		f.Error = err.Error()
+		return f
+	}
+	m, err := topo.Propagate(nil)
+	if err != nil {
+		f.Error = err.Error()
+		return f
+	}
+	f.MissingPairs = m.Summary.MissingPairs
+	if n := float64(m.Summary.Nodes); n > 0 {
+		f.BusiestPaths, f.MeanPaths = m.Summary.MaxRoutesPerNode/n, m.Summary.TotalRoutes/n/n
+	}
+	return f
+}
+
+// JSON writes the report as indented JSON.
+func JSON(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// Table writes the report for people.
+func Table(w io.Writer, r *Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, p := range r.Policies {
+		fmt.Fprintf(tw, "POLICY %s\tmode %s\ttopology %s\tnodes %d\troute reflectors %d (desired %d)\tready %s\n",
+			p.Name, p.Mode, dash(p.Topology), p.Nodes, p.RouteReflectors, p.Desired, dash(p.Ready))
+		if p.Invalid != "" {
+			fmt.Fprintf(tw, "  invalid: %s\n", p.Invalid)
+			continue
+		}
+		fmt.Fprintln(tw, "  ZONE\tNODES\tROUTE REFLECTOR\tCLUSTER ID\tCLIENTS")
+		for _, z := range p.Zones {
+			if len(z.RouteReflectors) == 0 {
+				fmt.Fprintf(tw, "  %s\t%d\t-\t-\t-\n", dash(z.Zone), z.Nodes)
+			}
+			for i, rr := range z.RouteReflectors {
+				zone, count := dash(z.Zone), fmt.Sprint(z.Nodes)
+				if i > 0 {
+					zone, count = "", ""
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\n", zone, count, rr.Node, rr.ClusterID, rr.Clients)
+			}
+		}
+		for _, d := range p.Draining {
+			fmt.Fprintf(tw, "  handover in flight: %s draining since %s (%s)\n", d.Node, d.Since, d.Age)
+		}
+		for _, c := range p.Pending {
+			fmt.Fprintf(tw, "  %s would: %s\n", p.Mode, c)
+		}
+	}
+	if len(r.ForeignBGPPeers) > 0 {
+		fmt.Fprintf(tw, "Foreign BGPPeers (not written by calico-rr-autoscaler): %s\n", strings.Join(r.ForeignBGPPeers, ", "))
+	}
+	fmt.Fprintf(tw, "Node-to-node mesh: %v\n", onOff(r.NodeToNodeMesh))
+	if r.Routes.Error != "" {
+		fmt.Fprintf(tw, "Routes (graph model): %s\n", r.Routes.Error)
+	} else {
+		fmt.Fprintf(tw, "Routes (graph model, %d nodes as they are): %d node pairs missing; paths per prefix %.1f on the busiest node, %.1f on the mean\n",
+			r.Routes.Nodes, r.Routes.MissingPairs, r.Routes.BusiestPaths, r.Routes.MeanPaths)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
