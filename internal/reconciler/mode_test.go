@@ -5,9 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -77,4 +80,19 @@ func TestPausedMode(t *testing.T) {
 	h.setMode(v1alpha1.Enforce)
 	h.reconcile()
 	require.NotEmpty(t, h.node(victim).Annotations["routereflector.io/draining-since"], "handed over once enforced")
+}
+
+// TestForeignBGPPeers: hand-written BGPPeers are named in the ForeignBGPPeers condition and left
+// as they are.
+func TestForeignBGPPeers(t *testing.T) {
+	h := newHarness(t, nil, cluster(12))
+	hand := &apiv3.BGPPeer{TypeMeta: metav1.TypeMeta{APIVersion: calico.CRD.String(), Kind: "BGPPeer"},
+		ObjectMeta: metav1.ObjectMeta{Name: "hand-made"}, Spec: apiv3.BGPPeerSpec{NodeSelector: "all()", PeerSelector: "has(rr)"}}
+	require.NoError(t, h.client.Create(context.Background(), hand))
+	h.reconcile()
+	c := findCondition(h.status().Conditions, ConditionForeignBGPPeers)
+	require.NotNil(t, c)
+	require.Equal(t, metav1.ConditionTrue, c.Status)
+	require.Equal(t, "1 BGPPeers not written by calico-rr-autoscaler, left as they are: hand-made", c.Message)
+	require.Contains(t, h.peers(), "hand-made")
 }

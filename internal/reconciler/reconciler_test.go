@@ -306,13 +306,19 @@ func TestReconcileBootstrapsAndSettles(t *testing.T) {
 	if s.Nodes != 30 || s.HealthyNodes != 30 || s.DesiredRouteReflectors != 3 || s.RouteReflectors != 3 || len(s.Zones) != 3 || s.LastScaleTime == nil {
 		t.Fatalf("status %+v", s)
 	}
-	if c := s.Conditions; len(c) != 3 || c[0].Type != "Ready" || c[0].Status != "True" || c[2].Type != "Degraded" || c[2].Status != "False" {
-		t.Fatalf("conditions %+v", c)
+	if c := findCondition(s.Conditions, ConditionReady); c == nil || c.Status != "True" {
+		t.Fatalf("conditions %+v", s.Conditions)
+	}
+	if c := findCondition(s.Conditions, ConditionDegraded); c == nil || c.Status != "False" {
+		t.Fatalf("conditions %+v", s.Conditions)
+	}
+	if c := findCondition(s.Conditions, ConditionForeignBGPPeers); c == nil || c.Status != "False" {
+		t.Fatalf("conditions %+v", s.Conditions)
 	}
 	// MultiCluster stores far more paths than the default layout would on these 30 nodes.
-	if c := s.Conditions[1]; c.Type != ConditionExpensiveTopology || c.Status != "True" || c.Reason != ReasonMoreThanTwiceDefault ||
+	if c := findCondition(s.Conditions, ConditionExpensiveTopology); c == nil || c.Status != "True" || c.Reason != ReasonMoreThanTwiceDefault ||
 		!strings.Contains(c.Message, "the default layout (DualPlane) 2.0 and 2.0") {
-		t.Fatalf("condition %+v", c)
+		t.Fatalf("conditions %+v", s.Conditions)
 	}
 	if r := s.Routes; r == nil || r.DefaultMeanPathsPerPrefix != "2.0" || r.MeanPathsPerPrefix == "2.0" || r.MissingPairs != 0 {
 		t.Fatalf("routes %+v", r)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,6 +22,9 @@ import (
 const (
 	ConditionReady    = "Ready"
 	ConditionDegraded = "Degraded"
+	// ConditionForeignBGPPeers is True when BGPPeers this product did not write exist (hand-written
+	// peerings it leaves alone); the message names them.
+	ConditionForeignBGPPeers = "ForeignBGPPeers"
 
 	ReasonAsPlanned     = "AsPlanned"
 	ReasonConverging    = "Converging"
@@ -96,6 +101,9 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	}
 	meta.SetStatusCondition(&s.Conditions, ready)
 	r.setCost(st, s, pol.Generation)
+	if err := r.setForeignPeers(ctx, s, pol.Generation); err != nil {
+		return err
+	}
 	slices.SortFunc(s.Conditions, func(a, b metav1.Condition) int {
 		if a.Type < b.Type {
 			return 1
@@ -123,5 +131,33 @@ func (r *Reconciler) writeStatus(ctx context.Context, st *State, pol *v1alpha1.R
 		}
 		return err
 	}
+	return nil
+}
+
+// setForeignPeers sets the ForeignBGPPeers condition: the BGPPeers of the cluster this product did
+// not write, which it never touches.
+func (r *Reconciler) setForeignPeers(ctx context.Context, s *v1alpha1.RouteReflectorPolicyStatus, gen int64) error {
+	list := &apiv3.BGPPeerList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return fmt.Errorf("listing BGPPeers: %w", err)
+	}
+	var foreign []string
+	for _, p := range list.Items {
+		if p.Labels[extender.LabelManagedBy] != extender.ManagedByValue {
+			foreign = append(foreign, p.Name)
+		}
+	}
+	slices.Sort(foreign)
+	c := metav1.Condition{Type: ConditionForeignBGPPeers, Status: metav1.ConditionFalse, Reason: "None", ObservedGeneration: gen,
+		Message: "every BGPPeer is calico-rr-autoscaler's"}
+	if len(foreign) > 0 {
+		shown := foreign[:min(len(foreign), 20)]
+		c.Status, c.Reason = metav1.ConditionTrue, "HandWritten"
+		c.Message = fmt.Sprintf("%d BGPPeers not written by calico-rr-autoscaler, left as they are: %s", len(foreign), strings.Join(shown, ", "))
+		if len(foreign) > len(shown) {
+			c.Message += ", ..."
+		}
+	}
+	meta.SetStatusCondition(&s.Conditions, c)
 	return nil
 }
