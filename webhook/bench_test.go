@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -65,8 +66,33 @@ func bigCluster(b *testing.B, n int) *fixture {
 	return f
 }
 
-// benchServe posts body(i) to h b.N times and reports the p50 and p99 latency per admission.
-func benchServe(b *testing.B, h http.Handler, body func(i int) []byte) {
+// expect checks what a benchmark measured: the answer to its first request.
+type expect func(*admissionv1.AdmissionResponse) error
+
+func wantPatch(r *admissionv1.AdmissionResponse) error {
+	if !r.Allowed || len(r.Patch) == 0 {
+		return fmt.Errorf("want an allowed answer with a patch, got allowed=%v patch=%s", r.Allowed, r.Patch)
+	}
+	return nil
+}
+
+func wantAllowed(r *admissionv1.AdmissionResponse) error {
+	if !r.Allowed {
+		return fmt.Errorf("want allowed, got denied: %v", r.Result)
+	}
+	return nil
+}
+
+func wantDenied(r *admissionv1.AdmissionResponse) error {
+	if r.Allowed {
+		return fmt.Errorf("want a denial, got allowed")
+	}
+	return nil
+}
+
+// benchServe posts body(i) to h b.N times and reports the p50 and p99 latency per admission; the
+// answer to the first request must pass check, so that the benchmark measures what it says.
+func benchServe(b *testing.B, h http.Handler, check expect, body func(i int) []byte) {
 	b.Helper()
 	const bodies = 256
 	pre := make([][]byte, bodies)
@@ -87,6 +113,15 @@ func benchServe(b *testing.B, h http.Handler, body func(i int) []byte) {
 		if w.Code != 200 {
 			b.Fatalf("HTTP %d: %s", w.Code, w.Body)
 		}
+		if i == 0 {
+			var review admissionv1.AdmissionReview
+			if err := json.Unmarshal(w.Body.Bytes(), &review); err != nil || review.Response == nil {
+				b.Fatalf("not an AdmissionReview (%v): %s", err, w.Body)
+			}
+			if err := check(review.Response); err != nil {
+				b.Fatal(err)
+			}
+		}
 		i++
 	}
 	slices.Sort(lat)
@@ -96,7 +131,7 @@ func benchServe(b *testing.B, h http.Handler, body func(i int) []byte) {
 
 func BenchmarkMutateJoin5000(b *testing.B) {
 	f := bigCluster(b, 5000)
-	benchServe(b, Serve("mutate-v1-node", f.mutator), func(i int) []byte {
+	benchServe(b, Serve("mutate-v1-node", f.mutator), wantPatch, func(i int) []byte {
 		n := realistic(mkNode(fmt.Sprintf("join-%05d", i), fmt.Sprintf("zone-%c", 'a'+i%3), notReady))
 		return reviewBody(b, nodeReq(b, kubelet, n, nil))
 	})
@@ -104,7 +139,7 @@ func BenchmarkMutateJoin5000(b *testing.B) {
 
 func BenchmarkMutateReady5000(b *testing.B) {
 	f := bigCluster(b, 5000)
-	benchServe(b, Serve("mutate-v1-node", f.mutator), func(i int) []byte {
+	benchServe(b, Serve("mutate-v1-node", f.mutator), wantAllowed, func(i int) []byte {
 		old := realistic(mkNode(fmt.Sprintf("ready-%05d", i), fmt.Sprintf("zone-%c", 'a'+i%3), notReady))
 		n := old.DeepCopy()
 		n.Status.Conditions[0].Status = corev1.ConditionTrue
@@ -116,7 +151,7 @@ func BenchmarkMutateReady5000(b *testing.B) {
 
 func BenchmarkMutateKnownNode5000(b *testing.B) {
 	f := bigCluster(b, 5000)
-	benchServe(b, Serve("mutate-v1-node", f.mutator), func(i int) []byte {
+	benchServe(b, Serve("mutate-v1-node", f.mutator), wantAllowed, func(i int) []byte {
 		old := realistic(f.nodes.Get(fmt.Sprintf("node-%05d", 100+i)))
 		n := old.DeepCopy()
 		n.Labels["team"] = "x"
@@ -127,7 +162,13 @@ func BenchmarkMutateKnownNode5000(b *testing.B) {
 func BenchmarkValidateRemoveRR5000(b *testing.B) {
 	f := bigCluster(b, 5000)
 	rrs := f.nodes.RouteReflectors()
-	benchServe(b, Serve("validate-v1-node", f.nodeVal), func(i int) []byte {
+	// The policy requires every route reflector it has: each removal is denied (the rule checks).
+	p := mkPolicy("default", func(s *v1alpha1.RouteReflectorPolicySpec) { s.MinRouteReflectors = i32(int32(len(rrs))) })
+	p.Generation = 2
+	if err := f.policies.Store().Update(p); err != nil {
+		b.Fatal(err)
+	}
+	benchServe(b, Serve("validate-v1-node", f.nodeVal), wantDenied, func(i int) []byte {
 		old := realistic(rrs[i%len(rrs)])
 		n := old.DeepCopy()
 		delete(n.Labels, "calico-route-reflector")
@@ -137,7 +178,7 @@ func BenchmarkValidateRemoveRR5000(b *testing.B) {
 
 func BenchmarkValidateCordon5000(b *testing.B) {
 	f := bigCluster(b, 5000)
-	benchServe(b, Serve("validate-v1-node", f.nodeVal), func(i int) []byte {
+	benchServe(b, Serve("validate-v1-node", f.nodeVal), wantAllowed, func(i int) []byte {
 		old := realistic(f.nodes.Get(fmt.Sprintf("node-%05d", 100+i)))
 		n := old.DeepCopy()
 		n.Spec.Unschedulable = true
@@ -148,19 +189,24 @@ func BenchmarkValidateCordon5000(b *testing.B) {
 func BenchmarkValidateDelete5000(b *testing.B) {
 	f := bigCluster(b, 5000)
 	rrs := f.nodes.RouteReflectors()
-	benchServe(b, Serve("validate-v1-node", f.nodeVal), func(i int) []byte {
+	benchServe(b, Serve("validate-v1-node", f.nodeVal), wantAllowed, func(i int) []byte {
 		return reviewBody(b, nodeReq(b, alice, nil, realistic(rrs[i%len(rrs)])))
 	})
 }
 
 func BenchmarkValidatePolicy5000(b *testing.B) {
 	f := bigCluster(b, 5000)
+	// Two policies with selectors: the overlap check scans every cached node. (The default policy,
+	// which selects every node, would end the check at once with a denial.)
+	if err := f.policies.Store().Delete(mkPolicy("default", nil)); err != nil {
+		b.Fatal(err)
+	}
 	if err := f.policies.Store().Add(mkPolicy("other", func(s *v1alpha1.RouteReflectorPolicySpec) {
 		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "other"}}
 	})); err != nil {
 		b.Fatal(err)
 	}
-	benchServe(b, Serve("validate-routereflectorpolicy", f.polVal), func(i int) []byte {
+	benchServe(b, Serve("validate-routereflectorpolicy", f.polVal), wantAllowed, func(i int) []byte {
 		p := mkPolicy("edge", func(s *v1alpha1.RouteReflectorPolicySpec) {
 			s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "edge"}}
 		})
@@ -169,8 +215,8 @@ func BenchmarkValidatePolicy5000(b *testing.B) {
 }
 
 func BenchmarkValidateBGPPeer(b *testing.B) {
-	f := newFixture(b, nil, nil)
-	benchServe(b, Serve("validate-bgppeer", f.peerVal), func(i int) []byte {
+	f := newFixture(b, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
+	benchServe(b, Serve("validate-bgppeer", f.peerVal), wantDenied, func(i int) []byte {
 		return reviewBody(b, request(b, admissionv1.Update, peerKind, "", alice, peer("x", true), peer("x", true)))
 	})
 }

@@ -501,16 +501,19 @@ func procStatus(t *testing.T, pid int, key string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		t.Logf("RSS: %v", err)
-		return -1
+		t.Fatalf("reading the product's memory (%s): %v", key, err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatalf("reading the product's memory: %q: %v", line, err)
+			}
 			return kb << 10
 		}
 	}
-	return -1
+	t.Fatalf("reading the product's memory: no %s in /proc/%d/status", key, pid)
+	return 0
 }
 
 func (p *product) scrape(t *testing.T) metricSet {
