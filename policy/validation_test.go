@@ -25,7 +25,7 @@ func TestValidate(t *testing.T) {
 		{"min greater than max", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(5), MaxRouteReflectors: i32(2)},
 			[]string{"spec.minRouteReflectors: must not be greater than maxRouteReflectors (2)"}},
 		{"min zero", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(0)}, []string{"spec.minRouteReflectors: must be at least 1"}},
-		{"max zero", v1alpha1.RouteReflectorPolicySpec{MaxRouteReflectors: i32(0)}, []string{"spec.maxRouteReflectors: must be at least 1", "spec.minRouteReflectors"}},
+		{"max zero", v1alpha1.RouteReflectorPolicySpec{MaxRouteReflectors: i32(0)}, []string{"spec.maxRouteReflectors: must be at least 1", "spec.minRouteReflectors: must not be greater than maxRouteReflectors (0)"}},
 		{"ratio zero", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Ratio: "0"}}, []string{"spec.scaling.ratio: must be greater than 0"}},
 		{"ratio above one", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Ratio: "1.5"}}, []string{"spec.scaling.ratio: must be greater than 0 and at most 1"}},
 		{"ratio one", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Ratio: "1"}}, nil},
@@ -35,29 +35,29 @@ func TestValidate(t *testing.T) {
 		{"steps not increasing", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Steps: []v1alpha1.Step{{MaxNodes: 200, RouteReflectors: 3}, {MaxNodes: 200, RouteReflectors: 5}}}},
 			[]string{"spec.scaling.steps[1].maxNodes: must be greater than the previous step's maxNodes (200)"}},
 		{"empty steps", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Steps: []v1alpha1.Step{}}}, []string{"spec.scaling.steps: Required"}},
-		{"step with zero RRs", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Steps: []v1alpha1.Step{{MaxNodes: 10, RouteReflectors: 0}}}}, []string{"spec.scaling.steps[0].routeReflectors"}},
-		{"clients per RR zero", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{ClientsPerRouteReflector: i32(0)}}, []string{"spec.scaling.clientsPerRouteReflector"}},
+		{"step with zero RRs", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{Steps: []v1alpha1.Step{{MaxNodes: 10, RouteReflectors: 0}}}}, []string{"spec.scaling.steps[0].routeReflectors: must be at least 1"}},
+		{"clients per RR zero", v1alpha1.RouteReflectorPolicySpec{Scaling: &v1alpha1.Scaling{ClientsPerRouteReflector: i32(0)}}, []string{"spec.scaling.clientsPerRouteReflector: must be at least 1"}},
 		{"cluster ID not IPv4", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterID: "fd00::1"}}, []string{"spec.topology.clusterID: must be an IPv4 address"}},
-		{"cluster ID garbage", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterID: "rr-1"}}, []string{"spec.topology.clusterID"}},
+		{"cluster ID garbage", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterID: "rr-1"}}, []string{"spec.topology.clusterID: Invalid value: \"rr-1\": must be an IPv4 address"}},
 		{"cluster ID at the top", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterID: "255.255.255.250"}}, []string{"spec.topology.clusterID: leaves no room"}},
 		{"unknown topology", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Type: "Ring"}}, []string{"spec.topology.type: Unsupported value: \"Ring\""}},
 		{"unknown cluster ID mode", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDs: "PerZone"}}, []string{"spec.topology.clusterIDs: Unsupported value"}},
-		{"redundancy zero", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Redundancy: i32(0)}}, []string{"spec.topology.redundancy"}},
-		{"groups zero", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDGroups: i32(0)}}, []string{"spec.topology.clusterIDGroups"}},
-		{"rack size one", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{MaxRackSize: i32(1)}}, []string{"spec.topology.maxRackSize"}},
-		{"bad rack label", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{RackLabel: "a b"}}, []string{"spec.topology.rackLabel"}},
-		{"bad RR label key", v1alpha1.RouteReflectorPolicySpec{RouteReflectorLabel: &v1alpha1.Label{Key: "-bad-"}}, []string{"spec.routeReflectorLabel.key"}},
-		{"bad RR label value", v1alpha1.RouteReflectorPolicySpec{RouteReflectorLabel: &v1alpha1.Label{Value: "a b"}}, []string{"spec.routeReflectorLabel.value"}},
-		{"bad zone label", v1alpha1.RouteReflectorPolicySpec{ZoneLabel: "zone//x"}, []string{"spec.zoneLabel"}},
+		{"redundancy zero", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Redundancy: i32(0)}}, []string{"spec.topology.redundancy: must be between 1 and 16"}},
+		{"groups zero", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDGroups: i32(0)}}, []string{"spec.topology.clusterIDGroups: must be between 1 and 64"}},
+		{"rack size one", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{MaxRackSize: i32(1)}}, []string{"spec.topology.maxRackSize: must be at least 2"}},
+		{"bad rack label", v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{RackLabel: "a b"}}, []string{"spec.topology.rackLabel: Invalid value: \"a b\": name part must consist of alphanumeric characters"}},
+		{"bad RR label key", v1alpha1.RouteReflectorPolicySpec{RouteReflectorLabel: &v1alpha1.Label{Key: "-bad-"}}, []string{"spec.routeReflectorLabel.key: Invalid value: \"-bad-\": name part must consist of alphanumeric characters"}},
+		{"bad RR label value", v1alpha1.RouteReflectorPolicySpec{RouteReflectorLabel: &v1alpha1.Label{Value: "a b"}}, []string{"spec.routeReflectorLabel.value: Invalid value: \"a b\": a valid label must be an empty string"}},
+		{"bad zone label", v1alpha1.RouteReflectorPolicySpec{ZoneLabel: "zone//x"}, []string{"spec.zoneLabel: Invalid value: \"zone//x\": a qualified name must consist of alphanumeric characters"}},
 		{"bad selector operator", v1alpha1.RouteReflectorPolicySpec{NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}}},
-			[]string{"spec.nodeSelector.matchExpressions[0].operator"}},
-		{"bad forbidden selector", v1alpha1.RouteReflectorPolicySpec{ForbiddenNodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b c"}}}, []string{"spec.forbiddenNodeSelector.matchLabels"}},
-		{"bad toleration operator", v1alpha1.RouteReflectorPolicySpec{Tolerations: []corev1.Toleration{{Operator: "Maybe"}}}, []string{"spec.tolerations[0].operator"}},
+			[]string{"spec.nodeSelector.matchExpressions[0].operator: Invalid value: \"Near\": not a valid selector operator"}},
+		{"bad forbidden selector", v1alpha1.RouteReflectorPolicySpec{ForbiddenNodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b c"}}}, []string{"spec.forbiddenNodeSelector.matchLabels: Invalid value: \"b c\": a valid label must be an empty string"}},
+		{"bad toleration operator", v1alpha1.RouteReflectorPolicySpec{Tolerations: []corev1.Toleration{{Operator: "Maybe"}}}, []string{"spec.tolerations[0].operator: Unsupported value: \"Maybe\": supported values: \"Equal\", \"Exists\""}},
 		{"negative removal delay", v1alpha1.RouteReflectorPolicySpec{RemovalDelay: &metav1.Duration{Duration: -time.Second}}, []string{"spec.removalDelay: Invalid value: \"-1s\": must not be negative"}},
 		{"unknown handover", v1alpha1.RouteReflectorPolicySpec{Handover: "Never"}, []string{"spec.handover: Unsupported value"}},
-		{"window too long", v1alpha1.RouteReflectorPolicySpec{Behavior: &v1alpha1.Behavior{ScaleDown: &v1alpha1.ScaleDown{StabilizationWindowSeconds: i32(7200)}}}, []string{"spec.behavior.scaleDown.stabilizationWindowSeconds"}},
+		{"window too long", v1alpha1.RouteReflectorPolicySpec{Behavior: &v1alpha1.Behavior{ScaleDown: &v1alpha1.ScaleDown{StabilizationWindowSeconds: i32(7200)}}}, []string{"spec.behavior.scaleDown.stabilizationWindowSeconds: must be between 0 and 3600"}},
 		{"several errors at once", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(9), MaxRouteReflectors: i32(3), Topology: &v1alpha1.Topology{ClusterID: "x"}},
-			[]string{"spec.minRouteReflectors", "spec.topology.clusterID"}},
+			[]string{"spec.minRouteReflectors: must not be greater than maxRouteReflectors (3)", "spec.topology.clusterID: Invalid value: \"x\": must be an IPv4 address"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,6 +67,7 @@ func TestValidate(t *testing.T) {
 			require.Len(t, errs, len(tt.want), "errors: %v", errs)
 			for i, want := range tt.want {
 				field, msg, _ := strings.Cut(want, ": ")
+				require.NotEmpty(t, msg, "case %q: say which message the error %d must carry (field: message)", tt.name, i)
 				assert.Equal(t, field, errs[i].Field, "error %d: %v", i, errs[i])
 				assert.Contains(t, errs[i].Error(), msg)
 			}

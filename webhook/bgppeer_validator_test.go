@@ -62,9 +62,10 @@ func TestBGPPeerValidator(t *testing.T) {
 				old = tc.old
 			}
 			req := request(t, tc.op, peerKind, "", tc.user, obj, old)
-			req.Name = "rr-autoscaler-mesh-default"
-			if tc.name == "unmanaged peer" {
-				req.Name = "mine"
+			for _, o := range []runtime.Object{tc.obj, tc.old} {
+				if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+					req.Name = m.Name // as the API server names the object of the request
+				}
 			}
 			resp, err := f.peerVal.Handle(context.Background(), req)
 			if err != nil {

@@ -443,8 +443,9 @@ func TestReconcileInvalidPolicyStatus(t *testing.T) {
 }
 
 func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
-	// The webhook promoted node-new in zone-c; the cache does not show it yet. The plan must count
-	// it and not promote another zone-c node.
+	// A zone-d node joins through the webhook and is admitted as a client; the cache does not show
+	// it yet. The next plan must count it, through the ledger's overlay, as the client it was
+	// admitted as, and not promote a node for its new zone.
 	nodes := cluster(6)
 	h := newHarness(t, nil, nodes[:5]) // node-05 (zone-c) is not in the cache yet
 	h.reconcile()
@@ -452,7 +453,6 @@ func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
 		t.Fatalf("%v", h.rrs())
 	}
 	m, _ := h.r.Policies.Get("default")
-	// A zone-d node joins through the webhook: a new zone, promoted with a fresh ID.
 	joiner := node("node-new", "zone-d", 99)
 	a, ok := h.r.Ledger.Admit(m, joiner, webhook.Change{Object: webhook.StripNode(joiner.DeepCopy()), Create: true})
 	if !ok || a.Role != extender.AdmitClient {
@@ -463,6 +463,18 @@ func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
 	all, _ := h.r.Ledger.Overlay(h.r.Nodes.List())
 	if !slices.ContainsFunc(all, func(n *corev1.Node) bool { return n.Name == "node-new" }) {
 		t.Fatal("the overlay lacks the admitted node")
+	}
+	h.reconcile()
+	res := h.r.last["default"]
+	i := slices.IndexFunc(res.Clients, func(c extender.Client) bool { return c.Node == "node-new" })
+	if i < 0 {
+		t.Fatalf("the plan does not count the admitted node: %+v", res.Summary)
+	}
+	if got := res.Clients[i].RouteReflectors; fmt.Sprint(got) != fmt.Sprint(a.RouteReflectors) {
+		t.Fatalf("the plan moved the admitted client from %v to %v", a.RouteReflectors, got)
+	}
+	if res.Summary.RouteReflectors != 3 || fmt.Sprint(h.rrs()) != "map[node-00:224.0.0.1 node-01:224.0.0.2 node-02:224.0.0.3]" {
+		t.Fatalf("another node was promoted: %v (%d planned)", h.rrs(), res.Summary.RouteReflectors)
 	}
 }
 
