@@ -716,59 +716,31 @@ func (s *AdmitState) chooseMultiSet(a *Admission) {
 	s.setClient(a, slices.Clone(best))
 }
 
-// greedyMulti picks r route reflectors one at a time as the planner's pickRR does.
+// greedyMulti picks r route reflectors one at a time with the planner's own pickRR, over the
+// active route reflectors (act, by name) and their loads.
 func (s *AdmitState) greedyMulti(zone string, act []string, r, zonesWithRR int) []string {
-	var ch []string
-	zoneUsedBy := func(z string) bool {
-		for _, c := range ch {
-			if s.rrs[c].zone == z {
-				return true
-			}
-		}
-		return false
+	nodes := make([]int, len(act))
+	zones := make([]string, len(act))
+	ids := make([]uint32, len(act))
+	loads := make([]int, len(act))
+	for k, name := range act {
+		rr := s.rrs[name]
+		nodes[k], zones[k], ids[k], loads[k] = k, rr.zone, rr.id, rr.load
 	}
-	groupUsedBy := func(id uint32) bool {
-		for _, c := range ch {
-			if s.rrs[c].id == id {
-				return true
-			}
-		}
-		return false
-	}
+	set := newRRSet(nodes, zones, ids, loads)
+	var ch []int
 	for len(ch) < r {
-		accept := func(string) bool { return true }
-		zs := s.zones[zone]
-		switch {
-		case zs != nil && zs.active > 0 && !zoneUsedBy(zone):
-			accept = func(n string) bool { return s.rrs[n].zone == zone }
-		case zonesWithRR >= 2 && len(ch) > 0 && !slices.ContainsFunc(ch, func(c string) bool { return s.rrs[c].zone != s.rrs[ch[0]].zone }):
-			z0 := s.rrs[ch[0]].zone
-			accept = func(n string) bool { return s.rrs[n].zone != z0 }
-		}
-		pick := func(accept func(string) bool) string {
-			best, bestKey := "", [3]int{}
-			for _, n := range act {
-				if !accept(n) || slices.Contains(ch, n) {
-					continue
-				}
-				rr := s.rrs[n]
-				key := [3]int{admitB2i(groupUsedBy(rr.id)), rr.load, admitB2i(zoneUsedBy(rr.zone))}
-				if best == "" || admitLess(key[:], bestKey[:]) {
-					best, bestKey = n, key
-				}
-			}
-			return best
-		}
-		n := pick(accept)
-		if n == "" {
-			n = pick(func(string) bool { return true })
-		}
-		if n == "" {
+		k := pickRR(set, zone, ch, zonesWithRR)
+		if k < 0 {
 			break
 		}
-		ch = append(ch, n)
+		ch = append(ch, k)
 	}
-	return ch
+	out := make([]string, len(ch))
+	for i, k := range ch {
+		out[i] = act[k]
+	}
+	return out
 }
 
 func admitLess(a, b []int) bool {

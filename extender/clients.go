@@ -26,7 +26,6 @@ type rrSet struct {
 }
 
 func (pl *planner) activeSet() *rrSet {
-	s := &rrSet{byNode: map[int]int{}, byZone: map[string][]int{}, zoneIndex: map[string]int{}}
 	var act []int
 	for i := range pl.dec {
 		if pl.dec[i].role == roleActive {
@@ -34,28 +33,40 @@ func (pl *planner) activeSet() *rrSet {
 		}
 	}
 	slices.SortFunc(act, func(a, b int) int { return cmp.Compare(pl.nodes[a].rank, pl.nodes[b].rank) })
+	zones := make([]string, len(act))
+	ids := make([]uint32, len(act))
 	for k, i := range act {
-		s.nodes = append(s.nodes, i)
-		s.zone = append(s.zone, pl.nodes[i].Zone)
-		if _, ok := s.zoneIndex[pl.nodes[i].Zone]; !ok {
-			s.zoneIndex[pl.nodes[i].Zone] = len(s.zoneIndex)
+		zones[k], ids[k] = pl.nodes[i].Zone, pl.dec[i].id
+	}
+	return newRRSet(act, zones, ids, nil)
+}
+
+// newRRSet builds the set of route reflectors nodes (in preference order) with their zones, cluster
+// IDs and loads (nil: none yet). The planner and the admission path pick from it alike (pickRR).
+func newRRSet(nodes []int, zones []string, ids []uint32, loads []int) *rrSet {
+	s := &rrSet{nodes: nodes, zone: zones, id: ids, byNode: make(map[int]int, len(nodes)), byZone: map[string][]int{}, zoneIndex: map[string]int{}}
+	for k, i := range nodes {
+		if _, ok := s.zoneIndex[zones[k]]; !ok {
+			s.zoneIndex[zones[k]] = len(s.zoneIndex)
 		}
-		s.zoneID = append(s.zoneID, s.zoneIndex[pl.nodes[i].Zone])
-		s.id = append(s.id, pl.dec[i].id)
+		s.zoneID = append(s.zoneID, s.zoneIndex[zones[k]])
 		s.byNode[i] = k
-		s.byZone[pl.nodes[i].Zone] = append(s.byZone[pl.nodes[i].Zone], k)
+		s.byZone[zones[k]] = append(s.byZone[zones[k]], k)
 	}
 	groups := map[uint32]int{}
-	for _, id := range s.id {
+	for _, id := range ids {
 		if _, ok := groups[id]; !ok {
 			groups[id] = len(groups)
 		}
 		s.group = append(s.group, groups[id])
 	}
-	s.load = make([]int, len(act))
+	s.load = loads
+	if s.load == nil {
+		s.load = make([]int, len(nodes))
+	}
 	s.usedGroup = make([]bool, len(groups))
 	s.usedZone = make([]bool, len(s.zoneIndex))
-	s.taken = make([]bool, len(act))
+	s.taken = make([]bool, len(nodes))
 	return s
 }
 
@@ -152,7 +163,7 @@ func (pl *planner) assignMultiClients() {
 			if len(chosen[ci]) >= r {
 				continue
 			}
-			k := pl.pickRR(s, pl.nodes[c].Zone, chosen[ci], zonesWithRR)
+			k := pickRR(s, pl.nodes[c].Zone, chosen[ci], zonesWithRR)
 			if k < 0 {
 				continue
 			}
@@ -295,8 +306,9 @@ func distinctZones(s *rrSet, ch []int) int {
 
 // pickRR chooses the next route reflector for a client in zone that has ch: from its own zone
 // first, then from another zone, then from any; a cluster ID it does not have yet, then the least
-// loaded, then a zone it does not use yet, then rank. It returns -1 when none is left.
-func (pl *planner) pickRR(s *rrSet, zone string, ch []int, zonesWithRR int) int {
+// loaded, then a zone it does not use yet, then the set's order (rank in the planner, name in
+// admission). It returns -1 when none is left. The planner and the admission path share it.
+func pickRR(s *rrSet, zone string, ch []int, zonesWithRR int) int {
 	mode := pickAny
 	switch {
 	case needOwnZone(s, zone, ch):
