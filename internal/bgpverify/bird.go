@@ -140,7 +140,7 @@ func (f *birdFleet) start(ctx context.Context) error {
 		}
 		cmd.Dir = filepath.Dir(cfg) // confd's bird.cfg includes bird_aggr.cfg and bird_ipam.cfg by relative path
 		cmd.Stdout, cmd.Stderr = logFile, logFile
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.SysProcAttr = procAttr()
 		if err := cmd.Start(); err != nil {
 			logFile.Close()
 			return fmt.Errorf("bird %s: %v", nd.name, err)

@@ -839,7 +839,7 @@ func runCalico(ctx context.Context, st *calicoState, opts Options) (*Report, err
 		logv("started a kube-apiserver with Calico's CRDs for confd in %v", time.Since(t).Round(time.Millisecond))
 	}
 	// Control socket paths must stay under 108 bytes: a short directory under /tmp.
-	dir, err := os.MkdirTemp("/tmp", "rrc")
+	dir, err := os.MkdirTemp("/tmp", fmt.Sprintf("rrc%d-", os.Getpid())) // swept when this process is gone
 	if err != nil {
 		return nil, err
 	}

@@ -88,12 +88,14 @@ func runCalicoPlan(t *testing.T, s *Scratch, in extender.Input, res *extender.Re
 }
 
 // calicoMatchesModel checks a phase against the graph model: every node misses the blocks the
-// model says and stores its routes within 10% of the model's count.
+// model says and stores its routes within 10% of the model's count. After a failure drill the
+// counts are not compared: with `graceful restart` the survivors keep paths through the stopped
+// speakers as stale for the restart time (120 s), as calico-node's BIRD does.
 func calicoMatchesModel(t *testing.T, name string, in extender.Input, res *extender.Result, rep *Report, ph *Phase) {
 	t.Helper()
 	sameRoutes(t, name, in, res, rep, ph)
 	for _, nr := range ph.Nodes {
-		if !nr.Down && math.Abs(float64(nr.Routes)-nr.ModelRoutes) > 0.1*nr.ModelRoutes {
+		if ph.Down == nil && math.Abs(float64(nr.Routes)-nr.ModelRoutes) > 0.1*nr.ModelRoutes {
 			t.Errorf("%s: %s stores %d routes, the model says %v", name, nr.Name, nr.Routes, nr.ModelRoutes)
 		}
 	}

@@ -9,8 +9,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // netLab is a set of network namespaces, one per node, each with an eth0 that is one end of a veth
@@ -57,12 +60,45 @@ func newNetLab(ip string, nodes int) (*netLab, error) {
 	if _, err := rand.Read(b); err != nil {
 		return nil, err
 	}
-	return &netLab{ip: ip, id: hex.EncodeToString(b), nodes: nodes}, nil
+	sweepStale(ip)
+	return &netLab{ip: ip, id: fmt.Sprintf("%dx%s", os.Getpid(), hex.EncodeToString(b)), nodes: nodes}, nil
 }
 
+// Namespaces are named rrv<pid>x<random>-<node> (and -hub), after the process that made them.
 func (l *netLab) hub() string       { return "rrv" + l.id + "-hub" }
 func (l *netLab) ns(i int) string   { return fmt.Sprintf("rrv%s-%d", l.id, i) }
 func (l *netLab) port(i int) string { return fmt.Sprintf("h%d", i) }
+
+// sweepStale deletes the namespaces and /tmp/rrc folders of runs whose process is gone (killed
+// before it could clean up: a test binary past its timeout).
+func sweepStale(ip string) {
+	dead := func(name, prefix, sep string) bool {
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			return false
+		}
+		pid, err := strconv.Atoi(strings.SplitN(rest, sep, 2)[0])
+		return err == nil && pid > 0 && syscall.Kill(pid, 0) == syscall.ESRCH
+	}
+	if ents, err := os.ReadDir("/run/netns"); err == nil {
+		var del []string
+		for _, e := range ents {
+			if dead(e.Name(), "rrv", "x") {
+				del = append(del, "netns del "+e.Name())
+			}
+		}
+		if len(del) > 0 {
+			_ = (&netLab{ip: ip}).batch("", del)
+		}
+	}
+	if ents, err := os.ReadDir("/tmp"); err == nil {
+		for _, e := range ents {
+			if e.IsDir() && dead(e.Name(), "rrc", "-") {
+				_ = os.RemoveAll(filepath.Join("/tmp", e.Name()))
+			}
+		}
+	}
+}
 
 // batch runs ip commands, one per line, in namespace ns ("" for the current one).
 func (l *netLab) batch(ns string, lines []string) error {
