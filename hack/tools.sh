@@ -21,7 +21,7 @@
 #   ${cache}/bin/env.sh exporting KUBE_APISERVER, ETCD, KUBECTL, HELM, CONFD
 #   and BIRD.
 #
-# The first build takes ~10 minutes on 2 cores (confd about 4 more). Versions
+# The first build takes ~10 minutes on 2 cores (confd about 2 more). Versions
 # can be overridden with K8S_VERSION, ETCD_VERSION, HELM_VERSION,
 # CALICO_VERSION and CALICO_API_VERSION.
 set -euo pipefail

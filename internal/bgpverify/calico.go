@@ -3,8 +3,9 @@ package bgpverify
 // The calico speaker: Calico's own confd renders every node's BIRD configuration from a
 // kube-apiserver that holds the state the product writes (Nodes with their labels and annotations,
 // BGPPeers, the BGPConfiguration), and one BIRD 1.6 per node runs it in a network namespace of its
-// own. Nothing of what BIRD runs is written here, except what the comments at the rewrites below
-// explain (the output paths of confd's templates).
+// own. Nothing of what BIRD runs is written here, except what the comments at the two rewrites
+// below explain: the output paths of confd's templates (renderNode), and the empty krt_tunnel
+// lines of bird_ipam.cfg that Debian's BIRD cannot read (dropEmptyKrtTunnel).
 
 import (
 	"context"
