@@ -36,6 +36,9 @@ type Node struct {
 	Zone      string            `json:"zone,omitempty"`
 	ClusterID string            `json:"clusterID,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	// IP is Calico's BGP address of the node (projectcalico.org/IPv4Address), "" when unknown: a
+	// BGPPeer whose peerIP is this address peers with the node.
+	IP string `json:"ip,omitempty"`
 }
 
 // Topology is the nodes and the BGP sessions between them.
@@ -142,7 +145,8 @@ func planNode(name string, labels, ann map[string]string, ownedLabels, ownedAnn 
 		merged[k] = v
 	}
 	return Node{Name: name, Zone: overlaid(labels, ownedLabels, setLabels, zoneLabel),
-		ClusterID: ParseClusterID(overlaid(ann, ownedAnn, setAnn, extender.AnnotationClusterID)), Labels: merged}
+		ClusterID: ParseClusterID(overlaid(ann, ownedAnn, setAnn, extender.AnnotationClusterID)), Labels: merged,
+		IP: nodeAddress(overlaid(ann, ownedAnn, setAnn, extender.AnnotationCalicoIPv4))}
 }
 
 // overlaid is overlay(base, owned, set)[k].
@@ -173,26 +177,53 @@ func NodeFromObject(name string, labels, annotations map[string]string, zoneLabe
 	for k, v := range labels {
 		merged[k] = v
 	}
-	return Node{Name: name, Zone: labels[zoneLabel], ClusterID: ParseClusterID(annotations[extender.AnnotationClusterID]), Labels: merged}
+	return Node{Name: name, Zone: labels[zoneLabel], ClusterID: ParseClusterID(annotations[extender.AnnotationClusterID]), Labels: merged,
+		IP: nodeAddress(annotations[extender.AnnotationCalicoIPv4])}
 }
 
-// ParseClusterID returns the cluster ID in normal form, or "" when s is not an IPv4 address.
+// nodeAddress is the address of Calico's BGP address annotation ("10.0.0.1/24" or a bare address).
+func nodeAddress(s string) string {
+	if p, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil {
+		return p.Addr().String()
+	}
+	if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+		return a.String()
+	}
+	return ""
+}
+
+// ParseClusterID returns the cluster ID in normal form, or "" when Calico ignores s. Calico takes
+// an IPv4 address, and also a strictly masked IPv4 network ("224.0.0.9/32", its validator's
+// ValidateIPv4Network): confd then writes that network into `rr cluster id`, which BIRD refuses,
+// so the node's BIRD does not load the configuration. The product never writes one (its validator
+// refuses a cluster ID that is not an IPv4 address); the model takes it as confd does.
 func ParseClusterID(s string) string {
+	s = strings.TrimSpace(s)
 	if s == "" {
 		return ""
 	}
-	a, err := netip.ParseAddr(strings.TrimSpace(s))
-	if err != nil || !a.Is4() {
-		return ""
+	if a, err := netip.ParseAddr(s); err == nil {
+		if !a.Is4() {
+			return ""
+		}
+		return a.String()
 	}
-	return a.String()
+	if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() && p.Masked() == p {
+		return p.String()
+	}
+	return ""
 }
+
+// calicoASN is the AS number every node has in the model (Calico's default); a peerIP BGPPeer with
+// another AS number is eBGP, outside the model.
+const calicoASN = 64512
 
 // Build derives the sessions confd configures from BGPPeers: a BGPPeer configures, on every node
 // its nodeSelector (or node) selects — every node when both are empty — a peering with every node
 // its peerSelector selects; confd adds the reverse peering on the peer nodes unless reversePeering
 // is Manual. A node never peers with itself. A session establishes only when both ends configure
-// it. BGPPeers with a peerIP (not a node) are ignored.
+// it. A BGPPeer with a peerIP peers with the node whose BGP address (Node.IP) that is, as confd
+// does (reverse peering included, for Calico's AS); a peerIP of no node is outside the model.
 //
 // Nodes that no selector tells apart (same presence and values of the labels the selectors name,
 // values no selector names counting as one) form a group: selectors are evaluated once per group,
@@ -221,13 +252,32 @@ func Build(nodes []Node, peers []extender.BGPPeer, opts Options) (*Topology, err
 		node, peer *selectorInfo
 		spec       *apiv3.BGPPeerSpec
 		named      int // the node of spec.Node, -1 when none or unknown
+		peerNode   int // the node whose address is spec.PeerIP, -1 when none
 	}
 	ps := make([]parsed, len(peers))
 	var all []*selectorInfo
 	named := map[int]bool{}
+	byIP := map[string]int{}
+	for i, n := range nodes {
+		if n.IP != "" {
+			byIP[n.IP] = i
+		}
+	}
 	for i := range peers {
 		p := &peers[i]
-		ps[i].spec, ps[i].named = &p.Spec, -1
+		ps[i].spec, ps[i].named, ps[i].peerNode = &p.Spec, -1, -1
+		if p.Spec.PeerSelector == "" && p.Spec.PeerIP != "" && (p.Spec.ASNumber == 0 || uint32(p.Spec.ASNumber) == calicoASN) {
+			host := p.Spec.PeerIP
+			if ap, err := netip.ParseAddrPort(host); err == nil {
+				host = ap.Addr().String()
+			} else if a, err := netip.ParseAddr(host); err == nil {
+				host = a.String()
+			}
+			if j, ok := byIP[host]; ok {
+				ps[i].peerNode = j
+				named[j] = true
+			}
+		}
 		var err error
 		if p.Spec.NodeSelector != "" {
 			if ps[i].node, err = parseSelector(p.Spec.NodeSelector); err != nil {
@@ -289,10 +339,15 @@ func Build(nodes []Node, peers []extender.BGPPeer, opts Options) (*Topology, err
 		default:
 			local = allGroups
 		}
-		if p.peer == nil {
-			continue // a peerIP: not a node of the plan
+		var remote []int32
+		switch {
+		case p.peer != nil:
+			remote = match(p.peer)
+		case p.peerNode >= 0:
+			remote = []int32{gr.of[p.peerNode]}
+		default:
+			continue // a peerIP of no node: outside the model
 		}
-		remote := match(p.peer)
 		if nl, nr := size(local), size(remote); nl*nr > opts.MaxPairs {
 			return nil, fmt.Errorf("BGPPeer %s selects %d x %d node pairs, more than %d", peers[i].Name, nl, nr, opts.MaxPairs)
 		}

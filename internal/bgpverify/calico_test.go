@@ -17,6 +17,7 @@ import (
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/projectcalico/api/pkg/lib/numorstring"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
@@ -375,27 +376,18 @@ func TestRewriteDest(t *testing.T) {
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
-// knownDifference passes when confd and the model agree, and skips with the case when they differ
-// exactly as reported (a bug of internal/bgpmodel, which this package does not edit): once the
-// model is fixed the test passes and the skip goes.
-func knownDifference(t *testing.T, diffs []string, want string, why string) {
+// agree fails when confd and the model differ on any session or option.
+func agree(t *testing.T, diffs []string) {
 	t.Helper()
-	if len(diffs) == 0 {
-		t.Logf("confd and the model agree: the known difference (%s) is fixed", why)
-		return
+	if len(diffs) > 0 {
+		t.Fatalf("confd and the model differ: %s", strings.Join(diffs, "; "))
 	}
-	for _, d := range diffs {
-		if !strings.Contains(d, want) {
-			t.Fatalf("confd and the model differ beyond the known case: %v", diffs)
-		}
-	}
-	t.Skipf("KNOWN DIFFERENCE between confd and internal/bgpmodel (%s): %s", why, strings.Join(diffs, "; "))
 }
 
 // A BGPPeer with a peerIP that is a node's address (node-00010 peers with node-00011 by IP) is a
 // session between two nodes in Calico: confd configures it on the local node and, with automatic
-// reverse peering, on the node that owns the address. bgpmodel.Build ignores every BGPPeer with a
-// peerIP.
+// reverse peering, on the node that owns the address. The model reads the node's BGP address
+// (Node.IP) and agrees (it once ignored every BGPPeer with a peerIP).
 func TestConfdModelPeerIPOfANode(t *testing.T) {
 	s := calicoScratch(t, false)
 	in, res := samplePlan(t, "MultiCluster", 12)
@@ -403,18 +395,25 @@ func TestConfdModelPeerIPOfANode(t *testing.T) {
 		Node: "node-00010", PeerIP: "0.0.0.0", ASNumber: numorstring.ASNumber(DefaultASN)}})
 	st := planStateFor(t, in, res, false)
 	st.peers[len(st.peers)-1].Spec.PeerIP = st.addrs[st.model.Index("node-00011")].Addr().String()
+	// The model of the state as written: the nodes carry their BGP addresses.
+	var err error
+	if st.model, err = bgpmodel.FromCluster(st.nodes, st.peers, corev1.LabelTopologyZone, bgpmodel.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(st.model.Peers(st.model.Index("node-00010")), int32(st.model.Index("node-00011"))) {
+		t.Fatal("the model has no session node-00010-node-00011")
+	}
 	_, _, diffs, err := confdTopology(st, renderOnly(t, s, st))
 	if err != nil {
 		t.Fatal(err)
 	}
-	knownDifference(t, diffs, "session node-00010-node-00011: confd configures it at both ends, the model has none",
-		"bgpmodel.Build ignores BGPPeers with a peerIP, also when the IP is a node's")
+	agree(t, diffs)
 }
 
 // Calico accepts a strictly masked IPv4 network as a cluster ID (validator.ValidateIPv4Network:
 // "224.0.0.9/32", even "224.0.0.0/8"), so the node is a route reflector to confd, which writes
-// the value into `rr cluster id`; bgpmodel.ParseClusterID accepts only an address and treats the
-// node as a plain one.
+// the value into `rr cluster id` (BIRD then refuses the configuration); bgpmodel.ParseClusterID
+// takes it as confd does (it once took only an address and treated the node as a plain one).
 func TestConfdModelClusterIDInCIDRForm(t *testing.T) {
 	s := calicoScratch(t, false)
 	in, res := samplePlan(t, "MultiCluster", 12)
@@ -434,5 +433,5 @@ func TestConfdModelClusterIDInCIDRForm(t *testing.T) {
 		out, err := exec.Command(bird, "-p", "-c", filepath.Join(dirs[st.model.Index(rr)], "bird.cfg")).CombinedOutput()
 		t.Logf("bird -p on %s's configuration: %v %s", rr, err, strings.TrimSpace(string(out)))
 	}
-	knownDifference(t, diffs, rr+" toward ", "bgpmodel.ParseClusterID rejects the CIDR form Calico accepts")
+	agree(t, diffs)
 }
