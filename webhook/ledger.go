@@ -99,25 +99,18 @@ func (l *Ledger) Leader() bool { return l.leader.Load() }
 // Decide decides the role of a node as Admit does, without recording anything: for a dry-run
 // request, which must leave no trace.
 func (l *Ledger) Decide(m Managed, n *corev1.Node) (extender.Admission, bool) {
-	if !l.Leader() {
-		return extender.Admission{}, false
-	}
-	l.decide.RLock()
-	defer l.decide.RUnlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ps := l.states[m.Policy.Name]
-	if ps == nil || ps.generation != m.Policy.Generation {
-		return extender.Admission{}, false
-	}
-	a := ps.st.Admit(n)
-	return a, a.Role != extender.AdmitNone
+	return l.admit(m, n, nil)
 }
 
 // Admit decides the role of a node that is not a route reflector (see extender.AdmitState.Admit)
 // and records the decision. It returns false when this replica is not the leader, when no plan of
 // the policy's current generation is committed, or when there is nothing to decide.
 func (l *Ledger) Admit(m Managed, n *corev1.Node, change Change) (extender.Admission, bool) {
+	return l.admit(m, n, &change)
+}
+
+// admit decides, and records the decision with change unless change is nil.
+func (l *Ledger) admit(m Managed, n *corev1.Node, change *Change) (extender.Admission, bool) {
 	if !l.Leader() {
 		return extender.Admission{}, false
 	}
@@ -130,8 +123,8 @@ func (l *Ledger) Admit(m Managed, n *corev1.Node, change Change) (extender.Admis
 		return extender.Admission{}, false
 	}
 	a := ps.st.Admit(n)
-	if a.Role == extender.AdmitNone {
-		return a, false
+	if a.Role == extender.AdmitNone || change == nil {
+		return a, a.Role != extender.AdmitNone
 	}
 	prev := l.entries[n.Name]
 	if prev != nil && prev.adm != nil && prev.policy == m.Policy.Name && sameAdmission(prev.adm, &a) {
@@ -144,7 +137,7 @@ func (l *Ledger) Admit(m Managed, n *corev1.Node, change Change) (extender.Admis
 	change.Node = n.Name
 	change.Labels, change.Annotations = OwnedChanges(m.Resolved.RRLabelKey, n, st)
 	if change.Object != nil {
-		change.Object = ApplyChange(change.Object, &change)
+		change.Object = ApplyChange(change.Object, change)
 	}
 	if prev != nil {
 		// A node created but not in the cache yet stays a creation.
@@ -154,7 +147,7 @@ func (l *Ledger) Admit(m Managed, n *corev1.Node, change Change) (extender.Admis
 		change.Annotations = mergeChanges(prev.change.Annotations, change.Annotations)
 	}
 	l.seq++
-	e := &entry{seq: l.seq, at: l.now(), policy: m.Policy.Name, change: change, expires: l.now().Add(l.ttl), adm: &a}
+	e := &entry{seq: l.seq, at: l.now(), policy: m.Policy.Name, change: *change, expires: l.now().Add(l.ttl), adm: &a}
 	e.undo = ps.st.Record(e.adm)
 	l.entries[n.Name] = e
 	return a, true

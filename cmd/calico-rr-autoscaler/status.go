@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/clusterstatus"
@@ -26,33 +23,21 @@ func runStatus(args []string, stdout io.Writer) error {
 	output := fs.String("o", "table", "output format: table or json")
 	watch := fs.Bool("watch", false, "redraw when the state changes (every 2 s), until interrupted")
 	calicoAPI := fs.String("calico-api", "auto", "Calico API of the BGPPeers: auto, crd or v3")
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "Usage: calico-rr-autoscaler status [--kubeconfig FILE] [-o table|json] [--watch]   (also: kubectl rr)")
-			fmt.Fprintln(stdout, "Per policy: mode, route reflectors per zone with their clients, handovers in flight, what Observe or Paused would change; the foreign BGPPeers; the graph model's figures for the cluster as it is.")
-			fs.PrintDefaults()
-			return errHelp
-		}
-		return usageError{err}
+	if err := parseFlags(fs, args, stdout,
+		"Usage: calico-rr-autoscaler status [--kubeconfig FILE] [-o table|json] [--watch]   (also: kubectl rr)",
+		"Per policy: mode, route reflectors per zone with their clients, handovers in flight, what Observe or Paused would change; the foreign BGPPeers; the graph model's figures for the cluster as it is."); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("status: unexpected argument %q", fs.Arg(0))}
-	}
-	if *output != "table" && *output != "json" {
-		return usageError{fmt.Errorf("-o: %q is not table or json", *output)}
+	if err := checkOutput(*output); err != nil {
+		return err
 	}
 	gv, auto, err := calico.ParseAPI(*calicoAPI)
 	if err != nil {
 		return usageError{fmt.Errorf("--calico-api: %v", err)}
 	}
-	cfg, err := ctrlconfig.GetConfig()
-	if *kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	}
+	cfg, err := kubeConfig(*kubeconfig)
 	if err != nil {
-		return usageError{fmt.Errorf("--kubeconfig: %v", err)}
+		return err
 	}
 	if auto {
 		d, err := discovery.NewDiscoveryClientForConfig(cfg)

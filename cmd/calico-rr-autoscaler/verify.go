@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpverify"
@@ -36,22 +35,13 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	bird := fs.String("bird", "", "the bird binary (default: $BIRD, else bird from PATH)")
 	confd := fs.String("confd", "", "Calico's confd binary for --speaker calico (default: $CONFD, else the one `make tools` builds)")
 	verbose := fs.Bool("v", false, "print progress to standard error")
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "Usage: calico-rr-autoscaler verify (--nodes FILE | --simulate N [--zones Z] | --kubeconfig FILE) [--policy FILE] [--speaker gobgp|bird|calico] [--fail-zone Z] [--fail-rr N|NAMES] [-o table|json]")
-			fmt.Fprintln(stdout, "Runs the plan (or a live cluster's state) on real BGP speakers (iBGP, AS 64512, one /24 per node) and reports which nodes learn which blocks. Exit status 1 when a block is missing.")
-			fs.PrintDefaults()
-			return errHelp
-		}
-		return usageError{err}
+	if err := parseFlags(fs, args, stdout,
+		"Usage: calico-rr-autoscaler verify (--nodes FILE | --simulate N [--zones Z] | --kubeconfig FILE) [--policy FILE] [--speaker gobgp|bird|calico] [--fail-zone Z] [--fail-rr N|NAMES] [-o table|json]",
+		"Runs the plan (or a live cluster's state) on real BGP speakers (iBGP, AS 64512, one /24 per node) and reports which nodes learn which blocks. Exit status 1 when a block is missing."); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("verify: unexpected argument %q", fs.Arg(0))}
-	}
-	if *output != "table" && *output != "json" {
-		return usageError{fmt.Errorf("-o: %q is not table or json", *output)}
+	if err := checkOutput(*output); err != nil {
+		return err
 	}
 	if *speaker != bgpverify.SpeakerGoBGP && *speaker != bgpverify.SpeakerBIRD && *speaker != bgpverify.SpeakerCalico {
 		return usageError{fmt.Errorf("--speaker: %q is not gobgp, bird or calico", *speaker)}
@@ -69,8 +59,8 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 			return usageError{errors.New("--kubeconfig verifies a live cluster's state: no --nodes, --simulate or --policy with it")}
 		}
 		var err error
-		if restConfig, err = clientcmd.BuildConfigFromFlags("", *kubeconfig); err != nil {
-			return usageError{fmt.Errorf("--kubeconfig: %v", err)}
+		if restConfig, err = kubeConfig(*kubeconfig); err != nil {
+			return err
 		}
 	} else {
 		var err error

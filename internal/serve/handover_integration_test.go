@@ -193,6 +193,21 @@ func (w *world) joinCluster(n int) {
 	wg.Wait()
 }
 
+// waitHandedOver waits until victim is no route reflector and no client is left without one.
+func (w *world) waitHandedOver(what, victim string) {
+	w.t.Helper()
+	w.eventually(what, 60*time.Second, func() error {
+		s := w.snapshot()
+		if _, ok := s.rrs[victim]; ok {
+			return fmt.Errorf("%s still a route reflector", victim)
+		}
+		if o := s.orphans(); len(o) > 0 {
+			return fmt.Errorf("orphans %v", o)
+		}
+		return nil
+	})
+}
+
 func (w *world) cordon(names ...string) {
 	w.t.Helper()
 	for _, n := range names {
@@ -226,16 +241,7 @@ spec:
 		victim := slices.Sorted(maps.Keys(w.snapshot().rrs))[0]
 		start := time.Now()
 		w.cordon(victim)
-		w.eventually("handed over", 60*time.Second, func() error {
-			s := w.snapshot()
-			if _, ok := s.rrs[victim]; ok {
-				return fmt.Errorf("%s still a route reflector", victim)
-			}
-			if o := s.orphans(); len(o) > 0 {
-				return fmt.Errorf("orphans %v", o)
-			}
-			return nil
-		})
+		w.waitHandedOver("handed over", victim)
 		w.eventually("no CalicoNodeStatus left", 20*time.Second, func() error {
 			if live, _, _ := cn.stats(); live > 0 {
 				return fmt.Errorf("%d CalicoNodeStatuses", live)
@@ -311,16 +317,7 @@ spec:
 	victim := slices.Sorted(maps.Keys(w.snapshot().rrs))[0]
 	start := time.Now()
 	w.cordon(victim)
-	w.eventually("handed over by IPv6 sessions", 60*time.Second, func() error {
-		s := w.snapshot()
-		if _, ok := s.rrs[victim]; ok {
-			return fmt.Errorf("%s still a route reflector", victim)
-		}
-		if o := s.orphans(); len(o) > 0 {
-			return fmt.Errorf("orphans %v", o)
-		}
-		return nil
-	})
+	w.waitHandedOver("handed over by IPv6 sessions", victim)
 	_, _, seen := cn.stats()
 	t.Logf("handed over in %s over IPv6 sessions (removalDelay 10m); CalicoNodeStatus for %v", time.Since(start).Round(10*time.Millisecond), seen)
 	if len(seen) == 0 {
