@@ -38,12 +38,12 @@ func (h *harness) modelMissingMesh(mesh bool) int64 {
 	return m.Summary.MissingPairs
 }
 
-// setTopology changes the policy's topology in the fake API server (a new generation).
-func (h *harness) setTopology(topo *v1alpha1.Topology) {
+// editPolicy changes the policy's spec in the fake API server (a new generation).
+func (h *harness) editPolicy(edit func(*v1alpha1.RouteReflectorPolicySpec)) {
 	h.t.Helper()
 	pol := &v1alpha1.RouteReflectorPolicy{}
 	require.NoError(h.t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
-	pol.Spec.Topology = topo
+	edit(&pol.Spec)
 	pol.Generation++
 	require.NoError(h.t, h.client.Update(context.Background(), pol))
 }
@@ -60,7 +60,7 @@ func TestReconcileLayoutSwitchKeepsRoutes(t *testing.T) {
 	require.Zero(t, h.modelMissing(), "settled on MultiCluster")
 
 	for _, topo := range []*v1alpha1.Topology{{Type: v1alpha1.DualPlane, MaxRackSize: ptrTo(int32(20))}, {Type: v1alpha1.MultiCluster}} {
-		h.setTopology(topo)
+		h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) { s.Topology = topo })
 		for step := 0; step < 12; step++ {
 			h.mu.Lock()
 			h.nodePatches = nil

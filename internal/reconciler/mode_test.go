@@ -15,12 +15,7 @@ import (
 )
 
 func (h *harness) setMode(mode v1alpha1.Mode) {
-	h.t.Helper()
-	pol := &v1alpha1.RouteReflectorPolicy{}
-	require.NoError(h.t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
-	pol.Spec.Mode = mode
-	pol.Generation++
-	require.NoError(h.t, h.client.Update(context.Background(), pol))
+	h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) { s.Mode = mode })
 }
 
 func (h *harness) status() v1alpha1.RouteReflectorPolicyStatus {
