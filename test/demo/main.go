@@ -255,7 +255,10 @@ policy:
 	if errors.As(err, &ee) {
 		fmt.Print(indent(ee.stderr))
 	} else {
-		fmt.Println("    (not rejected)")
+		// DualPlane: every client keeps its route reflector of the other plane, so the policy's
+		// limits and every client's quorum hold; the reconciler then takes the role back or
+		// replaces it.
+		fmt.Println("    (allowed: no limit broken, every client keeps its other plane's route reflector)")
 	}
 	edge := sim[0].Name
 	fmt.Printf("    $ kubectl label node %s %s=   (a forbidden node)\n", edge, rrLabel)
