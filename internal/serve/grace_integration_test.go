@@ -1,0 +1,81 @@
+package serve_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+)
+
+// TestNotReadyGraceOnRealAPIServer: a route reflector NotReady for 30 s (a kubelet blip, reported
+// through nodes/status as a kubelet does) and Ready again keeps its role, with no draining mark and
+// no role-change Event; NotReady past notReadyGracePeriod it is replaced, then demoted.
+func TestNotReadyGraceOnRealAPIServer(t *testing.T) {
+	w := newWorld(t)
+	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  topology: {type: MultiCluster}
+  notReadyGracePeriod: 40s
+  removalDelay: 2s
+  behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
+`)
+	w.joinCluster(12)
+	w.eventually("settled on 3 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(3) })
+	victim := slices.Sorted(maps.Keys(w.snapshot().rrs))[0]
+	roleEvents := func() string {
+		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-A", "--field-selector", "involvedObject.name="+victim,
+			"-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}")
+		return out
+	}
+	before := roleEvents()
+
+	w.ready(victim, false)
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+		s := w.snapshot()
+		if _, ok := s.rrs[victim]; !ok {
+			t.Fatalf("%s lost its role %v into a 30 s NotReady blip", victim, time.Until(end))
+		}
+		if d := s.nodes[victim].Annotations[extender.AnnotationDrainingSince]; d != "" {
+			t.Fatalf("%s marked draining (%s) within the grace period", victim, d)
+		}
+	}
+	w.ready(victim, true)
+	time.Sleep(2 * time.Second)
+	if _, ok := w.snapshot().rrs[victim]; !ok {
+		t.Fatalf("%s lost its role after the blip", victim)
+	}
+	if after := roleEvents(); after != before {
+		t.Fatalf("role-change Events for %s after a blip: %q (before %q)", victim, after, before)
+	}
+
+	// Past the grace period: replaced, then demoted.
+	start := time.Now()
+	w.ready(victim, false)
+	w.eventually("replaced and demoted after the grace period", 90*time.Second, func() error {
+		s := w.snapshot()
+		if _, ok := s.rrs[victim]; ok {
+			return fmt.Errorf("%s still a route reflector after %v", victim, time.Since(start).Round(time.Second))
+		}
+		if len(s.rrs) != 3 {
+			return fmt.Errorf("%d route reflectors", len(s.rrs))
+		}
+		return nil
+	})
+	if took := time.Since(start); took < 40*time.Second {
+		t.Fatalf("%s demoted %v after going NotReady, within the 40 s grace period", victim, took.Round(time.Second))
+	}
+	ev := roleEvents()
+	for _, want := range []string{"RouteReflectorDraining", "RouteReflectorDemoted"} {
+		if !strings.Contains(ev, want) {
+			t.Fatalf("events of %s: %q, want %s", victim, ev, want)
+		}
+	}
+	t.Logf("%s replaced and demoted %v after going NotReady (grace 40 s)", victim, time.Since(start).Round(time.Second))
+}
