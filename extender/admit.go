@@ -384,7 +384,7 @@ func (s *AdmitState) Admit(n *corev1.Node) Admission {
 		if want, ok := s.promotion(a.Zone, healthy, zoneHealthy, eligible); ok {
 			a.Role = AdmitRouteReflector
 			a.ClusterID = policy.ClusterIDString(s.clusterID(a.Zone))
-			a.Reason = fmt.Sprintf("zone %s below desired %d", zoneName(a.Zone), want)
+			a.Reason = fmt.Sprintf("zone %s below desired %d", ZoneName(a.Zone), want)
 			return a
 		}
 	}
@@ -408,7 +408,8 @@ func (z *admitZone) healthyOr0() int {
 	return z.healthy
 }
 
-func zoneName(z string) string {
+// ZoneName is a zone's name for messages: `""` for nodes without a zone label.
+func ZoneName(z string) string {
 	if z == "" {
 		return `""`
 	}

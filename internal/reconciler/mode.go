@@ -59,7 +59,7 @@ func (r *Reconciler) pending(ctx context.Context, st *State) error {
 		rr, wantRR := rrs[want.Name]
 		switch {
 		case !wasRR && wantRR:
-			st.Pending = append(st.Pending, fmt.Sprintf("promote %s in zone %s (cluster ID %s)", want.Name, zoneOr(rr.Zone), rr.ClusterID))
+			st.Pending = append(st.Pending, fmt.Sprintf("promote %s in zone %s (cluster ID %s)", want.Name, extender.ZoneName(rr.Zone), rr.ClusterID))
 		case wasRR && !wantRR:
 			st.Pending = append(st.Pending, "demote "+want.Name)
 		case wantRR && rr.Draining && cur.Annotations[extender.AnnotationDrainingSince] == "":
@@ -100,11 +100,4 @@ func (r *Reconciler) pending(ctx context.Context, st *State) error {
 		m.announced = slices.Clone(st.Pending)
 	}
 	return nil
-}
-
-func zoneOr(z string) string {
-	if z == "" {
-		return `""`
-	}
-	return z
 }

@@ -288,11 +288,7 @@ func promotionReason(st *State, n *corev1.Node) string {
 	zone := n.Labels[st.Managed.Resolved.ZoneLabel]
 	for _, z := range st.Result.Zones {
 		if z.Zone == zone {
-			name := zone
-			if name == "" {
-				name = `""`
-			}
-			return fmt.Sprintf("zone %s below desired %d", name, z.Desired)
+			return fmt.Sprintf("zone %s below desired %d", extender.ZoneName(zone), z.Desired)
 		}
 	}
 	return fmt.Sprintf("%d route reflectors desired", st.Result.Summary.DesiredRouteReflectors)

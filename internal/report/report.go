@@ -45,11 +45,7 @@ func PlanTable(w io.Writer, r *extender.Result) error {
 		byZone[rr.Zone] = append(byZone[rr.Zone], name)
 	}
 	for _, z := range r.Zones {
-		zone := z.Zone
-		if zone == "" {
-			zone = `""`
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", zone, z.Nodes, z.Desired, z.RouteReflectors,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", extender.ZoneName(z.Zone), z.Nodes, z.Desired, z.RouteReflectors,
 			strings.Join(z.ClusterIDs, ","), abbreviate(byZone[z.Zone], 6))
 	}
 	for _, c := range r.Conditions {
