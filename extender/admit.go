@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -59,8 +60,9 @@ type Admission struct {
 	Rack            string
 	// Reason says why, for Events and logs ("zone zone-b below desired 4").
 	Reason string
-	// Healthy and Eligible are the facts the decision was taken on.
-	Healthy, Eligible bool
+	// Healthy, Eligible and Awaited (see NodeInfo.Awaited) are the facts the decision was taken
+	// on. An awaited node is recorded even without a role: its zone keeps a share for it.
+	Healthy, Eligible, Awaited bool
 
 	planned *NodeState // the plan's state of a known node whose facts did not change
 }
@@ -92,6 +94,9 @@ func (a *Admission) State(p *policy.Resolved) NodeState {
 // It is not safe for concurrent use; the caller serializes Admit and Record.
 type AdmitState struct {
 	Policy *policy.Resolved
+	// Now is the time of the next decision, for the NotReady grace period (Awaited); it starts at
+	// the plan's time, and the caller moves it on before each Admit.
+	Now time.Time
 
 	desired  int // the plan's desired count (MultiCluster, Hierarchical)
 	healthy  int
@@ -110,6 +115,7 @@ type AdmitState struct {
 
 type admitZone struct {
 	healthy, eligible, active int
+	awaited                   int
 	desired                   int // the plan's desired count for the zone
 	ids                       map[uint32]int
 }
@@ -117,6 +123,7 @@ type admitZone struct {
 type admitNode struct {
 	zone              string
 	healthy, eligible bool
+	awaited           bool
 	role              AdmitRole // AdmitRouteReflector for active route reflectors
 	draining          bool
 	id                uint32
@@ -147,6 +154,7 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 	p := in.Policy
 	s := &AdmitState{
 		Policy:    p,
+		Now:       res.now,
 		desired:   res.Summary.DesiredRouteReflectors,
 		zones:     map[string]*admitZone{},
 		nodes:     make(map[string]admitNode, len(res.Nodes)),
@@ -178,6 +186,7 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 			zone:     fact.zone,
 			healthy:  fact.healthy,
 			eligible: fact.eligible,
+			awaited:  fact.awaited,
 			set:      st.Labels[LabelPeeringSet],
 			rack:     st.Annotations[AnnotationRack],
 			planned:  st,
@@ -259,6 +268,9 @@ func (s *AdmitState) contribute(name string, f admitNode, sign int) {
 	if f.eligible {
 		z.eligible += sign
 	}
+	if f.awaited {
+		z.awaited += sign
+	}
 	switch {
 	case f.draining:
 		s.draining[f.id] += sign
@@ -300,11 +312,11 @@ func (s *AdmitState) contribute(name string, f admitNode, sign int) {
 // Record adds a decision to the state, so that later decisions count it, and returns the function
 // that takes it back out.
 func (s *AdmitState) Record(a *Admission) (undo func()) {
-	if a.Role == AdmitNone {
+	if a.Role == AdmitNone && !a.Awaited {
 		return func() {}
 	}
 	prev, known := s.nodes[a.Node]
-	f := admitNode{zone: a.Zone, healthy: a.Healthy, eligible: a.Eligible, role: a.Role, set: a.PeeringSet, rack: a.Rack}
+	f := admitNode{zone: a.Zone, healthy: a.Healthy, eligible: a.Eligible, awaited: a.Awaited, role: a.Role, set: a.PeeringSet, rack: a.Rack}
 	if a.Role == AdmitRouteReflector {
 		f.id, _ = policy.ParseClusterID(a.ClusterID)
 		f.set = ""
@@ -345,10 +357,11 @@ func (s *AdmitState) RouteReflectors() int { return s.active }
 func (s *AdmitState) Admit(n *corev1.Node) Admission {
 	p := s.Policy
 	ni := NewNodeInfo(n, p)
+	ni.Now = s.Now
 	RunFilters(DefaultFilters(), p, ni)
-	a := Admission{Node: n.Name, Zone: ni.Zone, Healthy: ni.Healthy(), Eligible: ni.Eligible}
+	a := Admission{Node: n.Name, Zone: ni.Zone, Healthy: ni.Healthy(), Eligible: ni.Eligible, Awaited: ni.Awaited}
 	prev, known := s.nodes[n.Name]
-	if known && prev.zone == a.Zone && prev.healthy == a.Healthy && prev.eligible == a.Eligible {
+	if known && prev.zone == a.Zone && prev.healthy == a.Healthy && prev.eligible == a.Eligible && prev.awaited == a.Awaited {
 		// A known node whose facts did not change: the plan's answer.
 		switch {
 		case prev.role == AdmitRouteReflector:
@@ -365,23 +378,25 @@ func (s *AdmitState) Admit(n *corev1.Node) Admission {
 	// Counts with this node's new facts in place of its old ones.
 	healthy := s.healthy + admitB2i(a.Healthy)
 	zoneHealthy := s.zones[a.Zone].healthyOr0() + admitB2i(a.Healthy)
-	eligible := map[string]int{}
+	eligible, awaited := map[string]int{}, map[string]int{}
 	for z, zs := range s.zones {
-		eligible[z] = zs.eligible
+		eligible[z], awaited[z] = zs.eligible, zs.awaited
 	}
 	eligible[a.Zone] += admitB2i(a.Eligible)
+	awaited[a.Zone] += admitB2i(a.Awaited)
 	if known {
 		healthy -= admitB2i(prev.healthy)
 		if prev.zone == a.Zone {
 			zoneHealthy -= admitB2i(prev.healthy)
 		}
 		eligible[prev.zone] -= admitB2i(prev.eligible)
+		awaited[prev.zone] -= admitB2i(prev.awaited)
 	}
 	// Racked topologies promote in the reconciler only: a new rack route reflector changes its
 	// rack's peering set, which the rack's other nodes carry.
 	racked := p.Topology == v1alpha1.Hierarchical || p.Topology == v1alpha1.DualPlane
 	if a.Eligible && !racked && s.active < p.Max {
-		if want, ok := s.promotion(a.Zone, healthy, zoneHealthy, eligible); ok {
+		if want, ok := s.promotion(a.Zone, healthy, zoneHealthy, eligible, awaited); ok {
 			a.Role = AdmitRouteReflector
 			a.ClusterID = policy.ClusterIDString(s.clusterID(a.Zone))
 			a.Reason = fmt.Sprintf("zone %s below desired %d", ZoneName(a.Zone), want)
@@ -418,7 +433,7 @@ func ZoneName(z string) string {
 
 // promotion reports whether a new eligible node of zone should become a route reflector, and the
 // zone's desired count.
-func (s *AdmitState) promotion(zone string, healthy, zoneHealthy int, eligible map[string]int) (int, bool) {
+func (s *AdmitState) promotion(zone string, healthy, zoneHealthy int, eligible, awaited map[string]int) (int, bool) {
 	p := s.Policy
 	cur := 0
 	if zs := s.zones[zone]; zs != nil {
@@ -436,21 +451,21 @@ func (s *AdmitState) promotion(zone string, healthy, zoneHealthy int, eligible m
 		return want, cur < want
 	}
 	target := max(groupTarget(p, DesiredCount(p, healthy)), s.desired)
-	total := 0
-	for _, e := range eligible {
-		total += max(e, 0)
+	room := 0
+	for z, e := range eligible {
+		room += max(e, 0) + max(awaited[z], 0)
 	}
-	target = min(target, total, p.Max)
+	target = min(target, room, p.Max)
 	if s.active >= target {
 		return target, false
 	}
-	q := s.quotas(target, eligible)
+	q := s.quotas(target, eligible, awaited)
 	return q[zone], cur < q[zone]
 }
 
 // quotas spreads total over the zones as the planner does: zones differ by at most one where they
-// have the eligible nodes, and zones that hold more route reflectors come first.
-func (s *AdmitState) quotas(total int, eligible map[string]int) map[string]int {
+// have the room (eligible and awaited nodes), and zones that hold more route reflectors come first.
+func (s *AdmitState) quotas(total int, eligible, awaited map[string]int) map[string]int {
 	zones := make([]string, 0, len(eligible))
 	current := make(map[string]int, len(eligible))
 	for z := range eligible {
@@ -459,7 +474,7 @@ func (s *AdmitState) quotas(total int, eligible map[string]int) map[string]int {
 			current[z] = zs.active
 		}
 	}
-	return spread(total, zones, current, eligible)
+	return spread(total, zones, current, eligible, awaited)
 }
 
 // clusterID picks the cluster ID of a new route reflector in zone.

@@ -27,14 +27,25 @@ func DefaultScores() []ScorePlugin {
 	return []ScorePlugin{NewCurrentRole(), NewPreferred(), NewNodeAge()}
 }
 
-// RunFilters runs every filter on n and sets n.Eligible and n.Reason (the first failing filter's).
+// RunFilters runs the filters on n and sets n.Eligible and n.Reason (the first failing filter's).
+// A node that fails NodeReady only is checked against the rest and marked Awaited when it is young
+// enough (see NodeInfo.Awaited).
 func RunFilters(filters []FilterPlugin, p *policy.Resolved, n *NodeInfo) {
 	n.Preferred = p.Preferred.Matches(labelSet(n.Node.Labels))
+	n.Eligible, n.Reason, n.Awaited = true, "", false
+	notReady := false
 	for _, f := range filters {
-		if r := f.Filter(p, n); r != "" {
+		r := f.Filter(p, n)
+		switch {
+		case r == "":
+			continue
+		case n.Eligible && f.Name() == NodeReadyName:
+			n.Eligible, n.Reason, notReady = false, r, true
+			continue
+		case n.Eligible:
 			n.Eligible, n.Reason = false, r
-			return
 		}
+		return
 	}
-	n.Eligible, n.Reason = true, ""
+	n.Awaited = notReady && n.awaitable(p)
 }

@@ -134,7 +134,7 @@ func (pl *planner) planHierarchical() {
 
 func (pl *planner) selectSpine(n int, byZone map[string][]*NodeInfo) []*NodeInfo {
 	// zoneQuotas orders zones by current route reflectors and size; reuse it on the spine candidates.
-	q := pl.zoneQuotas(n, byZone)
+	q := pl.zoneQuotas(n, byZone, nil)
 	var out []*NodeInfo
 	for _, z := range pl.zones {
 		out = append(out, byZone[z][:q[z]]...)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -19,21 +20,33 @@ func (pl *planner) planMulti() {
 	target := groupTarget(p, want)
 	grouped := p.ClusterIDMode != v1alpha1.PerRouteReflector
 	pl.desired = target
-	if target > pl.eligibleCount() {
-		target = pl.eligibleCount()
-		if target < p.Min {
-			pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d eligible nodes for %d desired route reflectors (minimum %d)", pl.eligibleCount(), pl.desired, p.Min))
-		}
+	awaited, until := pl.awaitedByZone()
+	room := pl.eligibleCount()
+	for _, c := range awaited {
+		room += c
+	}
+	if target > pl.eligibleCount() && pl.eligibleCount() < p.Min {
+		pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d eligible nodes for %d desired route reflectors (minimum %d)", pl.eligibleCount(), pl.desired, p.Min))
 	}
 	byZone := pl.rankedByZone()
-	quotas := pl.zoneQuotas(target, byZone)
+	quotas := pl.zoneQuotas(min(target, room), byZone, awaited)
 	var active []*NodeInfo
+	var waiting []string
 	for _, z := range pl.zones {
 		pl.zoneWant[z] = quotas[z]
-		for _, n := range byZone[z][:quotas[z]] {
+		take := min(quotas[z], len(byZone[z]))
+		if take < quotas[z] {
+			waiting = append(waiting, fmt.Sprintf("%s %d", ZoneName(z), quotas[z]-take))
+			pl.recheckBy(until[z])
+		}
+		for _, n := range byZone[z][:take] {
 			pl.activate(n, 0)
 			active = append(active, n)
 		}
+	}
+	if len(waiting) > 0 {
+		pl.degrade(ReasonWaitingForNodes, fmt.Sprintf("route reflectors wait for NotReady nodes of their zone (%s) for up to notReadyGracePeriod %s before they move to other zones",
+			strings.Join(waiting, ", "), p.NotReadyGrace))
 	}
 	// Keep the global rank order for the ID assignment.
 	slices.SortFunc(active, func(a, b *NodeInfo) int { return cmp.Compare(pl.rankOf(a), pl.rankOf(b)) })

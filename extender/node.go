@@ -44,6 +44,11 @@ type NodeInfo struct {
 	Eligible  bool
 	Reason    string // why the node is not eligible
 	Preferred bool
+	// Awaited: the node fails NodeReady only, and has been NotReady (or not Ready yet since it was
+	// created) for less than the policy's notReadyGracePeriod. The multi-zone planners keep its
+	// zone's share of route reflectors for it rather than spill the share into other zones, so
+	// the order in which nodes turn Ready moves no role (see zoneQuotas).
+	Awaited bool
 
 	rank  int // position in the ranking of eligible nodes
 	index int // position in the planner's node list
@@ -94,6 +99,25 @@ func (n *NodeInfo) Draining() bool { return !n.DrainingSince.IsZero() }
 func (n *NodeInfo) WithinNotReadyGrace(p *policy.Resolved) bool {
 	return !n.Ready && n.CurrentRR && !n.Draining() && !n.Now.IsZero() && !n.NotReadySince.IsZero() &&
 		n.Now.Before(n.NotReadySince.Add(p.NotReadyGrace))
+}
+
+// AwaitedUntil is when an awaited node stops being awaited: notReadyGracePeriod after it went
+// NotReady, or after it was created when it never reported Ready (a node being created counts
+// from n.Now).
+func (n *NodeInfo) AwaitedUntil(p *policy.Resolved) time.Time {
+	start := n.NotReadySince
+	if start.IsZero() {
+		start = n.Node.CreationTimestamp.Time
+	}
+	if start.IsZero() || start.After(n.Now) {
+		start = n.Now
+	}
+	return start.Add(p.NotReadyGrace)
+}
+
+// awaitable reports whether a node that fails NodeReady only is awaited at n.Now.
+func (n *NodeInfo) awaitable(p *policy.Resolved) bool {
+	return !n.Ready && !n.Deleting && !n.Now.IsZero() && n.Now.Before(n.AwaitedUntil(p))
 }
 
 func notReadySince(n *corev1.Node) time.Time {

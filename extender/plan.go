@@ -31,6 +31,7 @@ const (
 	ReasonQuorumAtRisk           = "QuorumAtRisk"
 	ReasonMaxRouteReflectors     = "MaxRouteReflectorsReached"
 	ReasonMaxClients             = "MaxClientsPerRouteReflectorExceeded"
+	ReasonWaitingForNodes        = "WaitingForNodes"
 )
 
 type role uint8
@@ -55,6 +56,7 @@ type planner struct {
 	zoneWant map[string]int
 	recs     []Recommendation
 	degraded []condition
+	recheck  time.Time // when the plan changes by the clock alone (zero: never)
 
 	// decisions, indexed like nodes
 	dec []decision
@@ -181,33 +183,66 @@ func (pl *planner) rankedByZone() map[string][]*NodeInfo {
 
 // zoneQuotas spreads total over the zones so that they differ by at most one where they have the
 // eligible nodes; a zone short of nodes spills its share into the next zones. Zones that already
-// hold more route reflectors come first, so a remainder does not move roles between zones.
-func (pl *planner) zoneQuotas(total int, byZone map[string][]*NodeInfo) map[string]int {
+// hold more route reflectors come first, so a remainder does not move roles between zones. Awaited
+// nodes (nil: none) count as room: a zone whose nodes are still turning Ready keeps its share.
+func (pl *planner) zoneQuotas(total int, byZone map[string][]*NodeInfo, awaited map[string]int) map[string]int {
 	current := map[string]int{}
 	for _, n := range pl.ranked {
 		if n.CurrentRR && !n.Draining() {
 			current[n.Zone]++
 		}
 	}
-	capacity := make(map[string]int, len(pl.zones))
+	eligible := make(map[string]int, len(pl.zones))
 	for _, z := range pl.zones {
-		capacity[z] = len(byZone[z])
+		eligible[z] = len(byZone[z])
 	}
-	return spread(total, pl.zones, current, capacity)
+	return spread(total, pl.zones, current, eligible, awaited)
+}
+
+// awaitedByZone counts the awaited nodes of each zone (see NodeInfo.Awaited) and returns, per
+// zone, the earliest time one stops being awaited.
+func (pl *planner) awaitedByZone() (map[string]int, map[string]time.Time) {
+	count, until := map[string]int{}, map[string]time.Time{}
+	for _, n := range pl.nodes {
+		if !n.Awaited {
+			continue
+		}
+		count[n.Zone]++
+		if u, ok := until[n.Zone]; !ok || n.AwaitedUntil(pl.p).Before(u) {
+			until[n.Zone] = n.AwaitedUntil(pl.p)
+		}
+	}
+	return count, until
+}
+
+// recheckBy makes the plan's RecheckAt no later than t.
+func (pl *planner) recheckBy(t time.Time) {
+	if pl.recheck.IsZero() || t.Before(pl.recheck) {
+		pl.recheck = t
+	}
 }
 
 // spread gives total out over the zones one at a time, round after round, each zone up to its
-// capacity: zones differ by at most one where they have the room, a zone without room spills into
-// the others. Zones with more current route reflectors, then more capacity, then by name, come
-// first in every round. The planner and the incremental admission share it.
-func spread(total int, zones []string, current, capacity map[string]int) map[string]int {
+// room (eligible plus awaited nodes): zones differ by at most one where they have the room, a zone
+// without room spills into the others. Zones with more current route reflectors, then more
+// eligible nodes, then more room, then by name, come first in every round: a zone with eligible
+// nodes is served before one that only awaits nodes. The planner and the incremental admission
+// share it.
+func spread(total int, zones []string, current, eligible, awaited map[string]int) map[string]int {
 	order := slices.Clone(zones)
 	slices.Sort(order)
+	room := make(map[string]int, len(order))
+	for _, z := range order {
+		room[z] = eligible[z] + awaited[z]
+	}
 	slices.SortStableFunc(order, func(a, b string) int {
 		if c := cmp.Compare(current[b], current[a]); c != 0 {
 			return c
 		}
-		return cmp.Compare(capacity[b], capacity[a])
+		if c := cmp.Compare(eligible[b], eligible[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(room[b], room[a])
 	})
 	q := make(map[string]int, len(order))
 	for total > 0 {
@@ -216,7 +251,7 @@ func spread(total int, zones []string, current, capacity map[string]int) map[str
 			if total == 0 {
 				break
 			}
-			if q[z] < capacity[z] {
+			if q[z] < room[z] {
 				q[z]++
 				total--
 				progress = true

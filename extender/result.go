@@ -43,12 +43,13 @@ type nodeFacts struct {
 	read              bool // false for a node the input lacks
 	zone              string
 	healthy, eligible bool
+	awaited           bool
 	hasID             bool
 	id                uint32 // the cluster ID the node carries now, when hasID
 }
 
 func factsOf(n *NodeInfo) nodeFacts {
-	return nodeFacts{read: true, zone: n.Zone, healthy: n.Healthy(), eligible: n.Eligible, hasID: n.HasClusterID, id: n.ClusterID}
+	return nodeFacts{read: true, zone: n.Zone, healthy: n.Healthy(), eligible: n.Eligible, awaited: n.Awaited, hasID: n.HasClusterID, id: n.ClusterID}
 }
 
 // Summary holds the plan's figures (the design's statistics table).
@@ -124,7 +125,7 @@ type Condition struct {
 
 func (pl *planner) result() *Result {
 	p := pl.p
-	res := &Result{Policy: p.Name, Recommendations: pl.recs, now: pl.in.Now}
+	res := &Result{Policy: p.Name, Recommendations: pl.recs, now: pl.in.Now, RecheckAt: pl.recheck}
 	for _, n := range pl.nodes {
 		if n.WithinNotReadyGrace(p) {
 			if end := n.NotReadySince.Add(p.NotReadyGrace); res.RecheckAt.IsZero() || end.Before(res.RecheckAt) {

@@ -122,20 +122,26 @@ func (l *Ledger) admit(m Managed, n *corev1.Node, change *Change) (extender.Admi
 	if ps == nil || ps.generation != m.Policy.Generation {
 		return extender.Admission{}, false
 	}
+	ps.st.Now = l.now()
 	a := ps.st.Admit(n)
-	if a.Role == extender.AdmitNone || change == nil {
-		return a, a.Role != extender.AdmitNone
+	decided := a.Role != extender.AdmitNone
+	// An awaited node without a role is recorded too (its zone keeps a share of route reflectors
+	// for it), with no change to its keys.
+	if change == nil || !decided && !a.Awaited {
+		return a, decided
 	}
 	prev := l.entries[n.Name]
 	if prev != nil && prev.adm != nil && prev.policy == m.Policy.Name && sameAdmission(prev.adm, &a) {
-		return *prev.adm, true // a retry or a reinvocation of the same decision
+		return *prev.adm, decided // a retry or a reinvocation of the same decision
 	}
 	if prev != nil && prev.undo != nil {
 		prev.undo()
 	}
-	st := a.State(m.Resolved)
 	change.Node = n.Name
-	change.Labels, change.Annotations = OwnedChanges(m.Resolved.RRLabelKey, n, st)
+	change.Labels, change.Annotations = nil, nil
+	if decided {
+		change.Labels, change.Annotations = OwnedChanges(m.Resolved.RRLabelKey, n, a.State(m.Resolved))
+	}
 	if change.Object != nil {
 		change.Object = ApplyChange(change.Object, change)
 	}
@@ -150,12 +156,12 @@ func (l *Ledger) admit(m Managed, n *corev1.Node, change *Change) (extender.Admi
 	e := &entry{seq: l.seq, at: l.now(), policy: m.Policy.Name, change: *change, expires: l.now().Add(l.ttl), adm: &a}
 	e.undo = ps.st.Record(e.adm)
 	l.entries[n.Name] = e
-	return a, true
+	return a, decided
 }
 
 func sameAdmission(a, b *extender.Admission) bool {
 	return a.Role == b.Role && a.ClusterID == b.ClusterID && a.PeeringSet == b.PeeringSet && a.Rack == b.Rack &&
-		a.Healthy == b.Healthy && a.Eligible == b.Eligible && a.Zone == b.Zone
+		a.Healthy == b.Healthy && a.Eligible == b.Eligible && a.Awaited == b.Awaited && a.Zone == b.Zone
 }
 
 // Assume records a write that is not an admission decision (a draining mark, a patch of the

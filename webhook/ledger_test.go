@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -202,5 +203,44 @@ func TestOwnedKeysMatchExtender(t *testing.T) {
 	lbl, ann := OwnedChanges("k", n, st)
 	if len(lbl) != len(want) || len(ann) != len(extender.OwnedAnnotationKeys()) {
 		t.Fatalf("labels %v annotations %v", lbl, ann)
+	}
+}
+
+func TestLedgerCountsAwaitedJoiners(t *testing.T) {
+	// Nodes of zones a and b are created NotReady (no role yet: nobody to peer with), then zone-c
+	// nodes turn Ready first. Zone-c is promoted up to its share only: the joiners of a and b are
+	// recorded (and shown to the planner) though their admissions changed nothing.
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
+	f.ledger.SetLeader(true)
+	f.commit(t)
+	m, _ := f.policies.Get("default")
+	created := func(n *corev1.Node) { n.CreationTimestamp = metav1.NewTime(tNow.Add(-10 * time.Second)) }
+	for _, name := range []string{"a-1", "b-1"} {
+		n := mkNode(name, "zone-"+name[:1], notReady, created)
+		n.ResourceVersion = ""
+		if a, ok := f.ledger.Admit(m, n, Change{Object: n.DeepCopy(), Create: true}); ok || !a.Awaited {
+			t.Fatalf("%s: %+v %v, want no decision on an awaited node", name, a, ok)
+		}
+	}
+	if f.ledger.Pending() != 2 {
+		t.Fatalf("%d entries, want the two awaited joiners", f.ledger.Pending())
+	}
+	create := func(n *corev1.Node) Change { return Change{Object: n.DeepCopy(), Create: true} }
+	c1 := mkNode("c-1", "zone-c")
+	if a, ok := f.ledger.Admit(m, c1, create(c1)); !ok || a.Role != extender.AdmitRouteReflector {
+		t.Fatalf("c-1: %+v", a)
+	}
+	c2 := mkNode("c-2", "zone-c")
+	if a, _ := f.ledger.Admit(m, c2, create(c2)); a.Role != extender.AdmitClient {
+		t.Fatalf("c-2: %+v, want a client: zones a and b keep their share", a)
+	}
+	// The reconciler's plan sees the joiners from the overlay and keeps their zones' shares too.
+	f.commit(t)
+	if a, _ := f.ledger.Admit(m, mkNode("c-3", "zone-c"), Change{}); a.Role != extender.AdmitClient {
+		t.Fatalf("c-3 after a commit: %+v", a)
+	}
+	ready := mkNode("a-1", "zone-a", created)
+	if a, ok := f.ledger.Admit(m, ready, Change{}); !ok || a.Role != extender.AdmitRouteReflector {
+		t.Fatalf("a-1 Ready: %+v, want promoted", a)
 	}
 }
