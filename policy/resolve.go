@@ -63,6 +63,7 @@ type Resolved struct {
 	Handover            v1alpha1.HandoverMode
 	ScaleDownWindow     time.Duration
 	MigrateFromNodeMesh bool
+	AdoptBGPPeers       bool
 
 	labelKeys []string // see LabelKeys; derived once, in Resolve
 }
@@ -93,6 +94,7 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 		ScaleDownWindow: DefaultStabilizationWindow,
 
 		MigrateFromNodeMesh: s.MigrateFromNodeMesh,
+		AdoptBGPPeers:       s.AdoptBGPPeers,
 	}
 	r.NodeSelector = selectorOr(s.NodeSelector, labels.Everything())
 	r.Preferred = selectorOr(s.PreferredNodeSelector, labels.Nothing())

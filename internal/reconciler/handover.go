@@ -78,6 +78,12 @@ type handoverMemo struct {
 	// mesh was turned off.
 	meshSince time.Time
 	meshOff   bool
+	// adoptSince: hand-written BGPPeer (name@resourceVersion) -> when the product's plan was first
+	// seen covering its nodes; adoptRetry: when the graph model may be asked again after refusing
+	// it; adoptWaiting: one waits for the BGP sessions of the clients (see adoptPeers).
+	adoptSince   map[string]time.Time
+	adoptRetry   map[string]time.Time
+	adoptWaiting bool
 }
 
 var handoverTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -95,7 +101,8 @@ func (r *Reconciler) memo(name string) *handoverMemo {
 	}
 	m := r.memos[name]
 	if m == nil {
-		m = &handoverMemo{verified: map[string]map[string]bool{}, reported: map[string]bool{}}
+		m = &handoverMemo{verified: map[string]map[string]bool{}, reported: map[string]bool{},
+			adoptSince: map[string]time.Time{}, adoptRetry: map[string]time.Time{}}
 		r.memos[name] = m
 	}
 	return m
@@ -138,13 +145,13 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 				}
 			}
 		}
-		if r.meshPending(st, m) {
+		if r.meshPending(st, m) || m.adoptWaiting {
 			for rr := range clients {
 				addNeed(rr)
 			}
 		}
 	}
-	if len(draining) == 0 && len(need) == 0 && !(sessions && r.meshPending(st, m)) {
+	if len(draining) == 0 && len(need) == 0 && !(sessions && (r.meshPending(st, m) || m.adoptWaiting)) {
 		clear(m.verified)
 	}
 	// Without the CalicoNodeStatus API (or the right to use it) the handover falls back to

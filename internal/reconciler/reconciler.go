@@ -3,7 +3,7 @@
 // BGPPeers). One reconcile handles one policy and runs an ordered list of steps with one signature
 // (Cilium's BGP control plane style): plan from the cache, write the BGPPeers, patch the nodes'
 // owned labels and annotations, demote the route reflectors that have been handed over, delete the
-// obsolete BGPPeers, update the policy status, record Events and export metrics.
+// hand-written BGPPeers the product's cover (adoptBGPPeers), delete the obsolete BGPPeers, update the policy status, record Events and export metrics.
 //
 // Node events are coalesced: a burst of them becomes a few plans (one workqueue key per policy,
 // added after a short delay), and every plan reads the informer cache, writes only what differs
@@ -144,6 +144,7 @@ func (r *Reconciler) Steps() []Step {
 		{"handover", r.enforcing(r.handover)},
 		{"demote", r.enforcing(r.demote)},
 		{"mesh", r.enforcing(r.migrateMesh)},
+		{"adopt", r.enforcing(r.adoptPeers)},
 		{"prune", r.enforcing(r.prunePeers)},
 		{"pending", r.pending},
 		{"status", r.status},

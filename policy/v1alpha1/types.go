@@ -178,6 +178,12 @@ type RouteReflectorPolicySpec struct {
 	// MigrateFromNodeMesh turns Calico's node-to-node mesh off once every client has its route reflector sessions.
 	// +optional
 	MigrateFromNodeMesh bool `json:"migrateFromNodeMesh,omitempty"`
+
+	// AdoptBGPPeers lets the product delete hand-written BGPPeers (those it did not write) once its
+	// own BGPPeers cover every session they make, after the handover wait. Without it, and in Observe
+	// or Paused mode, hand-written BGPPeers are never touched.
+	// +optional
+	AdoptBGPPeers bool `json:"adoptBGPPeers,omitempty"`
 }
 
 // Scaling sets the desired count. At most one field may be set.
