@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/reconciler"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
@@ -81,10 +82,12 @@ type reconcileCounter struct {
 	n       int
 	check   bool
 	missing []string // failures: "reconcile 12: 40 missing pairs"
+	// readMesh: the model follows the default BGPConfiguration's nodeToNodeMeshEnabled (else off).
+	readMesh bool
 }
 
-func (w *world) countReconciles() *reconcileCounter {
-	c := &reconcileCounter{}
+func (w *world) countReconciles(readMesh bool) *reconcileCounter {
+	c := &reconcileCounter{readMesh: readMesh}
 	w.rep.srv.Reconciler.SetAfterReconcile(func(string) {
 		c.mu.Lock()
 		c.n++
@@ -93,7 +96,15 @@ func (w *world) countReconciles() *reconcileCounter {
 		if !check {
 			return
 		}
-		missing, _, _, err := w.routingState()
+		opts := bgpmodel.Options{}
+		var err error
+		if c.readMesh {
+			opts.NodeToNodeMesh, err = w.meshEnabled()
+		}
+		var missing int64
+		if err == nil {
+			missing, _, _, err = w.routingStateWith(opts)
+		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		switch {
@@ -186,7 +197,7 @@ spec:
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
 `
 	}
-	rc := w.countReconciles()
+	rc := w.countReconciles(false)
 
 	t.Run("Observe: only the status, Events and warnings change", func(t *testing.T) {
 		before := w.clusterObjects()

@@ -397,7 +397,11 @@ func TestMigrateFromNodeMeshOnRealAPIServer(t *testing.T) {
 	}
 }
 
-func testMigrateFromNodeMesh(t *testing.T, mode string) {
+// testMigrateFromNodeMesh: installed with migrateFromNodeMesh in Observe on a meshed cluster
+// (nothing changes), switched to Enforce: route reflectors, BGPPeers, then the mesh off, with 0
+// missing pairs in the graph model (fed the cluster's nodes, BGPPeers and mesh setting) after every
+// reconcile.
+func testMigrateFromNodeMesh(t *testing.T, handover string) {
 	w := newWorld(t)
 	ctx := t.Context()
 	cfg := &unstructured.Unstructured{Object: map[string]any{
@@ -420,19 +424,43 @@ func testMigrateFromNodeMesh(t *testing.T, mode string) {
 		return !found || on
 	}
 	var cn *calicoNode
-	if mode == "BGPSessions" {
+	if handover == "BGPSessions" {
 		cn = w.startCalicoNode()
 	}
 	w.joinCluster(12)
-	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
+	policy := func(mode string) string {
+		return `apiVersion: routereflector.io/v1alpha1
 kind: RouteReflectorPolicy
 metadata: {name: default}
 spec:
+  mode: ` + mode + `
   topology: {type: MultiCluster}
   removalDelay: 3s
-  handover: ` + mode + `
+  handover: ` + handover + `
   migrateFromNodeMesh: true
-`)
+`
+	}
+	// The cluster's nodes and BGPPeers (and the mesh setting) are fed to the graph model after
+	// every reconcile, from the install in Observe to the mesh off.
+	rc := w.countReconciles(true)
+	rc.checkModel(true)
+	before := w.clusterObjects()
+	first := rc.count()
+	w.applyPolicy(policy("Observe"))
+	w.eventually("status in Observe", 30*time.Second, func() error {
+		if got := w.policyField(`{.status.mode}/{.status.conditions[?(@.type=="Ready")].reason}`); got != "Observe/Observe" {
+			return fmt.Errorf("status %q", got)
+		}
+		return nil
+	})
+	if rc.count() == first {
+		t.Fatal("no reconcile in Observe")
+	}
+	if d := diffObjects(before, w.clusterObjects()); len(d) > 0 || !meshOn() {
+		t.Fatalf("Observe changed the cluster (mesh on %v):\n%s", meshOn(), strings.Join(d, "\n"))
+	}
+	// Enforce: route reflectors, BGPPeers and the migration in one go.
+	w.applyPolicy(policy("Enforce"))
 	// Sampled until the mesh is off: at that moment every node is a route reflector or a client of one.
 	start := time.Now()
 	var offAt time.Time
@@ -448,10 +476,15 @@ spec:
 		}
 		return fmt.Errorf("mesh on")
 	})
-	if d := offAt.Sub(start); d < 3*time.Second && mode == "Delay" {
-		t.Fatalf("mesh off after %s, before removalDelay", d)
+	if d := offAt.Sub(start); d < 3*time.Second && handover == "Delay" {
+		t.Fatalf("mesh off %s after the switch to Enforce, before removalDelay", d)
 	}
-	t.Logf("%s: mesh off %s after the policy", mode, offAt.Sub(start).Round(10*time.Millisecond))
+	t.Logf("%s: mesh off %s after the switch to Enforce", handover, offAt.Sub(start).Round(10*time.Millisecond))
+	time.Sleep(300 * time.Millisecond) // the hook of the reconcile that turned the mesh off
+	if failures := rc.checkModel(false); len(failures) > 0 {
+		t.Fatalf("graph model after reconciles:\n%s", strings.Join(failures, "\n"))
+	}
+	t.Logf("%s: %d reconciles from Observe to the mesh off, 0 missing pairs after each", handover, rc.count()-first)
 	if cn != nil {
 		w.eventually("no CalicoNodeStatus left", 20*time.Second, func() error {
 			if live, _, _ := cn.stats(); live > 0 {

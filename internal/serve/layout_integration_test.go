@@ -22,6 +22,11 @@ import (
 // reflectors with a draining mark, and the nodes without a route reflector role or peering set.
 // It may run off the test's goroutine (in the reconciler), so it returns errors rather than failing.
 func (w *world) routingState() (missing int64, draining, unwired int, err error) {
+	return w.routingStateWith(bgpmodel.Options{})
+}
+
+// routingStateWith is routingState with the graph model's options (Calico's node-to-node mesh).
+func (w *world) routingStateWith(opts bgpmodel.Options) (missing int64, draining, unwired int, err error) {
 	ctx := w.t.Context()
 	for {
 		before, err := w.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
@@ -57,7 +62,7 @@ func (w *world) routingState() (missing int64, draining, unwired int, err error)
 				unwired++
 			}
 		}
-		topo, err := bgpmodel.FromCluster(ptrs, peers, corev1.LabelTopologyZone, bgpmodel.Options{})
+		topo, err := bgpmodel.FromCluster(ptrs, peers, corev1.LabelTopologyZone, opts)
 		if err != nil {
 			return 0, 0, 0, err
 		}
