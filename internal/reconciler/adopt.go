@@ -41,6 +41,10 @@ const adoptModelRetry = 10 * time.Second
 //     before it) leaves none of its nodes missing a route, and no more missing pairs in all.
 //
 // Any moment 2 does not hold starts the wait again. An Event on the policy names each deleted one.
+//
+// BGPSessions verifies the clients' sessions with their route reflectors, not those among route
+// reflectors: a session that both a hand-written BGPPeer and the product's configure is one BIRD
+// protocol per peer address (confd), which deleting the hand-written one leaves up.
 func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)

@@ -25,7 +25,7 @@ import (
 // route reflectors sharing one cluster ID, a full mesh among them and every other node peering
 // with all of them, and a BGPPeer to a top-of-rack router.
 func handBuilt(t *testing.T, spec func(*v1alpha1.RouteReflectorPolicySpec)) *harness {
-	nodes := cluster(12)
+	nodes := ipCluster(12)
 	for _, n := range nodes[3:6] {
 		n.Labels["calico-route-reflector"] = ""
 		n.Annotations = map[string]string{extender.AnnotationClusterID: "244.0.0.1"}
@@ -138,4 +138,57 @@ func TestAdoptBGPPeersKeepsWhatTheModelNeeds(t *testing.T) {
 	}
 	require.Len(t, h.rrs(), 3)
 	require.Equal(t, []string{"peer-to-rrs", "rr-mesh", "tor"}, h.peers(), "no BGPPeer of the product: every hand-written one is needed")
+}
+
+// TestAdoptBGPPeersBGPSessions: with handover: BGPSessions the BGPPeer that peers the clients with
+// the route reflectors goes once every client is seen Established with its route reflectors (a
+// CalicoNodeStatus per route reflector), long before removalDelay; the objects are then deleted.
+func TestAdoptBGPPeersBGPSessions(t *testing.T) {
+	h := handBuilt(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.AdoptBGPPeers = true
+		sessionsPolicy(time.Hour)(s)
+	})
+	for range 3 {
+		h.now = h.now.Add(time.Second)
+		h.reconcile()
+	}
+	require.Equal(t, []string{"node-03", "node-04", "node-05"}, h.nodeStatuses(), "the sessions of the clients' route reflectors are read")
+	require.Contains(t, foreignPeers(h), "peer-to-rrs", "kept before any session is seen")
+	h.calicoNode("node-07")
+	h.reconcile()
+	h.reconcile()
+	require.Contains(t, foreignPeers(h), "peer-to-rrs", "kept while node-07 is not Established")
+	for range 3 {
+		h.calicoNode()
+		h.now = h.now.Add(time.Second)
+		h.reconcile()
+	}
+	require.Equal(t, []string{"tor"}, foreignPeers(h))
+	require.Empty(t, h.nodeStatuses(), "no CalicoNodeStatus left")
+}
+
+func TestSessionNodes(t *testing.T) {
+	nodes := cluster(4)
+	nodes[0].Labels["rr"] = ""
+	nodes[1].Annotations = map[string]string{extender.AnnotationCalicoLabels: `{"rr":""}`} // a Calico-only label
+	for _, tc := range []struct {
+		name      string
+		spec      apiv3.BGPPeerSpec
+		want, why string
+	}{
+		{"selectors", apiv3.BGPPeerSpec{NodeSelector: "!has(rr)", PeerSelector: "has(rr)"}, "node-00 node-01 node-02 node-03", ""},
+		{"a mesh among the selected", apiv3.BGPPeerSpec{NodeSelector: "has(rr)", PeerSelector: "has(rr)"}, "node-00 node-01", ""},
+		{"an empty nodeSelector is every node", apiv3.BGPPeerSpec{PeerSelector: "has(rr)"}, "node-00 node-01 node-02 node-03", ""},
+		{"one node", apiv3.BGPPeerSpec{Node: "node-03", PeerSelector: "has(rr)"}, "node-00 node-01 node-03", ""},
+		{"an address", apiv3.BGPPeerSpec{PeerIP: "192.0.2.1", ASNumber: 64513}, "", "peers with an address, not with nodes by selector"},
+		{"a session option", apiv3.BGPPeerSpec{PeerSelector: "has(rr)", KeepOriginalNextHop: true}, "", "sets session options besides node, nodeSelector and peerSelector"},
+		{"no session", apiv3.BGPPeerSpec{NodeSelector: "has(rr)", PeerSelector: "has(nothing)"}, "", "makes no session"},
+		{"a node with itself only", apiv3.BGPPeerSpec{Node: "node-00", PeerSelector: "has(rr) && topology.kubernetes.io/zone == 'zone-a'"}, "", "makes no session"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := sessionNodes(&apiv3.BGPPeer{Spec: tc.spec}, nodes, corev1.LabelTopologyZone)
+			require.Equal(t, tc.why, why)
+			require.Equal(t, tc.want, strings.Join(got, " "))
+		})
+	}
 }
