@@ -43,8 +43,9 @@ const adoptModelRetry = 10 * time.Second
 // Any moment 2 does not hold starts the wait again. An Event on the policy names each deleted one.
 //
 // BGPSessions verifies the clients' sessions with their route reflectors, not those among route
-// reflectors: a session that both a hand-written BGPPeer and the product's configure is one BIRD
-// protocol per peer address (confd), which deleting the hand-written one leaves up.
+// reflectors: confd emits one peering per node and peer address whichever BGPPeers select it, and
+// one without session options (rule 1) is the same peering from either, so a session the product's
+// BGPPeers configure too stays up when the hand-written one goes.
 func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
