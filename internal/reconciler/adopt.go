@@ -50,6 +50,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
 	m.adoptWaiting = false
+	m.adoptWhy = map[string]string{}
 	if !p.AdoptBGPPeers {
 		clear(m.adoptSince)
 		return nil
@@ -84,6 +85,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		}
 		key := b.Name + "@" + b.ResourceVersion
 		if why != "" {
+			m.adoptWhy[b.Name] = "kept: " + why
 			r.Log.V(1).Info("hand-written BGPPeer kept", "policy", st.Name, "bgppeer", b.Name, "reason", why)
 			continue
 		}
@@ -102,14 +104,17 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 				}
 			}
 			if len(rest) > 0 {
+				m.adoptWhy[b.Name] = fmt.Sprintf("waiting for the BGP sessions of %d clients", len(rest))
 				st.requeue(handoverRetry)
 				continue
 			}
 		} else if wait := since.Add(p.RemovalDelay).Sub(st.Now); wait > 0 {
+			m.adoptWhy[b.Name] = "waiting for removalDelay"
 			st.requeue(wait + 100*time.Millisecond)
 			continue
 		}
 		if !m.adoptRetry[key].IsZero() && st.Now.Before(m.adoptRetry[key]) {
+			m.adoptWhy[b.Name] = "kept: the graph model needs it"
 			st.requeue(m.adoptRetry[key].Sub(st.Now))
 			continue
 		}
@@ -155,6 +160,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		}
 		if lost := lostRoutes(without, with, scopes[b.Name]); lost != "" {
 			drop[b.Name] = false
+			m.adoptWhy[b.Name] = "kept: the graph model needs it"
 			key := b.Name + "@" + b.ResourceVersion
 			m.adoptRetry[key] = st.Now.Add(adoptModelRetry)
 			st.requeue(adoptModelRetry)
@@ -169,6 +175,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 			}
 			return fmt.Errorf("deleting BGPPeer %s: %w", b.Name, err)
 		}
+		delete(m.adoptWhy, b.Name)
 		peerWrites.WithLabelValues(st.Name, "adopt").Inc()
 		r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventBGPPeerAdopted,
 			"deleted hand-written BGPPeer %s: calico-rr-autoscaler's BGPPeers cover the sessions of its %d nodes (%s)", b.Name, len(scopes[b.Name]), p.Handover)
@@ -291,4 +298,29 @@ func (r *Reconciler) nodeToNodeMesh(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("reading BGPConfiguration default: %w", err)
 	}
 	return cfg.Spec.NodeToNodeMeshEnabled == nil || *cfg.Spec.NodeToNodeMeshEnabled, nil
+}
+
+// adoptable returns the hand-written BGPPeers adoptBGPPeers may delete (node-to-node by selector,
+// making sessions now), sorted: what Observe and Paused report Enforce would delete once covered.
+func (r *Reconciler) adoptable(ctx context.Context, st *State) ([]string, error) {
+	list := &apiv3.BGPPeerList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing BGPPeers: %w", err)
+	}
+	var nodes []*corev1.Node
+	var out []string
+	for i := range list.Items {
+		b := &list.Items[i]
+		if b.Labels[extender.LabelManagedBy] == extender.ManagedByValue {
+			continue
+		}
+		if nodes == nil {
+			nodes = clusterNodes(st, r.Nodes.List())
+		}
+		if _, why := sessionNodes(b, nodes, st.Managed.Resolved.ZoneLabel); why == "" {
+			out = append(out, b.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

@@ -79,6 +79,20 @@ func TestAdoptBGPPeers(t *testing.T) {
 			h.reconcile()
 			h.reconcile()
 			require.Equal(t, tc.first, foreignPeers(h), "before removalDelay")
+			s := h.status()
+			msg := findCondition(s.Conditions, ConditionForeignBGPPeers).Message
+			pending := strings.Join(s.PendingChanges, "\n")
+			switch {
+			case tc.adopt && tc.mode == v1alpha1.Enforce:
+				require.Equal(t, "3 BGPPeers not written by calico-rr-autoscaler; adoptBGPPeers deletes each once calico-rr-autoscaler's cover it: "+
+					"peer-to-rrs (waiting for removalDelay), rr-mesh (waiting for removalDelay), tor (kept: peers with an address, not with nodes by selector)", msg)
+			case tc.adopt:
+				require.Contains(t, pending, "delete hand-written BGPPeer peer-to-rrs once calico-rr-autoscaler's BGPPeers cover it (adoptBGPPeers)")
+				require.NotContains(t, pending, "BGPPeer tor")
+				fallthrough
+			default:
+				require.Contains(t, msg, "left as they are: peer-to-rrs, rr-mesh, tor")
+			}
 			for range 3 {
 				h.now = h.now.Add(20 * time.Second)
 				h.reconcile()

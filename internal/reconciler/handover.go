@@ -84,6 +84,8 @@ type handoverMemo struct {
 	adoptSince   map[string]time.Time
 	adoptRetry   map[string]time.Time
 	adoptWaiting bool
+	// adoptWhy: hand-written BGPPeer -> why the last adopt step kept it, for the status.
+	adoptWhy map[string]string
 }
 
 var handoverTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{

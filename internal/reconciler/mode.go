@@ -90,6 +90,15 @@ func (r *Reconciler) pending(ctx context.Context, st *State) error {
 	if creates > 0 {
 		st.Pending = append(st.Pending, fmt.Sprintf("create %d BGPPeers", creates))
 	}
+	if p.AdoptBGPPeers {
+		names, err := r.adoptable(ctx, st)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			st.Pending = append(st.Pending, "delete hand-written BGPPeer "+n+" once calico-rr-autoscaler's BGPPeers cover it (adoptBGPPeers)")
+		}
+	}
 	if p.Mode == v1alpha1.Observe {
 		m := r.memo(st.Name)
 		for _, c := range st.Pending {

@@ -101,7 +101,7 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	}
 	meta.SetStatusCondition(&s.Conditions, ready)
 	r.setCost(st, s, pol.Generation)
-	if err := r.setForeignPeers(ctx, s, pol.Generation); err != nil {
+	if err := r.setForeignPeers(ctx, st, s, pol.Generation); err != nil {
 		return err
 	}
 	slices.SortFunc(s.Conditions, func(a, b metav1.Condition) int {
@@ -135,8 +135,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, st *State, pol *v1alpha1.R
 }
 
 // setForeignPeers sets the ForeignBGPPeers condition: the BGPPeers of the cluster this product did
-// not write, which it never touches.
-func (r *Reconciler) setForeignPeers(ctx context.Context, s *v1alpha1.RouteReflectorPolicyStatus, gen int64) error {
+// not write, which it never touches but with adoptBGPPeers in Enforce (then each with why it is
+// still there).
+func (r *Reconciler) setForeignPeers(ctx context.Context, st *State, s *v1alpha1.RouteReflectorPolicyStatus, gen int64) error {
 	list := &apiv3.BGPPeerList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return fmt.Errorf("listing BGPPeers: %w", err)
@@ -154,6 +155,17 @@ func (r *Reconciler) setForeignPeers(ctx context.Context, s *v1alpha1.RouteRefle
 		shown := foreign[:min(len(foreign), 20)]
 		c.Status, c.Reason = metav1.ConditionTrue, "HandWritten"
 		c.Message = fmt.Sprintf("%d BGPPeers not written by calico-rr-autoscaler, left as they are: %s", len(foreign), strings.Join(shown, ", "))
+		if p := st.Managed.Resolved; p.AdoptBGPPeers && p.Mode == v1alpha1.Enforce {
+			why := r.memo(st.Name).adoptWhy
+			for i, n := range shown {
+				if why[n] != "" {
+					shown[i] = n + " (" + why[n] + ")"
+				}
+			}
+			c.Reason = "Adopting"
+			c.Message = fmt.Sprintf("%d BGPPeers not written by calico-rr-autoscaler; adoptBGPPeers deletes each once calico-rr-autoscaler's cover it: %s",
+				len(foreign), strings.Join(shown, ", "))
+		}
 		if len(foreign) > len(shown) {
 			c.Message += ", ..."
 		}

@@ -231,7 +231,8 @@ spec:
 		if d := diffObjects(before, w.clusterObjects()); len(d) > 0 {
 			t.Fatalf("Observe changed the cluster:\n%s", strings.Join(d, "\n"))
 		}
-		if got := w.policyField(`{.status.pendingChanges}`); !strings.Contains(got, "create") || !strings.Contains(got, "BGPPeers") {
+		if got := w.policyField(`{.status.pendingChanges}`); !strings.Contains(got, "BGPPeers\"") ||
+			!strings.Contains(got, "delete hand-written BGPPeer peer-to-rrs once calico-rr-autoscaler's BGPPeers cover it") {
 			t.Fatalf("pendingChanges %s", got)
 		}
 		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "--field-selector", "reason="+reconciler.EventWouldChange, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
