@@ -109,6 +109,7 @@ type AdmitState struct {
 	draining map[uint32]int // draining route reflectors per cluster ID
 	// releasing counts cluster IDs that nodes still carry but the plan takes from them.
 	releasing map[uint32]int
+	reserved  map[uint32]bool // other policies' cluster IDs (Input.ForeignClusterIDs)
 	clients   int
 	racks     map[string]*admitRack
 }
@@ -211,6 +212,13 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 			s.releasing[fact.id]++
 		}
 	}
+	s.reserved = reservedIDs(in.ForeignClusterIDs, func(yield func(string, uint32) bool) {
+		for i := range res.Nodes {
+			if facts[i].read && facts[i].hasID && !yield(res.Nodes[i].Name, facts[i].id) {
+				return
+			}
+		}
+	})
 	// Route reflectors first, so that clients find them.
 	for name, f := range s.nodes {
 		if f.role == AdmitRouteReflector || f.draining {
@@ -543,10 +551,11 @@ func mostUsed(ids map[uint32]int) (uint32, bool) {
 	return best, n > 0
 }
 
-// freeID is the lowest cluster ID from the policy's first one that no route reflector holds.
+// freeID is the lowest cluster ID from the policy's first one that no route reflector holds and no
+// other policy's node carries.
 func (s *AdmitState) freeID() uint32 {
 	id := s.Policy.BaseClusterID
-	for s.ids[id] > 0 || s.draining[id] > 0 || s.releasing[id] > 0 {
+	for s.ids[id] > 0 || s.draining[id] > 0 || s.releasing[id] > 0 || s.reserved[id] {
 		id++
 	}
 	return id

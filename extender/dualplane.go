@@ -33,7 +33,7 @@ func (pl *planner) planDualPlane() {
 	p := pl.p
 	planes := p.Redundancy
 	racks := pl.assignZoneRacks()
-	base := p.BaseClusterID
+	base := pl.spineID
 
 	// The spine, when there are two racks or more.
 	spineOf := make([]*NodeInfo, planes+1) // by plane, 1-based
@@ -196,7 +196,7 @@ func (pl *planner) planDualPlane() {
 
 // isRackRR reports whether n is an active rack route reflector now (not a spine member).
 func (pl *planner) isRackRR(n *NodeInfo) bool {
-	return n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID != pl.p.BaseClusterID
+	return n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID != pl.spineID
 }
 
 // selectPlaneSpine picks one spine member per plane: the current one when it is still eligible,
@@ -204,7 +204,7 @@ func (pl *planner) isRackRR(n *NodeInfo) bool {
 // eligible nodes to spare (a rack route reflector only when nothing else is left), so that the
 // planes spread over the zones.
 func (pl *planner) selectPlaneSpine(spineOf []*NodeInfo, taken map[*NodeInfo]bool) {
-	base := pl.p.BaseClusterID
+	base := pl.spineID
 	planes := len(spineOf) - 1
 	spare := map[string]int{} // eligible nodes per rack beyond its planes
 	for _, n := range pl.ranked {

@@ -14,7 +14,7 @@ import (
 func (pl *planner) planHierarchical() {
 	p := pl.p
 	pl.assignRacks()
-	base := p.BaseClusterID
+	base := pl.spineID
 
 	// The spine: current spine members first, balanced over the zones.
 	spineN := min(p.Redundancy, p.Max)
@@ -146,7 +146,7 @@ func (pl *planner) selectSpine(n int, byZone map[string][]*NodeInfo) []*NodeInfo
 // assignRackIDs gives each rack one cluster ID (the spine has the first): the one its current route
 // reflectors carry when no other rack holds it, else the lowest free one.
 func (pl *planner) assignRackIDs(racks []string, rackRRs map[string][]*NodeInfo) {
-	base := pl.p.BaseClusterID
+	base := pl.spineID
 	used := map[uint32]bool{base: true}
 	for i, n := range pl.nodes {
 		if pl.dec[i].role == roleDraining && n.HasClusterID {
@@ -175,7 +175,7 @@ func (pl *planner) assignRackIDs(racks []string, rackRRs map[string][]*NodeInfo)
 		used[best] = true
 		rackID[r] = best
 	}
-	alloc := newIDAllocator(base, used)
+	alloc := pl.newIDAllocator(base, used)
 	for _, r := range fresh {
 		if len(rackRRs[r]) > 0 {
 			rackID[r] = alloc.take()

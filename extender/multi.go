@@ -100,7 +100,7 @@ func (pl *planner) assignPerRRIDs(active []*NodeInfo) {
 			used[n.ClusterID] = true
 		}
 	}
-	alloc := newIDAllocator(pl.p.BaseClusterID, used)
+	alloc := pl.newIDAllocator(pl.p.BaseClusterID, used)
 	for _, n := range fresh {
 		pl.dec[n.index].id = alloc.take()
 	}
@@ -150,7 +150,7 @@ func (pl *planner) assignGroupIDs(active []*NodeInfo) {
 		ids = append(ids, c.id)
 		used[c.id] = true
 	}
-	alloc := newIDAllocator(pl.p.BaseClusterID, used)
+	alloc := pl.newIDAllocator(pl.p.BaseClusterID, used)
 	for len(ids) < g {
 		ids = append(ids, alloc.take())
 	}

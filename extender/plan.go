@@ -2,6 +2,7 @@ package extender
 
 import (
 	"cmp"
+	"iter"
 	"slices"
 	"time"
 
@@ -20,6 +21,13 @@ type Input struct {
 	Now time.Time
 	// Recommendations is the stabilization history returned by the previous plan.
 	Recommendations []Recommendation
+	// ForeignClusterIDs are the cluster IDs that nodes outside this policy carry (other policies'
+	// route reflectors), each with its holder: the smallest node name (see ForeignClusterIDs).
+	// The plan never hands them out, and a node of this policy that carries one keeps it only
+	// when its name sorts before the holder's, so two policies resolve a collision the same way
+	// and only one of them moves. Cluster IDs must be unique across policies: route reflectors
+	// of two policies that share one drop each other's routes.
+	ForeignClusterIDs map[uint32]string
 	// Filters and Scores default to DefaultFilters and DefaultScores.
 	Filters []FilterPlugin
 	Scores  []ScorePlugin
@@ -57,6 +65,10 @@ type planner struct {
 	recs     []Recommendation
 	degraded []condition
 	recheck  time.Time // when the plan changes by the clock alone (zero: never)
+	// reserved: other policies' cluster IDs this plan may not use; spineID: the spine's cluster
+	// ID in the racked topologies (the policy's first one unless another policy holds it).
+	reserved map[uint32]bool
+	spineID  uint32
 
 	// decisions, indexed like nodes
 	dec []decision
@@ -124,6 +136,7 @@ func newPlanner(in Input) *planner {
 		pl.zones = append(pl.zones, z)
 	}
 	slices.Sort(pl.zones)
+	pl.reserveIDs()
 	pl.dec = make([]decision, len(pl.nodes))
 	for i, n := range pl.nodes {
 		n.index = i
@@ -319,8 +332,79 @@ type idAllocator struct {
 	used map[uint32]bool
 }
 
-func newIDAllocator(base uint32, used map[uint32]bool) *idAllocator {
+// newIDAllocator returns an allocator from base that skips used and the IDs other policies hold.
+func (pl *planner) newIDAllocator(base uint32, used map[uint32]bool) *idAllocator {
+	for id := range pl.reserved {
+		used[id] = true
+	}
 	return &idAllocator{next: base, used: used}
+}
+
+// reserveIDs reads the other policies' cluster IDs: those this plan may not use, and the nodes of
+// this policy that must give theirs up (they lose the collision, see Input.ForeignClusterIDs).
+func (pl *planner) reserveIDs() {
+	pl.reserved = reservedIDs(pl.in.ForeignClusterIDs, func(yield func(string, uint32) bool) {
+		for _, n := range pl.nodes {
+			if n.HasClusterID && !yield(n.Name, n.ClusterID) {
+				return
+			}
+		}
+	})
+	for _, n := range pl.nodes {
+		if n.HasClusterID && pl.reserved[n.ClusterID] {
+			n.HasClusterID = false // another policy's: this node gets a new one
+		}
+	}
+	pl.spineID = pl.p.BaseClusterID
+	for pl.reserved[pl.spineID] {
+		pl.spineID++
+	}
+}
+
+// reservedIDs returns the foreign cluster IDs a policy may not use: all of them but those that one
+// of its own nodes (name, ID) carries with a name sorting before the foreign holder's.
+func reservedIDs(foreign map[uint32]string, own iter.Seq2[string, uint32]) map[uint32]bool {
+	if len(foreign) == 0 {
+		return nil
+	}
+	out := make(map[uint32]bool, len(foreign))
+	for id := range foreign {
+		out[id] = true
+	}
+	for name, id := range own {
+		if holder, ok := foreign[id]; ok && name < holder {
+			delete(out, id)
+		}
+	}
+	return out
+}
+
+// ForeignClusterIDs returns the cluster IDs carried by the nodes of all that are not in own (the
+// nodes of other policies, or of none), each with the smallest name of a node carrying it: the
+// ForeignClusterIDs of a policy's Input.
+func ForeignClusterIDs(all, own []*corev1.Node) map[uint32]string {
+	mine := make(map[string]bool, len(own))
+	for _, n := range own {
+		mine[n.Name] = true
+	}
+	var out map[uint32]string
+	for _, n := range all {
+		s, ok := n.Annotations[AnnotationClusterID]
+		if !ok || mine[n.Name] {
+			continue
+		}
+		id, ok := policy.ParseClusterID(s)
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = map[uint32]string{}
+		}
+		if h, seen := out[id]; !seen || n.Name < h {
+			out[id] = n.Name
+		}
+	}
+	return out
 }
 
 func (a *idAllocator) take() uint32 {

@@ -121,7 +121,7 @@ func (pl *planner) assignZoneIDs() {
 			used[n.ClusterID] = true
 		}
 	}
-	alloc := newIDAllocator(pl.p.BaseClusterID, used)
+	alloc := pl.newIDAllocator(pl.p.BaseClusterID, used)
 	slices.Sort(fresh)
 	for _, z := range fresh {
 		zoneID[z] = alloc.take()

@@ -212,6 +212,35 @@ func forNode(valid []Managed, l map[string]string) (Managed, bool) {
 	return found, n == 1
 }
 
+// Overlaps returns the nodes the policy name selects that other valid policies select too, each
+// with those policies' names: such nodes are managed by neither (see forNode).
+func Overlaps(valid []Managed, nodes []*corev1.Node, name string) map[string][]string {
+	var self *Managed
+	for i := range valid {
+		if valid[i].Policy.Name == name {
+			self = &valid[i]
+		}
+	}
+	if self == nil || len(valid) < 2 {
+		return nil
+	}
+	var out map[string][]string
+	for _, n := range nodes {
+		if !self.Resolved.NodeSelector.Matches(labels.Set(n.Labels)) {
+			continue
+		}
+		for _, m := range valid {
+			if m.Policy.Name != name && m.Resolved.NodeSelector.Matches(labels.Set(n.Labels)) {
+				if out == nil {
+					out = map[string][]string{}
+				}
+				out[n.Name] = append(out[n.Name], m.Policy.Name)
+			}
+		}
+	}
+	return out
+}
+
 // Partition returns, for each valid policy, the nodes it manages (nodes selected by two policies
 // are in none), in the order of nodes.
 func Partition(valid []Managed, nodes []*corev1.Node) map[string][]*corev1.Node {

@@ -74,7 +74,8 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 		start := time.Now()
 		all, seq := r.Ledger.Overlay(r.Nodes.List())
 		nodes := webhook.Partition(valid, all)[st.Name]
-		st.Input = extender.Input{Policy: st.Managed.Resolved, Nodes: nodes, Now: st.Now, Recommendations: history}
+		st.Input = extender.Input{Policy: st.Managed.Resolved, Nodes: nodes, Now: st.Now, Recommendations: history,
+			ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes)}
 		st.Result = extender.Plan(st.Input)
 		ok := r.Ledger.Commit(st.Policy.Generation, st.Input, st.Result, seq)
 		if unblock != nil {
@@ -87,6 +88,7 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 		}
 		plansTotal.WithLabelValues(st.Name, "conflict").Inc()
 	}
+	st.Overlaps = webhook.Overlaps(valid, r.Nodes.List(), st.Name)
 	st.View = make(map[string]*corev1.Node, len(st.Input.Nodes))
 	for _, n := range st.Input.Nodes {
 		st.View[n.Name] = n

@@ -113,8 +113,11 @@ type State struct {
 	Changes   []RoleChange
 	// Pending is what Enforce would change now, in Observe and Paused mode.
 	Pending []string
-	Requeue time.Duration
-	Done    bool
+	// Overlaps are the nodes this policy selects that other policies select too (node -> the
+	// other policies): managed by none of them.
+	Overlaps map[string][]string
+	Requeue  time.Duration
+	Done     bool
 }
 
 // RoleChange is a role change this reconcile made, for Events and metrics.

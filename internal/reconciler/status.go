@@ -3,10 +3,12 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,9 +24,15 @@ import (
 const (
 	ConditionReady    = "Ready"
 	ConditionDegraded = "Degraded"
+	// ConditionOverlappingNodes is True when nodes this policy selects are selected by another
+	// policy too: neither manages them (they keep the roles they have); the message names them.
+	ConditionOverlappingNodes = "OverlappingNodes"
 	// ConditionForeignBGPPeers is True when BGPPeers this product did not write exist (hand-written
 	// peerings it leaves alone); the message names them.
 	ConditionForeignBGPPeers = "ForeignBGPPeers"
+
+	// EventOverlappingNodes: nodes this policy selects are selected by another policy too.
+	EventOverlappingNodes = "OverlappingNodes"
 
 	ReasonAsPlanned     = "AsPlanned"
 	ReasonConverging    = "Converging"
@@ -104,6 +112,7 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	if err := r.setForeignPeers(ctx, st, s, pol.Generation); err != nil {
 		return err
 	}
+	r.setOverlaps(st, s, pol)
 	slices.SortFunc(s.Conditions, func(a, b metav1.Condition) int {
 		if a.Type < b.Type {
 			return 1
@@ -172,4 +181,28 @@ func (r *Reconciler) setForeignPeers(ctx context.Context, st *State, s *v1alpha1
 	}
 	meta.SetStatusCondition(&s.Conditions, c)
 	return nil
+}
+
+// setOverlaps sets the OverlappingNodes condition, and records a Warning Event on the policy when
+// the set of such nodes changes (each policy of the overlap gets its own).
+func (r *Reconciler) setOverlaps(st *State, s *v1alpha1.RouteReflectorPolicyStatus, pol *v1alpha1.RouteReflectorPolicy) {
+	c := metav1.Condition{Type: ConditionOverlappingNodes, Status: metav1.ConditionFalse, Reason: "None", ObservedGeneration: pol.Generation,
+		Message: "no node is selected by another policy too"}
+	if len(st.Overlaps) > 0 {
+		names := slices.Sorted(maps.Keys(st.Overlaps))
+		shown := make([]string, 0, min(len(names), 20))
+		for _, n := range names[:cap(shown)] {
+			shown = append(shown, fmt.Sprintf("%s (also %s)", n, strings.Join(st.Overlaps[n], ", ")))
+		}
+		c.Status, c.Reason = metav1.ConditionTrue, "SelectedByTwoPolicies"
+		c.Message = fmt.Sprintf("%d nodes are selected by this policy and another: neither manages them until one policy's nodeSelector leaves them out: %s",
+			len(names), strings.Join(shown, ", "))
+		if len(names) > len(shown) {
+			c.Message += ", ..."
+		}
+	}
+	if old := meta.FindStatusCondition(st.Policy.Status.Conditions, ConditionOverlappingNodes); c.Status == metav1.ConditionTrue && (old == nil || old.Message != c.Message) {
+		r.Recorder.Eventf(pol, corev1.EventTypeWarning, EventOverlappingNodes, "%s", c.Message)
+	}
+	meta.SetStatusCondition(&s.Conditions, c)
 }
