@@ -62,6 +62,13 @@ func SetLabelOf(bgpPeerName string) (key, set string, ok bool) {
 	return LabelPeeringSet, set, true
 }
 
+// WatchedAnnotationKeys are the node annotations whose change the node webhooks must see: the
+// owned ones (the cluster ID among them) and Calico's labels annotation, which the product reads. The
+// chart's node matchConditions list the same keys (a chart test compares them).
+func WatchedAnnotationKeys() []string {
+	return append([]string{AnnotationCalicoLabels}, OwnedAnnotationKeys()...)
+}
+
 // OwnedAnnotationKeys returns the node annotation keys this product writes.
 func OwnedAnnotationKeys() []string {
 	return []string{AnnotationClusterID, AnnotationRouteReflectors, AnnotationDrainingSince, AnnotationRack, AnnotationPlane}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/serve"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
@@ -61,8 +59,9 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	w := newEnv(t)
 	w.port = freePort(t)
+	w.install(w.port)
 	w.rep = w.start(w.port, true)
-	w.register(w.port)
+	w.awaitWebhooks()
 	return w
 }
 
@@ -78,7 +77,8 @@ func newEnv(t *testing.T) *world {
 	} else {
 		ctrl.SetLogger(logr.Discard())
 	}
-	env := testenv.Start(t)
+	env := testenv.Start(t, testenv.WithChartRBAC())
+	env.CreateNamespace(t, testenv.ChartNamespace)
 	w := &world{t: t, env: env}
 	var err error
 	if w.admin, err = kubernetes.NewForConfig(env.Config); err != nil {
@@ -126,7 +126,7 @@ func (w *world) start(port int, leader bool) *replica {
 		MetricsBindAddress:      "0",
 		HealthProbeBindAddress:  "0",
 		LeaderElect:             true,
-		LeaderElectionNamespace: "default",
+		LeaderElectionNamespace: testenv.ChartNamespace,
 		LeaseDuration:           4 * time.Second,
 		RenewDeadline:           3 * time.Second,
 		RetryPeriod:             500 * time.Millisecond,
@@ -163,22 +163,17 @@ func (r *replica) stop() {
 	}
 }
 
-// register registers the webhooks with URL client configs on port and waits until the API server
-// calls them.
-func (w *world) register(port int) {
+// install installs the product from its rendered chart with the webhooks pointed at port: the
+// chart is the only source of the webhook configurations and of the service account's RBAC, so
+// it comes before any replica starts.
+func (w *world) install(port int) {
 	w.t.Helper()
-	url := func(path string) admissionregistrationv1.WebhookClientConfig {
-		u := fmt.Sprintf("https://127.0.0.1:%d%s", port, path)
-		return admissionregistrationv1.WebhookClientConfig{URL: &u, CABundle: w.caPEM}
-	}
-	m, v := serve.WebhookConfigurations("calico-rr-autoscaler", url, calico.CRD, serve.DefaultServiceAccount)
-	ctx := w.t.Context()
-	if _, err := w.admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
-		w.t.Fatal(err)
-	}
-	if _, err := w.admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
-		w.t.Fatal(err)
-	}
+	w.env.InstallChart(w.t, fmt.Sprintf("https://127.0.0.1:%d", port), w.caPEM, "")
+}
+
+// awaitWebhooks waits until the API server calls the webhooks.
+func (w *world) awaitWebhooks() {
+	w.t.Helper()
 	// A policy only the webhook rejects (min > max passes the CRD schema).
 	probe := `apiVersion: routereflector.io/v1alpha1
 kind: RouteReflectorPolicy

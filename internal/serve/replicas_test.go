@@ -100,11 +100,14 @@ func TestTwoReplicasBurst(t *testing.T) {
 	ports := []int{freePort(t), freePort(t)}
 	var mu sync.Mutex
 	reps := make([]*replica, 2)
-	reps[0] = w.start(ports[0], true)
-	reps[1] = w.start(ports[1], false)
 	proxy, port := startProxy(t, w, ports, func() []*replica { mu.Lock(); defer mu.Unlock(); return append([]*replica(nil), reps...) })
 	w.port = port
-	w.register(port)
+	w.install(port)
+	first, second := w.start(ports[0], true), w.start(ports[1], false)
+	mu.Lock()
+	reps[0], reps[1] = first, second
+	mu.Unlock()
+	w.awaitWebhooks()
 	const policy = `apiVersion: routereflector.io/v1alpha1
 kind: RouteReflectorPolicy
 metadata: {name: default}

@@ -98,6 +98,19 @@ func WithUser(name string, clusterAdmin bool, groups ...string) Option {
 	}
 }
 
+// WithChartRBAC leaves UserServiceAccount without cluster-admin: what the product may do comes
+// from its chart's RBAC only (InstallChart).
+func WithChartRBAC() Option {
+	return func(o *Options) {
+		for _, u := range DefaultUsers() {
+			if u.Name == UserServiceAccount {
+				u.ClusterAdmin = false
+				o.Users = append(o.Users, u)
+			}
+		}
+	}
+}
+
 // WithAPIServerFlags appends flags to kube-apiserver's command line.
 func WithAPIServerFlags(flags ...string) Option {
 	return func(o *Options) { o.APIServerFlags = append(o.APIServerFlags, flags...) }

@@ -166,6 +166,7 @@ func serveFlags() (*flag.FlagSet, *certs.Options) {
 	fs.String("metrics-bind-address", "", "")
 	fs.String("health-probe-bind-address", "", "")
 	fs.Bool("leader-elect", false, "")
+	fs.String("service-account", "", "")
 	var o certs.Options
 	o.BindFlags(fs)
 	return fs, &o

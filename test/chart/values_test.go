@@ -49,7 +49,7 @@ podDisruptionBudget:
   minAvailable: 2
 webhooks:
   node:
-    watchedAnnotations: [projectcalico.org/RouteReflectorClusterID]
+    watchedAnnotations: [example.com/maintenance]
     objectSelector:
       matchExpressions: [{key: example.com/unmanaged, operator: DoesNotExist}]
     mutating: {failurePolicy: Fail, timeoutSeconds: 2}
@@ -387,7 +387,8 @@ func TestRenderNonDefault(t *testing.T) {
 	require.Equal(t, admissionregistrationv1.Fail, *mwc.Webhooks[0].FailurePolicy)
 	require.EqualValues(t, 2, *mwc.Webhooks[0].TimeoutSeconds)
 	require.Equal(t, "example.com/unmanaged", mwc.Webhooks[0].ObjectSelector.MatchExpressions[0].Key)
-	require.NotContains(t, mwc.Webhooks[0].MatchConditions[0].Expression, "projectcalico.org/labels")
+	require.Contains(t, mwc.Webhooks[0].MatchConditions[0].Expression, "annotations[?'example.com/maintenance']")
+	require.Contains(t, mwc.Webhooks[0].MatchConditions[0].Expression, "annotations[?'projectcalico.org/labels']", "the product's own annotations stay watched")
 	require.EqualValues(t, 4, *vwc.Webhooks[0].TimeoutSeconds)
 	require.Equal(t, admissionregistrationv1.Ignore, *vwc.Webhooks[2].FailurePolicy)
 

@@ -1,6 +1,6 @@
 // Package load is the 5,000-node load test of issue 8: the real kube-apiserver, the product's
-// built binary as a separate process (so that its RSS is its own), the webhooks registered by URL
-// exactly as serve.WebhookConfigurations defines them, kubelet heartbeats that must never reach a
+// built binary as a separate process (so that its RSS is its own), the product installed from its
+// rendered chart (webhook configurations by URL and RBAC), kubelet heartbeats that must never reach a
 // webhook, and relevant node changes at about 1,000 admissions per second over HTTPS.
 //
 // It is too slow for every CI run and only runs with -load: make load.
@@ -30,7 +30,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,9 +38,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/serve"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
@@ -59,7 +56,6 @@ const (
 	preferredKey = "load.example.com/preferred"
 	policyYAML   = "apiVersion: routereflector.io/v1alpha1\nkind: RouteReflectorPolicy\nmetadata: {name: default}\n" +
 		"spec: {removalDelay: 30s, preferredNodeSelector: {matchLabels: {" + preferredKey + ": \"true\"}}}\n"
-	webhookName = "calico-rr-autoscaler"
 )
 
 func TestLoad(t *testing.T) {
@@ -70,7 +66,8 @@ func TestLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
 
-	env := testenv.Start(t, testenv.WithAPIServerFlags("--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"))
+	env := testenv.Start(t, testenv.WithChartRBAC(), testenv.WithAPIServerFlags("--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"))
+	env.CreateNamespace(t, testenv.ChartNamespace)
 	admin := clientset(t, env.Config)
 	kubelet := clientset(t, env.ConfigFor(testenv.UserKubelet))
 	calicoCRDs, err := crds.Dir()
@@ -82,7 +79,7 @@ func TestLoad(t *testing.T) {
 
 	// The product as a separate process of the built binary.
 	p := startProduct(ctx, t, env)
-	register(ctx, t, env, admin, p)
+	register(ctx, t, env, p)
 	if out, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, policyYAML, "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply policy: %v\n%s%s", err, out, stderr)
 	}
@@ -468,21 +465,11 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 	return p
 }
 
-// register registers the webhooks by URL exactly as serve.WebhookConfigurations defines them and
-// waits until the API server calls them.
-func register(ctx context.Context, t *testing.T, env *testenv.Env, admin kubernetes.Interface, p *product) {
+// register installs the product from its rendered chart (webhooks by URL on the product's port,
+// RBAC) and waits until the API server calls the webhooks.
+func register(ctx context.Context, t *testing.T, env *testenv.Env, p *product) {
 	t.Helper()
-	url := func(path string) admissionregistrationv1.WebhookClientConfig {
-		u := fmt.Sprintf("https://127.0.0.1:%d%s", p.webhookPort, path)
-		return admissionregistrationv1.WebhookClientConfig{URL: &u, CABundle: p.caPEM}
-	}
-	m, v := serve.WebhookConfigurations(webhookName, url, calico.CRD, serve.DefaultServiceAccount)
-	if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	env.InstallChart(t, fmt.Sprintf("https://127.0.0.1:%d", p.webhookPort), p.caPEM, "")
 	probe := "apiVersion: routereflector.io/v1alpha1\nkind: RouteReflectorPolicy\nmetadata: {name: probe}\nspec: {nodeSelector: {matchLabels: {probe: \"1\"}}, minRouteReflectors: 5, maxRouteReflectors: 2}\n"
 	poll(ctx, t, "webhooks registered", 30*time.Second, 200*time.Millisecond, func() error {
 		_, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, probe, "apply", "--dry-run=server", "-f", "-")

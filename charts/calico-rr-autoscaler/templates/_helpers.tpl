@@ -159,9 +159,24 @@ none of these, so it never reaches the webhook.
   "object.spec.?unschedulable.orValue(false) != oldObject.spec.?unschedulable.orValue(false)"
   "object.spec.?taints.orValue([]) != oldObject.spec.?taints.orValue([])"
   "object.status.?conditions.orValue([]).filter(c, c.type == 'Ready').map(c, c.status) != oldObject.status.?conditions.orValue([]).filter(c, c.type == 'Ready').map(c, c.status)"
+  "has(object.metadata.deletionTimestamp) != has(oldObject.metadata.deletionTimestamp)"
 -}}
-{{- range .Values.webhooks.node.watchedAnnotations }}
+{{- range concat (include "rra.productAnnotations" . | fromYamlArray) .Values.webhooks.node.watchedAnnotations | uniq }}
 {{- $exprs = append $exprs (printf "object.metadata.?annotations[?%s] != oldObject.metadata.?annotations[?%s]" (squote .) (squote .)) }}
 {{- end }}
 {{- join " ||\n" $exprs }}
+{{- end }}
+
+{{/*
+The node annotations the product reads or writes (extender.WatchedAnnotationKeys;
+a chart test keeps the two equal): a change to one of them reaches the node
+webhooks whatever webhooks.node.watchedAnnotations says.
+*/}}
+{{- define "rra.productAnnotations" -}}
+- projectcalico.org/RouteReflectorClusterID
+- projectcalico.org/labels
+- routereflector.io/route-reflectors
+- routereflector.io/draining-since
+- routereflector.io/rack
+- routereflector.io/plane
 {{- end }}
