@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
@@ -63,8 +64,11 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 		return nil
 	}
 	r.mu.Lock()
-	history := r.history[st.Name]
+	history, known := r.history[st.Name]
 	r.mu.Unlock()
+	if !known {
+		history = seedHistory(st.Managed.Resolved, st.Policy.Status, st.Now)
+	}
 	valid := r.Policies.Valid()
 	for attempt := 0; ; attempt++ {
 		var unblock func()
@@ -115,4 +119,22 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 		}
 	}
 	return nil
+}
+
+// seedHistory is the stabilization history a new leader starts a policy with: the desired counts
+// its status shows, as if recommended now. The old leader's history lived in its memory; seeded
+// this way a leader change never scales down earlier than the old leader would have (at most one
+// scale-down window later), and scaling up stays immediate.
+func seedHistory(p *policy.Resolved, s v1alpha1.RouteReflectorPolicyStatus, now time.Time) []extender.Recommendation {
+	if p.ScaleDownWindow <= 0 || s.DesiredRouteReflectors == 0 {
+		return nil
+	}
+	if p.Topology != v1alpha1.SingleCluster {
+		return []extender.Recommendation{{Key: "", Time: now, Count: int(s.DesiredRouteReflectors)}}
+	}
+	out := make([]extender.Recommendation, 0, len(s.Zones))
+	for _, z := range s.Zones { // SingleCluster: one count per zone
+		out = append(out, extender.Recommendation{Key: z.Zone, Time: now, Count: int(z.DesiredRouteReflectors)})
+	}
+	return out
 }

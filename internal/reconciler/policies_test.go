@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -66,4 +67,32 @@ func TestTwoPolicies(t *testing.T) {
 		require.Contains(t, c.Message, "a-0 (also ", name)
 	}
 	require.Equal(t, 2, strings.Count(events, "Warning "+EventOverlappingNodes), "one Event per policy, once:\n%s", events)
+}
+
+// TestLeaderChangeKeepsStabilizationWindow: the scale-down window outlives the leader. A policy
+// wants 6 route reflectors at 200 nodes; 100 nodes go, and the window holds 6. A new leader (a
+// reconciler with no memory) still holds 6 until a window has passed, then scales down to 3.
+func TestLeaderChangeKeepsStabilizationWindow(t *testing.T) {
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Scaling = &v1alpha1.Scaling{Ratio: "0.03"}
+	}, cluster(200))
+	h.reconcile()
+	require.EqualValues(t, 6, h.status().DesiredRouteReflectors)
+	for i := 100; i < 200; i++ {
+		n := h.node(fmt.Sprintf("node-%02d", i))
+		require.NoError(t, h.client.Delete(context.Background(), n))
+	}
+	h.now = h.now.Add(time.Minute)
+	h.reconcile()
+	require.EqualValues(t, 6, h.status().DesiredRouteReflectors, "held by the window")
+
+	old := h.r
+	h.r = &Reconciler{Client: old.Client, Nodes: old.Nodes, Policies: old.Policies, Ledger: old.Ledger,
+		Recorder: old.Recorder, PeerAPI: old.PeerAPI, Now: old.Now}
+	h.now = h.now.Add(time.Minute)
+	h.reconcile()
+	require.EqualValues(t, 6, h.status().DesiredRouteReflectors, "the new leader keeps the window")
+	h.now = h.now.Add(5*time.Minute + time.Second)
+	h.reconcile()
+	require.EqualValues(t, 3, h.status().DesiredRouteReflectors, "a window later")
 }
