@@ -88,6 +88,25 @@ func NewNodeInfo(n *corev1.Node, p *policy.Resolved) *NodeInfo {
 	return ni
 }
 
+// RouteReflectorClusterID returns the cluster ID of a node that is a route reflector of p: it
+// carries the policy's route reflector label and a valid cluster ID (draining or not). The
+// webhooks, the reconciler's status and metrics all read a node's role through it.
+func RouteReflectorClusterID(n *corev1.Node, p *policy.Resolved) (uint32, bool) {
+	if !p.IsRouteReflectorLabel(n.Labels) {
+		return 0, false
+	}
+	return policy.ParseClusterID(n.Annotations[AnnotationClusterID])
+}
+
+// IsDraining reports whether a node carries the draining mark (its role is being handed over).
+func IsDraining(n *corev1.Node) bool { return n.Annotations[AnnotationDrainingSince] != "" }
+
+// IsActiveRouteReflector reports whether n is a route reflector of p that is not being handed over.
+func IsActiveRouteReflector(n *corev1.Node, p *policy.Resolved) bool {
+	_, ok := RouteReflectorClusterID(n, p)
+	return ok && !IsDraining(n)
+}
+
 // Healthy reports whether a node counts toward the desired route reflector count: Ready and not being deleted.
 func (n *NodeInfo) Healthy() bool { return n.Ready && !n.Deleting }
 

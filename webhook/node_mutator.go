@@ -65,7 +65,7 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 	var lbl, ann map[string]*string
 	switch {
 	case ni.CurrentRR:
-		if !ni.Eligible && node.Annotations[extender.AnnotationDrainingSince] == "" {
+		if !ni.Eligible && !extender.IsDraining(node) {
 			ts := CeilSecond(m.now()).Format(time.RFC3339)
 			ann = map[string]*string{extender.AnnotationDrainingSince: &ts}
 			if !dryRun {
@@ -140,7 +140,7 @@ func (m *NodeMutator) wouldDo(mp Managed, node, old *corev1.Node, ni *extender.N
 	prefix := fmt.Sprintf("policy %q is in %s mode: Enforce would ", p.Name, p.Mode)
 	switch {
 	case ni.CurrentRR:
-		if !ni.Eligible && node.Annotations[extender.AnnotationDrainingSince] == "" {
+		if !ni.Eligible && !extender.IsDraining(node) {
 			return []string{prefix + "hand route reflector " + node.Name + " over (" + ni.Reason + ")"}
 		}
 	case old != nil && wasRouteReflector(old, mp):

@@ -117,16 +117,6 @@ var (
 	clusterIDPath   = annotationsPath.Key(extender.AnnotationClusterID)
 )
 
-// activeRR: the node is a working route reflector of the policy: its label and a valid cluster ID.
-func activeRR(n *corev1.Node, p *policy.Resolved) (uint32, bool) {
-	if !p.IsRouteReflectorLabel(n.Labels) {
-		return 0, false
-	}
-	id, ok := policy.ParseClusterID(n.Annotations[extender.AnnotationClusterID])
-	return id, ok
-}
-
-func draining(n *corev1.Node) bool { return n.Annotations[extender.AnnotationDrainingSince] != "" }
 
 type rrInfo struct {
 	id       uint32
@@ -140,8 +130,8 @@ func (v *NodeValidator) routeReflectors(mp Managed, skip string) map[string]rrIn
 		if n.Name == skip {
 			continue
 		}
-		if id, ok := activeRR(n, mp.Resolved); ok && mp.Resolved.NodeSelector.Matches(labels.Set(n.Labels)) {
-			out[n.Name] = rrInfo{id: id, draining: draining(n)}
+		if id, ok := extender.RouteReflectorClusterID(n, mp.Resolved); ok && mp.Resolved.NodeSelector.Matches(labels.Set(n.Labels)) {
+			out[n.Name] = rrInfo{id: id, draining: extender.IsDraining(n)}
 		}
 	}
 	return out
@@ -149,10 +139,10 @@ func (v *NodeValidator) routeReflectors(mp Managed, skip string) map[string]rrIn
 
 func (v *NodeValidator) removal(mp Managed, old, node *corev1.Node) field.ErrorList {
 	p := mp.Resolved
-	if _, was := activeRR(old, p); !was {
+	if _, was := extender.RouteReflectorClusterID(old, p); !was {
 		return nil
 	}
-	if _, is := activeRR(node, p); is {
+	if _, is := extender.RouteReflectorClusterID(node, p); is {
 		return nil
 	}
 	path, what := clusterIDPath, "the cluster ID"
@@ -167,7 +157,7 @@ func (v *NodeValidator) removal(mp Managed, old, node *corev1.Node) field.ErrorL
 		}
 	}
 	var errs field.ErrorList
-	if !draining(old) && active < p.Min {
+	if !extender.IsDraining(old) && active < p.Min {
 		errs = append(errs, RuleError(path, RuleMinRouteReflectors,
 			"removing %s from %s would leave %d route reflectors; policy %q requires at least %d", what, node.Name, active, p.Name, p.Min))
 	}
@@ -292,7 +282,7 @@ func (v *NodeValidator) addition(mp Managed, old, node *corev1.Node) field.Error
 			return errs
 		}
 	}
-	if _, was := activeRR(old, p); !was {
+	if _, was := extender.RouteReflectorClusterID(old, p); !was {
 		if n := len(v.routeReflectors(mp, node.Name)) + 1; n > p.Max {
 			errs = append(errs, RuleError(path, RuleMaxRouteReflectors,
 				"adding %s to %s would make %d route reflectors; policy %q allows at most %d", what, node.Name, n, p.Name, p.Max))
@@ -315,7 +305,7 @@ func (v *NodeValidator) delete(req *admissionv1.AdmissionRequest) (*admissionv1.
 	if !ok {
 		return Allowed(), nil
 	}
-	if _, rr := activeRR(old, mp.Resolved); !rr {
+	if _, rr := extender.RouteReflectorClusterID(old, mp.Resolved); !rr {
 		return Allowed(), nil
 	}
 	if old.Name == "" {

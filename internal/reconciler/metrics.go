@@ -62,8 +62,7 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 	p := st.Managed.Resolved
 	current := map[string]float64{}
 	for _, n := range st.View {
-		if p.IsRouteReflectorLabel(n.Labels) && n.Annotations[extender.AnnotationClusterID] != "" &&
-			n.Annotations[extender.AnnotationDrainingSince] == "" {
+		if extender.IsActiveRouteReflector(n, p) {
 			current[n.Labels[p.ZoneLabel]]++
 		}
 	}

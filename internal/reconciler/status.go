@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -60,10 +59,7 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	current := map[string]int32{}
 	total := int32(0)
 	for _, n := range st.View {
-		if !p.IsRouteReflectorLabel(n.Labels) || n.Annotations[extender.AnnotationDrainingSince] != "" {
-			continue
-		}
-		if _, ok := policy.ParseClusterID(n.Annotations[extender.AnnotationClusterID]); ok {
+		if extender.IsActiveRouteReflector(n, p) {
 			current[n.Labels[p.ZoneLabel]]++
 			total++
 		}
