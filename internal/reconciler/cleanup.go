@@ -117,17 +117,24 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 			return err
 		}
 	}
-	peers := &apiv3.BGPPeerList{}
-	if err := r.Client.List(ctx, peers, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: pol.Name}); err != nil {
-		return fmt.Errorf("listing BGPPeers: %w", err)
-	}
-	for i := range peers.Items {
-		if err := r.Client.Delete(ctx, &peers.Items[i]); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting BGPPeer %s: %w", peers.Items[i].Name, err)
+	if r.CalicoNodes != nil {
+		// The released nodes' Calico Nodes in etcd lose the role too (route reflectors first).
+		if err := r.writeCalicoRoles(ctx, st, false); err != nil {
+			return err
 		}
 	}
+	peers, err := r.peers().List(ctx, managedPeers(pol.Name))
+	if err != nil {
+		return fmt.Errorf("listing BGPPeers: %w", err)
+	}
+	for _, p := range peers {
+		if err := r.peers().Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting BGPPeer %s: %w", p.Name, err)
+		}
+		r.peerSynced(p.Name, nil)
+	}
 	r.Recorder.Eventf(pol, corev1.EventTypeNormal, EventCleanedUp,
-		"policy deleted: %d route reflectors and %d clients released, %d BGPPeers deleted", len(rrs), len(clients), len(peers.Items))
+		"policy deleted: %d route reflectors and %d clients released, %d BGPPeers deleted", len(rrs), len(clients), len(peers))
 	return r.dropFinalizer(ctx, pol)
 }
 

@@ -30,7 +30,7 @@ const Name = "routereflectorpolicy"
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
 // SetupWithManager registers the reconciler as a leader-elected controller watching policies,
-// nodes (relevant changes only) and the managed BGPPeers.
+// nodes (relevant changes only) and, with the Kubernetes datastore, the managed BGPPeers.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	r.init()
 	c, err := controller.New(Name, mgr, controller.Options{
@@ -69,6 +69,10 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		DeleteFunc: func(_ context.Context, _ event.DeleteEvent, q queue) { r.enqueueAll(q, r.coalesce()) },
 	})); err != nil {
 		return err
+	}
+	if r.Peers != nil {
+		// BGPPeers are not in the Kubernetes API (etcd): the resync compares them.
+		return nil
 	}
 	peer := func(o client.Object, q queue) {
 		if l := o.GetLabels(); l[extender.LabelManagedBy] == extender.ManagedByValue && l[extender.LabelPolicy] != "" {

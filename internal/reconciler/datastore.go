@@ -1,0 +1,64 @@
+package reconciler
+
+import (
+	"context"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
+)
+
+// PeerStore is where Calico reads the BGPPeers: the Kubernetes API (kubePeers, the default) or
+// etcd (calicoetcd.Peers). Errors are the Kubernetes API's (apierrors.IsNotFound, IsAlreadyExists,
+// IsConflict) for both.
+type PeerStore interface {
+	// List returns the BGPPeers that carry every label of match (all of them when it is empty).
+	List(ctx context.Context, match map[string]string) ([]*apiv3.BGPPeer, error)
+	Create(ctx context.Context, p *apiv3.BGPPeer) error
+	// Update writes p at its resource version.
+	Update(ctx context.Context, p *apiv3.BGPPeer) error
+	// Delete deletes p if it is still at its resource version.
+	Delete(ctx context.Context, p *apiv3.BGPPeer) error
+}
+
+// CalicoNodes is where Calico reads the route reflector role when it is not the Kubernetes Node
+// (the etcd datastore: Calico's Node resources, see calicoetcd.Store).
+type CalicoNodes interface {
+	// Roles returns the role each Calico Node carries, by node name; a node Calico has not
+	// registered is absent.
+	Roles(ctx context.Context, owned []string) (map[string]calicoetcd.Role, error)
+	// SetRole writes a node's role (only the owned labels and the cluster ID change).
+	SetRole(ctx context.Context, name string, owned []string, want calicoetcd.Role) error
+}
+
+// peers returns the BGPPeer store in use.
+func (r *Reconciler) peers() PeerStore {
+	if r.Peers != nil {
+		return r.Peers
+	}
+	return kubePeers{r.Client}
+}
+
+// kubePeers is the Kubernetes datastore's BGPPeers (CRD or v3 API), read from the cache.
+type kubePeers struct{ c client.Client }
+
+func (k kubePeers) List(ctx context.Context, match map[string]string) ([]*apiv3.BGPPeer, error) {
+	list := &apiv3.BGPPeerList{}
+	if err := k.c.List(ctx, list, client.MatchingLabels(match)); err != nil {
+		return nil, err
+	}
+	out := make([]*apiv3.BGPPeer, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
+}
+
+func (k kubePeers) Create(ctx context.Context, p *apiv3.BGPPeer) error { return k.c.Create(ctx, p) }
+
+func (k kubePeers) Update(ctx context.Context, p *apiv3.BGPPeer) error { return k.c.Update(ctx, p) }
+
+func (k kubePeers) Delete(ctx context.Context, p *apiv3.BGPPeer) error {
+	return k.c.Delete(ctx, p, client.Preconditions{ResourceVersion: &p.ResourceVersion})
+}
