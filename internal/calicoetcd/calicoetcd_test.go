@@ -1,0 +1,209 @@
+package calicoetcd_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	libapiv3 "github.com/projectcalico/calico/libcalico-go/lib/apis/v3"
+	"github.com/projectcalico/calico/libcalico-go/lib/options"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+)
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  calicoetcd.Config
+		want string // "" for valid
+	}{
+		{"one endpoint", calicoetcd.Config{Endpoints: "http://127.0.0.1:2379"}, ""},
+		{"two endpoints", calicoetcd.Config{Endpoints: "https://10.0.0.1:2379, https://10.0.0.2:2379"}, ""},
+		{"none", calicoetcd.Config{}, "--etcd-endpoints: empty"},
+		{"no scheme", calicoetcd.Config{Endpoints: "10.0.0.1:2379"}, `--etcd-endpoints: "10.0.0.1:2379" is not an http:// or https:// URL`},
+		{"key without cert", calicoetcd.Config{Endpoints: "https://e:2379", KeyFile: garbage}, "give both or neither"},
+		{"missing cert", calicoetcd.Config{Endpoints: "https://e:2379", KeyFile: garbage, CertFile: filepath.Join(dir, "nope.pem")}, "--etcd-cert-file " + filepath.Join(dir, "nope.pem")},
+		{"garbage cert", calicoetcd.Config{Endpoints: "https://e:2379", KeyFile: garbage, CertFile: garbage}, "failed to find any PEM data"},
+		{"missing CA", calicoetcd.Config{Endpoints: "https://e:2379", CACertFile: filepath.Join(dir, "nope.pem")}, "--etcd-ca-cert-file: open"},
+		{"garbage CA", calicoetcd.Config{Endpoints: "https://e:2379", CACertFile: garbage}, "no PEM certificate in it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("got %v, want one line containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDiff(t *testing.T) {
+	want := calicoetcd.Role{Labels: map[string]string{"calico-route-reflector": "", extender.LabelRouteReflectorID: "n1"}, ClusterID: "224.0.0.1"}
+	for _, tc := range []struct {
+		name string
+		have calicoetcd.Role
+		want []string
+	}{
+		{"equal", want, nil},
+		{"label removed, ID changed", calicoetcd.Role{Labels: map[string]string{extender.LabelRouteReflectorID: "n1"}, ClusterID: "10.9.9.9"},
+			[]string{"label calico-route-reflector removed", "spec.bgp.routeReflectorClusterID 10.9.9.9 (want 224.0.0.1)"}},
+		{"label changed and added, ID removed", calicoetcd.Role{Labels: map[string]string{"calico-route-reflector": "", extender.LabelRouteReflectorID: "x", extender.LabelPeeringSet: "s"}},
+			[]string{`label routereflector.io/peering-set="s" added`, `label routereflector.io/rr-id="x" (want "n1")`, "spec.bgp.routeReflectorClusterID removed (want 224.0.0.1)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := calicoetcd.Diff(tc.have, want)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStoreOnRealEtcd: roles and BGPPeers through Calico's client on a real etcd, read back with
+// a second client as calicoctl would.
+func TestStoreOnRealEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs etcd (hack/tools.sh)")
+	}
+	env := testenv.Start(t)
+	ctx := t.Context()
+	s, err := calicoetcd.New(calicoetcd.Config{Endpoints: env.EtcdURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := calicoetcd.New(calicoetcd.Config{Endpoints: env.EtcdURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	owned := extender.OwnedLabelKeys("calico-route-reflector")
+
+	t.Run("role on a Calico Node", func(t *testing.T) {
+		n := libapiv3.NewNode()
+		n.Name = "node-1"
+		n.Labels = map[string]string{"topology.kubernetes.io/zone": "zone-a", extender.LabelPeeringSet: "old"}
+		n.Spec.BGP = &libapiv3.NodeBGPSpec{IPv4Address: "10.0.0.1/24"}
+		if _, err := other.Client().Nodes().Create(ctx, n, options.SetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := calicoetcd.Role{Labels: map[string]string{"calico-route-reflector": "", extender.LabelRouteReflectorID: "node-1"}, ClusterID: "224.0.0.1"}
+		if err := s.SetRole(ctx, "node-1", owned, want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := other.Client().Nodes().Get(ctx, "node-1", options.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := calicoetcd.RoleOfCalicoNode(owned, got); !r.Equal(want) {
+			t.Fatalf("role %+v, want %+v", r, want)
+		}
+		if got.Labels["topology.kubernetes.io/zone"] != "zone-a" || got.Spec.BGP.IPv4Address != "10.0.0.1/24" {
+			t.Fatalf("foreign fields lost: %+v %+v", got.Labels, got.Spec.BGP)
+		}
+		k := calicoetcd.KubernetesShape(got)
+		if k.Annotations[extender.AnnotationClusterID] != "224.0.0.1" || k.Annotations[extender.AnnotationCalicoIPv4] != "10.0.0.1/24" {
+			t.Fatalf("kubernetes shape %+v", k.Annotations)
+		}
+		// Back to a client: the label and the ID go.
+		if err := s.SetRole(ctx, "node-1", owned, calicoetcd.Role{Labels: map[string]string{extender.LabelPeeringSet: "s1"}}); err != nil {
+			t.Fatal(err)
+		}
+		roles, err := other.Roles(ctx, owned)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := roles["node-1"]; r.ClusterID != "" || len(r.Labels) != 1 || r.Labels[extender.LabelPeeringSet] != "s1" {
+			t.Fatalf("role %+v", r)
+		}
+	})
+
+	t.Run("no Calico Node: never created", func(t *testing.T) {
+		err := s.SetRole(ctx, "node-missing", owned, calicoetcd.Role{ClusterID: "224.0.0.1"})
+		if !errors.Is(err, calicoetcd.ErrNoCalicoNode) {
+			t.Fatalf("got %v", err)
+		}
+		if _, err := other.Client().Nodes().Get(ctx, "node-missing", options.GetOptions{}); err == nil {
+			t.Fatal("the Calico Node was created")
+		}
+	})
+
+	t.Run("BGPPeers with the Kubernetes API's errors", func(t *testing.T) {
+		peers := s.Peers()
+		p := &apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: "rr-autoscaler-x", Labels: map[string]string{extender.LabelManagedBy: extender.ManagedByValue}},
+			Spec: apiv3.BGPPeerSpec{NodeSelector: "routereflector.io/peering-set == 'x'", PeerSelector: "routereflector.io/rr-id in {'node-1'}"}}
+		foreign := &apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: "hand-made"}, Spec: apiv3.BGPPeerSpec{PeerIP: "10.1.1.1", ASNumber: 64512}}
+		for _, b := range []*apiv3.BGPPeer{p, foreign} {
+			if err := peers.Create(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := peers.Create(ctx, p); !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("second create: %v", err)
+		}
+		got, err := other.Peers().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
+		if err != nil || len(got) != 1 || got[0].Name != p.Name || got[0].Spec.PeerSelector != p.Spec.PeerSelector {
+			t.Fatalf("managed list %v %v", got, err)
+		}
+		all, err := other.Peers().List(ctx, nil)
+		if err != nil || len(all) != 2 {
+			t.Fatalf("all %v %v", all, err)
+		}
+		stale := got[0].DeepCopy()
+		got[0].Spec.PeerSelector = "has(calico-route-reflector)"
+		if err := peers.Update(ctx, got[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := peers.Update(ctx, stale); !apierrors.IsConflict(err) {
+			t.Fatalf("stale update: %v", err)
+		}
+		if err := peers.Delete(ctx, stale); !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			t.Fatalf("stale delete: %v", err)
+		}
+		cur, _ := other.Peers().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
+		if err := peers.Delete(ctx, cur[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := peers.Delete(ctx, cur[0]); !apierrors.IsNotFound(err) {
+			t.Fatalf("second delete: %v", err)
+		}
+	})
+
+	t.Run("unreachable etcd: a one-line error naming it", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		down, err := calicoetcd.New(calicoetcd.Config{Endpoints: "http://" + addr})
+		if err != nil {
+			t.Fatal(err) // building the client does not wait for etcd
+		}
+		err = down.Check(ctx)
+		if err == nil || !strings.Contains(err.Error(), "etcd at http://"+addr+" unreachable") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
