@@ -498,6 +498,16 @@ func (s *Scratch) render(ctx context.Context, confd, etc, dir string, names []st
 }
 
 func (s *Scratch) renderNode(ctx context.Context, confd, etc string, tomls []string, dir, name string) error {
+	return renderNodeEnv(ctx, confd, etc, tomls, dir, name, []string{
+		"DATASTORE_TYPE=kubernetes",
+		"KUBECONFIG=" + s.kubeconfig,
+		"USE_POD_CIDR=true",
+	})
+}
+
+// renderNodeEnv has confd render node name's BIRD configuration into dir, reading the datastore
+// that env names (DATASTORE_TYPE and its settings).
+func renderNodeEnv(ctx context.Context, confd, etc string, tomls []string, dir, name string, env []string) error {
 	if err := os.MkdirAll(filepath.Join(dir, "conf.d"), 0o755); err != nil {
 		return err
 	}
@@ -523,15 +533,12 @@ func (s *Scratch) renderNode(ctx context.Context, confd, etc string, tomls []str
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, confd, "-onetime", "-sync-only", "-confdir", dir)
-	cmd.Env = []string{
+	cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 		"NODENAME=" + name,
-		"DATASTORE_TYPE=kubernetes",
-		"KUBECONFIG=" + s.kubeconfig,
-		"USE_POD_CIDR=true",
 		"BGP_LOGSEVERITYSCREEN=warning",
-	}
+	}, env...)
 	out, err := cmd.CombinedOutput()
 	_ = os.WriteFile(filepath.Join(dir, "confd.log"), out, 0o644)
 	if err != nil {
