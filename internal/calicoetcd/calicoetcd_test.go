@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -202,8 +204,67 @@ func TestStoreOnRealEtcd(t *testing.T) {
 			t.Fatal(err) // building the client does not wait for etcd
 		}
 		err = down.Check(ctx)
-		if err == nil || !strings.Contains(err.Error(), "etcd at http://"+addr+" unreachable") || strings.Contains(err.Error(), "\n") {
+		if err == nil || !strings.Contains(err.Error(), "etcd at http://"+addr+" unreachable: "+addr+": dial tcp "+addr+": connect: connection refused") ||
+			strings.Contains(err.Error(), "\n") {
 			t.Fatalf("got %v", err)
 		}
 	})
+}
+
+// TestTLSEtcd: a real etcd serving TLS. Trusting its CA, the client reads; trusting another CA,
+// Check fails in one line naming the certificate problem (the readiness probe's message).
+func TestTLSEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs etcd (hack/tools.sh)")
+	}
+	bin := testenv.RequireBinary(t, testenv.ToolEtcd)
+	dir := t.TempDir()
+	if _, err := testenv.WriteWebhookCert(filepath.Join(dir, "server")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.WriteWebhookCert(filepath.Join(dir, "other")); err != nil {
+		t.Fatal(err)
+	}
+	ports := make([]int, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	client := fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	cmd := exec.CommandContext(t.Context(), bin, "--name=tls", "--data-dir="+filepath.Join(dir, "data"),
+		"--listen-client-urls="+client, "--advertise-client-urls="+client,
+		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=tls="+peer,
+		"--cert-file="+filepath.Join(dir, "server", "tls.crt"), "--key-file="+filepath.Join(dir, "server", "tls.key"),
+		"--unsafe-no-fsync=true", "--log-level=error")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	good, err := calicoetcd.New(calicoetcd.Config{Endpoints: client, CACertFile: filepath.Join(dir, "server", "ca.crt")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for err = good.Check(t.Context()); err != nil && time.Now().Before(deadline); err = good.Check(t.Context()) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("trusted CA: %v", err)
+	}
+	bad, err := calicoetcd.New(calicoetcd.Config{Endpoints: client, CACertFile: filepath.Join(dir, "other", "ca.crt")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bad.Check(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "etcd at "+client+" unreachable") || !strings.Contains(err.Error(), "certificate signed by unknown authority") ||
+		strings.Contains(err.Error(), "\n") {
+		t.Fatalf("untrusted CA: %v", err)
+	}
+	t.Log(err)
 }
