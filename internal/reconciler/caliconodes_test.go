@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
@@ -278,5 +279,88 @@ func TestEtcdCordonHandsOverWithoutDrift(t *testing.T) {
 	}
 	if ev := driftEvents(h.events()); len(ev) != 0 {
 		t.Fatalf("a handover reported as drift: %v", ev)
+	}
+}
+
+// fakeConfigs stands for the BGPConfigurations in etcd.
+type fakeConfigs struct {
+	mu  sync.Mutex
+	cfg map[string]*apiv3.BGPConfiguration
+}
+
+var cgr = schema.GroupResource{Group: "projectcalico.org", Resource: "bgpconfigurations"}
+
+func (f *fakeConfigs) Get(_ context.Context, name string) (*apiv3.BGPConfiguration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.cfg[name]; c != nil {
+		return c.DeepCopy(), nil
+	}
+	return nil, apierrors.NewNotFound(cgr, name)
+}
+
+func (f *fakeConfigs) Create(_ context.Context, c *apiv3.BGPConfiguration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cfg[c.Name] != nil {
+		return apierrors.NewAlreadyExists(cgr, c.Name)
+	}
+	f.cfg[c.Name] = c.DeepCopy()
+	return nil
+}
+
+func (f *fakeConfigs) Patch(_ context.Context, _, c *apiv3.BGPConfiguration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cfg[c.Name] = c.DeepCopy()
+	return nil
+}
+
+func (f *fakeConfigs) meshOff() bool {
+	c, err := f.Get(context.Background(), "default")
+	return err == nil && c.Spec.NodeToNodeMeshEnabled != nil && !*c.Spec.NodeToNodeMeshEnabled
+}
+
+// TestEtcdMigrateMeshAndDeletePolicy: with the etcd datastore the node-to-node mesh is the
+// BGPConfiguration in etcd: migrateFromNodeMesh turns it off there (not in the Kubernetes API);
+// deleting the policy turns it back on, then releases every role from the Calico Nodes and
+// deletes the BGPPeers from etcd.
+func TestEtcdMigrateMeshAndDeletePolicy(t *testing.T) {
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.RemovalDelay = &metav1.Duration{Duration: time.Minute}
+		s.MigrateFromNodeMesh = true
+	}, ipCluster(12))
+	f := newFakeEtcd(names(12)...)
+	cfgs := &fakeConfigs{cfg: map[string]*apiv3.BGPConfiguration{}}
+	h.r.Peers, h.r.CalicoNodes, h.r.Configs = f, f, cfgs
+	h.reconcile()
+	h.now = h.now.Add(time.Minute + time.Second)
+	h.reconcile()
+	if !cfgs.meshOff() || meshOff(h) {
+		t.Fatalf("mesh off in etcd %v, in the Kubernetes API %v", cfgs.meshOff(), meshOff(h))
+	}
+	pol := &v1alpha1.RouteReflectorPolicy{}
+	if err := h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.client.Delete(context.Background(), pol); err != nil {
+		t.Fatal(err)
+	}
+	h.reconcile()
+	if cfgs.meshOff() {
+		t.Fatal("the mesh is not back on in etcd")
+	}
+	h.now = h.now.Add(time.Minute + time.Second)
+	h.reconcile()
+	for name, r := range f.roles {
+		if len(r.Labels) != 0 || r.ClusterID != "" {
+			t.Fatalf("%s keeps %+v in etcd", name, r)
+		}
+	}
+	if len(f.peers) != 0 {
+		t.Fatalf("BGPPeers left in etcd: %d", len(f.peers))
+	}
+	if err := h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol); !apierrors.IsNotFound(err) {
+		t.Fatalf("the policy is not gone: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -61,8 +60,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		return nil
 	}
 	delay := st.Managed.Resolved.RemovalDelay
-	cfg := &apiv3.BGPConfiguration{}
-	err := r.reader().Get(ctx, client.ObjectKey{Name: "default"}, cfg)
+	cfg, err := r.configs().Get(ctx, "default")
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("reading BGPConfiguration default: %w", err)
 	}
@@ -72,7 +70,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		orig := cfg.DeepCopy()
 		cfg.Spec.NodeToNodeMeshEnabled = kptr.To(true)
 		delete(cfg.Annotations, AnnotationMeshDisabledBy)
-		if err := r.Client.Patch(ctx, cfg, client.MergeFrom(orig)); err != nil {
+		if err := r.configs().Patch(ctx, orig, cfg); err != nil {
 			return fmt.Errorf("turning the node-to-node mesh back on: %w", err)
 		}
 		if err := r.markPolicy(ctx, pol, AnnotationMeshRestoredAt, webhook.CeilSecond(st.Now).Format(time.RFC3339)); err != nil {

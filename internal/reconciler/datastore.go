@@ -62,3 +62,40 @@ func (k kubePeers) Update(ctx context.Context, p *apiv3.BGPPeer) error { return 
 func (k kubePeers) Delete(ctx context.Context, p *apiv3.BGPPeer) error {
 	return k.c.Delete(ctx, p, client.Preconditions{ResourceVersion: &p.ResourceVersion})
 }
+
+// ConfigStore is where Calico reads its BGPConfigurations (the node-to-node mesh): the Kubernetes
+// API (kubeConfigs, the default) or etcd (calicoetcd.Configs). Errors are the Kubernetes API's.
+type ConfigStore interface {
+	// Get returns the named BGPConfiguration, or a NotFound error.
+	Get(ctx context.Context, name string) (*apiv3.BGPConfiguration, error)
+	Create(ctx context.Context, c *apiv3.BGPConfiguration) error
+	// Patch writes the changes from orig to c.
+	Patch(ctx context.Context, orig, c *apiv3.BGPConfiguration) error
+}
+
+// configs returns the BGPConfiguration store in use.
+func (r *Reconciler) configs() ConfigStore {
+	if r.Configs != nil {
+		return r.Configs
+	}
+	return kubeConfigs{r}
+}
+
+// kubeConfigs is the Kubernetes datastore's BGPConfigurations, read without the cache.
+type kubeConfigs struct{ r *Reconciler }
+
+func (k kubeConfigs) Get(ctx context.Context, name string) (*apiv3.BGPConfiguration, error) {
+	c := &apiv3.BGPConfiguration{}
+	if err := k.r.reader().Get(ctx, client.ObjectKey{Name: name}, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (k kubeConfigs) Create(ctx context.Context, c *apiv3.BGPConfiguration) error {
+	return k.r.Client.Create(ctx, c)
+}
+
+func (k kubeConfigs) Patch(ctx context.Context, orig, c *apiv3.BGPConfiguration) error {
+	return k.r.Client.Patch(ctx, c, client.MergeFrom(orig))
+}

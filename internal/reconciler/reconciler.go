@@ -69,6 +69,9 @@ type Reconciler struct {
 	// Node. No admission webhook sees those writes: a hand change is reverted at the next
 	// reconcile (set Resync to a few seconds), with an Event.
 	CalicoNodes CalicoNodes
+	// Configs is where the BGPConfigurations are (the node-to-node mesh); nil: the Kubernetes API.
+	// calicoetcd.Configs for the etcd datastore.
+	Configs ConfigStore
 	// Now, Coalesce and Resync default to time.Now, DefaultCoalesce and DefaultResync.
 	Now      func() time.Time
 	Coalesce time.Duration

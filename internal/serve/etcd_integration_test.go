@@ -25,6 +25,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/reconciler"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/serve"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
 const rrLabel = "calico-route-reflector"
@@ -337,6 +338,30 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 			t.Fatalf("confd's sessions differ from the graph model's:\n%s", strings.Join(diffs, "\n"))
 		}
 		t.Logf("confd (DATASTORE_TYPE=etcdv3) rendered %d nodes' BIRD configurations in %v, every session the graph model's", len(st.Nodes), time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("the mesh is read from etcd: deleting the policy with the mesh off there keeps the roles", func(t *testing.T) {
+		// The confd check left the default BGPConfiguration in etcd with the mesh off, by hand;
+		// the Kubernetes API has none (it would read as the mesh on, and the roles would go).
+		if _, stderr, err := w.kubectl(testenv.UserAdmin, "delete", "routereflectorpolicy", "default", "--wait=false"); err != nil {
+			t.Fatalf("delete policy: %v %s", err, stderr)
+		}
+		w.eventually("policy gone", 30*time.Second, func() error {
+			if _, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default"); err == nil {
+				return errors.New("still there")
+			}
+			return nil
+		})
+		if ev := w.events("RouteReflectorPolicy", "default", reconciler.EventRouteReflectorsKept); len(ev) == 0 {
+			t.Fatal("no RouteReflectorsKept Event")
+		}
+		s, err := w.etcdState(calicoctl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.rrs) != 3 || len(s.peers) == 0 || s.missing != 0 {
+			t.Fatalf("after the policy's deletion, etcd has %d route reflectors, %d BGPPeers, %d missing pairs", len(s.rrs), len(s.peers), s.missing)
+		}
 	})
 }
 
