@@ -30,6 +30,7 @@ type fakeEtcd struct {
 	peers  map[string]*apiv3.BGPPeer
 	writes []string // "name clusterID" in write order
 	rv     int
+	fail   int // the next fail role writes fail
 }
 
 func newFakeEtcd(nodes ...string) *fakeEtcd {
@@ -51,6 +52,10 @@ func (f *fakeEtcd) SetRole(_ context.Context, name string, _ []string, want cali
 	defer f.mu.Unlock()
 	if _, ok := f.roles[name]; !ok {
 		return fmt.Errorf("calico node %s: %w", name, calicoetcd.ErrNoCalicoNode)
+	}
+	if f.fail > 0 {
+		f.fail--
+		return fmt.Errorf("calico node %s: etcd unavailable", name)
 	}
 	f.roles[name] = want
 	f.writes = append(f.writes, name+" "+want.ClusterID)
@@ -351,6 +356,18 @@ func TestEtcdMigrateMeshAndDeletePolicy(t *testing.T) {
 		t.Fatal("the mesh is not back on in etcd")
 	}
 	h.now = h.now.Add(time.Minute + time.Second)
+	// The first release attempt fails in etcd after the Kubernetes Nodes were released: the
+	// retry still releases the Calico Nodes.
+	f.mu.Lock()
+	f.fail = 1
+	f.mu.Unlock()
+	h.sync()
+	if _, err := h.r.Reconcile(context.Background(), request(h.policyNm)); err == nil {
+		t.Fatal("no error from a failed etcd write")
+	}
+	if len(h.rrs()) != 0 {
+		t.Fatalf("the Kubernetes Nodes keep route reflectors %v", h.rrs())
+	}
 	h.reconcile()
 	for name, r := range f.roles {
 		if len(r.Labels) != 0 || r.ClusterID != "" {

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -94,10 +95,12 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	// Route reflectors first, then clients: each phase finishes before the next.
 	var rrs, clients []nodePatch
 	sel := st.Managed.Resolved.NodeSelector
+	matching := map[string]*corev1.Node{} // the policy's nodes, for their Calico Nodes in etcd
 	for _, n := range r.Nodes.List() {
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
 		}
+		matching[n.Name] = n
 		lbl, ann := webhook.OwnedChanges(st.Managed.Resolved.RRLabelKey, n, extender.NodeState{})
 		if len(lbl)+len(ann) == 0 {
 			continue
@@ -116,9 +119,15 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		}
 	}
 	if r.CalicoNodes != nil {
-		// The released nodes' Calico Nodes in etcd lose the role too (route reflectors first).
-		if err := r.writeCalicoRoles(ctx, st, false); err != nil {
+		// The policy's Calico Nodes in etcd lose the role too (route reflectors first), also
+		// those whose Kubernetes Node an earlier attempt already released.
+		maps.Copy(matching, st.View)
+		release := &State{Name: st.Name, Managed: st.Managed, View: matching}
+		if err := r.writeCalicoRoles(ctx, release, false); err != nil {
 			return err
+		}
+		if release.Requeue > 0 {
+			st.requeue(release.Requeue)
 		}
 	}
 	peers, err := r.peers().List(ctx, managedPeers(pol.Name))
