@@ -192,6 +192,66 @@ func TestStoreOnRealEtcd(t *testing.T) {
 		}
 	})
 
+	t.Run("CalicoNodeStatus: created, its status as calico-node writes it read back, deleted", func(t *testing.T) {
+		st := s.NodeStatuses()
+		period := uint32(5)
+		obj := &apiv3.CalicoNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: "rr-autoscaler-handover-node-1", Labels: map[string]string{extender.LabelManagedBy: extender.ManagedByValue}},
+			Spec: apiv3.CalicoNodeStatusSpec{Node: "node-1", Classes: []apiv3.NodeStatusClassType{apiv3.NodeStatusClassTypeBGP}, UpdatePeriodSeconds: &period}}
+		if err := st.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Create(ctx, obj); !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("second create: %v", err)
+		}
+		// calico-node on etcd reports its sessions in the status.
+		cur, err := other.Client().CalicoNodeStatus().Get(ctx, obj.Name, options.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Status.BGP.PeersV4 = []apiv3.CalicoNodePeer{{PeerIP: "10.0.0.2", State: apiv3.BGPSessionStateEstablished}}
+		if _, err := other.Client().CalicoNodeStatus().Update(ctx, cur, options.SetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
+		if err != nil || len(got) != 1 || len(got[0].Status.BGP.PeersV4) != 1 || got[0].Status.BGP.PeersV4[0].State != apiv3.BGPSessionStateEstablished {
+			t.Fatalf("listed %+v %v", got, err)
+		}
+		if err := st.Delete(ctx, got[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Delete(ctx, got[0]); !apierrors.IsNotFound(err) {
+			t.Fatalf("second delete: %v", err)
+		}
+	})
+
+	t.Run("BGPConfiguration: created, patched at its version", func(t *testing.T) {
+		cs := s.Configs()
+		if _, err := cs.Get(ctx, "default"); !apierrors.IsNotFound(err) {
+			t.Fatalf("get before create: %v", err)
+		}
+		off := false
+		if err := cs.Create(ctx, &apiv3.BGPConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "default", Annotations: map[string]string{"a": "b"}},
+			Spec: apiv3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}}); err != nil {
+			t.Fatal(err)
+		}
+		orig, err := other.Configs().Get(ctx, "default")
+		if err != nil || orig.Annotations["a"] != "b" || *orig.Spec.NodeToNodeMeshEnabled {
+			t.Fatalf("got %+v %v", orig, err)
+		}
+		on := orig.DeepCopy()
+		on.Spec.NodeToNodeMeshEnabled = new(bool)
+		*on.Spec.NodeToNodeMeshEnabled = true
+		if err := cs.Patch(ctx, orig, on); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Patch(ctx, orig, on); !apierrors.IsConflict(err) {
+			t.Fatalf("stale patch: %v", err)
+		}
+		if got, _ := other.Configs().Get(ctx, "default"); !*got.Spec.NodeToNodeMeshEnabled {
+			t.Fatalf("mesh %v", *got.Spec.NodeToNodeMeshEnabled)
+		}
+	})
+
 	t.Run("unreachable etcd: a one-line error naming it", func(t *testing.T) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -99,3 +99,44 @@ func (k kubeConfigs) Create(ctx context.Context, c *apiv3.BGPConfiguration) erro
 func (k kubeConfigs) Patch(ctx context.Context, orig, c *apiv3.BGPConfiguration) error {
 	return k.r.Client.Patch(ctx, c, client.MergeFrom(orig))
 }
+
+// NodeStatusStore is where calico-node reports BGP sessions (CalicoNodeStatus, for handover
+// BGPSessions): the Kubernetes API (kubeNodeStatuses, the default) or etcd
+// (calicoetcd.NodeStatuses). Errors are the Kubernetes API's.
+type NodeStatusStore interface {
+	// List returns the CalicoNodeStatuses that carry every label of match, with their status.
+	List(ctx context.Context, match map[string]string) ([]*apiv3.CalicoNodeStatus, error)
+	Create(ctx context.Context, s *apiv3.CalicoNodeStatus) error
+	Delete(ctx context.Context, s *apiv3.CalicoNodeStatus) error
+}
+
+// nodeStatuses returns the CalicoNodeStatus store in use.
+func (r *Reconciler) nodeStatuses() NodeStatusStore {
+	if r.NodeStatuses != nil {
+		return r.NodeStatuses
+	}
+	return kubeNodeStatuses{r}
+}
+
+// kubeNodeStatuses is the Kubernetes datastore's CalicoNodeStatuses, read without the cache.
+type kubeNodeStatuses struct{ r *Reconciler }
+
+func (k kubeNodeStatuses) List(ctx context.Context, match map[string]string) ([]*apiv3.CalicoNodeStatus, error) {
+	list := &apiv3.CalicoNodeStatusList{}
+	if err := k.r.reader().List(ctx, list, client.MatchingLabels(match)); err != nil {
+		return nil, err
+	}
+	out := make([]*apiv3.CalicoNodeStatus, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
+}
+
+func (k kubeNodeStatuses) Create(ctx context.Context, s *apiv3.CalicoNodeStatus) error {
+	return k.r.Client.Create(ctx, s)
+}
+
+func (k kubeNodeStatuses) Delete(ctx context.Context, s *apiv3.CalicoNodeStatus) error {
+	return k.r.Client.Delete(ctx, s)
+}

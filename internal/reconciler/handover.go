@@ -241,8 +241,8 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 	if len(need) == 0 && m.statusesChecked {
 		return nil, nil
 	}
-	list := &apiv3.CalicoNodeStatusList{}
-	if err := r.reader().List(ctx, list, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name}); err != nil {
+	list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name})
+	if err != nil {
 		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 			m.statusesChecked = true // no CalicoNodeStatus API (or no right to it): nothing to clean up
 			if len(need) > 0 {
@@ -254,8 +254,7 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 	}
 	have := map[string]*apiv3.CalicoNodeStatus{}
 	var haveNodes []string
-	for i := range list.Items {
-		o := &list.Items[i]
+	for _, o := range list {
 		have[o.Spec.Node] = o
 		haveNodes = append(haveNodes, o.Spec.Node)
 	}
@@ -265,14 +264,14 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 	}
 	create, del := planNodeStatuses(want, haveNodes, MaxNodeStatuses)
 	for _, n := range del {
-		if err := r.Client.Delete(ctx, have[n]); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.nodeStatuses().Delete(ctx, have[n]); err != nil && !apierrors.IsNotFound(err) {
 			return have, fmt.Errorf("deleting CalicoNodeStatus %s: %w", have[n].Name, err)
 		}
 		delete(have, n)
 	}
 	for _, n := range create {
 		obj := r.nodeStatus(st.Name, n)
-		if err := r.Client.Create(ctx, obj); err != nil {
+		if err := r.nodeStatuses().Create(ctx, obj); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				continue
 			}

@@ -72,6 +72,9 @@ type Reconciler struct {
 	// Configs is where the BGPConfigurations are (the node-to-node mesh); nil: the Kubernetes API.
 	// calicoetcd.Configs for the etcd datastore.
 	Configs ConfigStore
+	// NodeStatuses is where calico-node reports BGP sessions (handover BGPSessions); nil: the
+	// Kubernetes API. calicoetcd.NodeStatuses for the etcd datastore.
+	NodeStatuses NodeStatusStore
 	// Now, Coalesce and Resync default to time.Now, DefaultCoalesce and DefaultResync.
 	Now      func() time.Time
 	Coalesce time.Duration

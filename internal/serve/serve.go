@@ -263,7 +263,8 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		Log:       ctrl.Log.WithName("reconciler"),
 	}
 	if etcd != nil {
-		s.Reconciler.Peers, s.Reconciler.CalicoNodes, s.Reconciler.Configs = etcd.Peers(), etcd, etcd.Configs()
+		s.Reconciler.Peers, s.Reconciler.CalicoNodes = etcd.Peers(), etcd
+		s.Reconciler.Configs, s.Reconciler.NodeStatuses = etcd.Configs(), etcd.NodeStatuses()
 		s.Reconciler.Resync = o.EtcdResync
 		if err := addEtcdChecks(mgr, etcd); err != nil {
 			return nil, err
