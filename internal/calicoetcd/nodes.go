@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -165,4 +166,27 @@ func (s *Store) setRole(ctx context.Context, name string, owned []string, want R
 	}
 	_, err = s.client.Nodes().Update(ctx, n, options.SetOptions{})
 	return kubeError(err, nodes, name)
+}
+
+// BGPAddresses returns each Calico Node's BGP addresses without their prefix length, IPv4 first,
+// by node name (nodes without any are absent).
+func (s *Store) BGPAddresses(ctx context.Context) (map[string][]string, error) {
+	ns, err := s.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for name, n := range ns {
+		if n.Spec.BGP == nil {
+			continue
+		}
+		for _, a := range []string{n.Spec.BGP.IPv4Address, n.Spec.BGP.IPv6Address} {
+			if p, err := netip.ParsePrefix(a); err == nil {
+				out[name] = append(out[name], p.Addr().String())
+			} else if ip, err := netip.ParseAddr(a); err == nil {
+				out[name] = append(out[name], ip.String())
+			}
+		}
+	}
+	return out, nil
 }

@@ -31,6 +31,7 @@ type fakeEtcd struct {
 	writes []string // "name clusterID" in write order
 	rv     int
 	fail   int // the next fail role writes fail
+	addrs  map[string][]string
 }
 
 func newFakeEtcd(nodes ...string) *fakeEtcd {
@@ -60,6 +61,12 @@ func (f *fakeEtcd) SetRole(_ context.Context, name string, _ []string, want cali
 	f.roles[name] = want
 	f.writes = append(f.writes, name+" "+want.ClusterID)
 	return nil
+}
+
+func (f *fakeEtcd) BGPAddresses(_ context.Context) (map[string][]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.addrs), nil
 }
 
 var gr = schema.GroupResource{Group: "projectcalico.org", Resource: "bgppeers"}

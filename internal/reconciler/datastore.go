@@ -30,6 +30,24 @@ type CalicoNodes interface {
 	Roles(ctx context.Context, owned []string) (map[string]calicoetcd.Role, error)
 	// SetRole writes a node's role (only the owned labels and the cluster ID change).
 	SetRole(ctx context.Context, name string, owned []string, want calicoetcd.Role) error
+	// BGPAddresses returns each Calico Node's BGP addresses (IPv4 first), by node name: the
+	// addresses its peers see, which the Kubernetes Node does not carry with this datastore.
+	BGPAddresses(ctx context.Context) (map[string][]string, error)
+}
+
+// calicoBGPAddresses returns the Calico Nodes' BGP addresses when they are not on the Kubernetes
+// Nodes (the etcd datastore) and needed; nil otherwise, or when they cannot be read (the
+// Kubernetes Nodes' addresses are used then).
+func (r *Reconciler) calicoBGPAddresses(ctx context.Context, needed bool) map[string][]string {
+	if r.CalicoNodes == nil || !needed {
+		return nil
+	}
+	a, err := r.CalicoNodes.BGPAddresses(ctx)
+	if err != nil {
+		r.Log.Error(err, "reading the Calico Nodes' BGP addresses")
+		return nil
+	}
+	return a
 }
 
 // peers returns the BGPPeer store in use.

@@ -154,6 +154,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		r.Log.Error(err, "CalicoNodeStatus", "policy", st.Name)
 		st.requeue(5 * time.Second)
 	}
+	calicoIPs := r.calicoBGPAddresses(ctx, len(statuses) > 0)
 	for rr, cs := range need {
 		cns := statuses[rr]
 		if cns == nil {
@@ -161,7 +162,11 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		}
 		ips := map[string][]string{}
 		for _, c := range cs {
-			ips[c] = nodeIPs(st.View[c])
+			if a, ok := calicoIPs[c]; ok {
+				ips[c] = a
+			} else {
+				ips[c] = nodeIPs(st.View[c])
+			}
 		}
 		missing := missingSessions(ips, append(slices.Clone(cns.Status.BGP.PeersV4), cns.Status.BGP.PeersV6...))
 		if m.verified[rr] == nil {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico/libcalico-go/lib/options"
@@ -23,7 +22,8 @@ import (
 )
 
 // etcdCalicoNode plays calico-node on etcd for every CalicoNodeStatus there: it writes an
-// Established IPv4 session with every node whose route reflectors list the status's node, and
+// Established IPv4 session, by the peer's Calico BGP address, with every node whose route
+// reflectors list the status's node, and
 // remembers the nodes it reported for.
 type etcdCalicoNode struct {
 	mu   sync.Mutex
@@ -52,6 +52,10 @@ func (e *etcdCalicoNode) report(ctx context.Context, w *world, c *calicoetcd.Sto
 	if err != nil {
 		return
 	}
+	addrs, err := c.BGPAddresses(ctx) // the peers' BGP addresses, as calico-node sees them
+	if err != nil {
+		return
+	}
 	for i := range list.Items {
 		o := &list.Items[i]
 		var peers []apiv3.CalicoNodePeer
@@ -59,9 +63,9 @@ func (e *etcdCalicoNode) report(ctx context.Context, w *world, c *calicoetcd.Sto
 			if !slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), o.Spec.Node) {
 				continue
 			}
-			for _, a := range n.Status.Addresses {
-				if ip := net.ParseIP(a.Address); a.Type == corev1.NodeInternalIP && ip.To4() != nil {
-					peers = append(peers, apiv3.CalicoNodePeer{PeerIP: a.Address, Type: apiv3.BGPPeerTypeNodePeer, State: apiv3.BGPSessionStateEstablished, Since: "09:00:00"})
+			for _, a := range addrs[n.Name] {
+				if ip := net.ParseIP(a); ip.To4() != nil {
+					peers = append(peers, apiv3.CalicoNodePeer{PeerIP: a, Type: apiv3.BGPPeerTypeNodePeer, State: apiv3.BGPSessionStateEstablished, Since: "09:00:00"})
 				}
 			}
 		}
@@ -77,8 +81,9 @@ func (e *etcdCalicoNode) report(ctx context.Context, w *world, c *calicoetcd.Sto
 
 // TestEtcdHandoverBGPSessionsOnRealAPIServer: with the etcd datastore and handover BGPSessions,
 // the CalicoNodeStatus of a cordoned route reflector's replacement is created in etcd, where
-// calico-node reports; the role moves on the reported sessions, long before removalDelay (10m),
-// and the CalicoNodeStatus goes. Nothing of it reaches the Kubernetes API.
+// calico-node reports sessions by the Calico Nodes' BGP addresses (not the Kubernetes Nodes'
+// InternalIPs); the role moves on them, long before removalDelay (10m), and the CalicoNodeStatus
+// goes. Nothing of it reaches the Kubernetes API.
 func TestEtcdHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
 	w := newEnv(t)
 	w.port = freePort(t)
@@ -98,7 +103,8 @@ spec:
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
 `)
 	for i := range 18 {
-		registerCalicoNode(t, calicoctl, fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3), fmt.Sprintf("10.0.0.%d", i+1))
+		// Calico's BGP addresses (10.1.0.x) are not the Kubernetes Nodes' InternalIPs (10.0.0.x).
+		registerCalicoNode(t, calicoctl, fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3), fmt.Sprintf("10.1.0.%d", i+1))
 	}
 	cn := startEtcdCalicoNode(w, calicoctl)
 	w.joinCluster(18)
