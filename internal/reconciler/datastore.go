@@ -158,3 +158,9 @@ func (k kubeNodeStatuses) Create(ctx context.Context, s *apiv3.CalicoNodeStatus)
 func (k kubeNodeStatuses) Delete(ctx context.Context, s *apiv3.CalicoNodeStatus) error {
 	return k.r.Client.Delete(ctx, s)
 }
+
+// ChangeWatcher is a datastore no informer watches (etcd) that reports its changes: WatchChanges
+// calls changed after each until ctx ends.
+type ChangeWatcher interface {
+	WatchChanges(ctx context.Context, changed func())
+}

@@ -75,6 +75,9 @@ type Reconciler struct {
 	// NodeStatuses is where calico-node reports BGP sessions (handover BGPSessions); nil: the
 	// Kubernetes API. calicoetcd.NodeStatuses for the etcd datastore.
 	NodeStatuses NodeStatusStore
+	// Changes, when set, reports the changes of a datastore no informer watches (etcd): each one
+	// replans every policy after Coalesce.
+	Changes ChangeWatcher
 	// Now, Coalesce and Resync default to time.Now, DefaultCoalesce and DefaultResync.
 	Now      func() time.Time
 	Coalesce time.Duration

@@ -71,7 +71,15 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		return err
 	}
 	if r.Peers != nil {
-		// BGPPeers are not in the Kubernetes API (etcd): the resync compares them.
+		// The BGPPeers are not in the Kubernetes API (etcd): a change there (a hand edit, which
+		// no admission webhook sees) replans every policy, and the resync catches what a watch
+		// missed.
+		if r.Changes != nil {
+			return c.Watch(source.Func(func(ctx context.Context, q queue) error {
+				go r.Changes.WatchChanges(ctx, func() { r.enqueueAll(q, r.coalesce()) })
+				return nil
+			}))
+		}
 		return nil
 	}
 	peer := func(o client.Object, q queue) {

@@ -31,12 +31,13 @@ import (
 const rrLabel = "calico-route-reflector"
 
 // etcdOptions point a replica at Calico's etcd datastore: the test environment's etcd, where
-// Calico keeps its keys under /calico beside the API server's /registry.
+// Calico keeps its keys under /calico beside the API server's /registry. The resync is long, so
+// that the tests see changes in etcd arrive by the watch.
 func etcdOptions(endpoints string) func(*serve.Options) {
 	return func(o *serve.Options) {
 		o.Datastore = calicoetcd.EtcdV3
 		o.Etcd = calicoetcd.Config{Endpoints: endpoints}
-		o.EtcdResync = time.Second
+		o.EtcdResync = time.Minute // changes in etcd must arrive by the watch
 	}
 }
 

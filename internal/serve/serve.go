@@ -93,8 +93,8 @@ type Options struct {
 	Datastore string
 	// Etcd reaches Calico's etcd with Datastore etcdv3.
 	Etcd calicoetcd.Config
-	// EtcdResync is how often, with Datastore etcdv3, every policy is reconciled to revert hand
-	// changes in etcd, which no admission webhook sees [3s].
+	// EtcdResync is how often, with Datastore etcdv3, every policy is reconciled even without a
+	// change seen in etcd (a watch reports them; this catches what a broken watch missed) [30s].
 	EtcdResync time.Duration
 	// Certs are the self-managed certificates (--self-managed-certs and the --cert-* flags);
 	// without them tls.crt and tls.key come from CertDir (cert-manager).
@@ -265,6 +265,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if etcd != nil {
 		s.Reconciler.Peers, s.Reconciler.CalicoNodes = etcd.Peers(), etcd
 		s.Reconciler.Configs, s.Reconciler.NodeStatuses = etcd.Configs(), etcd.NodeStatuses()
+		s.Reconciler.Changes = etcd
 		s.Reconciler.Resync = o.EtcdResync
 		if err := addEtcdChecks(mgr, etcd); err != nil {
 			return nil, err
@@ -333,7 +334,7 @@ func setDefaults(o *Options) {
 		o.ServiceAccount = DefaultServiceAccount
 	}
 	if o.EtcdResync == 0 {
-		o.EtcdResync = 3 * time.Second
+		o.EtcdResync = 30 * time.Second
 	}
 	if o.TakeoverDelay == 0 {
 		o.TakeoverDelay = 2 * time.Second
