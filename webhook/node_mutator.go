@@ -22,6 +22,10 @@ import (
 type NodeMutator struct {
 	Policies *Policies
 	Ledger   *Ledger
+	// DeferRoles makes every replica answer a joining node as a replica without the lease does
+	// (no role in the patch; the reconciler decides). With Calico's etcd datastore the role must
+	// reach the Calico Node in etcd, which only the reconciler writes.
+	DeferRoles bool
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
@@ -84,7 +88,7 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 		if hasSet && !becameEligible {
 			break
 		}
-		if !m.Ledger.Leader() {
+		if !m.Ledger.Leader() || m.DeferRoles {
 			decisionsTotal.WithLabelValues("deferred").Inc()
 			break
 		}

@@ -43,14 +43,15 @@ func owned(n *corev1.Node) string {
 
 func TestNodeMutator(t *testing.T) {
 	type step struct {
-		name   string
-		leader bool
-		commit bool
-		nodes  []*corev1.Node // the cache
-		user   string
-		old    *corev1.Node // nil: CREATE
-		obj    *corev1.Node
-		want   string // owned keys after the patch
+		name       string
+		leader     bool
+		commit     bool
+		deferRoles bool           // DeferRoles (Calico's etcd datastore)
+		nodes      []*corev1.Node // the cache
+		user       string
+		old        *corev1.Node // nil: CREATE
+		obj        *corev1.Node
+		want       string // owned keys after the patch
 	}
 	joiner := mkNode("node-new", "zone-a")
 	tests := []step{
@@ -58,6 +59,10 @@ func TestNodeMutator(t *testing.T) {
 			want: "[calico-route-reflector= routereflector.io/rr-id=node-new projectcalico.org/RouteReflectorClusterID=224.0.0.1]"},
 		{name: "no plan committed yet: left to the reconciler", leader: true, obj: joiner, want: "[]"},
 		{name: "non-leader answers without a patch", commit: true, obj: joiner, want: "[]"},
+		{name: "etcd datastore: the leader too leaves a joiner to the reconciler", leader: true, commit: true, deferRoles: true, obj: joiner, want: "[]"},
+		{name: "etcd datastore: a cordoned route reflector is still marked draining", deferRoles: true, leader: true, nodes: threeZones(),
+			old: mkNode("node-a1", "zone-a", rr("224.0.0.1")), obj: mkNode("node-a1", "zone-a", rr("224.0.0.1"), cordon),
+			want: "[calico-route-reflector= routereflector.io/rr-id=node-a1 projectcalico.org/RouteReflectorClusterID=224.0.0.1 routereflector.io/draining-since=2025-06-01T12:00:00Z]"},
 		{name: "leader makes a joiner a client", leader: true, commit: true, nodes: threeZones(), obj: mkNode("node-new", "zone-b", notReady),
 			want: "[routereflector.io/peering-set=a88f56a637 routereflector.io/route-reflectors=node-a1,node-b1,node-c1]"},
 		{name: "cordoned route reflector is marked draining (any replica)", nodes: threeZones(),
@@ -89,6 +94,7 @@ func TestNodeMutator(t *testing.T) {
 				f.commit(t)
 			}
 			f.ledger.SetLeader(tc.leader)
+			f.mutator.DeferRoles = tc.deferRoles
 			req := nodeReq(t, alice, tc.obj, tc.old)
 			got, resp := mutate(t, f, req, tc.obj)
 			if owned(got) != tc.want {

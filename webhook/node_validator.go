@@ -117,7 +117,6 @@ var (
 	clusterIDPath   = annotationsPath.Key(extender.AnnotationClusterID)
 )
 
-
 type rrInfo struct {
 	id       uint32
 	draining bool

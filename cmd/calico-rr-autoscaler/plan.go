@@ -12,6 +12,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/report"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -26,6 +27,9 @@ type planInputs struct {
 	zones    int
 	policy   string
 	now      string
+	ds       datastoreFlags
+	// etcd is the Calico state read from etcd with --datastore etcdv3.
+	etcd *calicoetcd.State
 }
 
 func (in *planInputs) register(fs *flag.FlagSet) {
@@ -34,19 +38,26 @@ func (in *planInputs) register(fs *flag.FlagSet) {
 	fs.IntVar(&in.zones, "zones", 3, "number of zones for --simulate")
 	fs.StringVar(&in.policy, "policy", "", "RouteReflectorPolicy YAML file (default: the default policy)")
 	fs.StringVar(&in.now, "now", "", "time of the decision, RFC 3339 (default: now)")
+	in.ds.register(fs)
 }
 
 // load reads the nodes and the policy and returns the planner's input.
 func (in *planInputs) load() (extender.Input, error) {
 	var out extender.Input
-	if (in.nodes == "") == (in.simulate == 0) {
+	etcd, err := in.ds.check()
+	if err != nil {
+		return out, err
+	}
+	switch {
+	case etcd && in.simulate != 0:
+		return out, usageError{errors.New("--datastore etcdv3 reads the nodes from etcd: no --simulate with it")}
+	case !etcd && (in.nodes == "") == (in.simulate == 0):
 		return out, usageError{errors.New("give exactly one of --nodes FILE and --simulate N")}
 	}
 	var nodes []*corev1.Node
-	var err error
 	if in.nodes != "" {
 		nodes, err = nodesource.ReadNodesFile(in.nodes)
-	} else {
+	} else if !etcd {
 		nodes, err = nodesource.Simulate(in.simulate, in.zones)
 	}
 	if err != nil {
@@ -58,6 +69,12 @@ func (in *planInputs) load() (extender.Input, error) {
 		if err != nil {
 			return out, usageError{err}
 		}
+	}
+	if etcd {
+		if in.etcd, err = readEtcd(in.ds.etcd); err != nil {
+			return out, err
+		}
+		nodes = etcdPlanNodes(in.etcd, nodes, resolved.RRLabelKey)
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	if in.now != "" {
@@ -79,7 +96,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "Usage: calico-rr-autoscaler plan (--nodes FILE | --simulate N [--zones Z]) [--policy FILE] [-o table|json]")
+			fmt.Fprintln(stdout, "Usage: calico-rr-autoscaler plan (--nodes FILE | --simulate N [--zones Z] | --datastore etcdv3 --etcd-endpoints URLS [--nodes FILE]) [--policy FILE] [-o table|json]")
 			fs.PrintDefaults()
 			return errHelp
 		}
@@ -102,13 +119,20 @@ func runPlan(args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	var live *etcdFigures
+	if in.etcd != nil {
+		if live, err = etcdRouteFigures(in.etcd); err != nil {
+			return err
+		}
+	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
 			*extender.Result
 			Routes *routeFigures `json:"routes,omitempty"`
-		}{res, figures})
+			Etcd   *etcdFigures  `json:"etcd,omitempty"`
+		}{res, figures, live})
 	}
 	if err := report.PlanTable(stdout, res); err != nil {
 		return err
@@ -121,6 +145,10 @@ func runPlan(args []string, stdout io.Writer) error {
 		if figures.Suggestion != "" {
 			fmt.Fprintln(stdout, "\n"+figures.Suggestion)
 		}
+	}
+	if live != nil {
+		fmt.Fprintln(stdout)
+		live.print(stdout)
 	}
 	return nil
 }

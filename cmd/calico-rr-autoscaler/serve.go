@@ -40,6 +40,8 @@ func runServe(args []string, stdout io.Writer) error {
 		return nil
 	})
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 100, "burst of requests to the API server")
+	var ds datastoreFlags
+	ds.register(fs)
 	o.Certs.BindFlags(fs)
 	verbosity := fs.Int("v", 0, "log verbosity")
 	if err := fs.Parse(args); err != nil {
@@ -62,6 +64,13 @@ func runServe(args []string, stdout io.Writer) error {
 	}
 	if strings.TrimSpace(o.ServiceAccount) == "" {
 		return usageError{errors.New("--service-account: must not be empty")}
+	}
+	etcd, err := ds.check()
+	if err != nil {
+		return err
+	}
+	if etcd {
+		o.Datastore, o.Etcd = ds.datastore, ds.etcd
 	}
 	ctrl.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity))))
 	return serve.Run(ctrl.SetupSignalHandler(), o)

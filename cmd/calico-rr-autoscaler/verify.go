@@ -17,6 +17,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpverify"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/report"
 )
 
@@ -36,7 +37,7 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	confd := fs.String("confd", "", "Calico's confd binary for --speaker calico (default: $CONFD, else the one `make tools` builds)")
 	verbose := fs.Bool("v", false, "print progress to standard error")
 	if err := parseFlags(fs, args, stdout,
-		"Usage: calico-rr-autoscaler verify (--nodes FILE | --simulate N [--zones Z] | --kubeconfig FILE) [--policy FILE] [--speaker gobgp|bird|calico] [--fail-zone Z] [--fail-rr N|NAMES] [-o table|json]",
+		"Usage: calico-rr-autoscaler verify (--nodes FILE | --simulate N [--zones Z] | --kubeconfig FILE | --datastore etcdv3 --etcd-endpoints URLS) [--policy FILE] [--speaker gobgp|bird|calico] [--fail-zone Z] [--fail-rr N|NAMES] [-o table|json]",
 		"Runs the plan (or a live cluster's state) on real BGP speakers (iBGP, AS 64512, one /24 per node) and reports which nodes learn which blocks. Exit status 1 when a block is missing."); err != nil {
 		return err
 	}
@@ -54,7 +55,19 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	}
 	var input extender.Input
 	var restConfig *rest.Config
-	if *kubeconfig != "" {
+	etcd, err := in.ds.check()
+	if err != nil {
+		return err
+	}
+	var etcdState *calicoetcd.State
+	if etcd {
+		if in.nodes != "" || in.simulate != 0 || in.policy != "" || *kubeconfig != "" {
+			return usageError{errors.New("--datastore etcdv3 verifies the state in etcd: no --nodes, --simulate, --policy or --kubeconfig with it")}
+		}
+		if etcdState, err = readEtcd(in.ds.etcd); err != nil {
+			return err
+		}
+	} else if *kubeconfig != "" {
 		if in.nodes != "" || in.simulate != 0 || in.policy != "" {
 			return usageError{errors.New("--kubeconfig verifies a live cluster's state: no --nodes, --simulate or --policy with it")}
 		}
@@ -97,10 +110,12 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	start := time.Now()
 	var rep *bgpverify.Report
-	var err error
-	if restConfig != nil {
+	switch {
+	case etcdState != nil:
+		rep, err = bgpverify.VerifyObjects(ctx, etcdState.Nodes, etcdState.Peers, etcdState.Configs, opts)
+	case restConfig != nil:
 		rep, err = bgpverify.VerifyCluster(ctx, restConfig, opts)
-	} else {
+	default:
 		rep, err = bgpverify.Run(ctx, input, extender.Plan(input), opts)
 	}
 	if err != nil {

@@ -198,9 +198,7 @@ func (st *calicoState) assign(realIP map[string]int) error {
 const annotationIPv4Address = "projectcalico.org/IPv4Address"
 
 // liveState reads a live cluster's state: its Nodes, BGPPeers and BGPConfigurations, from the API
-// group that serves them (calico.Detect). The graph model is derived from it as the product
-// derives it: nodes as Calico reads them (bgpmodel.NodeFromObject), the BGPPeers, and the mesh as
-// the default BGPConfiguration sets it (on when unset, Calico's default).
+// group that serves them (calico.Detect), and derives its graph model (see objectState).
 func liveState(ctx context.Context, cfg *rest.Config, opts Options) (*calicoState, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -218,12 +216,46 @@ func liveState(ctx context.Context, cfg *rest.Config, opts Options) (*calicoStat
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
+	nodes := make([]*corev1.Node, len(list.Items))
+	for i := range list.Items {
+		nodes[i] = &list.Items[i]
+	}
+	var peers []apiv3.BGPPeer
+	if err := listCalico(ctx, dyn, gv.WithResource("bgppeers"), func(u *unstructured.Unstructured) error {
+		var p apiv3.BGPPeer
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			return err
+		}
+		peers = append(peers, p)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var configs []apiv3.BGPConfiguration
+	if err := listCalico(ctx, dyn, gv.WithResource("bgpconfigurations"), func(u *unstructured.Unstructured) error {
+		var c apiv3.BGPConfiguration
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
+			return err
+		}
+		configs = append(configs, c)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return objectState(nodes, peers, configs)
+}
+
+// objectState is the state of a cluster's Nodes (as the Kubernetes datastore stores them: labels,
+// Calico's annotations), BGPPeers and BGPConfigurations. The graph model is derived from it as the
+// product derives it: nodes as Calico reads them (bgpmodel.NodeFromObject), the BGPPeers, and the
+// mesh as the default BGPConfiguration sets it (on when unset, Calico's default).
+func objectState(in []*corev1.Node, inPeers []apiv3.BGPPeer, inConfigs []apiv3.BGPConfiguration) (*calicoState, error) {
+	list := slices.Clone(in)
+	slices.SortFunc(list, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	st := &calicoState{policy: "(live cluster)"}
-	slices.SortFunc(list.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	realIP := map[string]int{}
 	var nodes []bgpmodel.Node
-	for i := range list.Items {
-		n := &list.Items[i]
+	for i, n := range list {
 		out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, Annotations: n.Annotations}}
 		if a := n.Annotations[annotationIPv4Address]; a != "" {
 			if p, err := netip.ParsePrefix(a); err == nil {
@@ -239,31 +271,18 @@ func liveState(ctx context.Context, cfg *rest.Config, opts Options) (*calicoStat
 		}
 	}
 	var peers []extender.BGPPeer
-	if err := listCalico(ctx, dyn, gv.WithResource("bgppeers"), func(u *unstructured.Unstructured) error {
-		var p apiv3.BGPPeer
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-			return err
-		}
+	for _, p := range inPeers {
 		st.peers = append(st.peers, apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Labels: p.Labels}, Spec: p.Spec})
 		peers = append(peers, extender.BGPPeer{Name: p.Name, Labels: p.Labels, Spec: p.Spec})
-		return nil
-	}); err != nil {
-		return nil, err
 	}
 	mesh := true
-	if err := listCalico(ctx, dyn, gv.WithResource("bgpconfigurations"), func(u *unstructured.Unstructured) error {
-		var c apiv3.BGPConfiguration
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
-			return err
-		}
+	for _, c := range inConfigs {
 		if c.Name == "default" && c.Spec.NodeToNodeMeshEnabled != nil {
 			mesh = *c.Spec.NodeToNodeMeshEnabled
 		}
 		st.configs = append(st.configs, apiv3.BGPConfiguration{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec})
-		return nil
-	}); err != nil {
-		return nil, err
 	}
+	var err error
 	if st.model, err = bgpmodel.Build(nodes, peers, bgpmodel.Options{NodeToNodeMesh: mesh}); err != nil {
 		return nil, InputError{err}
 	}
@@ -479,6 +498,16 @@ func (s *Scratch) render(ctx context.Context, confd, etc, dir string, names []st
 }
 
 func (s *Scratch) renderNode(ctx context.Context, confd, etc string, tomls []string, dir, name string) error {
+	return renderNodeEnv(ctx, confd, etc, tomls, dir, name, []string{
+		"DATASTORE_TYPE=kubernetes",
+		"KUBECONFIG=" + s.kubeconfig,
+		"USE_POD_CIDR=true",
+	})
+}
+
+// renderNodeEnv has confd render node name's BIRD configuration into dir, reading the datastore
+// that env names (DATASTORE_TYPE and its settings).
+func renderNodeEnv(ctx context.Context, confd, etc string, tomls []string, dir, name string, env []string) error {
 	if err := os.MkdirAll(filepath.Join(dir, "conf.d"), 0o755); err != nil {
 		return err
 	}
@@ -504,15 +533,12 @@ func (s *Scratch) renderNode(ctx context.Context, confd, etc string, tomls []str
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, confd, "-onetime", "-sync-only", "-confdir", dir)
-	cmd.Env = []string{
+	cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 		"NODENAME=" + name,
-		"DATASTORE_TYPE=kubernetes",
-		"KUBECONFIG=" + s.kubeconfig,
-		"USE_POD_CIDR=true",
 		"BGP_LOGSEVERITYSCREEN=warning",
-	}
+	}, env...)
 	out, err := cmd.CombinedOutput()
 	_ = os.WriteFile(filepath.Join(dir, "confd.log"), out, 0o644)
 	if err != nil {
@@ -894,20 +920,37 @@ func runCalico(ctx context.Context, st *calicoState, opts Options) (*Report, err
 }
 
 // VerifyCluster checks a live cluster's own state: it reads the cluster's Nodes, BGPPeers and
-// BGPConfigurations (read access only; nothing is written to the cluster), replays them into a
-// scratch kube-apiserver with node addresses and pod blocks of its own (see assign), has Calico's
-// confd render every node's BIRD configuration from there and runs one BIRD per node (Speaker
-// calico, the default), or runs the sessions the project derives from that state on GoBGP or
-// BIRD speakers. The failure drills of opts apply; --fail-rr N counts route reflectors by name.
+// BGPConfigurations (read access only; nothing is written to the cluster) and verifies them as
+// VerifyObjects does.
 func VerifyCluster(ctx context.Context, cfg *rest.Config, opts Options) (*Report, error) {
-	if opts.Speaker == "" {
-		opts.Speaker = SpeakerCalico
-	}
 	st, err := liveState(ctx, cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	if opts, err = prepare(opts, len(st.nodes)); err != nil {
+	return verifyState(ctx, st, opts)
+}
+
+// VerifyObjects checks a cluster's state given as objects (from Calico's etcd datastore, say:
+// Nodes in the Kubernetes datastore's shape, see calicoetcd.KubernetesShape): it replays them into
+// a scratch kube-apiserver with node addresses and pod blocks of its own (see assign), has
+// Calico's confd render every node's BIRD configuration from there and runs one BIRD per node
+// (Speaker calico, the default), or runs the sessions the project derives from that state on
+// GoBGP or BIRD speakers. The failure drills of opts apply; --fail-rr N counts route reflectors
+// by name.
+func VerifyObjects(ctx context.Context, nodes []*corev1.Node, peers []apiv3.BGPPeer, configs []apiv3.BGPConfiguration, opts Options) (*Report, error) {
+	st, err := objectState(nodes, peers, configs)
+	if err != nil {
+		return nil, err
+	}
+	return verifyState(ctx, st, opts)
+}
+
+func verifyState(ctx context.Context, st *calicoState, opts Options) (*Report, error) {
+	if opts.Speaker == "" {
+		opts.Speaker = SpeakerCalico
+	}
+	opts, err := prepare(opts, len(st.nodes))
+	if err != nil {
 		return nil, err
 	}
 	if opts.Speaker == SpeakerCalico {

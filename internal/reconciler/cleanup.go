@@ -3,10 +3,10 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
-	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -61,8 +61,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		return nil
 	}
 	delay := st.Managed.Resolved.RemovalDelay
-	cfg := &apiv3.BGPConfiguration{}
-	err := r.reader().Get(ctx, client.ObjectKey{Name: "default"}, cfg)
+	cfg, err := r.configs().Get(ctx, "default")
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("reading BGPConfiguration default: %w", err)
 	}
@@ -72,7 +71,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		orig := cfg.DeepCopy()
 		cfg.Spec.NodeToNodeMeshEnabled = kptr.To(true)
 		delete(cfg.Annotations, AnnotationMeshDisabledBy)
-		if err := r.Client.Patch(ctx, cfg, client.MergeFrom(orig)); err != nil {
+		if err := r.configs().Patch(ctx, orig, cfg); err != nil {
 			return fmt.Errorf("turning the node-to-node mesh back on: %w", err)
 		}
 		if err := r.markPolicy(ctx, pol, AnnotationMeshRestoredAt, webhook.CeilSecond(st.Now).Format(time.RFC3339)); err != nil {
@@ -96,10 +95,12 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	// Route reflectors first, then clients: each phase finishes before the next.
 	var rrs, clients []nodePatch
 	sel := st.Managed.Resolved.NodeSelector
+	matching := map[string]*corev1.Node{} // the policy's nodes, for their Calico Nodes in etcd
 	for _, n := range r.Nodes.List() {
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
 		}
+		matching[n.Name] = n
 		lbl, ann := webhook.OwnedChanges(st.Managed.Resolved.RRLabelKey, n, extender.NodeState{})
 		if len(lbl)+len(ann) == 0 {
 			continue
@@ -117,17 +118,30 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 			return err
 		}
 	}
-	peers := &apiv3.BGPPeerList{}
-	if err := r.Client.List(ctx, peers, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: pol.Name}); err != nil {
-		return fmt.Errorf("listing BGPPeers: %w", err)
-	}
-	for i := range peers.Items {
-		if err := r.Client.Delete(ctx, &peers.Items[i]); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting BGPPeer %s: %w", peers.Items[i].Name, err)
+	if r.CalicoNodes != nil {
+		// The policy's Calico Nodes in etcd lose the role too (route reflectors first), also
+		// those whose Kubernetes Node an earlier attempt already released.
+		maps.Copy(matching, st.View)
+		release := &State{Name: st.Name, Managed: st.Managed, View: matching}
+		if err := r.writeCalicoRoles(ctx, release, false); err != nil {
+			return err
+		}
+		if release.Requeue > 0 {
+			st.requeue(release.Requeue)
 		}
 	}
+	peers, err := r.peers().List(ctx, managedPeers(pol.Name))
+	if err != nil {
+		return fmt.Errorf("listing BGPPeers: %w", err)
+	}
+	for _, p := range peers {
+		if err := r.peers().Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting BGPPeer %s: %w", p.Name, err)
+		}
+		r.peerSynced(p.Name, nil)
+	}
 	r.Recorder.Eventf(pol, corev1.EventTypeNormal, EventCleanedUp,
-		"policy deleted: %d route reflectors and %d clients released, %d BGPPeers deleted", len(rrs), len(clients), len(peers.Items))
+		"policy deleted: %d route reflectors and %d clients released, %d BGPPeers deleted", len(rrs), len(clients), len(peers))
 	return r.dropFinalizer(ctx, pol)
 }
 

@@ -163,6 +163,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		r.Log.Error(err, "CalicoNodeStatus", "policy", st.Name)
 		st.requeue(5 * time.Second)
 	}
+	calicoIPs := r.calicoBGPAddresses(ctx, len(statuses) > 0)
 	for rr, cs := range need {
 		cns := statuses[rr]
 		if cns == nil {
@@ -170,7 +171,11 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		}
 		ips := map[string][]string{}
 		for _, c := range cs {
-			ips[c] = nodeIPs(st.View[c])
+			if a, ok := calicoIPs[c]; ok {
+				ips[c] = a
+			} else {
+				ips[c] = nodeIPs(st.View[c])
+			}
 		}
 		missing := missingSessions(ips, append(slices.Clone(cns.Status.BGP.PeersV4), cns.Status.BGP.PeersV6...))
 		if m.verified[rr] == nil {
@@ -250,8 +255,8 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 	if len(need) == 0 && m.statusesChecked {
 		return nil, nil
 	}
-	list := &apiv3.CalicoNodeStatusList{}
-	if err := r.reader().List(ctx, list, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name}); err != nil {
+	list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name})
+	if err != nil {
 		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 			m.statusesChecked = true // no CalicoNodeStatus API (or no right to it): nothing to clean up
 			if len(need) > 0 {
@@ -263,8 +268,7 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 	}
 	have := map[string]*apiv3.CalicoNodeStatus{}
 	var haveNodes []string
-	for i := range list.Items {
-		o := &list.Items[i]
+	for _, o := range list {
 		have[o.Spec.Node] = o
 		haveNodes = append(haveNodes, o.Spec.Node)
 	}
@@ -274,14 +278,14 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 	}
 	create, del := planNodeStatuses(want, haveNodes, MaxNodeStatuses)
 	for _, n := range del {
-		if err := r.Client.Delete(ctx, have[n]); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.nodeStatuses().Delete(ctx, have[n]); err != nil && !apierrors.IsNotFound(err) {
 			return have, fmt.Errorf("deleting CalicoNodeStatus %s: %w", have[n].Name, err)
 		}
 		delete(have, n)
 	}
 	for _, n := range create {
 		obj := r.nodeStatus(st.Name, n)
-		if err := r.Client.Create(ctx, obj); err != nil {
+		if err := r.nodeStatuses().Create(ctx, obj); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				continue
 			}

@@ -40,6 +40,14 @@ var (
 		Name: "calico_rr_autoscaler_node_patches_total",
 		Help: "Merge patches of nodes' owned labels and annotations.",
 	}, []string{"policy"})
+	calicoNodeWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_rr_autoscaler_calico_node_writes_total",
+		Help: "Writes of the route reflector role to Calico Nodes in etcd (the etcd datastore).",
+	}, []string{"policy"})
+	driftReverted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_rr_autoscaler_drift_reverted_total",
+		Help: "Hand changes to Calico Nodes and managed BGPPeers in etcd that were reverted, by kind.",
+	}, []string{"policy", "kind"})
 	peerWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_bgppeer_writes_total",
 		Help: "BGPPeer creations, updates and deletions.",
@@ -52,7 +60,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
-		plansTotal, nodePatches, peerWrites, reconcileErrors)
+		plansTotal, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors)
 }
 
 // metrics exports the desired and current route reflectors per zone.

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kptr "k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -67,8 +66,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 		st.requeue(wait + 100*time.Millisecond)
 		return nil
 	}
-	cfg := &apiv3.BGPConfiguration{}
-	err := r.reader().Get(ctx, client.ObjectKey{Name: "default"}, cfg)
+	cfg, err := r.configs().Get(ctx, "default")
 	switch {
 	case apierrors.IsNotFound(err):
 		cfg = &apiv3.BGPConfiguration{
@@ -76,7 +74,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 			ObjectMeta: metav1.ObjectMeta{Name: "default", Annotations: map[string]string{AnnotationMeshDisabledBy: st.Name}},
 			Spec:       apiv3.BGPConfigurationSpec{NodeToNodeMeshEnabled: kptr.To(false)},
 		}
-		if err := r.Client.Create(ctx, cfg); err != nil {
+		if err := r.configs().Create(ctx, cfg); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				st.requeue(handoverRetry)
 				return nil
@@ -95,7 +93,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 			cfg.Annotations = map[string]string{}
 		}
 		cfg.Annotations[AnnotationMeshDisabledBy] = st.Name
-		if err := r.Client.Patch(ctx, cfg, client.MergeFrom(orig)); err != nil {
+		if err := r.configs().Patch(ctx, orig, cfg); err != nil {
 			return fmt.Errorf("patching BGPConfiguration default: %w", err)
 		}
 	}

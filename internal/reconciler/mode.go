@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -74,11 +72,11 @@ func (r *Reconciler) pending(ctx context.Context, st *State) error {
 		st.Pending = append(st.Pending, fmt.Sprintf("move %d clients to their planned route reflectors", moves))
 	}
 	have := map[string]bool{}
-	list := &apiv3.BGPPeerList{}
-	if err := r.Client.List(ctx, list, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name}); err != nil {
+	list, err := r.peers().List(ctx, managedPeers(st.Name))
+	if err != nil {
 		return err
 	}
-	for _, b := range list.Items {
+	for _, b := range list {
 		have[b.Name] = true
 	}
 	creates := 0

@@ -4,23 +4,29 @@ import (
 	"context"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 )
 
+// managedPeers selects the BGPPeers of a policy.
+func managedPeers(policy string) map[string]string {
+	return map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: policy}
+}
+
 // applyPeers creates the plan's missing BGPPeers and updates those that differ (compared before
-// any write), before any node is labelled with the peering set a BGPPeer selects.
+// any write), before any node is labelled with the peering set a BGPPeer selects. With the etcd
+// datastore a managed BGPPeer changed or deleted by hand is also reported (an Event on the
+// policy) as it is reverted.
 func (r *Reconciler) applyPeers(ctx context.Context, st *State) error {
-	list := &apiv3.BGPPeerList{}
-	if err := r.Client.List(ctx, list, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name}); err != nil {
+	list, err := r.peers().List(ctx, managedPeers(st.Name))
+	if err != nil {
 		return err
 	}
 	cur := map[string]*apiv3.BGPPeer{}
-	for i := range list.Items {
-		p := &list.Items[i]
+	for _, p := range list {
 		st.Peers = append(st.Peers, p)
 		cur[p.Name] = p
 	}
@@ -28,7 +34,8 @@ func (r *Reconciler) applyPeers(ctx context.Context, st *State) error {
 		obj := calico.BGPPeer(r.PeerAPI, want)
 		have, ok := cur[want.Name]
 		if !ok {
-			err := r.Client.Create(ctx, obj)
+			drift := r.peerDrift(nil, obj)
+			err := r.peers().Create(ctx, obj)
 			if apierrors.IsAlreadyExists(err) {
 				st.requeue(handoverRetry) // the cache is behind: compare on the next pass
 				continue
@@ -36,21 +43,37 @@ func (r *Reconciler) applyPeers(ctx context.Context, st *State) error {
 			if err != nil {
 				return err
 			}
+			r.peerSynced(want.Name, obj)
+			r.reportPeerDrift(st, drift)
 			peerWrites.WithLabelValues(st.Name, "create").Inc()
 			continue
 		}
-		if upd, changed := calico.NeedsUpdate(have, obj); changed {
-			if err := r.Client.Update(ctx, upd); err != nil {
-				if apierrors.IsConflict(err) {
-					st.requeue(handoverRetry)
-					continue
-				}
-				return err
-			}
-			peerWrites.WithLabelValues(st.Name, "update").Inc()
+		upd, changed := calico.NeedsUpdate(have, obj)
+		if !changed {
+			r.peerSynced(want.Name, obj)
+			continue
 		}
+		drift := r.peerDrift(have, obj)
+		if err := r.peers().Update(ctx, upd); err != nil {
+			if apierrors.IsConflict(err) {
+				st.requeue(handoverRetry)
+				continue
+			}
+			return err
+		}
+		r.peerSynced(want.Name, obj)
+		r.reportPeerDrift(st, drift)
+		peerWrites.WithLabelValues(st.Name, "update").Inc()
 	}
 	return nil
+}
+
+func (r *Reconciler) reportPeerDrift(st *State, msg string) {
+	if msg == "" || st.Policy == nil {
+		return
+	}
+	driftReverted.WithLabelValues(st.Name, "BGPPeer").Inc()
+	r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventDriftReverted, msg)
 }
 
 // prunePeers deletes the policy's managed BGPPeers the plan no longer has, once no node is
@@ -79,13 +102,14 @@ func (r *Reconciler) prunePeers(ctx context.Context, st *State) error {
 			st.requeue(handoverRetry)
 			continue
 		}
-		if err := r.Client.Delete(ctx, p, client.Preconditions{ResourceVersion: &p.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.peers().Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
 			if apierrors.IsConflict(err) {
 				st.requeue(handoverRetry)
 				continue
 			}
 			return err
 		}
+		r.peerSynced(p.Name, nil)
 		peerWrites.WithLabelValues(st.Name, "delete").Inc()
 	}
 	return nil

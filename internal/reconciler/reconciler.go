@@ -28,6 +28,7 @@ import (
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
@@ -61,6 +62,22 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 	// PeerAPI is the group version of Calico's BGPPeers.
 	PeerAPI schema.GroupVersion
+	// Peers is where the BGPPeers are written; nil: the Kubernetes API through Client (and the
+	// BGPPeers are watched). calicoetcd.Peers for the etcd datastore.
+	Peers PeerStore
+	// CalicoNodes, when set (the etcd datastore), receives every node's role after its Kubernetes
+	// Node. No admission webhook sees those writes: a hand change is reverted at the next
+	// reconcile (set Resync to a few seconds), with an Event.
+	CalicoNodes CalicoNodes
+	// Configs is where the BGPConfigurations are (the node-to-node mesh); nil: the Kubernetes API.
+	// calicoetcd.Configs for the etcd datastore.
+	Configs ConfigStore
+	// NodeStatuses is where calico-node reports BGP sessions (handover BGPSessions); nil: the
+	// Kubernetes API. calicoetcd.NodeStatuses for the etcd datastore.
+	NodeStatuses NodeStatusStore
+	// Changes, when set, reports the changes of a datastore no informer watches (etcd): each one
+	// replans every policy after Coalesce.
+	Changes ChangeWatcher
 	// Now, Coalesce and Resync default to time.Now, DefaultCoalesce and DefaultResync.
 	Now      func() time.Time
 	Coalesce time.Duration
@@ -72,7 +89,11 @@ type Reconciler struct {
 	last    map[string]*extender.Result          // the previous plan, per policy
 	memos   map[string]*handoverMemo             // handovers and mesh migration, per policy
 	costs   map[string]*costMemo                 // the graph model's figures of the last plan shape
-	steps   []Step
+	// calicoRoles and calicoPeers are what was last written to (or seen in sync in) etcd: a
+	// difference from them is a hand change (see syncCalicoNodes).
+	calicoRoles map[string]calicoetcd.Role
+	calicoPeers map[string]*apiv3.BGPPeer
+	steps       []Step
 
 	lastTook atomic.Int64 // the last reconcile's duration, in nanoseconds
 	after    func(policy string)
@@ -146,6 +167,7 @@ func (r *Reconciler) Steps() []Step {
 		{"nodes", r.enforcing(r.patchNodes)},
 		{"handover", r.enforcing(r.handover)},
 		{"demote", r.enforcing(r.demote)},
+		{"calico-nodes", r.enforcing(r.syncCalicoNodes)},
 		{"mesh", r.enforcing(r.migrateMesh)},
 		{"adopt", r.enforcing(r.adoptPeers)},
 		{"prune", r.enforcing(r.prunePeers)},
@@ -191,10 +213,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.V(1).Info("reconciled", "nodes", st.Result.Summary.Nodes, "routeReflectors", st.Result.Summary.RouteReflectors,
 			"changes", len(st.Changes), "took", took)
 	}
-	resync := r.Resync
-	if resync <= 0 {
-		resync = DefaultResync
-	}
+	resync := r.resync()
 	if st.Requeue == 0 || st.Requeue > resync {
 		st.Requeue = resync
 	}
@@ -211,6 +230,13 @@ func (r *Reconciler) init() {
 	if r.steps == nil {
 		r.steps = r.Steps()
 	}
+}
+
+func (r *Reconciler) resync() time.Duration {
+	if r.Resync > 0 {
+		return r.Resync
+	}
+	return DefaultResync
 }
 
 func (r *Reconciler) now() time.Time {

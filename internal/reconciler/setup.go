@@ -30,7 +30,7 @@ const Name = "routereflectorpolicy"
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
 // SetupWithManager registers the reconciler as a leader-elected controller watching policies,
-// nodes (relevant changes only) and the managed BGPPeers.
+// nodes (relevant changes only) and, with the Kubernetes datastore, the managed BGPPeers.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	r.init()
 	c, err := controller.New(Name, mgr, controller.Options{
@@ -69,6 +69,18 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		DeleteFunc: func(_ context.Context, _ event.DeleteEvent, q queue) { r.enqueueAll(q, r.coalesce()) },
 	})); err != nil {
 		return err
+	}
+	if r.Peers != nil {
+		// The BGPPeers are not in the Kubernetes API (etcd): a change there (a hand edit, which
+		// no admission webhook sees) replans every policy, and the resync catches what a watch
+		// missed.
+		if r.Changes != nil {
+			return c.Watch(source.Func(func(ctx context.Context, q queue) error {
+				go r.Changes.WatchChanges(ctx, func() { r.enqueueAll(q, r.coalesce()) })
+				return nil
+			}))
+		}
+		return nil
 	}
 	peer := func(o client.Object, q queue) {
 		if l := o.GetLabels(); l[extender.LabelManagedBy] == extender.ManagedByValue && l[extender.LabelPolicy] != "" {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -143,12 +142,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, st *State, pol *v1alpha1.R
 // not write, which it never touches but with adoptBGPPeers in Enforce (then each with why it is
 // still there).
 func (r *Reconciler) setForeignPeers(ctx context.Context, st *State, s *v1alpha1.RouteReflectorPolicyStatus, gen int64) error {
-	list := &apiv3.BGPPeerList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	list, err := r.peers().List(ctx, nil)
+	if err != nil {
 		return fmt.Errorf("listing BGPPeers: %w", err)
 	}
 	var foreign []string
-	for _, p := range list.Items {
+	for _, p := range list {
 		if p.Labels[extender.LabelManagedBy] != extender.ManagedByValue {
 			foreign = append(foreign, p.Name)
 		}

@@ -114,11 +114,11 @@ func repoPath(t *testing.T, rel string) string {
 }
 
 // start runs a serve replica on port as the product's service account and waits until it is
-// ready (and the leader, when leader is set).
-func (w *world) start(port int, leader bool) *replica {
+// ready (and the leader, when leader is set); opts change the options first.
+func (w *world) start(port int, leader bool, opts ...func(*serve.Options)) *replica {
 	w.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := serve.New(ctx, serve.Options{
+	o := serve.Options{
 		RestConfig:              w.env.ConfigFor(testenv.UserServiceAccount),
 		WebhookHost:             "127.0.0.1",
 		WebhookPort:             port,
@@ -131,7 +131,11 @@ func (w *world) start(port int, leader bool) *replica {
 		RenewDeadline:           3 * time.Second,
 		RetryPeriod:             500 * time.Millisecond,
 		Coalesce:                100 * time.Millisecond,
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	srv, err := serve.New(ctx, o)
 	if err != nil {
 		cancel()
 		w.t.Fatal(err)

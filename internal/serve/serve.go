@@ -36,6 +36,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/certs"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/reconciler"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
@@ -88,6 +89,13 @@ type Options struct {
 	// admissions the previous leader answered have been written (or failed) [2s, the node
 	// webhooks' timeout].
 	TakeoverDelay time.Duration
+	// Datastore is Calico's datastore: kubernetes [default] or etcdv3 (calicoetcd.EtcdV3).
+	Datastore string
+	// Etcd reaches Calico's etcd with Datastore etcdv3.
+	Etcd calicoetcd.Config
+	// EtcdResync is how often, with Datastore etcdv3, every policy is reconciled even without a
+	// change seen in etcd (a watch reports them; this catches what a broken watch missed) [30s].
+	EtcdResync time.Duration
 	// Certs are the self-managed certificates (--self-managed-certs and the --cert-* flags);
 	// without them tls.crt and tls.key come from CertDir (cert-manager).
 	Certs certs.Options
@@ -102,7 +110,9 @@ type Server struct {
 	Policies   *webhook.Policies
 	// PeerAPI is the BGPPeer API in use.
 	PeerAPI schema.GroupVersion
-	synced  atomic.Bool
+	// Etcd is Calico's etcd with the etcdv3 datastore, else nil.
+	Etcd   *calicoetcd.Store
+	synced atomic.Bool
 }
 
 // Synced reports whether the informer cache has synced (the readiness check).
@@ -143,6 +153,19 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	gv, auto, err := calico.ParseAPI(o.CalicoAPI)
 	if err != nil {
 		return nil, err
+	}
+	datastore, err := calicoetcd.ParseDatastore(o.Datastore)
+	if err != nil {
+		return nil, err
+	}
+	var etcd *calicoetcd.Store
+	if datastore == calicoetcd.EtcdV3 {
+		if etcd, err = calicoetcd.New(o.Etcd); err != nil {
+			return nil, err
+		}
+		// The BGPPeers are in etcd: the Go types are registered under the CRD group only for
+		// the scheme's sake, and nothing watches them in the Kubernetes API.
+		gv, auto = calico.CRD, false
 	}
 	if auto {
 		d, err := discovery.NewDiscoveryClientForConfig(cfg)
@@ -205,7 +228,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{Manager: mgr, PeerAPI: gv, Ledger: webhook.NewLedger(0, nil)}
+	s := &Server{Manager: mgr, PeerAPI: gv, Etcd: etcd, Ledger: webhook.NewLedger(0, nil)}
 	nodeIdx, err := indexer(ctx, mgr.GetCache(), &corev1.Node{}, webhook.NodeIndexers())
 	if err != nil {
 		return nil, err
@@ -214,14 +237,16 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := mgr.GetCache().GetInformer(ctx, &apiv3.BGPPeer{}); err != nil {
-		return nil, err
+	if etcd == nil {
+		if _, err := mgr.GetCache().GetInformer(ctx, &apiv3.BGPPeer{}); err != nil {
+			return nil, err
+		}
 	}
 	s.Nodes, s.Policies = webhook.NewNodeStore(nodeIdx), webhook.NewPolicies(polIdx)
 
 	srv := mgr.GetWebhookServer()
 	gate := func(h webhook.Handler) webhook.Handler { return webhook.Gate(h, s.Synced) }
-	srv.Register(PathMutateNode, webhook.Serve("mutate-v1-node", gate(&webhook.NodeMutator{Policies: s.Policies, Ledger: s.Ledger})))
+	srv.Register(PathMutateNode, webhook.Serve("mutate-v1-node", gate(&webhook.NodeMutator{Policies: s.Policies, Ledger: s.Ledger, DeferRoles: etcd != nil})))
 	srv.Register(PathValidateNode, webhook.Serve("validate-v1-node", gate(&webhook.NodeValidator{Policies: s.Policies, Nodes: s.Nodes, ServiceAccount: o.ServiceAccount})))
 	srv.Register(PathValidatePolicy, webhook.Serve("validate-routereflectorpolicy", gate(&webhook.PolicyValidator{Policies: s.Policies, Nodes: s.Nodes})))
 	srv.Register(PathValidatePeer, webhook.Serve("validate-bgppeer", &webhook.BGPPeerValidator{ServiceAccount: o.ServiceAccount, Policies: s.Policies, Synced: s.Synced}))
@@ -236,6 +261,15 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		PeerAPI:   gv,
 		Coalesce:  o.Coalesce,
 		Log:       ctrl.Log.WithName("reconciler"),
+	}
+	if etcd != nil {
+		s.Reconciler.Peers, s.Reconciler.CalicoNodes = etcd.Peers(), etcd
+		s.Reconciler.Configs, s.Reconciler.NodeStatuses = etcd.Configs(), etcd.NodeStatuses()
+		s.Reconciler.Changes = etcd
+		s.Reconciler.Resync = o.EtcdResync
+		if err := addEtcdChecks(mgr, etcd); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.Reconciler.SetupWithManager(mgr); err != nil {
 		return nil, err
@@ -298,6 +332,9 @@ func setDefaults(o *Options) {
 	}
 	if o.ServiceAccount == "" {
 		o.ServiceAccount = DefaultServiceAccount
+	}
+	if o.EtcdResync == 0 {
+		o.EtcdResync = 30 * time.Second
 	}
 	if o.TakeoverDelay == 0 {
 		o.TakeoverDelay = 2 * time.Second

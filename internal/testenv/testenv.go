@@ -129,6 +129,9 @@ type Env struct {
 	URL string
 	// CAData is the PEM CA that signed the apiserver's serving certificate.
 	CAData []byte
+	// EtcdURL is etcd's client URL (http on 127.0.0.1). Calico's etcd datastore can share it:
+	// Calico keeps its keys under /calico, the API server under /registry.
+	EtcdURL string
 	// Dir is the temporary directory with the etcd data, certificates,
 	// logs and kubeconfigs; removed by Stop.
 	Dir string
@@ -243,6 +246,7 @@ func startOnce(ctx context.Context, o Options, etcdBin, apiBin string) (_ *Env, 
 	if err := waitHTTP(ctx, e.etcd, http.DefaultClient, etcdClient+"/health", nil); err != nil {
 		return nil, err
 	}
+	e.EtcdURL = etcdClient
 
 	// Certificates, service account key and token users.
 	certDir := filepath.Join(dir, "certs")

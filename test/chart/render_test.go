@@ -167,6 +167,11 @@ func serveFlags() (*flag.FlagSet, *certs.Options) {
 	fs.String("health-probe-bind-address", "", "")
 	fs.Bool("leader-elect", false, "")
 	fs.String("service-account", "", "")
+	fs.String("datastore", "kubernetes", "")
+	fs.String("etcd-endpoints", "", "")
+	fs.String("etcd-key-file", "", "")
+	fs.String("etcd-cert-file", "", "")
+	fs.String("etcd-ca-cert-file", "", "")
 	var o certs.Options
 	o.BindFlags(fs)
 	return fs, &o

@@ -1,0 +1,89 @@
+package calicoetcd
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	libapiv3 "github.com/projectcalico/calico/libcalico-go/lib/apis/v3"
+	"github.com/projectcalico/calico/libcalico-go/lib/options"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+// State is what Calico's confd reads from etcd for BGP: the Nodes, the BGPPeers and the
+// BGPConfigurations. Nodes are given the shape of the Kubernetes datastore's (labels; the cluster
+// ID and BGP addresses as Calico's annotations), so that the graph model and the speakers read
+// both datastores alike.
+type State struct {
+	Nodes   []*corev1.Node // by name
+	Peers   []apiv3.BGPPeer
+	Configs []apiv3.BGPConfiguration
+}
+
+// KubernetesShape returns a Calico Node as the Kubernetes datastore stores it: its labels, and
+// spec.bgp's route reflector cluster ID and addresses as the projectcalico.org annotations.
+func KubernetesShape(n *libapiv3.Node) *corev1.Node {
+	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: maps.Clone(n.Labels), Annotations: map[string]string{}}}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	if b := n.Spec.BGP; b != nil {
+		for k, v := range map[string]string{
+			extender.AnnotationClusterID:  b.RouteReflectorClusterID,
+			extender.AnnotationCalicoIPv4: b.IPv4Address,
+			extender.AnnotationCalicoIPv6: b.IPv6Address,
+		} {
+			if v != "" {
+				out.Annotations[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// ReadState reads the Nodes, BGPPeers and BGPConfigurations from etcd (read only).
+func (s *Store) ReadState(ctx context.Context) (*State, error) {
+	ns, err := s.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := &State{}
+	for _, name := range slices.Sorted(maps.Keys(ns)) {
+		st.Nodes = append(st.Nodes, KubernetesShape(ns[name]))
+	}
+	peers, err := s.Peers().List(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range peers {
+		st.Peers = append(st.Peers, apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Labels: p.Labels}, Spec: p.Spec})
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	cl, err := s.client.BGPConfigurations().List(cctx, options.ListOptions{})
+	if err != nil {
+		return nil, kubeError(err, "bgpconfigurations", "")
+	}
+	for _, c := range cl.Items {
+		st.Configs = append(st.Configs, apiv3.BGPConfiguration{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec})
+	}
+	slices.SortFunc(st.Configs, func(a, b apiv3.BGPConfiguration) int { return strings.Compare(a.Name, b.Name) })
+	return st, nil
+}
+
+// NodeToNodeMesh is whether Calico's node-to-node mesh is on in st: the default
+// BGPConfiguration's nodeToNodeMeshEnabled, on when unset (Calico's default).
+func (st *State) NodeToNodeMesh() bool {
+	for _, c := range st.Configs {
+		if c.Name == "default" && c.Spec.NodeToNodeMeshEnabled != nil {
+			return *c.Spec.NodeToNodeMeshEnabled
+		}
+	}
+	return true
+}

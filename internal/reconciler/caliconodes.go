@@ -1,0 +1,233 @@
+package reconciler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
+)
+
+// EventDriftReverted: a hand change to a Calico Node or a managed BGPPeer in etcd (which no
+// admission webhook sees) was reverted. On the Kubernetes Node, or on the policy for a BGPPeer.
+const EventDriftReverted = "CalicoDriftReverted"
+
+// syncCalicoNodes (the etcd datastore) writes the role each of the policy's nodes carries on its
+// Kubernetes Node, as the nodes and demote steps left it, to its Calico Node: route reflectors
+// first, then clients, then the nodes that lose the role, each phase finished before the next (the
+// order patchNodes keeps). A Calico Node that differs from what was last written or seen there in
+// sync was changed by hand: it is reverted, with an Event on the Kubernetes Node naming the
+// change. A node Calico has not registered yet is skipped and retried; the product never creates a
+// Calico Node.
+func (r *Reconciler) syncCalicoNodes(ctx context.Context, st *State) error {
+	if r.CalicoNodes == nil {
+		return nil
+	}
+	return r.writeCalicoRoles(ctx, st, true)
+}
+
+type calicoWrite struct {
+	name       string
+	have, want calicoetcd.Role
+	drift      bool
+}
+
+func (r *Reconciler) writeCalicoRoles(ctx context.Context, st *State, report bool) error {
+	owned := extender.OwnedLabelKeys(st.Managed.Resolved.RRLabelKey)
+	have, err := r.CalicoNodes.Roles(ctx, owned)
+	if err != nil {
+		return fmt.Errorf("reading Calico Nodes: %w", err)
+	}
+	var phases [3][]calicoWrite
+	missing := 0
+	for _, name := range slices.Sorted(maps.Keys(st.View)) {
+		want := calicoetcd.RoleOfNode(owned, st.View[name])
+		cur, ok := have[name]
+		if !ok {
+			missing++
+			continue
+		}
+		if cur.Equal(want) {
+			r.calicoSynced(name, &want)
+			continue
+		}
+		w := calicoWrite{name: name, have: cur, want: want}
+		if last, ok := r.calicoLast(name); ok && report && last.Equal(want) {
+			w.drift = true
+		}
+		phase := 1
+		switch {
+		case want.ClusterID != "":
+			phase = 0
+		case cur.ClusterID != "":
+			phase = 2
+		}
+		phases[phase] = append(phases[phase], w)
+	}
+	if missing > 0 {
+		st.requeue(r.resync()) // calico-node registers them: retried at the next resync
+	}
+	for _, phase := range phases {
+		if err := r.applyCalicoWrites(ctx, st, owned, phase); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyCalicoWrites writes a phase with a few workers.
+func (r *Reconciler) applyCalicoWrites(ctx context.Context, st *State, owned []string, ws []calicoWrite) error {
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+		next  = make(chan calicoWrite)
+	)
+	for range min(patchWorkers, len(ws)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w := range next {
+				err := r.CalicoNodes.SetRole(ctx, w.name, owned, w.want)
+				switch {
+				case errors.Is(err, calicoetcd.ErrNoCalicoNode):
+					st.requeue(r.resync())
+					continue
+				case err != nil:
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					continue
+				}
+				r.calicoSynced(w.name, &w.want)
+				calicoNodeWrites.WithLabelValues(st.Name).Inc()
+				if w.drift {
+					driftReverted.WithLabelValues(st.Name, "Node").Inc()
+					ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: w.name}
+					if n := st.View[w.name]; n != nil {
+						ref.UID = n.UID
+					}
+					r.Recorder.Event(ref, corev1.EventTypeWarning, EventDriftReverted,
+						"Calico Node in etcd changed by hand, reverted: "+strings.Join(calicoetcd.Diff(w.have, w.want), "; "))
+				}
+			}
+		}()
+	}
+	for _, w := range ws {
+		next <- w
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+// calicoSynced records the role a Calico Node was last written with or seen in sync with (nil
+// forgets it).
+func (r *Reconciler) calicoSynced(name string, role *calicoetcd.Role) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.calicoRoles == nil {
+		r.calicoRoles = map[string]calicoetcd.Role{}
+	}
+	if role == nil {
+		delete(r.calicoRoles, name)
+		return
+	}
+	r.calicoRoles[name] = *role
+}
+
+func (r *Reconciler) calicoLast(name string) (calicoetcd.Role, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	role, ok := r.calicoRoles[name]
+	return role, ok
+}
+
+// peerSynced records the BGPPeer this reconciler last wrote or saw as planned (nil forgets it).
+func (r *Reconciler) peerSynced(name string, p *apiv3.BGPPeer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.calicoPeers == nil {
+		r.calicoPeers = map[string]*apiv3.BGPPeer{}
+	}
+	if p == nil {
+		delete(r.calicoPeers, name)
+		return
+	}
+	r.calicoPeers[name] = p
+}
+
+// peerDrift says how a managed BGPPeer was changed by hand: it differs from want (or is gone)
+// while want is what was last written or seen there. Only with a store no admission webhook
+// guards and that reads without a cache (etcd); "" when it is not drift.
+func (r *Reconciler) peerDrift(have, want *apiv3.BGPPeer) string {
+	if r.Peers == nil {
+		return ""
+	}
+	r.mu.Lock()
+	last := r.calicoPeers[want.Name]
+	r.mu.Unlock()
+	if last == nil || !equalPeer(last, want) {
+		return ""
+	}
+	if have == nil {
+		return fmt.Sprintf("BGPPeer %s deleted from etcd by hand, recreated", want.Name)
+	}
+	return fmt.Sprintf("BGPPeer %s in etcd changed by hand, reverted: %s", want.Name, strings.Join(peerDiff(have, want), "; "))
+}
+
+func equalPeer(a, b *apiv3.BGPPeer) bool {
+	_, changed := calico.NeedsUpdate(a, b)
+	return !changed
+}
+
+// peerDiff names the spec fields and owned labels in which have differs from want.
+func peerDiff(have, want *apiv3.BGPPeer) []string {
+	var out []string
+	h, w := fields(have.Spec), fields(want.Spec)
+	union := map[string]string{}
+	maps.Copy(union, h)
+	maps.Copy(union, w)
+	for _, k := range slices.Sorted(maps.Keys(union)) {
+		if h[k] != w[k] {
+			out = append(out, fmt.Sprintf("spec.%s %s (want %s)", k, orNone(h[k]), orNone(w[k])))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(want.Labels)) {
+		if have.Labels[k] != want.Labels[k] {
+			out = append(out, fmt.Sprintf("label %s=%q (want %q)", k, have.Labels[k], want.Labels[k]))
+		}
+	}
+	return out
+}
+
+// fields is a BGPPeer spec as its JSON fields, each value as JSON.
+func fields(s apiv3.BGPPeerSpec) map[string]string {
+	b, _ := json.Marshal(s)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = string(v)
+	}
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
