@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
@@ -55,14 +54,14 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		clear(m.adoptSince)
 		return nil
 	}
-	list := &apiv3.BGPPeerList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	list, err := r.peers().List(ctx, nil)
+	if err != nil {
 		return fmt.Errorf("listing BGPPeers: %w", err)
 	}
 	var foreign []*apiv3.BGPPeer
-	for i := range list.Items {
-		if list.Items[i].Labels[extender.LabelManagedBy] != extender.ManagedByValue {
-			foreign = append(foreign, &list.Items[i])
+	for _, b := range list {
+		if b.Labels[extender.LabelManagedBy] != extender.ManagedByValue {
+			foreign = append(foreign, b)
 		}
 	}
 	if len(foreign) == 0 {
@@ -137,9 +136,9 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 	drop := map[string]bool{}
 	model := func() (*bgpmodel.Model, error) {
 		var peers []apiv3.BGPPeer
-		for _, b := range list.Items {
+		for _, b := range list {
 			if !drop[b.Name] {
-				peers = append(peers, b)
+				peers = append(peers, *b)
 			}
 		}
 		topo, err := bgpmodel.FromCluster(nodes, peers, p.ZoneLabel, bgpmodel.Options{NodeToNodeMesh: mesh})
@@ -167,7 +166,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 			r.Log.Info("hand-written BGPPeer kept: the graph model needs it", "policy", st.Name, "bgppeer", b.Name, "missing", lost)
 			continue
 		}
-		if err := r.Client.Delete(ctx, b, client.Preconditions{ResourceVersion: &b.ResourceVersion}); err != nil {
+		if err := r.peers().Delete(ctx, b); err != nil {
 			drop[b.Name] = false
 			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 				st.requeue(handoverRetry)
@@ -289,8 +288,7 @@ func lostRoutes(without, with *bgpmodel.Model, scope []string) string {
 // nodeToNodeMesh reads Calico's node-to-node mesh setting (on unless the default BGPConfiguration
 // turns it off).
 func (r *Reconciler) nodeToNodeMesh(ctx context.Context) (bool, error) {
-	cfg := &apiv3.BGPConfiguration{}
-	err := r.reader().Get(ctx, client.ObjectKey{Name: "default"}, cfg)
+	cfg, err := r.configs().Get(ctx, "default")
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, nil
@@ -303,14 +301,13 @@ func (r *Reconciler) nodeToNodeMesh(ctx context.Context) (bool, error) {
 // adoptable returns the hand-written BGPPeers adoptBGPPeers may delete (node-to-node by selector,
 // making sessions now), sorted: what Observe and Paused report Enforce would delete once covered.
 func (r *Reconciler) adoptable(ctx context.Context, st *State) ([]string, error) {
-	list := &apiv3.BGPPeerList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	list, err := r.peers().List(ctx, nil)
+	if err != nil {
 		return nil, fmt.Errorf("listing BGPPeers: %w", err)
 	}
 	var nodes []*corev1.Node
 	var out []string
-	for i := range list.Items {
-		b := &list.Items[i]
+	for _, b := range list {
 		if b.Labels[extender.LabelManagedBy] == extender.ManagedByValue {
 			continue
 		}
