@@ -64,7 +64,8 @@ type Admission struct {
 	// on. An awaited node is recorded even without a role: its zone keeps a share for it.
 	Healthy, Eligible, Awaited bool
 
-	planned *NodeState // the plan's state of a known node whose facts did not change
+	planned  *NodeState // the plan's state of a known node whose facts did not change
+	topLevel bool       // a new route reflector that peers with other policies' (CrossPolicy)
 }
 
 // State returns the owned labels and annotations the decision puts on the node, as a plan's
@@ -79,6 +80,9 @@ func (a *Admission) State(p *policy.Resolved) NodeState {
 		st = clientState("", "", a.Rack)
 		st.Labels[p.RRLabelKey] = p.RRLabelValue
 		st.Labels[LabelRouteReflectorID] = RouteReflectorID(a.Node)
+		if a.topLevel {
+			st.Labels[LabelTopLevel] = ""
+		}
 		st.Annotations[AnnotationClusterID] = a.ClusterID
 	case AdmitClient:
 		st = clientState(a.PeeringSet, strings.Join(a.RouteReflectors, ","), a.Rack)
@@ -110,8 +114,11 @@ type AdmitState struct {
 	// releasing counts cluster IDs that nodes still carry but the plan takes from them.
 	releasing map[uint32]int
 	reserved  map[uint32]bool // other policies' cluster IDs (Input.ForeignClusterIDs)
-	clients   int
-	racks     map[string]*admitRack
+	// crossPolicy: other policies exist; a promoted route reflector is top-level (SingleCluster and
+	// MultiCluster, the only topologies admission promotes in).
+	crossPolicy bool
+	clients     int
+	racks       map[string]*admitRack
 }
 
 type admitZone struct {
@@ -154,17 +161,18 @@ type admitRack struct {
 func NewAdmitState(in Input, res *Result) *AdmitState {
 	p := in.Policy
 	s := &AdmitState{
-		Policy:    p,
-		Now:       res.now,
-		desired:   res.Summary.DesiredRouteReflectors,
-		zones:     map[string]*admitZone{},
-		nodes:     make(map[string]admitNode, len(res.Nodes)),
-		rrs:       map[string]*admitRR{},
-		sets:      map[string]*admitSet{},
-		ids:       map[uint32]int{},
-		draining:  map[uint32]int{},
-		releasing: map[uint32]int{},
-		racks:     map[string]*admitRack{},
+		Policy:      p,
+		Now:         res.now,
+		crossPolicy: in.CrossPolicy,
+		desired:     res.Summary.DesiredRouteReflectors,
+		zones:       map[string]*admitZone{},
+		nodes:       make(map[string]admitNode, len(res.Nodes)),
+		rrs:         map[string]*admitRR{},
+		sets:        map[string]*admitSet{},
+		ids:         map[uint32]int{},
+		draining:    map[uint32]int{},
+		releasing:   map[uint32]int{},
+		racks:       map[string]*admitRack{},
 	}
 	for _, z := range res.Zones {
 		s.zone(z.Zone).desired = z.Desired
@@ -407,6 +415,7 @@ func (s *AdmitState) Admit(n *corev1.Node) Admission {
 		if want, ok := s.promotion(a.Zone, healthy, zoneHealthy, eligible, awaited); ok {
 			a.Role = AdmitRouteReflector
 			a.ClusterID = policy.ClusterIDString(s.clusterID(a.Zone))
+			a.topLevel = s.crossPolicy
 			a.Reason = fmt.Sprintf("zone %s below desired %d", ZoneName(a.Zone), want)
 			return a
 		}

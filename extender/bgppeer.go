@@ -28,6 +28,10 @@ func (pl *planner) bgpPeers(sets, uplinks map[string][]int, mesh bool) []BGPPeer
 		out = append(out, BGPPeer{Name: MeshBGPPeerName(pl.p.Name), Labels: labels(),
 			Spec: apiv3.BGPPeerSpec{NodeSelector: sel, PeerSelector: sel}})
 	}
+	if len(pl.topLevel) > 0 {
+		out = append(out, BGPPeer{Name: CrossPolicyBGPPeerName(pl.p.Name), Labels: labels(),
+			Spec: apiv3.BGPPeerSpec{NodeSelector: CrossPolicySelector, PeerSelector: CrossPolicySelector}})
+	}
 	for _, kind := range [...]struct {
 		sets   map[string][]int
 		prefix string
@@ -45,6 +49,16 @@ func (pl *planner) bgpPeers(sets, uplinks map[string][]int, mesh bool) []BGPPeer
 		}
 	}
 	return out
+}
+
+// CrossPolicySelector selects the top-level route reflectors of every policy.
+var CrossPolicySelector = fmt.Sprintf("has(%s)", LabelTopLevel)
+
+// CrossPolicyBGPPeerName names a policy's BGPPeer that peers the top-level route reflectors of
+// every policy (each policy writes the same one under its own name; Calico makes one session per
+// pair).
+func CrossPolicyBGPPeerName(policyName string) string {
+	return strings.Replace(MeshBGPPeerName(policyName), BGPPeerPrefix+"mesh-", BGPPeerPrefix+"mesh-all-", 1)
 }
 
 // RouteReflectorSelector is the Calico selector of nodes carrying the route reflector label.

@@ -29,6 +29,10 @@ const (
 	// LabelUplinkSet names the spine route reflectors a DualPlane rack route reflector peers with
 	// (its plane's); one BGPPeer per set, named UplinkBGPPeerPrefix and the set.
 	LabelUplinkSet = "routereflector.io/uplink-set"
+	// LabelTopLevel marks the route reflectors that peer with every other policy's (when there are
+	// several policies): every active one in SingleCluster and MultiCluster, the spine in
+	// DualPlane and Hierarchical (all of them when a plan has no spine).
+	LabelTopLevel = "routereflector.io/top-level"
 
 	// LabelManagedBy marks the BGPPeers this product writes.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
@@ -45,7 +49,7 @@ const (
 // OwnedLabelKeys returns the node label keys this product writes for a policy whose route
 // reflector label key is rrLabelKey.
 func OwnedLabelKeys(rrLabelKey string) []string {
-	return []string{rrLabelKey, LabelRouteReflectorID, LabelPeeringSet, LabelUplinkSet}
+	return []string{rrLabelKey, LabelRouteReflectorID, LabelPeeringSet, LabelUplinkSet, LabelTopLevel}
 }
 
 // SetLabelOf returns the node label a managed BGPPeer's nodeSelector reads (LabelPeeringSet or

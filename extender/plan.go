@@ -28,6 +28,10 @@ type Input struct {
 	// and only one of them moves. Cluster IDs must be unique across policies: route reflectors
 	// of two policies that share one drop each other's routes.
 	ForeignClusterIDs map[uint32]string
+	// CrossPolicy: other policies exist. The plan's top-level route reflectors carry
+	// LabelTopLevel and one more BGPPeer (CrossPolicyBGPPeerName) peers them with every policy's,
+	// so that routes cross between the policies' node pools.
+	CrossPolicy bool
 	// Filters and Scores default to DefaultFilters and DefaultScores.
 	Filters []FilterPlugin
 	Scores  []ScorePlugin
@@ -69,6 +73,8 @@ type planner struct {
 	// ID in the racked topologies (the policy's first one unless another policy holds it).
 	reserved map[uint32]bool
 	spineID  uint32
+	// topLevel: the route reflectors (node indexes) that peer with other policies' (CrossPolicy).
+	topLevel map[int]bool
 
 	// decisions, indexed like nodes
 	dec []decision

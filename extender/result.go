@@ -133,6 +133,7 @@ func (pl *planner) result() *Result {
 			}
 		}
 	}
+	pl.markTopLevel()
 	s := &res.Summary
 	s.Nodes, s.HealthyNodes, s.EligibleNodes = len(pl.nodes), pl.healthy, len(pl.ranked)
 	s.DesiredRouteReflectors = pl.desired
@@ -212,6 +213,9 @@ func (pl *planner) result() *Result {
 		res.RouteReflectors = append(res.RouteReflectors, rr)
 		st.Labels[p.RRLabelKey] = p.RRLabelValue
 		st.Labels[LabelRouteReflectorID] = RouteReflectorID(n.Name)
+		if pl.topLevel[i] {
+			st.Labels[LabelTopLevel] = ""
+		}
 		st.Annotations[AnnotationClusterID] = id
 		if d.role == roleDraining {
 			st.Annotations[AnnotationDrainingSince] = d.since.UTC().Format(time.RFC3339)
@@ -381,6 +385,24 @@ func shortHash(s string) string {
 }
 
 // racked reports whether the topology puts nodes in racks (and route reflectors do not all mesh).
+// markTopLevel picks, when other policies exist, the route reflectors that peer with theirs: the
+// active spine members, or every active route reflector when the plan has no spine.
+func (pl *planner) markTopLevel() {
+	if !pl.in.CrossPolicy {
+		return
+	}
+	hasSpine := false
+	for i := range pl.dec {
+		hasSpine = hasSpine || pl.dec[i].role == roleActive && pl.dec[i].spine
+	}
+	pl.topLevel = map[int]bool{}
+	for i := range pl.dec {
+		if pl.dec[i].role == roleActive && (pl.dec[i].spine || !hasSpine) {
+			pl.topLevel[i] = true
+		}
+	}
+}
+
 func (pl *planner) racked() bool {
 	return pl.p.Topology == v1alpha1.Hierarchical || pl.p.Topology == v1alpha1.DualPlane
 }

@@ -16,37 +16,53 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
+// twoPools returns 2 x n nodes over three zones, labelled pool-a and pool-b.
+func twoPools(n int) []*corev1.Node {
+	var nodes []*corev1.Node
+	for _, pool := range []string{"a", "b"} {
+		for i := range n {
+			nd := node(fmt.Sprintf("%s-%02d", pool, i), fmt.Sprintf("zone-%c", 'a'+i%3), i)
+			nd.Labels["pool-"+pool] = "true"
+			nodes = append(nodes, nd)
+		}
+	}
+	return nodes
+}
+
+// twoPolicies is a harness with policy "default" over pool-a and policy "b" over pool-b, both
+// changed by spec.
+func twoPolicies(t *testing.T, nodes []*corev1.Node, spec func(*v1alpha1.RouteReflectorPolicySpec)) *harness {
+	pool := func(name string) func(*v1alpha1.RouteReflectorPolicySpec) {
+		return func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool-" + name: "true"}}
+			spec(s)
+		}
+	}
+	h := newHarness(t, pool("a"), nodes)
+	b := policy.Default("b")
+	b.Generation = 1
+	b.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
+	pool("b")(&b.Spec)
+	require.NoError(t, h.client.Create(context.Background(), b))
+	return h
+}
+
+// reconcileBoth reconciles both policies of twoPolicies, twice each, in turn.
+func (h *harness) reconcileBoth() {
+	for _, name := range []string{"default", "b", "default", "b"} {
+		h.policyNm = name
+		h.reconcile()
+	}
+}
+
 // TestTwoPolicies: two policies over two node pools (both MultiCluster, one cluster ID per route
 // reflector) hand out cluster IDs that are unique across them, and a node that comes to match both
 // gets the OverlappingNodes condition and a Warning Event on each policy.
 func TestTwoPolicies(t *testing.T) {
-	var nodes []*corev1.Node
-	for _, pool := range []string{"a", "b"} {
-		for i := range 9 {
-			n := node(fmt.Sprintf("%s-%d", pool, i), fmt.Sprintf("zone-%c", 'a'+i%3), i)
-			n.Labels["pool-"+pool] = "true"
-			nodes = append(nodes, n)
-		}
-	}
-	perRR := func(pool string) func(*v1alpha1.RouteReflectorPolicySpec) {
-		return func(s *v1alpha1.RouteReflectorPolicySpec) {
-			s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool-" + pool: "true"}}
-			s.Topology.ClusterIDs = v1alpha1.PerRouteReflector
-		}
-	}
-	h := newHarness(t, perRR("a"), nodes)
-	b := policy.Default("b")
-	b.Generation = 1
-	b.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
-	perRR("b")(&b.Spec)
-	require.NoError(t, h.client.Create(context.Background(), b))
-	both := func() {
-		for _, name := range []string{"default", "b", "default", "b"} {
-			h.policyNm = name
-			h.reconcile()
-		}
-	}
-	both()
+	h := twoPolicies(t, twoPools(9), func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology.ClusterIDs = v1alpha1.PerRouteReflector
+	})
+	h.reconcileBoth()
 	ids := map[string]string{}
 	for name, id := range h.rrs() {
 		require.Empty(t, ids[id], "cluster ID %s on %s and %s", id, ids[id], name)
@@ -54,19 +70,46 @@ func TestTwoPolicies(t *testing.T) {
 	}
 	require.Len(t, ids, 6, "three route reflectors per policy: %v", ids)
 
-	// a-0 comes to match policy b too: managed by neither, both say so.
-	h.update("a-0", func(n *corev1.Node) { n.Labels["pool-b"] = "true" })
+	// a-00 comes to match policy b too: managed by neither, both say so.
+	h.update("a-00", func(n *corev1.Node) { n.Labels["pool-b"] = "true" })
 	h.events()
-	both()
+	h.reconcileBoth()
 	events := strings.Join(h.events(), "\n")
 	for _, name := range []string{"default", "b"} {
 		h.policyNm = name
 		c := meta.FindStatusCondition(h.status().Conditions, ConditionOverlappingNodes)
 		require.NotNil(t, c, name)
 		require.Equal(t, metav1.ConditionTrue, c.Status, name)
-		require.Contains(t, c.Message, "a-0 (also ", name)
+		require.Contains(t, c.Message, "a-00 (also ", name)
 	}
 	require.Equal(t, 2, strings.Count(events, "Warning "+EventOverlappingNodes), "one Event per policy, once:\n%s", events)
+}
+
+// TestTwoPoliciesRouteAcrossPools: with the node-to-node mesh off, every node of one pool learns
+// every node of the other (the graph model on the nodes and BGPPeers the two policies wrote): the
+// top-level route reflectors of both policies peer through their mesh-all BGPPeers. Every
+// topology, DualPlane with two racks per pool (so each has a spine).
+func TestTwoPoliciesRouteAcrossPools(t *testing.T) {
+	for _, topo := range []v1alpha1.TopologyType{v1alpha1.DualPlane, v1alpha1.Hierarchical, v1alpha1.MultiCluster, v1alpha1.SingleCluster} {
+		t.Run(string(topo), func(t *testing.T) {
+			h := twoPolicies(t, twoPools(24), func(s *v1alpha1.RouteReflectorPolicySpec) {
+				s.Topology.Type = topo
+				s.Topology.MaxRackSize = ptr(int32(10))
+				if topo == v1alpha1.DualPlane || topo == v1alpha1.Hierarchical {
+					s.RouteReflectorLabel = &v1alpha1.Label{Key: "rr-" + strings.ToLower(string(topo))}
+				}
+			})
+			if topo == v1alpha1.DualPlane {
+				// Different route reflector labels in the two policies.
+				h.policyNm = "b"
+				h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) { s.RouteReflectorLabel = &v1alpha1.Label{Key: "rr-b"} })
+			}
+			h.reconcileBoth()
+			h.reconcileBoth()
+			require.Zero(t, h.modelMissing(), "node pairs across the pools without routes; BGPPeers %v", h.peers())
+			require.Contains(t, h.peers(), "rr-autoscaler-mesh-all-default")
+		})
+	}
 }
 
 // TestLeaderChangeKeepsStabilizationWindow: the scale-down window outlives the leader. A policy
