@@ -1,0 +1,109 @@
+package serve_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+)
+
+// TestTwoPoliciesOnRealAPIServer: two policies (the default layout, DualPlane) over two node pools
+// with different route reflector labels, Calico's node-to-node mesh off. The cluster's own nodes
+// and BGPPeers fed to the graph model show 0 missing pairs, across the pools too; no cluster ID is
+// used by both policies; a client relabelled from one pool to the other is handed over to the
+// other policy's route reflectors, with 0 missing pairs again.
+func TestTwoPoliciesOnRealAPIServer(t *testing.T) {
+	w := newWorld(t)
+	for _, pool := range []string{"a", "b"} {
+		w.applyPolicy(fmt.Sprintf(`apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: pool-%[1]s}
+spec:
+  nodeSelector: {matchLabels: {pool: %[1]s}}
+  topology: {maxRackSize: 10}
+  routeReflectorLabel: {key: rr-%[1]s}
+  removalDelay: 2s
+`, pool))
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 10)
+	for i := range 60 {
+		pool := string(rune('a' + i%2))
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			w.join(fmt.Sprintf("%s-%02d", pool, i/2), fmt.Sprintf("zone-%c", 'a'+(i/2)%3), map[string]string{"pool": pool})
+		}()
+	}
+	wg.Wait()
+	settled := func(what string) {
+		w.t.Helper()
+		w.eventually(what, 60*time.Second, func() error {
+			missing, draining, unwired, err := w.routingState()
+			if err == nil && missing+int64(draining+unwired) > 0 {
+				err = fmt.Errorf("%d missing pairs, %d draining, %d nodes without a role", missing, draining, unwired)
+			}
+			return err
+		})
+	}
+	settled("both pools routed across")
+
+	// Cluster IDs: each policy's route reflectors carry its label; no ID is in both.
+	list, err := w.admin.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idsOf := map[string]map[string]bool{"a": {}, "b": {}}
+	for _, n := range list.Items {
+		id, ok := n.Annotations[extender.AnnotationClusterID]
+		if !ok || n.Annotations[extender.AnnotationDrainingSince] != "" {
+			continue
+		}
+		pool := n.Labels["pool"]
+		if _, own := n.Labels["rr-"+pool]; !own {
+			t.Fatalf("%s has a cluster ID but not its policy's route reflector label: %v", n.Name, n.Labels)
+		}
+		idsOf[pool][id] = true
+	}
+	for id := range idsOf["a"] {
+		if idsOf["b"][id] {
+			t.Fatalf("cluster ID %s used by both policies: a %v, b %v", id, idsOf["a"], idsOf["b"])
+		}
+	}
+	if len(idsOf["a"]) == 0 || len(idsOf["b"]) == 0 {
+		t.Fatalf("route reflector cluster IDs: a %v, b %v", idsOf["a"], idsOf["b"])
+	}
+
+	// A client moves from pool a to pool b.
+	var moved string
+	for _, n := range list.Items {
+		if _, rr := n.Annotations[extender.AnnotationClusterID]; !rr && n.Labels["pool"] == "a" {
+			moved = n.Name
+			break
+		}
+	}
+	if _, stderr, err := w.kubectl(testenv.UserAdmin, "label", "node", moved, "pool=b", "--overwrite"); err != nil {
+		t.Fatalf("relabel %s: %v %s", moved, err, stderr)
+	}
+	w.eventually(moved+" peers with pool b's route reflectors", 30*time.Second, func() error {
+		n, err := w.admin.CoreV1().Nodes().Get(t.Context(), moved, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		rrs := strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ",")
+		for _, r := range rrs {
+			if !strings.HasPrefix(r, "b-") {
+				return fmt.Errorf("%s peers with %v", moved, rrs)
+			}
+		}
+		return nil
+	})
+	settled("routed after the move")
+}
