@@ -114,8 +114,8 @@ type AdmitState struct {
 	// releasing counts cluster IDs that nodes still carry but the plan takes from them.
 	releasing map[uint32]int
 	reserved  map[uint32]bool // other policies' cluster IDs (Input.ForeignClusterIDs)
-	// crossPolicy: other policies exist; a promoted route reflector is top-level (SingleCluster and
-	// MultiCluster, the only topologies admission promotes in).
+	// crossPolicy: other policies or nodes outside every policy exist; a promoted route reflector
+	// is top-level (SingleCluster and MultiCluster, the only topologies admission promotes in).
 	crossPolicy bool
 	clients     int
 	racks       map[string]*admitRack
@@ -163,7 +163,7 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 	s := &AdmitState{
 		Policy:      p,
 		Now:         res.now,
-		crossPolicy: in.CrossPolicy,
+		crossPolicy: in.CrossPolicy || in.OutsideSelector != "",
 		desired:     res.Summary.DesiredRouteReflectors,
 		zones:       map[string]*admitZone{},
 		nodes:       make(map[string]admitNode, len(res.Nodes)),

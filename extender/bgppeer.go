@@ -2,6 +2,7 @@ package extender
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
@@ -28,9 +29,13 @@ func (pl *planner) bgpPeers(sets, uplinks map[string][]int, mesh bool) []BGPPeer
 		out = append(out, BGPPeer{Name: MeshBGPPeerName(pl.p.Name), Labels: labels(),
 			Spec: apiv3.BGPPeerSpec{NodeSelector: sel, PeerSelector: sel}})
 	}
-	if len(pl.topLevel) > 0 {
+	if len(pl.topLevel) > 0 && pl.in.CrossPolicy {
 		out = append(out, BGPPeer{Name: CrossPolicyBGPPeerName(pl.p.Name), Labels: labels(),
 			Spec: apiv3.BGPPeerSpec{NodeSelector: CrossPolicySelector, PeerSelector: CrossPolicySelector}})
+	}
+	if len(pl.topLevel) > 0 && pl.in.OutsideSelector != "" {
+		out = append(out, BGPPeer{Name: OutsideBGPPeerName(pl.p.Name), Labels: labels(),
+			Spec: apiv3.BGPPeerSpec{NodeSelector: pl.in.OutsideSelector, PeerSelector: CrossPolicySelector}})
 	}
 	for _, kind := range [...]struct {
 		sets   map[string][]int
@@ -57,8 +62,35 @@ var CrossPolicySelector = fmt.Sprintf("has(%s)", LabelTopLevel)
 // CrossPolicyBGPPeerName names a policy's BGPPeer that peers the top-level route reflectors of
 // every policy (each policy writes the same one under its own name; Calico makes one session per
 // pair).
-func CrossPolicyBGPPeerName(policyName string) string {
-	return strings.Replace(MeshBGPPeerName(policyName), BGPPeerPrefix+"mesh-", BGPPeerPrefix+"mesh-all-", 1)
+func CrossPolicyBGPPeerName(policyName string) string { return meshName("mesh.all.", policyName) }
+
+// OutsideBGPPeerName names a policy's BGPPeer that makes the nodes outside every policy clients of
+// the top-level route reflectors.
+func OutsideBGPPeerName(policyName string) string { return meshName("mesh.outside.", policyName) }
+
+// OutsideSelector is the Calico selector of the nodes no policy selects, from every valid
+// policy's nodeSelector in Calico's syntax (policy.Resolved.CalicoNodeSelector); "" when one of
+// them selects every node. The same for every policy (sorted).
+func OutsideSelector(policySelectors []string) string {
+	sels := slices.Sorted(slices.Values(policySelectors))
+	parts := make([]string, 0, len(sels))
+	for _, s := range slices.Compact(sels) {
+		if s == "all()" {
+			return ""
+		}
+		parts = append(parts, "!("+s+")")
+	}
+	return strings.Join(parts, " && ")
+}
+
+// meshName is BGPPeerPrefix, kind and the policy's name (a hash of it when too long); the dots
+// keep it apart from any policy's MeshBGPPeerName and from the peering sets' names.
+func meshName(kind, policyName string) string {
+	name := BGPPeerPrefix + kind + policyName
+	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+		name = BGPPeerPrefix + kind + shortHash(policyName)
+	}
+	return name
 }
 
 // RouteReflectorSelector is the Calico selector of nodes carrying the route reflector label.

@@ -29,9 +29,9 @@ const (
 	// LabelUplinkSet names the spine route reflectors a DualPlane rack route reflector peers with
 	// (its plane's); one BGPPeer per set, named UplinkBGPPeerPrefix and the set.
 	LabelUplinkSet = "routereflector.io/uplink-set"
-	// LabelTopLevel marks the route reflectors that peer with every other policy's (when there are
-	// several policies): every active one in SingleCluster and MultiCluster, the spine in
-	// DualPlane and Hierarchical (all of them when a plan has no spine).
+	// LabelTopLevel marks the route reflectors that peer with every other policy's and with the
+	// nodes outside every policy (when there are such): every active one in SingleCluster and
+	// MultiCluster, the spine in DualPlane and Hierarchical (all of them when a plan has no spine).
 	LabelTopLevel = "routereflector.io/top-level"
 
 	// LabelManagedBy marks the BGPPeers this product writes.
@@ -60,7 +60,7 @@ func SetLabelOf(bgpPeerName string) (key, set string, ok bool) {
 		return LabelUplinkSet, set, true
 	}
 	set, ok = strings.CutPrefix(bgpPeerName, BGPPeerPrefix)
-	if !ok || strings.HasPrefix(set, "mesh-") {
+	if !ok || strings.HasPrefix(set, "mesh-") || strings.HasPrefix(set, "mesh.") {
 		return "", "", false
 	}
 	return LabelPeeringSet, set, true

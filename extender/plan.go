@@ -32,6 +32,11 @@ type Input struct {
 	// LabelTopLevel and one more BGPPeer (CrossPolicyBGPPeerName) peers them with every policy's,
 	// so that routes cross between the policies' node pools.
 	CrossPolicy bool
+	// OutsideSelector is the Calico selector of the nodes no policy selects (OutsideSelector), ""
+	// when every node is in a policy. The plan's top-level route reflectors take them as clients
+	// (OutsideBGPPeerName), so they keep every route whether Calico's node-to-node mesh is on
+	// (which route reflectors leave) or off.
+	OutsideSelector string
 	// Filters and Scores default to DefaultFilters and DefaultScores.
 	Filters []FilterPlugin
 	Scores  []ScorePlugin

@@ -385,10 +385,11 @@ func shortHash(s string) string {
 }
 
 // racked reports whether the topology puts nodes in racks (and route reflectors do not all mesh).
-// markTopLevel picks, when other policies exist, the route reflectors that peer with theirs: the
+// markTopLevel picks, when other policies or nodes outside every policy exist, the route reflectors
+// that peer with them: the
 // active spine members, or every active route reflector when the plan has no spine.
 func (pl *planner) markTopLevel() {
-	if !pl.in.CrossPolicy {
+	if !pl.in.CrossPolicy && pl.in.OutsideSelector == "" {
 		return
 	}
 	hasSpine := false

@@ -241,6 +241,28 @@ func Overlaps(valid []Managed, nodes []*corev1.Node, name string) map[string][]s
 	return out
 }
 
+// OutsideSelector returns the Calico selector of the nodes no valid policy selects
+// (extender.OutsideSelector) when at least one of nodes is such a node, else "".
+func OutsideSelector(valid []Managed, nodes []*corev1.Node) string {
+	if len(valid) == 0 {
+		return ""
+	}
+	sels := make([]string, len(valid))
+	for i, m := range valid {
+		sels[i] = m.Resolved.CalicoNodeSelector()
+	}
+	sel := extender.OutsideSelector(sels)
+	if sel == "" {
+		return ""
+	}
+	for _, n := range nodes {
+		if !slices.ContainsFunc(valid, func(m Managed) bool { return m.Resolved.NodeSelector.Matches(labels.Set(n.Labels)) }) {
+			return sel
+		}
+	}
+	return ""
+}
+
 // Partition returns, for each valid policy, the nodes it manages (nodes selected by two policies
 // are in none), in the order of nodes.
 func Partition(valid []Managed, nodes []*corev1.Node) map[string][]*corev1.Node {

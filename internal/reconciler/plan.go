@@ -79,7 +79,8 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 		all, seq := r.Ledger.Overlay(r.Nodes.List())
 		nodes := webhook.Partition(valid, all)[st.Name]
 		st.Input = extender.Input{Policy: st.Managed.Resolved, Nodes: nodes, Now: st.Now, Recommendations: history,
-			ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes), CrossPolicy: len(valid) > 1}
+			ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes), CrossPolicy: len(valid) > 1,
+			OutsideSelector: webhook.OutsideSelector(valid, all)}
 		st.Result = extender.Plan(st.Input)
 		ok := r.Ledger.Commit(st.Policy.Generation, st.Input, st.Result, seq)
 		if unblock != nil {

@@ -107,7 +107,7 @@ func TestTwoPoliciesRouteAcrossPools(t *testing.T) {
 			h.reconcileBoth()
 			h.reconcileBoth()
 			require.Zero(t, h.modelMissing(), "node pairs across the pools without routes; BGPPeers %v", h.peers())
-			require.Contains(t, h.peers(), "rr-autoscaler-mesh-all-default")
+			require.Contains(t, h.peers(), "rr-autoscaler-mesh.all.default")
 		})
 	}
 }
@@ -138,4 +138,30 @@ func TestLeaderChangeKeepsStabilizationWindow(t *testing.T) {
 	h.now = h.now.Add(5*time.Minute + time.Second)
 	h.reconcile()
 	require.EqualValues(t, 3, h.status().DesiredRouteReflectors, "a window later")
+}
+
+// TestNodesOutsidePoliciesKeepRoutes: a policy over one pool and nodes in no policy. With Calico's
+// node-to-node mesh on, the route reflectors leave the mesh (Calico's template) and the outside
+// nodes would miss their routes; the top-level route reflectors take the outside nodes as clients
+// (the mesh.outside BGPPeer), so the graph model on the cluster's nodes and BGPPeers shows 0
+// missing pairs with the mesh on, and with it off.
+func TestNodesOutsidePoliciesKeepRoutes(t *testing.T) {
+	for _, topo := range []v1alpha1.TopologyType{v1alpha1.DualPlane, v1alpha1.MultiCluster} {
+		t.Run(string(topo), func(t *testing.T) {
+			nodes := twoPools(24)[:24] // pool a
+			for i := range 6 {
+				nodes = append(nodes, node(fmt.Sprintf("x-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3), i))
+			}
+			h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+				s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool-a": "true"}}
+				s.Topology.Type = topo
+				s.Topology.MaxRackSize = ptr(int32(10))
+			}, nodes)
+			h.reconcile()
+			h.reconcile()
+			require.Zero(t, h.modelMissingMesh(true), "mesh on")
+			require.Zero(t, h.modelMissing(), "mesh off")
+			require.Contains(t, h.peers(), "rr-autoscaler-mesh.outside.default")
+		})
+	}
 }
