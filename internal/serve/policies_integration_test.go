@@ -10,14 +10,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
 // TestTwoPoliciesOnRealAPIServer: two policies (the default layout, DualPlane) over two node pools
 // with different route reflector labels, Calico's node-to-node mesh off. The cluster's own nodes
 // and BGPPeers fed to the graph model show 0 missing pairs, across the pools too; no cluster ID is
-// used by both policies; a client relabelled from one pool to the other is handed over to the
-// other policy's route reflectors, with 0 missing pairs again.
+// used by both policies; nodes in no policy keep every route too (with the mesh off and on); a
+// client relabelled from one pool to the other is handed over to the other policy's route
+// reflectors, with 0 missing pairs again.
 func TestTwoPoliciesOnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
 	for _, pool := range []string{"a", "b"} {
@@ -33,13 +35,17 @@ spec:
 	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 10)
-	for i := range 60 {
+	for i := range 64 {
 		pool := string(rune('a' + i%2))
+		name, labels := fmt.Sprintf("%s-%02d", pool, i/2), map[string]string{"pool": pool}
+		if i >= 60 { // in no policy
+			name, labels = fmt.Sprintf("x-%02d", i-60), nil
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			w.join(fmt.Sprintf("%s-%02d", pool, i/2), fmt.Sprintf("zone-%c", 'a'+(i/2)%3), map[string]string{"pool": pool})
+			w.join(name, fmt.Sprintf("zone-%c", 'a'+i%3), labels)
 		}()
 	}
 	wg.Wait()
@@ -47,8 +53,14 @@ spec:
 		w.t.Helper()
 		w.eventually(what, 60*time.Second, func() error {
 			missing, draining, unwired, err := w.routingState()
-			if err == nil && missing+int64(draining+unwired) > 0 {
-				err = fmt.Errorf("%d missing pairs, %d draining, %d nodes without a role", missing, draining, unwired)
+			if err == nil && draining > 0 {
+				err = fmt.Errorf("%d draining", draining)
+			}
+			if err == nil && missing == 0 {
+				missing, _, _, err = w.routingStateWith(bgpmodel.Options{NodeToNodeMesh: true})
+			}
+			if err == nil && missing > 0 {
+				err = fmt.Errorf("%d missing pairs (%d nodes without a role: the 4 outside every policy have none)", missing, unwired)
 			}
 			return err
 		})
@@ -67,6 +79,9 @@ spec:
 			continue
 		}
 		pool := n.Labels["pool"]
+		if pool == "" {
+			t.Fatalf("%s is in no policy but has a cluster ID", n.Name)
+		}
 		if _, own := n.Labels["rr-"+pool]; !own {
 			t.Fatalf("%s has a cluster ID but not its policy's route reflector label: %v", n.Name, n.Labels)
 		}
