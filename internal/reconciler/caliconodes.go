@@ -87,50 +87,33 @@ func (r *Reconciler) writeCalicoRoles(ctx context.Context, st *State, report boo
 
 // applyCalicoWrites writes a phase with a few workers.
 func (r *Reconciler) applyCalicoWrites(ctx context.Context, st *State, owned []string, ws []calicoWrite) error {
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-		next  = make(chan calicoWrite)
-	)
-	for range min(patchWorkers, len(ws)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for w := range next {
-				err := r.CalicoNodes.SetRole(ctx, w.name, owned, w.want)
-				switch {
-				case errors.Is(err, calicoetcd.ErrNoCalicoNode):
-					st.requeue(r.resync())
-					continue
-				case err != nil:
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					continue
-				}
-				r.calicoSynced(w.name, &w.want)
-				calicoNodeWrites.WithLabelValues(st.Name).Inc()
-				if w.drift {
-					driftReverted.WithLabelValues(st.Name, "Node").Inc()
-					ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: w.name}
-					if n := st.View[w.name]; n != nil {
-						ref.UID = n.UID
-					}
-					r.Recorder.Event(ref, corev1.EventTypeWarning, EventDriftReverted,
-						"Calico Node in etcd changed by hand, reverted: "+strings.Join(calicoetcd.Diff(w.have, w.want), "; "))
-				}
+	var mu sync.Mutex // st
+	return inParallel(ws, func(w calicoWrite) error {
+		err := r.CalicoNodes.SetRole(ctx, w.name, owned, w.want)
+		switch {
+		case errors.Is(err, calicoetcd.ErrNoCalicoNode):
+			mu.Lock()
+			st.requeue(r.resync())
+			mu.Unlock()
+			return nil
+		case err != nil:
+			return err
+		}
+		r.calicoSynced(w.name, &w.want)
+		calicoNodeWrites.WithLabelValues(st.Name).Inc()
+		if w.drift {
+			driftReverted.WithLabelValues(st.Name, "Node").Inc()
+			ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: w.name}
+			mu.Lock()
+			if n := st.View[w.name]; n != nil {
+				ref.UID = n.UID
 			}
-		}()
-	}
-	for _, w := range ws {
-		next <- w
-	}
-	close(next)
-	wg.Wait()
-	return first
+			mu.Unlock()
+			r.Recorder.Event(ref, corev1.EventTypeWarning, EventDriftReverted,
+				"Calico Node in etcd changed by hand, reverted: "+strings.Join(calicoetcd.Diff(w.have, w.want), "; "))
+		}
+		return nil
+	})
 }
 
 // calicoSynced records the role a Calico Node was last written with or seen in sync with (nil

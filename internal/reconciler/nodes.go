@@ -146,34 +146,48 @@ func releasingIDs(st *State) map[string]string {
 
 // applyPatches writes patches with a few workers and records each in the ledger and the view.
 func (r *Reconciler) applyPatches(ctx context.Context, st *State, patches []nodePatch) error {
+	var mu sync.Mutex
+	return inParallel(patches, func(np nodePatch) error {
+		n, err := r.patchNode(ctx, st.Name, np)
+		if err != nil || n == nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		st.View[np.name] = n
+		if np.change != nil {
+			st.Changes = append(st.Changes, *np.change)
+		}
+		return nil
+	})
+}
+
+// inParallel calls fn on every item with patchWorkers workers and returns the first error (the
+// other items are still done).
+func inParallel[T any](items []T, fn func(T) error) error {
 	var (
 		mu    sync.Mutex
 		first error
 		wg    sync.WaitGroup
-		next  = make(chan nodePatch)
+		next  = make(chan T)
 	)
-	for range min(patchWorkers, len(patches)) {
+	for range min(patchWorkers, len(items)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for np := range next {
-				n, err := r.patchNode(ctx, st.Name, np)
-				mu.Lock()
-				switch {
-				case err != nil && first == nil:
-					first = err
-				case err == nil && n != nil:
-					st.View[np.name] = n
-					if np.change != nil {
-						st.Changes = append(st.Changes, *np.change)
+			for it := range next {
+				if err := fn(it); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
 					}
+					mu.Unlock()
 				}
-				mu.Unlock()
 			}
 		}()
 	}
-	for _, np := range patches {
-		next <- np
+	for _, it := range items {
+		next <- it
 	}
 	close(next)
 	wg.Wait()

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
@@ -161,15 +160,7 @@ func (w *world) policyField(jsonpath string) string {
 // and still refuses a label removal below the minimum.
 func TestAdoptHandBuiltClusterOnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
-	ctx := t.Context()
-	cfg := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "crd.projectcalico.org/v1", "kind": "BGPConfiguration",
-		"metadata": map[string]any{"name": "default"},
-		"spec":     map[string]any{"nodeToNodeMeshEnabled": false, "asNumber": int64(64512)},
-	}}
-	if _, err := w.dyn.Resource(bgpConfigGVR).Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	w.createBGPConfiguration(false)
 	w.joinCluster(100)
 	for _, rr := range handRRs {
 		if _, stderr, err := w.kubectl(testenv.UserAdmin, "label", "node", rr, "calico-route-reflector="); err != nil {

@@ -174,6 +174,20 @@ func (c *calicoNode) reset() {
 	c.max = len(c.live)
 }
 
+// createBGPConfiguration creates Calico's default BGPConfiguration with the node-to-node mesh on
+// or off (AS 64512).
+func (w *world) createBGPConfiguration(mesh bool) {
+	w.t.Helper()
+	cfg := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "crd.projectcalico.org/v1", "kind": "BGPConfiguration",
+		"metadata": map[string]any{"name": "default"},
+		"spec":     map[string]any{"nodeToNodeMeshEnabled": mesh, "asNumber": int64(64512)},
+	}}
+	if _, err := w.dyn.Resource(bgpConfigGVR).Create(w.t.Context(), cfg, metav1.CreateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 func (w *world) applyPolicy(yaml string) {
 	w.t.Helper()
 	if out, stderr, err := w.env.KubectlStdin(w.t, testenv.UserAdmin, yaml, "apply", "-f", "-"); err != nil {
@@ -404,14 +418,7 @@ func TestMigrateFromNodeMeshOnRealAPIServer(t *testing.T) {
 func testMigrateFromNodeMesh(t *testing.T, handover string) {
 	w := newWorld(t)
 	ctx := t.Context()
-	cfg := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "crd.projectcalico.org/v1", "kind": "BGPConfiguration",
-		"metadata": map[string]any{"name": "default"},
-		"spec":     map[string]any{"nodeToNodeMeshEnabled": true, "asNumber": int64(64512)},
-	}}
-	if _, err := w.dyn.Resource(bgpConfigGVR).Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	w.createBGPConfiguration(true)
 	meshOn := func() bool {
 		o, err := w.dyn.Resource(bgpConfigGVR).Get(ctx, "default", metav1.GetOptions{})
 		if err != nil {
