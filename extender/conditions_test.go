@@ -101,3 +101,70 @@ func TestNodeConditions(t *testing.T) {
 	_, picked := rrNames(res)[nodes[0].Name]
 	assert.False(t, picked)
 }
+
+// TestReadyAgainTakesRoleBack: a route reflector NotReady past the grace period drains (marked
+// NotReady) and is replaced; Ready again before its removalDelay ends, it takes its role back (in
+// DualPlane its plane) without the draining mark, and the replacement drains instead. A route
+// reflector drained for another reason (cordon) does not come back when Ready.
+func TestReadyAgainTakesRoleBack(t *testing.T) {
+	now := t0.Add(240 * time.Hour)
+	for _, top := range []*v1alpha1.Topology{nil, dual} {
+		p := resolve(t, v1alpha1.RouteReflectorPolicySpec{Topology: top, NotReadyGracePeriod: &metav1.Duration{Duration: time.Minute},
+			RemovalDelay: &metav1.Duration{Duration: 5 * time.Minute}})
+		t.Run(string(p.Topology), func(t *testing.T) {
+			nodes := cluster(30, 3)
+			apply(p, nodes, Plan(Input{Policy: p, Nodes: nodes, Now: now}))
+			before := rrNames(Plan(Input{Policy: p, Nodes: nodes, Now: now}))
+			var rr *corev1.Node
+			for _, n := range nodes {
+				if r, ok := before[n.Name]; ok && !r.Spine {
+					rr = n
+					break
+				}
+			}
+			plane := rr.Annotations[AnnotationPlane]
+			notReadyFor(now, 90*time.Second)(rr)
+			res := Plan(Input{Policy: p, Nodes: nodes, Now: now})
+			apply(p, nodes, res)
+			require.True(t, rrNames(res)[rr.Name].Draining, "NotReady past the grace period: draining")
+			require.Equal(t, DrainingReasonNotReady, rr.Annotations[AnnotationDrainingReason])
+			var replacement string
+			for name, r := range rrNames(res) {
+				if _, was := before[name]; !was && !r.Draining {
+					replacement = name
+				}
+			}
+			require.NotEmpty(t, replacement, "a replacement")
+
+			// Ready again two minutes later (removalDelay 5m): the role comes back.
+			rr.Status.Conditions[0].Status = corev1.ConditionTrue
+			later := now.Add(2 * time.Minute)
+			res = Plan(Input{Policy: p, Nodes: nodes, Now: later})
+			require.Empty(t, checkInvariants(p, nodes, res))
+			apply(p, nodes, res)
+			got := rrNames(res)
+			require.False(t, got[rr.Name].Draining, "%s takes its role back: %+v", rr.Name, got[rr.Name])
+			require.Empty(t, rr.Annotations[AnnotationDrainingSince])
+			require.Empty(t, rr.Annotations[AnnotationDrainingReason])
+			require.Equal(t, plane, rr.Annotations[AnnotationPlane], "its plane")
+			require.True(t, got[replacement].Draining, "the replacement drains: %+v", got[replacement])
+			active := 0
+			for _, r := range got {
+				if !r.Draining {
+					active++
+				}
+			}
+			require.Equal(t, len(before), active, "as many active route reflectors as before")
+
+			// Cordoned, it drains; uncordoned before its removalDelay ends, it stays draining.
+			rr.Spec.Unschedulable = true
+			res = Plan(Input{Policy: p, Nodes: nodes, Now: later})
+			apply(p, nodes, res)
+			require.True(t, rrNames(res)[rr.Name].Draining)
+			require.Empty(t, rr.Annotations[AnnotationDrainingReason])
+			rr.Spec.Unschedulable = false
+			res = Plan(Input{Policy: p, Nodes: nodes, Now: later.Add(time.Minute)})
+			require.True(t, rrNames(res)[rr.Name].Draining, "a cordon's drain is not taken back")
+		})
+	}
+}

@@ -52,11 +52,15 @@ func (pl *planner) planDualPlane() {
 	}
 	for _, r := range racks {
 		rackRR[r] = make([]*NodeInfo, planes+1)
-		// Current route reflectors of this rack keep their plane.
-		for _, n := range eligible[r] {
-			if n.Plane >= 1 && n.Plane <= planes && rackRR[r][n.Plane] == nil && pl.isRackRR(n) {
-				rackRR[r][n.Plane] = n
-				taken[n] = true
+		// Current route reflectors of this rack keep their plane; one drained while NotReady and
+		// Ready again takes its plane back first.
+		for _, returning := range []bool{true, false} {
+			for _, n := range eligible[r] {
+				if n.Plane >= 1 && n.Plane <= planes && rackRR[r][n.Plane] == nil &&
+					(returning && n.DrainedWhileNotReady() && n.ClusterID != pl.spineID || !returning && pl.isRackRR(n)) {
+					rackRR[r][n.Plane] = n
+					taken[n] = true
+				}
 			}
 		}
 	}

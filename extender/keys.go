@@ -21,6 +21,12 @@ const (
 	AnnotationRouteReflectors = "routereflector.io/route-reflectors"
 	// AnnotationDrainingSince marks a route reflector whose clients are being handed over (RFC 3339).
 	AnnotationDrainingSince = "routereflector.io/draining-since"
+	// AnnotationDrainingReason says why a route reflector is draining when the cause may go away by
+	// itself: DrainingReasonNotReady. A route reflector Ready again before its removalDelay ends
+	// takes its role back (and its plane in DualPlane) and loses the mark.
+	AnnotationDrainingReason = "routereflector.io/draining-reason"
+	// DrainingReasonNotReady: drained because it was NotReady past notReadyGracePeriod.
+	DrainingReasonNotReady = "NotReady"
 	// AnnotationRack is a node's rack in the Hierarchical and DualPlane topologies (kept while the
 	// node stays).
 	AnnotationRack = "routereflector.io/rack"
@@ -75,5 +81,5 @@ func WatchedAnnotationKeys() []string {
 
 // OwnedAnnotationKeys returns the node annotation keys this product writes.
 func OwnedAnnotationKeys() []string {
-	return []string{AnnotationClusterID, AnnotationRouteReflectors, AnnotationDrainingSince, AnnotationRack, AnnotationPlane}
+	return []string{AnnotationClusterID, AnnotationRouteReflectors, AnnotationDrainingSince, AnnotationDrainingReason, AnnotationRack, AnnotationPlane}
 }

@@ -113,6 +113,12 @@ func (n *NodeInfo) Healthy() bool { return n.Ready && !n.Deleting }
 // Draining reports whether the node is a route reflector being handed over.
 func (n *NodeInfo) Draining() bool { return !n.DrainingSince.IsZero() }
 
+// DrainedWhileNotReady reports whether n is a route reflector being handed over because it was
+// NotReady: when it is eligible again (Ready) it takes its role back.
+func (n *NodeInfo) DrainedWhileNotReady() bool {
+	return n.Draining() && n.Node.Annotations[AnnotationDrainingReason] == DrainingReasonNotReady
+}
+
 // WithinNotReadyGrace reports whether n is a route reflector that has been NotReady for less than
 // the policy's grace period at n.Now: it keeps its role.
 func (n *NodeInfo) WithinNotReadyGrace(p *policy.Resolved) bool {

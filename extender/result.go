@@ -219,6 +219,12 @@ func (pl *planner) result() *Result {
 		st.Annotations[AnnotationClusterID] = id
 		if d.role == roleDraining {
 			st.Annotations[AnnotationDrainingSince] = d.since.UTC().Format(time.RFC3339)
+			if !n.Ready || n.DrainedWhileNotReady() {
+				st.Annotations[AnnotationDrainingReason] = DrainingReasonNotReady
+				if n.Plane > 0 {
+					st.Annotations[AnnotationPlane] = strconv.Itoa(n.Plane) // taken back when Ready again
+				}
+			}
 			s.DrainingRouteReflectors++
 		} else {
 			s.RouteReflectors++

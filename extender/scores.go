@@ -14,7 +14,8 @@ const (
 )
 
 // CurrentRole ranks nodes that already are route reflectors (and are not being handed over) first,
-// so that roles do not move without a reason.
+// so that roles do not move without a reason; before them, a route reflector handed over because
+// it was NotReady and Ready again (it takes its role back from its replacement).
 type CurrentRole struct{}
 
 var _ ScorePlugin = &CurrentRole{}
@@ -27,7 +28,10 @@ func (*CurrentRole) Name() string { return CurrentRoleName }
 
 // Score implements ScorePlugin.
 func (*CurrentRole) Score(_ *policy.Resolved, n *NodeInfo) int64 {
-	if n.CurrentRR && !n.Draining() {
+	switch {
+	case n.DrainedWhileNotReady():
+		return 2
+	case n.CurrentRR && !n.Draining():
 		return 1
 	}
 	return 0

@@ -72,6 +72,10 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 		if !ni.Eligible && !extender.IsDraining(node) {
 			ts := CeilSecond(m.now()).Format(time.RFC3339)
 			ann = map[string]*string{extender.AnnotationDrainingSince: &ts}
+			if ni.Reason == extender.ReasonNotReady {
+				reason := extender.DrainingReasonNotReady
+				ann[extender.AnnotationDrainingReason] = &reason
+			}
 			if !dryRun {
 				change.Annotations = ann
 				change.Object = ApplyChange(change.Object, &change)

@@ -14,7 +14,9 @@ import (
 
 // TestNotReadyGraceOnRealAPIServer: a route reflector NotReady for 30 s (a kubelet blip, reported
 // through nodes/status as a kubelet does) and Ready again keeps its role, with no draining mark and
-// no role-change Event; NotReady past notReadyGracePeriod it is replaced, then demoted.
+// no role-change Event; NotReady past notReadyGracePeriod it is replaced, then demoted. Another
+// one, NotReady past the grace period and Ready again before its removalDelay ends, takes its role
+// back and loses the draining mark; its replacement drains instead.
 func TestNotReadyGraceOnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
 	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
@@ -78,4 +80,42 @@ spec:
 		}
 	}
 	t.Logf("%s replaced and demoted %v after going NotReady (grace 40 s)", victim, time.Since(start).Round(time.Second))
+
+	// Ready again before the replacement takes over (removalDelay 5m): the role comes back.
+	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  topology: {type: MultiCluster}
+  notReadyGracePeriod: 40s
+  removalDelay: 5m
+  behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
+`)
+	second := slices.Sorted(maps.Keys(w.snapshot().rrs))[0]
+	w.ready(second, false)
+	w.eventually(second+" draining past the grace period", 90*time.Second, func() error {
+		n := w.snapshot().nodes[second]
+		if n.Annotations[extender.AnnotationDrainingSince] == "" || n.Annotations[extender.AnnotationDrainingReason] != extender.DrainingReasonNotReady {
+			return fmt.Errorf("%s not marked draining for NotReady: %v", second, n.Annotations)
+		}
+		return nil
+	})
+	w.ready(second, true)
+	w.eventually(second+" takes its role back", 30*time.Second, func() error {
+		s := w.snapshot()
+		n := s.nodes[second]
+		if _, ok := s.rrs[second]; !ok || n.Annotations[extender.AnnotationDrainingSince] != "" || n.Annotations[extender.AnnotationDrainingReason] != "" {
+			return fmt.Errorf("%s: route reflector %v, annotations %v", second, ok, n.Annotations)
+		}
+		active := 0
+		for name := range s.rrs {
+			if s.nodes[name].Annotations[extender.AnnotationDrainingSince] == "" {
+				active++
+			}
+		}
+		if active != 3 {
+			return fmt.Errorf("%d active route reflectors, want 3 (the replacement draining): %s", active, s.roles())
+		}
+		return nil
+	})
 }

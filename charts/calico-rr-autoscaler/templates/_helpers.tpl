@@ -177,6 +177,7 @@ webhooks whatever webhooks.node.watchedAnnotations says.
 - projectcalico.org/labels
 - routereflector.io/route-reflectors
 - routereflector.io/draining-since
+- routereflector.io/draining-reason
 - routereflector.io/rack
 - routereflector.io/plane
 {{- end }}
