@@ -10,16 +10,25 @@ import (
 
 // Filter plugin names.
 const (
-	NodeReadyName          = "NodeReady"
-	NodeUnschedulableName  = "NodeUnschedulable"
-	NodeDeletingName       = "NodeDeleting"
-	TaintTolerationName    = "TaintToleration"
-	NotForbiddenName       = "NotForbidden"
-	NodeConditionsName     = "NodeConditions"
-	ReasonNotReady         = "node is not Ready"
-	ReasonUnschedulable    = "node is cordoned (spec.unschedulable)"
-	ReasonDeleting         = "node is being deleted"
-	ReasonForbidden        = "node matches the policy's forbiddenNodeSelector"
+	NodeReadyName         = "NodeReady"
+	NodeUnschedulableName = "NodeUnschedulable"
+	NodeDeletingName      = "NodeDeleting"
+	TaintTolerationName   = "TaintToleration"
+	NotForbiddenName      = "NotForbidden"
+	NodeConditionsName    = "NodeConditions"
+	ReasonNotReady        = "node is not Ready"
+	ReasonUnschedulable   = "node is cordoned (spec.unschedulable)"
+	ReasonDeleting        = "node is being deleted"
+	ReasonForbidden       = "node matches the policy's forbiddenNodeSelector"
+
+	// The rules under which the node validator refuses to make a node a route reflector that a
+	// filter rejects (FilterPlugin.Rule).
+	RuleNotReadyNode       = "not-ready-node"
+	RuleCordonedNode       = "cordoned-node"
+	RuleDeletingNode       = "deleting-node"
+	RuleUntoleratedTaint   = "untolerated-taint"
+	RuleForbiddenNode      = "forbidden-node"
+	RuleNodeCondition      = "node-condition"
 	reasonUntoleratedTaint = "node has taint %s=%s:%s that the route reflector does not tolerate"
 	reasonCondition        = "node condition %s is True"
 )
@@ -35,6 +44,9 @@ func NewNodeReady() *NodeReady { return &NodeReady{} }
 
 // Name implements FilterPlugin.
 func (*NodeReady) Name() string { return NodeReadyName }
+
+// Rule implements FilterPlugin.
+func (*NodeReady) Rule() string { return RuleNotReadyNode }
 
 // Filter implements FilterPlugin.
 func (*NodeReady) Filter(p *policy.Resolved, n *NodeInfo) string {
@@ -57,6 +69,9 @@ func NewNodeConditions() *NodeConditions { return &NodeConditions{} }
 // Name implements FilterPlugin.
 func (*NodeConditions) Name() string { return NodeConditionsName }
 
+// Rule implements FilterPlugin.
+func (*NodeConditions) Rule() string { return RuleNodeCondition }
+
 // Filter implements FilterPlugin.
 func (*NodeConditions) Filter(_ *policy.Resolved, n *NodeInfo) string {
 	if n.Condition != "" && !(n.CurrentRR && !n.Draining()) {
@@ -75,6 +90,9 @@ func NewNodeUnschedulable() *NodeUnschedulable { return &NodeUnschedulable{} }
 
 // Name implements FilterPlugin.
 func (*NodeUnschedulable) Name() string { return NodeUnschedulableName }
+
+// Rule implements FilterPlugin.
+func (*NodeUnschedulable) Rule() string { return RuleCordonedNode }
 
 // Filter implements FilterPlugin.
 func (*NodeUnschedulable) Filter(_ *policy.Resolved, n *NodeInfo) string {
@@ -95,6 +113,9 @@ func NewNodeDeleting() *NodeDeleting { return &NodeDeleting{} }
 // Name implements FilterPlugin.
 func (*NodeDeleting) Name() string { return NodeDeletingName }
 
+// Rule implements FilterPlugin.
+func (*NodeDeleting) Rule() string { return RuleDeletingNode }
+
 // Filter implements FilterPlugin.
 func (*NodeDeleting) Filter(_ *policy.Resolved, n *NodeInfo) string {
 	if n.Deleting {
@@ -113,6 +134,9 @@ func NewTaintToleration() *TaintToleration { return &TaintToleration{} }
 
 // Name implements FilterPlugin.
 func (*TaintToleration) Name() string { return TaintTolerationName }
+
+// Rule implements FilterPlugin.
+func (*TaintToleration) Rule() string { return RuleUntoleratedTaint }
 
 // Filter implements FilterPlugin.
 func (*TaintToleration) Filter(p *policy.Resolved, n *NodeInfo) string {
@@ -147,6 +171,9 @@ func NewNotForbidden() *NotForbidden { return &NotForbidden{} }
 
 // Name implements FilterPlugin.
 func (*NotForbidden) Name() string { return NotForbiddenName }
+
+// Rule implements FilterPlugin.
+func (*NotForbidden) Rule() string { return RuleForbiddenNode }
 
 // Filter implements FilterPlugin.
 func (*NotForbidden) Filter(p *policy.Resolved, n *NodeInfo) string {

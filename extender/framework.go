@@ -6,6 +6,9 @@ import "github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 // plugin's human-readable reason.
 type FilterPlugin interface {
 	Name() string
+	// Rule is the rule under which the node validator refuses to label a node this filter
+	// rejects (its name in denials, in the denial metric and in the audit annotation).
+	Rule() string
 	// Filter returns "" when the node passes, or the reason it does not.
 	Filter(p *policy.Resolved, n *NodeInfo) string
 }

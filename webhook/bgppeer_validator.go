@@ -12,9 +12,6 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
-// RuleManagedBGPPeer denies changes to the BGPPeers this product writes.
-const RuleManagedBGPPeer = "managed-bgppeer"
-
 // BGPPeerValidator is /validate-bgppeer (CREATE, UPDATE and DELETE of Calico BGPPeers, in either
 // API group): only the product's service account may create, change or delete a BGPPeer labelled
 // app.kubernetes.io/managed-by=calico-rr-autoscaler (or take that label away), while the policy
@@ -62,13 +59,13 @@ func (v *BGPPeerValidator) Handle(_ context.Context, req *admissionv1.AdmissionR
 			verb = "changed"
 		}
 		path := field.NewPath("metadata", "labels").Key(extender.LabelManagedBy)
-		err := field.Forbidden(path, "["+RuleManagedBGPPeer+"] BGPPeer "+name+" is managed by calico-rr-autoscaler (policy "+
-			quote(o.Labels[extender.LabelPolicy])+") and may be "+verb+" only by it; change the RouteReflectorPolicy instead")
+		d := forbid(path, RuleManagedBGPPeer, "BGPPeer %s is managed by calico-rr-autoscaler (policy %s) and may be %s only by it; change the RouteReflectorPolicy instead",
+			name, quote(o.Labels[extender.LabelPolicy]), verb)
 		gk := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
 		if gk.Kind == "" {
 			gk.Kind = "BGPPeer"
 		}
-		return Denied(gk, name, field.ErrorList{err}), nil
+		return Denied(gk, name, Denials{d}), nil
 	}
 	return Allowed(), nil
 }

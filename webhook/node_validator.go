@@ -18,31 +18,6 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
-// Rules of the node validator; a denial's message starts with its rule in brackets.
-const (
-	RuleMinRouteReflectors = "min-route-reflectors"
-	RuleMaxRouteReflectors = "max-route-reflectors"
-	RuleQuorum             = "quorum"
-	RuleClusterID          = "cluster-id"
-	RuleClusterIDCollision = "cluster-id-collision"
-	RuleForbiddenNode      = "forbidden-node"
-	RuleCordonedNode       = "cordoned-node"
-	RuleNotReadyNode       = "not-ready-node"
-	RuleDeletingNode       = "deleting-node"
-	RuleUntoleratedTaint   = "untolerated-taint"
-	RuleNodeCondition      = "node-condition"
-)
-
-// filterRules maps the planner's filters to the rules that deny labelling an ineligible node.
-var filterRules = map[string]string{
-	extender.NotForbiddenName:      RuleForbiddenNode,
-	extender.NodeUnschedulableName: RuleCordonedNode,
-	extender.NodeReadyName:         RuleNotReadyNode,
-	extender.NodeDeletingName:      RuleDeletingNode,
-	extender.TaintTolerationName:   RuleUntoleratedTaint,
-	extender.NodeConditionsName:    RuleNodeCondition,
-}
-
 // NodeValidator is /validate-v1-node (Node UPDATE on nodes and nodes/status, and DELETE). For any
 // user but the product's service account and kubelets, it denies removing a route reflector's
 // label or cluster ID below minRouteReflectors or so that a client keeps no route reflector (or,
@@ -82,16 +57,16 @@ func (v *NodeValidator) Handle(_ context.Context, req *admissionv1.AdmissionRequ
 	if node.Name == "" {
 		node.Name = req.Name
 	}
-	var errs field.ErrorList
+	var errs Denials
 	var warnings []string
-	check := func(mp Managed, found field.ErrorList) {
+	check := func(mp Managed, found Denials) {
 		if mp.Resolved.Mode != v1alpha1.Observe {
 			errs = append(errs, found...)
 			return
 		}
 		// Observe never refuses: it says what Enforce would refuse.
 		for _, e := range found {
-			warnings = append(warnings, fmt.Sprintf("policy %q is in Observe mode: Enforce would refuse this change: %s", mp.Resolved.Name, e.Error()))
+			warnings = append(warnings, fmt.Sprintf("policy %q is in Observe mode: Enforce would refuse this change: %s", mp.Resolved.Name, e.Err.Error()))
 		}
 	}
 	if mp, ok := v.Policies.ForNode(node.Labels); ok {
@@ -136,7 +111,7 @@ func (v *NodeValidator) routeReflectors(mp Managed, skip string) map[string]rrIn
 	return out
 }
 
-func (v *NodeValidator) removal(mp Managed, old, node *corev1.Node) field.ErrorList {
+func (v *NodeValidator) removal(mp Managed, old, node *corev1.Node) Denials {
 	p := mp.Resolved
 	if _, was := extender.RouteReflectorClusterID(old, p); !was {
 		return nil
@@ -155,9 +130,9 @@ func (v *NodeValidator) removal(mp Managed, old, node *corev1.Node) field.ErrorL
 			active++
 		}
 	}
-	var errs field.ErrorList
+	var errs Denials
 	if !extender.IsDraining(old) && active < p.Min {
-		errs = append(errs, RuleError(path, RuleMinRouteReflectors,
+		errs = append(errs, deny(path, RuleMinRouteReflectors,
 			"removing %s from %s would leave %d route reflectors; policy %q requires at least %d", what, node.Name, active, p.Name, p.Min))
 	}
 	// Quorum: every client keeps a route reflector; with one shared cluster ID, every two clients
@@ -192,7 +167,7 @@ func (v *NodeValidator) removal(mp Managed, old, node *corev1.Node) field.ErrorL
 	}
 	if len(orphans) > 0 {
 		slices.Sort(orphans)
-		errs = append(errs, RuleError(path, RuleQuorum, "removing %s from %s would leave %s without a route reflector",
+		errs = append(errs, deny(path, RuleQuorum, "removing %s from %s would leave %s without a route reflector",
 			what, node.Name, countedNames(orphans, "client", "clients")))
 		return errs
 	}
@@ -201,7 +176,7 @@ func (v *NodeValidator) removal(mp Managed, old, node *corev1.Node) field.ErrorL
 		for j := i + 1; j < len(keys); j++ {
 			a, b := sets[keys[i]], sets[keys[j]]
 			if !intersect(a, b) {
-				return append(errs, RuleError(path, RuleQuorum,
+				return append(errs, deny(path, RuleQuorum,
 					"removing %s from %s would leave clients of %s and clients of %s without a common route reflector, and all route reflectors share cluster ID %s (projectcalico/calico#2735)",
 					what, node.Name, strings.Join(a, ","), strings.Join(b, ","), policy.ClusterIDString(ids[0])))
 			}
@@ -240,9 +215,9 @@ func countedNames(names []string, one, many string) string {
 	return fmt.Sprintf("%d %s (%s, ...)", len(names), many, strings.Join(names[:show], ", "))
 }
 
-func (v *NodeValidator) addition(mp Managed, old, node *corev1.Node) field.ErrorList {
+func (v *NodeValidator) addition(mp Managed, old, node *corev1.Node) Denials {
 	p := mp.Resolved
-	var errs field.ErrorList
+	var errs Denials
 	oldID, hadID := old.Annotations[extender.AnnotationClusterID]
 	newID, hasID := node.Annotations[extender.AnnotationClusterID]
 	labelAdded := !p.IsRouteReflectorLabel(old.Labels) && p.IsRouteReflectorLabel(node.Labels)
@@ -251,14 +226,14 @@ func (v *NodeValidator) addition(mp Managed, old, node *corev1.Node) field.Error
 		id, ok := policy.ParseClusterID(newID)
 		switch {
 		case !ok:
-			errs = append(errs, RuleError(clusterIDPath, RuleClusterID, "%q is not an IPv4 address", newID))
+			errs = append(errs, deny(clusterIDPath, RuleClusterID, "%q is not an IPv4 address", newID))
 		case p.Topology == v1alpha1.MultiCluster && p.ClusterIDMode == v1alpha1.PerRouteReflector:
 			for _, o := range v.Nodes.RouteReflectors() {
 				if o.Name == node.Name || !p.NodeSelector.Matches(labels.Set(o.Labels)) {
 					continue
 				}
 				if oid, ok := policy.ParseClusterID(o.Annotations[extender.AnnotationClusterID]); ok && oid == id {
-					errs = append(errs, RuleError(clusterIDPath, RuleClusterIDCollision,
+					errs = append(errs, deny(clusterIDPath, RuleClusterIDCollision,
 						"cluster ID %s of %s is already held by %s; policy %q gives each route reflector its own (clusterIDs: PerRouteReflector)",
 						newID, node.Name, o.Name, p.Name))
 					break
@@ -276,14 +251,14 @@ func (v *NodeValidator) addition(mp Managed, old, node *corev1.Node) field.Error
 	ni := extender.NewNodeInfo(node, p)
 	for _, f := range extender.DefaultFilters() {
 		if reason := f.Filter(p, ni); reason != "" {
-			errs = append(errs, RuleError(path, filterRules[f.Name()],
+			errs = append(errs, deny(path, Rule(f.Rule()),
 				"%s may not be a route reflector of policy %q: %s", node.Name, p.Name, reason))
 			return errs
 		}
 	}
 	if _, was := extender.RouteReflectorClusterID(old, p); !was {
 		if n := len(v.routeReflectors(mp, node.Name)) + 1; n > p.Max {
-			errs = append(errs, RuleError(path, RuleMaxRouteReflectors,
+			errs = append(errs, deny(path, RuleMaxRouteReflectors,
 				"adding %s to %s would make %d route reflectors; policy %q allows at most %d", what, node.Name, n, p.Name, p.Max))
 		}
 	}

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -126,9 +127,22 @@ metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: 
 			if !resp.Allowed && (resp.Result.Code != 422 || resp.Result.Reason != metav1.StatusReasonInvalid) {
 				t.Fatalf("status %+v", resp.Result)
 			}
+			// The rules travel typed in the audit annotation, the same as the messages show.
+			var named []string
+			for _, m := range bracketed.FindAllStringSubmatch(tc.want, -1) {
+				named = append(named, m[1])
+			}
+			if wantRules := strings.Join(named, ","); !resp.Allowed {
+				if got := resp.AuditAnnotations["rules"]; "["+strings.ReplaceAll(got, ",", "],[")+"]" != wantRules {
+					t.Fatalf("audit annotation rules=%q, messages name %s", got, wantRules)
+				}
+			}
 		})
 	}
 }
+
+// bracketed finds the rule a denial's message starts with, as kubectl prints it.
+var bracketed = regexp.MustCompile(`(?:Invalid value|Forbidden): (\[[a-z0-9-]+\])`)
 
 func TestNodeValidatorDeleteWarns(t *testing.T) {
 	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, threeZones())

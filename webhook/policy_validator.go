@@ -17,9 +17,6 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
-// RulePolicyOverlap denies a policy whose nodeSelector overlaps another policy's.
-const RulePolicyOverlap = "policy-overlap"
-
 // PolicyValidator is /validate-routereflectorpolicy (CREATE and UPDATE): the policy's own
 // validation (every invalid field with its path), no overlap with another policy's nodeSelector (a
 // node may match at most one policy), and warnings for risky values.
@@ -42,9 +39,9 @@ func (v *PolicyValidator) Handle(_ context.Context, req *admissionv1.AdmissionRe
 	if p.Name == "" {
 		p.Name = req.Name
 	}
-	errs := policy.Validate(p)
+	errs := invalid(policy.Validate(p))
 	if len(errs) == 0 {
-		errs = append(errs, v.overlap(p)...)
+		errs = v.overlap(p)
 	}
 	if len(errs) > 0 {
 		return Denied(policyGK, p.Name, errs), nil
@@ -89,7 +86,7 @@ func (v *PolicyValidator) costWarning(p *v1alpha1.RouteReflectorPolicy) []string
 
 // overlap reports another policy that selects a node this one selects: when either selects every
 // node, when both selectors are the same, or when a node in the cache matches both.
-func (v *PolicyValidator) overlap(p *v1alpha1.RouteReflectorPolicy) field.ErrorList {
+func (v *PolicyValidator) overlap(p *v1alpha1.RouteReflectorPolicy) Denials {
 	path := field.NewPath("spec", "nodeSelector")
 	sel := selectorOf(p.Spec.NodeSelector)
 	for _, o := range v.Policies.List() {
@@ -99,10 +96,10 @@ func (v *PolicyValidator) overlap(p *v1alpha1.RouteReflectorPolicy) field.ErrorL
 		other := selectorOf(o.Spec.NodeSelector)
 		switch {
 		case sel.Empty() || other.Empty():
-			return field.ErrorList{RuleError(path, RulePolicyOverlap,
+			return Denials{deny(path, RulePolicyOverlap,
 				"policy %q selects every node or policy %q does; a node may match at most one policy: give both a nodeSelector that tells their nodes apart", p.Name, o.Name)}
 		case sel.String() == other.String():
-			return field.ErrorList{RuleError(path, RulePolicyOverlap,
+			return Denials{deny(path, RulePolicyOverlap,
 				"policy %q has the same nodeSelector (%s); a node may match at most one policy", o.Name, sel)}
 		}
 		if v.Nodes == nil {
@@ -110,7 +107,7 @@ func (v *PolicyValidator) overlap(p *v1alpha1.RouteReflectorPolicy) field.ErrorL
 		}
 		for _, n := range v.Nodes.List() {
 			if sel.Matches(labels.Set(n.Labels)) && other.Matches(labels.Set(n.Labels)) {
-				return field.ErrorList{RuleError(path, RulePolicyOverlap,
+				return Denials{deny(path, RulePolicyOverlap,
 					"node %s matches both this nodeSelector and policy %q's (%s); a node may match at most one policy", n.Name, o.Name, other)}
 			}
 		}
