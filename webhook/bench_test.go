@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -57,7 +58,7 @@ func bigCluster(b *testing.B, n int) *fixture {
 		for k, v := range st.Annotations {
 			node.Annotations[k] = v
 		}
-		if err := f.nodeIdx.Add(StripNode(node.DeepCopy())); err != nil {
+		if err := f.nodeIdx.Add(state.StripNode(node.DeepCopy())); err != nil {
 			b.Fatal(err)
 		}
 	}

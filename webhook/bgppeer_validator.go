@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -20,7 +21,7 @@ type BGPPeerValidator struct {
 	ServiceAccount string
 	// Policies, when set, tells whether a BGPPeer's policy still exists; Synced says whether its
 	// cache has synced (before, no BGPPeer counts as left behind).
-	Policies *Policies
+	Policies *state.Policies
 	Synced   func() bool
 }
 

@@ -9,8 +9,8 @@
 // Serve adapts a Handler to HTTP: a malformed AdmissionReview gets HTTP 400 with a message, a
 // panic becomes HTTP 500 (the API server then applies the failurePolicy), never a crash.
 //
-// Every replica serves every webhook and decides from the shared informer cache (NodeStore,
-// Policies): no API round trip on the hot path. Only decisions that allocate (promotions,
+// Every replica serves every webhook and decides from the shared informer cache (internal/state:
+// NodeStore, Policies, Ledger): no API round trip on the hot path. Only decisions that allocate (promotions,
 // demotions, cluster IDs) are restricted to the replica holding the leader lease; see README.md
 // in this directory for the design and why.
 package webhook

@@ -21,6 +21,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -101,10 +102,10 @@ func i32(v int32) *int32 { return &v }
 
 // fixture is a webhook's view of a cluster: the informer stores, the ledger and the handlers.
 type fixture struct {
-	policies *Policies
-	nodes    *NodeStore
+	policies *state.Policies
+	nodes    *state.NodeStore
 	nodeIdx  toolscache.Indexer
-	ledger   *Ledger
+	ledger   *state.Ledger
 	mutator  *NodeMutator
 	nodeVal  *NodeValidator
 	polVal   *PolicyValidator
@@ -119,13 +120,13 @@ func newFixture(t testing.TB, policies []*v1alpha1.RouteReflectorPolicy, nodes [
 			t.Fatal(err)
 		}
 	}
-	nidx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, NodeIndexers())
+	nidx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, state.NodeIndexers())
 	for _, n := range nodes {
-		if err := nidx.Add(StripNode(n.DeepCopy())); err != nil {
+		if err := nidx.Add(state.StripNode(n.DeepCopy())); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f := &fixture{policies: NewPolicies(pidx), nodes: NewNodeStore(nidx), nodeIdx: nidx, ledger: NewLedger(0, func() time.Time { return tNow })}
+	f := &fixture{policies: state.NewPolicies(pidx), nodes: state.NewNodeStore(nidx), nodeIdx: nidx, ledger: state.NewLedger(0, func() time.Time { return tNow })}
 	f.mutator = &NodeMutator{Policies: f.policies, Ledger: f.ledger, Now: func() time.Time { return tNow }}
 	f.nodeVal = &NodeValidator{Policies: f.policies, Nodes: f.nodes, ServiceAccount: testSA}
 	f.polVal = &PolicyValidator{Policies: f.policies, Nodes: f.nodes}
@@ -137,7 +138,7 @@ func newFixture(t testing.TB, policies []*v1alpha1.RouteReflectorPolicy, nodes [
 func (f *fixture) commit(t testing.TB) {
 	t.Helper()
 	for _, m := range f.policies.Valid() {
-		nodes, seq := f.ledger.Overlay(Partition([]Managed{m}, f.nodes.List())[m.Policy.Name])
+		nodes, seq := f.ledger.Overlay(state.Partition([]state.Managed{m}, f.nodes.List())[m.Policy.Name])
 		in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
 		if !f.ledger.Commit(m.Policy.Generation, in, extender.Plan(in), seq) {
 			t.Fatal("commit conflict")

@@ -9,80 +9,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 func strp(s string) *string { return &s }
-
-func TestLedgerOverlaySettlesAndExpires(t *testing.T) {
-	now := tNow
-	l := NewLedger(10*time.Second, func() time.Time { return now })
-	a := mkNode("node-a", "zone-a")
-	a.ResourceVersion = "100"
-	b := mkNode("node-b", "zone-a")
-	b.ResourceVersion = "100"
-	created := mkNode("node-new", "zone-a")
-
-	l.Assume("default", Change{Node: "node-a", BaseRV: "100", Labels: map[string]*string{"calico-route-reflector": strp("")}})
-	l.Assume("default", Change{Node: "node-b", AfterRV: "105", Annotations: map[string]*string{extender.AnnotationDrainingSince: strp("x")}})
-	l.Assume("default", Change{Node: "node-new", Object: created, Create: true})
-
-	out, seq := l.Overlay([]*corev1.Node{a, b})
-	if seq != 3 || len(out) != 3 {
-		t.Fatalf("seq %d, %d nodes", seq, len(out))
-	}
-	if _, ok := out[0].Labels["calico-route-reflector"]; !ok {
-		t.Fatal("node-a: assumed label missing")
-	}
-	if _, ok := a.Labels["calico-route-reflector"]; ok {
-		t.Fatal("the cached node was modified")
-	}
-	if out[1].Annotations[extender.AnnotationDrainingSince] != "x" || out[2].Name != "node-new" {
-		t.Fatalf("overlay %v %v", out[1].Annotations, out[2].Name)
-	}
-
-	// Another writer's version of node-a (101, without the label) lands first, as when the API
-	// server retries the admitted request after a conflict: the change still counts...
-	a1 := a.DeepCopy()
-	a1.ResourceVersion = "101"
-	if out, _ = l.Overlay([]*corev1.Node{a1, b, created}); l.Pending() != 2 {
-		t.Fatalf("another writer's version settled the change: pending %d", l.Pending())
-	} else if _, ok := out[0].Labels["calico-route-reflector"]; !ok {
-		t.Fatal("node-a: assumed label missing while the request may be retried")
-	}
-	// ...until the cache shows it: node-a at 102 with the label settles; node-b at 104 does not
-	// yet; the created node shows up.
-	a2, b2 := a.DeepCopy(), b.DeepCopy()
-	a2.ResourceVersion, b2.ResourceVersion = "102", "104"
-	a2.Labels["calico-route-reflector"] = ""
-	out, _ = l.Overlay([]*corev1.Node{a2, b2, created})
-	if out[0] != a2 || l.Pending() != 1 || len(out) != 3 {
-		t.Fatalf("settled: pending %d, node-a %v, %d nodes", l.Pending(), out[0].Labels, len(out))
-	}
-	// Expiry.
-	now = now.Add(11 * time.Second)
-	if out, _ = l.Overlay([]*corev1.Node{a2, b2}); l.Pending() != 0 || out[1].Annotations[extender.AnnotationDrainingSince] == "x" {
-		t.Fatalf("expired: pending %d", l.Pending())
-	}
-}
-
-func TestLedgerSettleGrace(t *testing.T) {
-	now := tNow
-	l := NewLedger(30*time.Second, func() time.Time { return now })
-	a := mkNode("node-a", "zone-a")
-	a.ResourceVersion = "100"
-	l.Assume("default", Change{Node: "node-a", BaseRV: "100", Labels: map[string]*string{"calico-route-reflector": strp("")}})
-	a1 := a.DeepCopy()
-	a1.ResourceVersion = "101"
-	if l.Overlay([]*corev1.Node{a1}); l.Pending() != 1 {
-		t.Fatal("settled at once on a version without the change")
-	}
-	// The request failed for good: after the grace the newer version stands.
-	now = now.Add(settleGrace + time.Second)
-	if out, _ := l.Overlay([]*corev1.Node{a1}); l.Pending() != 0 || out[0] != a1 {
-		t.Fatalf("after the grace: pending %d", l.Pending())
-	}
-}
 
 func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
 	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
@@ -93,7 +24,7 @@ func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
 	// The reconciler reads its input, then a promotion is admitted.
 	nodes, seq := f.ledger.Overlay(nil)
 	n := mkNode("node-1", "zone-a")
-	if a, ok := f.ledger.Admit(m, n, Change{Object: StripNode(n.DeepCopy()), Create: true}); !ok || a.Role != extender.AdmitRouteReflector {
+	if a, ok := f.ledger.Admit(m, n, state.Change{Object: state.StripNode(n.DeepCopy()), Create: true}); !ok || a.Role != extender.AdmitRouteReflector {
 		t.Fatalf("admit: %+v %v", a, ok)
 	}
 	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
@@ -111,9 +42,9 @@ func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
 		t.Fatalf("commit %v, plan %+v", ok, res.Summary)
 	}
 	// Later decisions count it: zone-b and zone-c nodes are promoted, then a zone-a node is a client.
-	b, _ := f.ledger.Admit(m, mkNode("node-2", "zone-b"), Change{})
-	c, _ := f.ledger.Admit(m, mkNode("node-3", "zone-c"), Change{})
-	a, _ := f.ledger.Admit(m, mkNode("node-4", "zone-a"), Change{})
+	b, _ := f.ledger.Admit(m, mkNode("node-2", "zone-b"), state.Change{})
+	c, _ := f.ledger.Admit(m, mkNode("node-3", "zone-c"), state.Change{})
+	a, _ := f.ledger.Admit(m, mkNode("node-4", "zone-a"), state.Change{})
 	if b.ClusterID != "224.0.0.2" || c.ClusterID != "224.0.0.3" || a.Role != extender.AdmitClient || len(a.RouteReflectors) != 3 {
 		t.Fatalf("after commit: %+v / %+v / %+v", b, c, a)
 	}
@@ -131,7 +62,7 @@ func TestLedgerDecisionsSurviveCommit(t *testing.T) {
 		t.Fatal("commit")
 	}
 	for i := range 3 {
-		if a, _ := f.ledger.Admit(m, mkNode(fmt.Sprint("node-", i), fmt.Sprintf("zone-%c", 'a'+i)), Change{}); a.Role != extender.AdmitRouteReflector {
+		if a, _ := f.ledger.Admit(m, mkNode(fmt.Sprint("node-", i), fmt.Sprintf("zone-%c", 'a'+i)), state.Change{}); a.Role != extender.AdmitRouteReflector {
 			t.Fatalf("node %d: %+v", i, a)
 		}
 	}
@@ -140,7 +71,7 @@ func TestLedgerDecisionsSurviveCommit(t *testing.T) {
 	if f.ledger.Commit(1, in, res, seq) {
 		t.Fatal("stale commit succeeded")
 	}
-	if a, _ := f.ledger.Admit(m, mkNode("node-9", "zone-a"), Change{}); a.Role != extender.AdmitClient || len(a.RouteReflectors) != 3 {
+	if a, _ := f.ledger.Admit(m, mkNode("node-9", "zone-a"), state.Change{}); a.Role != extender.AdmitClient || len(a.RouteReflectors) != 3 {
 		t.Fatalf("fourth joiner: %+v", a)
 	}
 }
@@ -151,12 +82,12 @@ func TestLedgerNotLeader(t *testing.T) {
 	f.commit(t)
 	f.ledger.SetLeader(false)
 	m, _ := f.policies.Get("default")
-	if _, ok := f.ledger.Admit(m, mkNode("node-1", "zone-a"), Change{}); ok {
+	if _, ok := f.ledger.Admit(m, mkNode("node-1", "zone-a"), state.Change{}); ok {
 		t.Fatal("a non-leader decided")
 	}
 	// Regaining the lease needs a new commit.
 	f.ledger.SetLeader(true)
-	if _, ok := f.ledger.Admit(m, mkNode("node-1", "zone-a"), Change{}); ok {
+	if _, ok := f.ledger.Admit(m, mkNode("node-1", "zone-a"), state.Change{}); ok {
 		t.Fatal("decided without a committed plan")
 	}
 }
@@ -171,12 +102,12 @@ func TestLedgerOverlayShowsAdmittedFacts(t *testing.T) {
 	m, _ := f.policies.Get("default")
 	n := mkNode("node-1", "zone-a", notReady)
 	n.ResourceVersion = ""
-	f.ledger.Admit(m, n, Change{Object: n.DeepCopy(), Create: true})
+	f.ledger.Admit(m, n, state.Change{Object: n.DeepCopy(), Create: true})
 	cached := n.DeepCopy()
 	cached.ResourceVersion = "10"
 	ready := cached.DeepCopy()
 	ready.Status.Conditions[0].Status = corev1.ConditionTrue
-	if a, ok := f.ledger.Admit(m, ready, Change{Object: ready.DeepCopy(), BaseRV: "10"}); !ok || a.Role != extender.AdmitRouteReflector {
+	if a, ok := f.ledger.Admit(m, ready, state.Change{Object: ready.DeepCopy(), BaseRV: "10"}); !ok || a.Role != extender.AdmitRouteReflector {
 		t.Fatalf("%+v", a)
 	}
 	out, _ := f.ledger.Overlay([]*corev1.Node{cached})
@@ -186,23 +117,6 @@ func TestLedgerOverlayShowsAdmittedFacts(t *testing.T) {
 	// The node is deleted: its changes go.
 	if out, _ = f.ledger.Overlay(nil); len(out) != 0 || f.ledger.Pending() != 0 {
 		t.Fatalf("deleted node still overlaid: %d nodes, %d pending", len(out), f.ledger.Pending())
-	}
-}
-
-func TestOwnedKeysMatchExtender(t *testing.T) {
-	// OwnedChanges spells out the owned label keys; they must stay those of the extender.
-	want := extender.OwnedLabelKeys("k")
-	n := &corev1.Node{}
-	st := extender.NodeState{Labels: map[string]string{}, Annotations: map[string]string{}}
-	for _, k := range want {
-		st.Labels[k] = "v"
-	}
-	for _, k := range extender.OwnedAnnotationKeys() {
-		st.Annotations[k] = "v"
-	}
-	lbl, ann := OwnedChanges("k", n, st)
-	if len(lbl) != len(want) || len(ann) != len(extender.OwnedAnnotationKeys()) {
-		t.Fatalf("labels %v annotations %v", lbl, ann)
 	}
 }
 
@@ -218,14 +132,14 @@ func TestLedgerCountsAwaitedJoiners(t *testing.T) {
 	for _, name := range []string{"a-1", "b-1"} {
 		n := mkNode(name, "zone-"+name[:1], notReady, created)
 		n.ResourceVersion = ""
-		if a, ok := f.ledger.Admit(m, n, Change{Object: n.DeepCopy(), Create: true}); ok || !a.Awaited {
+		if a, ok := f.ledger.Admit(m, n, state.Change{Object: n.DeepCopy(), Create: true}); ok || !a.Awaited {
 			t.Fatalf("%s: %+v %v, want no decision on an awaited node", name, a, ok)
 		}
 	}
 	if f.ledger.Pending() != 2 {
 		t.Fatalf("%d entries, want the two awaited joiners", f.ledger.Pending())
 	}
-	create := func(n *corev1.Node) Change { return Change{Object: n.DeepCopy(), Create: true} }
+	create := func(n *corev1.Node) state.Change { return state.Change{Object: n.DeepCopy(), Create: true} }
 	c1 := mkNode("c-1", "zone-c")
 	if a, ok := f.ledger.Admit(m, c1, create(c1)); !ok || a.Role != extender.AdmitRouteReflector {
 		t.Fatalf("c-1: %+v", a)
@@ -236,11 +150,11 @@ func TestLedgerCountsAwaitedJoiners(t *testing.T) {
 	}
 	// The reconciler's plan sees the joiners from the overlay and keeps their zones' shares too.
 	f.commit(t)
-	if a, _ := f.ledger.Admit(m, mkNode("c-3", "zone-c"), Change{}); a.Role != extender.AdmitClient {
+	if a, _ := f.ledger.Admit(m, mkNode("c-3", "zone-c"), state.Change{}); a.Role != extender.AdmitClient {
 		t.Fatalf("c-3 after a commit: %+v", a)
 	}
 	ready := mkNode("a-1", "zone-a", created)
-	if a, ok := f.ledger.Admit(m, ready, Change{}); !ok || a.Role != extender.AdmitRouteReflector {
+	if a, ok := f.ledger.Admit(m, ready, state.Change{}); !ok || a.Role != extender.AdmitRouteReflector {
 		t.Fatalf("a-1 Ready: %+v, want promoted", a)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -20,8 +21,8 @@ import (
 // with its cluster ID, or client with its peering set. A replica without the lease answers without
 // a patch and leaves the node to the leader's reconciler. Its patches are idempotent.
 type NodeMutator struct {
-	Policies *Policies
-	Ledger   *Ledger
+	Policies *state.Policies
+	Ledger   *state.Ledger
 	// DeferRoles makes every replica answer a joining node as a replica without the lease does
 	// (no role in the patch; the reconciler decides). With Calico's etcd datastore the role must
 	// reach the Calico Node in etcd, which only the reconciler writes.
@@ -59,7 +60,7 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 	if p.Mode != v1alpha1.Enforce {
 		return Allowed(m.wouldDo(mp, node, old, ni)...), nil
 	}
-	change := Change{Node: node.Name, Object: node.DeepCopy(), Create: old == nil}
+	change := state.Change{Node: node.Name, Object: node.DeepCopy(), Create: old == nil}
 	if old != nil {
 		change.BaseRV = old.ResourceVersion
 	}
@@ -70,7 +71,7 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 	switch {
 	case ni.CurrentRR:
 		if !ni.Eligible && !extender.IsDraining(node) {
-			ts := CeilSecond(m.now()).Format(time.RFC3339)
+			ts := state.CeilSecond(m.now()).Format(time.RFC3339)
 			ann = map[string]*string{extender.AnnotationDrainingSince: &ts}
 			if ni.Reason == extender.ReasonNotReady {
 				reason := extender.DrainingReasonNotReady
@@ -78,7 +79,7 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 			}
 			if !dryRun {
 				change.Annotations = ann
-				change.Object = ApplyChange(change.Object, &change)
+				change.Object = state.ApplyChange(change.Object, &change)
 				m.Ledger.Assume(p.Name, change)
 				decisionsTotal.WithLabelValues("draining").Inc()
 			}
@@ -106,7 +107,7 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 		if !ok {
 			break
 		}
-		lbl, ann = OwnedChanges(p.RRLabelKey, node, a.State(p))
+		lbl, ann = state.OwnedChanges(p.RRLabelKey, node, a.State(p))
 		if len(lbl)+len(ann) > 0 && !dryRun {
 			decisionsTotal.WithLabelValues(a.Role.String()).Inc()
 		}
@@ -121,29 +122,19 @@ func (m *NodeMutator) now() time.Time {
 	return time.Now()
 }
 
-func wasRouteReflector(n *corev1.Node, mp Managed) bool {
+func wasRouteReflector(n *corev1.Node, mp state.Managed) bool {
 	return extender.NewNodeInfo(n, mp.Resolved).CurrentRR
 }
 
-func eligible(n *corev1.Node, mp Managed) bool {
+func eligible(n *corev1.Node, mp state.Managed) bool {
 	ni := extender.NewNodeInfo(n, mp.Resolved)
 	extender.RunFilters(extender.DefaultFilters(), mp.Resolved, ni)
 	return ni.Eligible
 }
 
-// CeilSecond rounds t up to the second, in UTC. Draining marks have a resolution of one second
-// (RFC 3339); rounding up keeps the removalDelay from ever being cut short.
-func CeilSecond(t time.Time) time.Time {
-	u := t.UTC().Truncate(time.Second)
-	if u.Before(t) {
-		u = u.Add(time.Second)
-	}
-	return u
-}
-
 // wouldDo says what Enforce would do to the node, for a policy in Observe or Paused mode: the
 // webhook changes nothing then, and answers with a warning instead.
-func (m *NodeMutator) wouldDo(mp Managed, node, old *corev1.Node, ni *extender.NodeInfo) []string {
+func (m *NodeMutator) wouldDo(mp state.Managed, node, old *corev1.Node, ni *extender.NodeInfo) []string {
 	p := mp.Resolved
 	prefix := fmt.Sprintf("policy %q is in %s mode: Enforce would ", p.Name, p.Mode)
 	switch {

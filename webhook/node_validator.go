@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -26,8 +27,8 @@ import (
 // that is not IPv4 or, with one cluster ID per route reflector, another's. It never denies a
 // DELETE: it warns instead. It decides from the informer cache (NodeStore's indexes).
 type NodeValidator struct {
-	Policies *Policies
-	Nodes    *NodeStore
+	Policies *state.Policies
+	Nodes    *state.NodeStore
 	// ServiceAccount is the product's identity, never denied.
 	ServiceAccount string
 }
@@ -59,7 +60,7 @@ func (v *NodeValidator) Handle(_ context.Context, req *admissionv1.AdmissionRequ
 	}
 	var errs Denials
 	var warnings []string
-	check := func(mp Managed, found Denials) {
+	check := func(mp state.Managed, found Denials) {
 		if mp.Resolved.Mode != v1alpha1.Observe {
 			errs = append(errs, found...)
 			return
@@ -98,7 +99,7 @@ type rrInfo struct {
 }
 
 // routeReflectors returns the policy's working route reflectors in the cache, but skip.
-func (v *NodeValidator) routeReflectors(mp Managed, skip string) map[string]rrInfo {
+func (v *NodeValidator) routeReflectors(mp state.Managed, skip string) map[string]rrInfo {
 	out := map[string]rrInfo{}
 	for _, n := range v.Nodes.RouteReflectors() {
 		if n.Name == skip {
@@ -111,7 +112,7 @@ func (v *NodeValidator) routeReflectors(mp Managed, skip string) map[string]rrIn
 	return out
 }
 
-func (v *NodeValidator) removal(mp Managed, old, node *corev1.Node) Denials {
+func (v *NodeValidator) removal(mp state.Managed, old, node *corev1.Node) Denials {
 	p := mp.Resolved
 	if _, was := extender.RouteReflectorClusterID(old, p); !was {
 		return nil
@@ -215,7 +216,7 @@ func countedNames(names []string, one, many string) string {
 	return fmt.Sprintf("%d %s (%s, ...)", len(names), many, strings.Join(names[:show], ", "))
 }
 
-func (v *NodeValidator) addition(mp Managed, old, node *corev1.Node) Denials {
+func (v *NodeValidator) addition(mp state.Managed, old, node *corev1.Node) Denials {
 	p := mp.Resolved
 	var errs Denials
 	oldID, hadID := old.Annotations[extender.AnnotationClusterID]

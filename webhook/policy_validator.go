@@ -13,6 +13,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -21,8 +22,8 @@ import (
 // validation (every invalid field with its path), no overlap with another policy's nodeSelector (a
 // node may match at most one policy), and warnings for risky values.
 type PolicyValidator struct {
-	Policies *Policies
-	Nodes    *NodeStore
+	Policies *state.Policies
+	Nodes    *state.NodeStore
 }
 
 var policyGK = v1alpha1.GroupVersion.WithKind("RouteReflectorPolicy").GroupKind()

@@ -16,8 +16,8 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoselector"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
 
 // EventBGPPeerAdopted is recorded on the policy for every hand-written BGPPeer adoptBGPPeers
@@ -251,7 +251,7 @@ func wiredByPlan(st *State, wanted map[string]extender.NodeState, names []string
 		if n == nil || !planned {
 			return "node " + name + " is not in policy " + st.Name
 		}
-		if lbl, ann := webhook.OwnedChanges(p.RRLabelKey, n, want); len(lbl)+len(ann) > 0 {
+		if lbl, ann := state.OwnedChanges(p.RRLabelKey, n, want); len(lbl)+len(ann) > 0 {
 			return "node " + name + " is not as the plan wants it yet"
 		}
 		if isCurrentRR(p, n) {

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
 
 // Policy deletion.
@@ -74,7 +74,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		if err := r.configs().Patch(ctx, orig, cfg); err != nil {
 			return fmt.Errorf("turning the node-to-node mesh back on: %w", err)
 		}
-		if err := r.markPolicy(ctx, pol, AnnotationMeshRestoredAt, webhook.CeilSecond(st.Now).Format(time.RFC3339)); err != nil {
+		if err := r.markPolicy(ctx, pol, AnnotationMeshRestoredAt, state.CeilSecond(st.Now).Format(time.RFC3339)); err != nil {
 			return err
 		}
 		r.Recorder.Eventf(pol, corev1.EventTypeNormal, EventMeshRestored,
@@ -101,7 +101,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 			continue
 		}
 		matching[n.Name] = n
-		lbl, ann := webhook.OwnedChanges(st.Managed.Resolved.RRLabelKey, n, extender.NodeState{})
+		lbl, ann := state.OwnedChanges(st.Managed.Resolved.RRLabelKey, n, extender.NodeState{})
 		if len(lbl)+len(ann) == 0 {
 			continue
 		}

@@ -44,7 +44,7 @@ import (
 // projectcalico.org/IPv4Address and IPv6Address annotations calico-node writes), else the node's
 // InternalIPs. A client counts as established when every family it has an address in has an
 // Established session (peersV4, peersV6): IPv4-only, IPv6-only and dual-stack clusters alike. The
-// informer cache keeps both (see webhook.StripNode), so no extra read is needed.
+// informer cache keeps both (see state.StripNode), so no extra read is needed.
 
 // Handover constants.
 const (

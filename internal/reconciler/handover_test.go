@@ -14,9 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
 
 func TestPlanNodeStatuses(t *testing.T) {
@@ -114,7 +114,7 @@ func TestStripNodeKeepsBGPAddress(t *testing.T) {
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "n"},
 			{Type: corev1.NodeInternalIP, Address: "10.1.0.1"}, {Type: corev1.NodeExternalIP, Address: "1.2.3.4"}}},
 	}
-	s := webhook.StripNode(n.DeepCopy())
+	s := state.StripNode(n.DeepCopy())
 	if fmt.Sprint(s.Annotations) != "map[projectcalico.org/IPv4Address:192.168.0.5/24]" || len(s.Status.Addresses) != 1 || s.Status.Addresses[0].Address != "10.1.0.1" {
 		t.Fatalf("stripped: %v %v", s.Annotations, s.Status.Addresses)
 	}

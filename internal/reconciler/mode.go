@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
 
 // EventWouldChange is recorded, in Observe mode, for each change Enforce would make.
@@ -49,7 +49,7 @@ func (r *Reconciler) pending(ctx context.Context, st *State) error {
 		if cur == nil {
 			continue
 		}
-		lbl, ann := webhook.OwnedChanges(p.RRLabelKey, cur, want)
+		lbl, ann := state.OwnedChanges(p.RRLabelKey, cur, want)
 		if len(lbl)+len(ann) == 0 {
 			continue
 		}

@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
 
 type nodePatch struct {
@@ -43,7 +43,7 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		if cur == nil {
 			continue
 		}
-		lbl, ann := webhook.OwnedChanges(p.RRLabelKey, cur, want)
+		lbl, ann := state.OwnedChanges(p.RRLabelKey, cur, want)
 		if len(lbl)+len(ann) == 0 {
 			continue
 		}
@@ -53,7 +53,7 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 				delete(ann, extender.AnnotationDrainingSince)
 			} else {
 				// A new mark: rounded up to the second, so that removalDelay is never cut short.
-				ts := webhook.CeilSecond(st.Now).Format(time.RFC3339)
+				ts := state.CeilSecond(st.Now).Format(time.RFC3339)
 				ann[extender.AnnotationDrainingSince] = &ts
 			}
 			if len(lbl)+len(ann) == 0 {
@@ -218,8 +218,8 @@ func (r *Reconciler) patchNode(ctx context.Context, policyName string, np nodePa
 		return nil, fmt.Errorf("patching node %s: %w", np.name, err)
 	}
 	nodePatches.WithLabelValues(policyName).Inc()
-	stripped := webhook.StripNode(obj)
-	r.Ledger.Assume(policyName, webhook.Change{Node: np.name, Labels: np.lbl, Annotations: np.ann, AfterRV: obj.ResourceVersion, Object: stripped})
+	stripped := state.StripNode(obj)
+	r.Ledger.Assume(policyName, state.Change{Node: np.name, Labels: np.lbl, Annotations: np.ann, AfterRV: obj.ResourceVersion, Object: stripped})
 	return stripped, nil
 }
 
@@ -261,7 +261,7 @@ func (r *Reconciler) demote(ctx context.Context, st *State) error {
 			st.requeue(handoverRetry)
 			continue
 		}
-		lbl, ann := webhook.OwnedChanges(p.RRLabelKey, cur, want[name])
+		lbl, ann := state.OwnedChanges(p.RRLabelKey, cur, want[name])
 		to := "no clients to move"
 		if len(moved) > 0 {
 			to = "clients moved to " + strings.Join(moved, ", ")

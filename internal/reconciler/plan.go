@@ -7,9 +7,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
 
 // load reads the policy from the cache. A deleted policy is forgotten (its nodes and BGPPeers are
@@ -41,7 +41,7 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 				"policy deleted while invalid: its route reflectors, labels and BGPPeers stay; remove them by hand")
 			return r.dropFinalizer(ctx, st.Policy)
 		}
-		st.Managed = webhook.Managed{Policy: st.Policy, Resolved: resolved}
+		st.Managed = state.Managed{Policy: st.Policy, Resolved: resolved}
 		return r.cleanup(ctx, st)
 	}
 	if err := r.ensureFinalizer(ctx, st.Policy); err != nil {
@@ -51,7 +51,7 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 		st.Invalid = errs
 		return r.status(ctx, st)
 	}
-	st.Managed = webhook.Managed{Policy: st.Policy, Resolved: resolved}
+	st.Managed = state.Managed{Policy: st.Policy, Resolved: resolved}
 	return nil
 }
 
@@ -77,10 +77,10 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 		}
 		start := time.Now()
 		all, seq := r.Ledger.Overlay(r.Nodes.List())
-		nodes := webhook.Partition(valid, all)[st.Name]
+		nodes := state.Partition(valid, all)[st.Name]
 		st.Input = extender.Input{Policy: st.Managed.Resolved, Nodes: nodes, Now: st.Now, Recommendations: history,
 			ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes), CrossPolicy: len(valid) > 1,
-			OutsideSelector: webhook.OutsideSelector(valid, all)}
+			OutsideSelector: state.OutsideSelector(valid, all)}
 		st.Result = extender.Plan(st.Input)
 		ok := r.Ledger.Commit(st.Policy.Generation, st.Input, st.Result, seq)
 		if unblock != nil {
@@ -93,7 +93,7 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 		}
 		plansTotal.WithLabelValues(st.Name, "conflict").Inc()
 	}
-	st.Overlaps = webhook.Overlaps(valid, r.Nodes.List(), st.Name)
+	st.Overlaps = state.Overlaps(valid, r.Nodes.List(), st.Name)
 	st.View = make(map[string]*corev1.Node, len(st.Input.Nodes))
 	for _, n := range st.Input.Nodes {
 		st.View[n.Name] = n

@@ -29,8 +29,8 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
 
 // Defaults.
@@ -54,10 +54,10 @@ type Reconciler struct {
 	// APIReader reads CalicoNodeStatuses and the BGPConfiguration without a cache (default Client).
 	APIReader client.Reader
 	// Nodes and Policies read the shared informer cache.
-	Nodes    *webhook.NodeStore
-	Policies *webhook.Policies
+	Nodes    *state.NodeStore
+	Policies *state.Policies
 	// Ledger is shared with the mutating webhook.
-	Ledger *webhook.Ledger
+	Ledger *state.Ledger
 	// Recorder records Events on nodes and policies.
 	Recorder record.EventRecorder
 	// PeerAPI is the group version of Calico's BGPPeers.
@@ -119,7 +119,7 @@ type State struct {
 	Name     string
 	Now      time.Time
 	Policy   *v1alpha1.RouteReflectorPolicy // from the cache: read only
-	Managed  webhook.Managed
+	Managed  state.Managed
 	Invalid  field.ErrorList
 	Input    extender.Input
 	Result   *extender.Result

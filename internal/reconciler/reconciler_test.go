@@ -24,9 +24,9 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -122,14 +122,14 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 				return c.SubResource(sub).Patch(ctx, obj, p, opts...)
 			},
 		}).Build()
-	h.nodeIdx = toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, webhook.NodeIndexers())
+	h.nodeIdx = toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, state.NodeIndexers())
 	h.polIdx = toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
-	ledger := webhook.NewLedger(0, func() time.Time { return h.now })
+	ledger := state.NewLedger(0, func() time.Time { return h.now })
 	ledger.SetLeader(true)
 	h.r = &Reconciler{
 		Client:   h.client,
-		Nodes:    webhook.NewNodeStore(h.nodeIdx),
-		Policies: webhook.NewPolicies(h.polIdx),
+		Nodes:    state.NewNodeStore(h.nodeIdx),
+		Policies: state.NewPolicies(h.polIdx),
 		Ledger:   ledger,
 		Recorder: h.rec,
 		PeerAPI:  calico.CRD,
@@ -148,7 +148,7 @@ func (h *harness) sync() {
 	}
 	var objs []any
 	for i := range nodes.Items {
-		objs = append(objs, webhook.StripNode(nodes.Items[i].DeepCopy()))
+		objs = append(objs, state.StripNode(nodes.Items[i].DeepCopy()))
 	}
 	if err := h.nodeIdx.Replace(objs, ""); err != nil {
 		h.t.Fatal(err)
@@ -454,7 +454,7 @@ func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
 	}
 	m, _ := h.r.Policies.Get("default")
 	joiner := node("node-new", "zone-d", 99)
-	a, ok := h.r.Ledger.Admit(m, joiner, webhook.Change{Object: webhook.StripNode(joiner.DeepCopy()), Create: true})
+	a, ok := h.r.Ledger.Admit(m, joiner, state.Change{Object: state.StripNode(joiner.DeepCopy()), Create: true})
 	if !ok || a.Role != extender.AdmitClient {
 		t.Fatalf("admission %+v %v", a, ok)
 	}
@@ -507,7 +507,7 @@ func TestNodeChanged(t *testing.T) {
 			b := a.DeepCopy()
 			b.ResourceVersion = "2"
 			tc.change(b)
-			if got := NodeChanged(webhook.StripNode(a.DeepCopy()), webhook.StripNode(b), read); got != tc.want {
+			if got := NodeChanged(state.StripNode(a.DeepCopy()), state.StripNode(b), read); got != tc.want {
 				t.Fatalf("NodeChanged = %v, want %v", got, tc.want)
 			}
 		})
@@ -575,7 +575,7 @@ func benchSettled(b *testing.B, n int) {
 			nd.Labels[k] = v
 		}
 		nd.Annotations = res.Nodes[i].Annotations
-		if err := h.nodeIdx.Add(webhook.StripNode(nd)); err != nil {
+		if err := h.nodeIdx.Add(state.StripNode(nd)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/reconciler"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/webhook"
 )
@@ -104,10 +105,10 @@ type Options struct {
 // Server is a built, not yet started, serve process.
 type Server struct {
 	Manager    manager.Manager
-	Ledger     *webhook.Ledger
+	Ledger     *state.Ledger
 	Reconciler *reconciler.Reconciler
-	Nodes      *webhook.NodeStore
-	Policies   *webhook.Policies
+	Nodes      *state.NodeStore
+	Policies   *state.Policies
 	// PeerAPI is the BGPPeer API in use.
 	PeerAPI schema.GroupVersion
 	// Etcd is Calico's etcd with the etcdv3 datastore, else nil.
@@ -190,7 +191,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme: scheme,
 		Cache: cache.Options{
-			DefaultTransform: webhook.TransformStrip,
+			DefaultTransform: state.TransformStrip,
 		},
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress: o.HealthProbeBindAddress,
@@ -228,8 +229,8 @@ func New(ctx context.Context, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{Manager: mgr, PeerAPI: gv, Etcd: etcd, Ledger: webhook.NewLedger(0, nil)}
-	nodeIdx, err := indexer(ctx, mgr.GetCache(), &corev1.Node{}, webhook.NodeIndexers())
+	s := &Server{Manager: mgr, PeerAPI: gv, Etcd: etcd, Ledger: state.NewLedger(0, nil)}
+	nodeIdx, err := indexer(ctx, mgr.GetCache(), &corev1.Node{}, state.NodeIndexers())
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +243,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.Nodes, s.Policies = webhook.NewNodeStore(nodeIdx), webhook.NewPolicies(polIdx)
+	s.Nodes, s.Policies = state.NewNodeStore(nodeIdx), state.NewPolicies(polIdx)
 
 	srv := mgr.GetWebhookServer()
 	gate := func(h webhook.Handler) webhook.Handler { return webhook.Gate(h, s.Synced) }

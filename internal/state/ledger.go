@@ -1,4 +1,4 @@
-package webhook
+package state
 
 import (
 	"maps"
@@ -252,7 +252,7 @@ func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
 		case now.After(e.expires):
 			delete(l.entries, name)
 			continue
-		case inCache && settled(&e.change, nodes[i]) && (shows(&e.change, nodes[i]) || now.Sub(e.at) > settleGrace):
+		case inCache && settled(&e.change, nodes[i]) && (shows(&e.change, nodes[i]) || now.Sub(e.at) > SettleGrace):
 			delete(l.entries, name)
 			continue
 		case !inCache && (!e.change.Create || e.change.Object == nil):
@@ -274,11 +274,11 @@ func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
 	return out, l.seq
 }
 
-// settleGrace is how long a change admitted on a node's old version (BaseRV) still counts when the
+// SettleGrace is how long a change admitted on a node's old version (BaseRV) still counts when the
 // cache holds a newer version without it. That newer version can be another writer's, landed first
 // while the API server retries the admitted request (a conflict re-runs admission): settling then
 // let a plan see the gap the admission had filled, and fill it a second time.
-const settleGrace = 5 * time.Second
+const SettleGrace = 5 * time.Second
 
 // shows reports whether the cached node carries the change, or whether its resourceVersion is
 // proof enough (a patch's answer, a creation).
@@ -415,4 +415,14 @@ func diffKeys(keys []string, cur, want map[string]string) map[string]*string {
 		}
 	}
 	return out
+}
+
+// CeilSecond rounds t up to the second, in UTC. Draining marks have a resolution of one second
+// (RFC 3339); rounding up keeps the removalDelay from ever being cut short.
+func CeilSecond(t time.Time) time.Time {
+	u := t.UTC().Truncate(time.Second)
+	if u.Before(t) {
+		u = u.Add(time.Second)
+	}
+	return u
 }

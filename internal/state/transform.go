@@ -1,4 +1,4 @@
-package webhook
+package state
 
 import (
 	corev1 "k8s.io/api/core/v1"
