@@ -19,8 +19,15 @@ const RuleManagedBGPPeer = "managed-bgppeer"
 // API group): only the product's service account may create, change or delete a BGPPeer labelled
 // app.kubernetes.io/managed-by=calico-rr-autoscaler (or take that label away), while the policy
 // it belongs to exists: one left behind by a deleted policy is the user's to remove.
+//
+// With the Calico API server (projectcalico.org/v3 aggregated), a v3 request reaches this guard
+// from the Calico API server's admission with the requesting user, and the API server then stores
+// it as a crd.projectcalico.org/v1 object under its own identity: CalicoAPIServer is that
+// identity, allowed on the crd.projectcalico.org group only (its writes are v3 requests this guard
+// already reviewed); empty when v3 is not aggregated.
 type BGPPeerValidator struct {
-	ServiceAccount string
+	ServiceAccount  string
+	CalicoAPIServer string
 	// Policies, when set, tells whether a BGPPeer's policy still exists; Synced says whether its
 	// cache has synced (before, no BGPPeer counts as left behind).
 	Policies *Policies
@@ -49,6 +56,9 @@ func (v *BGPPeerValidator) Handle(_ context.Context, req *admissionv1.AdmissionR
 	if req.UserInfo.Username == v.ServiceAccount && v.ServiceAccount != "" {
 		return Allowed(), nil
 	}
+	if req.UserInfo.Username == v.CalicoAPIServer && v.CalicoAPIServer != "" && req.Kind.Group == crdGroup {
+		return Allowed(), nil
+	}
 	name := req.Name
 	for _, o := range objs {
 		if name == "" {
@@ -72,6 +82,9 @@ func (v *BGPPeerValidator) Handle(_ context.Context, req *admissionv1.AdmissionR
 	}
 	return Allowed(), nil
 }
+
+// crdGroup is Calico's Kubernetes-datastore group, where the Calico API server stores v3 objects.
+const crdGroup = "crd.projectcalico.org"
 
 func quote(s string) string { return `"` + s + `"` }
 
