@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,7 +65,8 @@ func (v *BGPPeerValidator) Handle(_ context.Context, req *admissionv1.AdmissionR
 		if name == "" {
 			name = o.Name
 		}
-		if o.Labels[extender.LabelManagedBy] != extender.ManagedByValue || v.orphan(o.Labels[extender.LabelPolicy]) {
+		labels := peerLabels(o)
+		if labels[extender.LabelManagedBy] != extender.ManagedByValue || v.orphan(labels[extender.LabelPolicy]) {
 			continue
 		}
 		verb := map[admissionv1.Operation]string{admissionv1.Create: "created", admissionv1.Delete: "deleted"}[req.Operation]
@@ -73,7 +75,7 @@ func (v *BGPPeerValidator) Handle(_ context.Context, req *admissionv1.AdmissionR
 		}
 		path := field.NewPath("metadata", "labels").Key(extender.LabelManagedBy)
 		err := field.Forbidden(path, "["+RuleManagedBGPPeer+"] BGPPeer "+name+" is managed by calico-rr-autoscaler (policy "+
-			quote(o.Labels[extender.LabelPolicy])+") and may be "+verb+" only by it; change the RouteReflectorPolicy instead")
+			quote(labels[extender.LabelPolicy])+") and may be "+verb+" only by it; change the RouteReflectorPolicy instead")
 		gk := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
 		if gk.Kind == "" {
 			gk.Kind = "BGPPeer"
@@ -81,6 +83,29 @@ func (v *BGPPeerValidator) Handle(_ context.Context, req *admissionv1.AdmissionR
 		return Denied(gk, name, field.ErrorList{err}), nil
 	}
 	return Allowed(), nil
+}
+
+// AnnotationCalicoMetadata is where Calico's API server keeps a v3 object's labels (and the rest
+// of its metadata) on the crd.projectcalico.org object it stores: that object has no labels.
+const AnnotationCalicoMetadata = "projectcalico.org/metadata"
+
+// peerLabels are a BGPPeer's labels: metadata.labels, else (a crd.projectcalico.org object the
+// Calico API server stored) the labels in AnnotationCalicoMetadata.
+func peerLabels(o *metav1.PartialObjectMetadata) map[string]string {
+	if _, ok := o.Labels[extender.LabelManagedBy]; ok {
+		return o.Labels
+	}
+	raw, ok := o.Annotations[AnnotationCalicoMetadata]
+	if !ok {
+		return o.Labels
+	}
+	var md struct {
+		Labels map[string]string `json:"labels"`
+	}
+	if err := json.Unmarshal([]byte(raw), &md); err != nil || md.Labels == nil {
+		return o.Labels
+	}
+	return md.Labels
 }
 
 // crdGroup is Calico's Kubernetes-datastore group, where the Calico API server stores v3 objects.

@@ -38,6 +38,10 @@ func TestBGPPeerValidator(t *testing.T) {
 		return p
 	}
 	m := peer("rr-autoscaler-mesh-default", true)
+	// stored: m as Calico's API server stores it in crd.projectcalico.org (labels in an annotation).
+	stored := m.DeepCopy()
+	stored.Labels = nil
+	stored.Annotations = map[string]string{AnnotationCalicoMetadata: `{"creationTimestamp":"2026-01-01T00:00:00Z","labels":{"app.kubernetes.io/managed-by":"calico-rr-autoscaler","routereflector.io/policy":"default"}}`}
 	const denied = `metadata.labels[app.kubernetes.io/managed-by]: Forbidden: [managed-bgppeer] BGPPeer rr-autoscaler-mesh-default is managed by calico-rr-autoscaler (policy "default") and may be %s only by it; change the RouteReflectorPolicy instead`
 	tests := []struct {
 		name     string
@@ -60,6 +64,9 @@ func TestBGPPeerValidator(t *testing.T) {
 		{"the Calico API server stores a reviewed v3 write", admissionv1.Update, calicoAPI, m, m, "", false, calicoAPI.Username},
 		{"the Calico API server deletes for a reviewed v3 delete", admissionv1.Delete, calicoAPI, nil, m, "", false, calicoAPI.Username},
 		{"the Calico API server's identity is a user like any through v3", admissionv1.Update, calicoAPI, m, m, fmt.Sprintf(denied, "changed"), true, calicoAPI.Username},
+		{"update by hand through the CRD of a v3-stored peer", admissionv1.Update, alice, stored, stored, fmt.Sprintf(denied, "changed"), false, calicoAPI.Username},
+		{"delete by hand through the CRD of a v3-stored peer", admissionv1.Delete, alice, nil, stored, fmt.Sprintf(denied, "deleted"), false, calicoAPI.Username},
+		{"the Calico API server stores a v3-stored peer", admissionv1.Update, calicoAPI, stored, stored, "", false, calicoAPI.Username},
 		{"no aggregated v3: the same identity is a user like any", admissionv1.Update, calicoAPI, m, m, fmt.Sprintf(denied, "changed"), false, ""},
 	}
 	for _, tc := range tests {
@@ -102,6 +109,10 @@ func TestBGPPeerValidatorLeftBehind(t *testing.T) {
 	deleting.DeletionTimestamp = &now
 	deleting.Finalizers = []string{"routereflector.io/cleanup"}
 	m := peer("rr-autoscaler-mesh-default", true)
+	// stored: m as Calico's API server stores it in crd.projectcalico.org (labels in an annotation).
+	stored := m.DeepCopy()
+	stored.Labels = nil
+	stored.Annotations = map[string]string{AnnotationCalicoMetadata: `{"creationTimestamp":"2026-01-01T00:00:00Z","labels":{"app.kubernetes.io/managed-by":"calico-rr-autoscaler","routereflector.io/policy":"default"}}`}
 	for _, tc := range []struct {
 		name     string
 		policies []*v1alpha1.RouteReflectorPolicy
