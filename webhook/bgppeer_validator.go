@@ -24,8 +24,10 @@ const RuleManagedBGPPeer = "managed-bgppeer"
 // With the Calico API server (projectcalico.org/v3 aggregated), a v3 request reaches this guard
 // from the Calico API server's admission with the requesting user, and the API server then stores
 // it as a crd.projectcalico.org/v1 object under its own identity: CalicoAPIServer is that
-// identity, allowed on the crd.projectcalico.org group only (its writes are v3 requests this guard
-// already reviewed); empty when v3 is not aggregated.
+// identity, allowed to create and update in the crd.projectcalico.org group only (those are v3
+// requests this guard already reviewed); not to delete: the Calico API server runs no admission for
+// a v3 DELETE, so its deletes are refused like a user's (the product deletes its BGPPeers through
+// crd.projectcalico.org itself). Empty when v3 is not aggregated.
 type BGPPeerValidator struct {
 	ServiceAccount  string
 	CalicoAPIServer string
@@ -57,7 +59,7 @@ func (v *BGPPeerValidator) Handle(_ context.Context, req *admissionv1.AdmissionR
 	if req.UserInfo.Username == v.ServiceAccount && v.ServiceAccount != "" {
 		return Allowed(), nil
 	}
-	if req.UserInfo.Username == v.CalicoAPIServer && v.CalicoAPIServer != "" && req.Kind.Group == crdGroup {
+	if req.UserInfo.Username == v.CalicoAPIServer && v.CalicoAPIServer != "" && req.Kind.Group == crdGroup && req.Operation != admissionv1.Delete {
 		return Allowed(), nil
 	}
 	name := req.Name

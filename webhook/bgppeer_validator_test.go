@@ -62,7 +62,7 @@ func TestBGPPeerValidator(t *testing.T) {
 		{"unmanaged peer", admissionv1.Update, alice, peer("mine", false), peer("mine", false), "", false, ""},
 		{"update by hand through v3", admissionv1.Update, alice, m, m, fmt.Sprintf(denied, "changed"), true, calicoAPI.Username},
 		{"the Calico API server stores a reviewed v3 write", admissionv1.Update, calicoAPI, m, m, "", false, calicoAPI.Username},
-		{"the Calico API server deletes for a reviewed v3 delete", admissionv1.Delete, calicoAPI, nil, m, "", false, calicoAPI.Username},
+		{"the Calico API server's delete: no v3 admission reviewed it", admissionv1.Delete, calicoAPI, nil, stored, fmt.Sprintf(denied, "deleted"), false, calicoAPI.Username},
 		{"the Calico API server's identity is a user like any through v3", admissionv1.Update, calicoAPI, m, m, fmt.Sprintf(denied, "changed"), true, calicoAPI.Username},
 		{"update by hand through the CRD of a v3-stored peer", admissionv1.Update, alice, stored, stored, fmt.Sprintf(denied, "changed"), false, calicoAPI.Username},
 		{"delete by hand through the CRD of a v3-stored peer", admissionv1.Delete, alice, nil, stored, fmt.Sprintf(denied, "deleted"), false, calicoAPI.Username},

@@ -281,6 +281,15 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		Coalesce:  o.Coalesce,
 		Log:       ctrl.Log.WithName("reconciler"),
 	}
+	if gv == calico.V3 && v3.Aggregated {
+		// The Calico API server runs no admission for a v3 DELETE: the guard refuses its deletes,
+		// and the product deletes its BGPPeers where that server stores them.
+		del, err := client.New(cfg, client.Options{Scheme: calico.NewScheme(calico.CRD)})
+		if err != nil {
+			return nil, err
+		}
+		s.Reconciler.CRDPeerDeletes = del
+	}
 	if etcd != nil {
 		s.Reconciler.Peers, s.Reconciler.CalicoNodes = etcd.Peers(), etcd
 		s.Reconciler.Configs, s.Reconciler.NodeStatuses = etcd.Configs(), etcd.NodeStatuses()
