@@ -15,11 +15,11 @@
 # bird|calico` and their tests run) when bird is missing: apt-get install -y
 # bird, as root.
 #
-# Usage: hack/tools.sh [kube-apiserver] [kubectl] [etcd] [helm] [confd] [bird]
+# Usage: hack/tools.sh [kube-apiserver] [kubectl] [etcd] [helm] [confd] [calico-apiserver] [bird]
 #   (no arguments = all tools). Safe to call repeatedly and concurrently; it
 #   is fast when everything is cached. At the end it writes
-#   ${cache}/bin/env.sh exporting KUBE_APISERVER, ETCD, KUBECTL, HELM, CONFD
-#   and BIRD.
+#   ${cache}/bin/env.sh exporting KUBE_APISERVER, ETCD, KUBECTL, HELM, CONFD,
+#   CALICO_APISERVER and BIRD.
 #
 # The first build takes ~10 minutes on 2 cores (confd about 2 more). Versions
 # can be overridden with K8S_VERSION, ETCD_VERSION, HELM_VERSION,
@@ -47,7 +47,7 @@ export GOWORK=off
 export GONOSUMDB="${GONOSUMDB:-github.com/projectcalico}"
 export GO111MODULE=on
 
-ALL_TOOLS=(kube-apiserver kubectl etcd helm confd bird)
+ALL_TOOLS=(kube-apiserver kubectl etcd helm confd calico-apiserver bird)
 
 log() { printf '%s\n' "$*" >&2; }
 die() { log "hack/tools.sh: $*"; exit 1; }
@@ -59,7 +59,7 @@ version_of() {
     kube-apiserver|kubectl) echo "$K8S_VERSION" ;;
     etcd) echo "$ETCD_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
-    confd) echo "$CALICO_VERSION" ;;
+    confd|calico-apiserver) echo "$CALICO_VERSION" ;;
     bird) echo "1.6" ;;
     *) die "unknown tool '$1' (known: ${ALL_TOOLS[*]})" ;;
   esac
@@ -76,6 +76,7 @@ smoke() {
     kubectl) "$bin" version --client ;;
     helm) "$bin" version --short ;;
     confd) "$bin" -version ;;
+    calico-apiserver) "$bin" --help ;;
   esac
 }
 
@@ -212,6 +213,13 @@ build_tool() {
       pkg="github.com/projectcalico/calico/confd"
       ldflags="-s -w -X github.com/projectcalico/calico/pkg/buildinfo.Version=$CALICO_VERSION"
       ;;
+    calico-apiserver)
+      # Calico's API server (projectcalico.org/v3 as an aggregated API server), from the same
+      # module as confd; the tests register it as the APIService v3.projectcalico.org.
+      dir="$(prepare_confd_module)"
+      pkg="github.com/projectcalico/calico/apiserver/cmd/apiserver"
+      ldflags="-s -w -X github.com/projectcalico/calico/pkg/buildinfo.Version=$CALICO_VERSION"
+      ;;
   esac
 
   tmp="$BIN/.$tool-$ver.tmp.$$"
@@ -301,13 +309,14 @@ TMPFILES+=("$env_tmp")
   echo "export KUBECTL='$(path_of kubectl)'"
   echo "export HELM='$(path_of helm)'"
   echo "export CONFD='$(path_of confd)'"
+  echo "export CALICO_APISERVER='$(path_of calico-apiserver)'"
   if [[ -n "$(bird_path)" ]]; then
     echo "export BIRD='$(bird_path)'"
   fi
 } >"$env_tmp"
 mv -f "$env_tmp" "$BIN/env.sh"
 
-for v in KUBE_APISERVER:kube-apiserver ETCD:etcd KUBECTL:kubectl HELM:helm CONFD:confd; do
+for v in KUBE_APISERVER:kube-apiserver ETCD:etcd KUBECTL:kubectl HELM:helm CONFD:confd CALICO_APISERVER:calico-apiserver; do
   p="$(path_of "${v#*:}")"
   if [[ -x "$p" ]]; then
     echo "${v%%:*}=$p"

@@ -28,6 +28,9 @@ func peer(name string, managed bool) *metav1.PartialObjectMetadata {
 	return p
 }
 
+// calicoAPI is the Calico API server's service account (the Tigera operator's).
+var calicoAPI = authenticationv1.UserInfo{Username: "system:serviceaccount:calico-apiserver:calico-apiserver"}
+
 func TestBGPPeerValidator(t *testing.T) {
 	unmanaged := func(p *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 		p = p.DeepCopy()
@@ -35,6 +38,10 @@ func TestBGPPeerValidator(t *testing.T) {
 		return p
 	}
 	m := peer("rr-autoscaler-mesh-default", true)
+	// stored: m as Calico's API server stores it in crd.projectcalico.org (labels in an annotation).
+	stored := m.DeepCopy()
+	stored.Labels = nil
+	stored.Annotations = map[string]string{AnnotationCalicoMetadata: `{"creationTimestamp":"2026-01-01T00:00:00Z","labels":{"app.kubernetes.io/managed-by":"calico-rr-autoscaler","routereflector.io/policy":"default"}}`}
 	const denied = `metadata.labels[app.kubernetes.io/managed-by]: Forbidden: [managed-bgppeer] BGPPeer rr-autoscaler-mesh-default is managed by calico-rr-autoscaler (policy "default") and may be %s only by it; change the RouteReflectorPolicy instead`
 	tests := []struct {
 		name     string
@@ -42,14 +49,25 @@ func TestBGPPeerValidator(t *testing.T) {
 		user     authenticationv1.UserInfo
 		obj, old runtime.Object
 		want     string
+		// v3: the request is in projectcalico.org/v3; calicoAPIServer: the aggregated API server's identity.
+		v3              bool
+		calicoAPIServer string
 	}{
-		{"update by hand", admissionv1.Update, alice, m, m, fmt.Sprintf(denied, "changed")},
-		{"delete by hand", admissionv1.Delete, alice, nil, m, fmt.Sprintf(denied, "deleted")},
-		{"create by hand", admissionv1.Create, alice, m, nil, fmt.Sprintf(denied, "created")},
-		{"label taken away", admissionv1.Update, alice, unmanaged(m), m, fmt.Sprintf(denied, "changed")},
-		{"kubelets are not exempt", admissionv1.Update, kubelet, m, m, fmt.Sprintf(denied, "changed")},
-		{"the product may", admissionv1.Update, sa, m, m, ""},
-		{"unmanaged peer", admissionv1.Update, alice, peer("mine", false), peer("mine", false), ""},
+		{"update by hand", admissionv1.Update, alice, m, m, fmt.Sprintf(denied, "changed"), false, calicoAPI.Username},
+		{"delete by hand", admissionv1.Delete, alice, nil, m, fmt.Sprintf(denied, "deleted"), false, ""},
+		{"create by hand", admissionv1.Create, alice, m, nil, fmt.Sprintf(denied, "created"), false, ""},
+		{"label taken away", admissionv1.Update, alice, unmanaged(m), m, fmt.Sprintf(denied, "changed"), false, ""},
+		{"kubelets are not exempt", admissionv1.Update, kubelet, m, m, fmt.Sprintf(denied, "changed"), false, ""},
+		{"the product may", admissionv1.Update, sa, m, m, "", false, ""},
+		{"unmanaged peer", admissionv1.Update, alice, peer("mine", false), peer("mine", false), "", false, ""},
+		{"update by hand through v3", admissionv1.Update, alice, m, m, fmt.Sprintf(denied, "changed"), true, calicoAPI.Username},
+		{"the Calico API server stores a reviewed v3 write", admissionv1.Update, calicoAPI, m, m, "", false, calicoAPI.Username},
+		{"the Calico API server's delete: no v3 admission reviewed it", admissionv1.Delete, calicoAPI, nil, stored, fmt.Sprintf(denied, "deleted"), false, calicoAPI.Username},
+		{"the Calico API server's identity is a user like any through v3", admissionv1.Update, calicoAPI, m, m, fmt.Sprintf(denied, "changed"), true, calicoAPI.Username},
+		{"update by hand through the CRD of a v3-stored peer", admissionv1.Update, alice, stored, stored, fmt.Sprintf(denied, "changed"), false, calicoAPI.Username},
+		{"delete by hand through the CRD of a v3-stored peer", admissionv1.Delete, alice, nil, stored, fmt.Sprintf(denied, "deleted"), false, calicoAPI.Username},
+		{"the Calico API server stores a v3-stored peer", admissionv1.Update, calicoAPI, stored, stored, "", false, calicoAPI.Username},
+		{"no aggregated v3: the same identity is a user like any", admissionv1.Update, calicoAPI, m, m, fmt.Sprintf(denied, "changed"), false, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,7 +79,12 @@ func TestBGPPeerValidator(t *testing.T) {
 			if tc.old != nil {
 				old = tc.old
 			}
-			req := request(t, tc.op, peerKind, "", tc.user, obj, old)
+			f.peerVal.CalicoAPIServer = tc.calicoAPIServer
+			kind := peerKind
+			if tc.v3 {
+				kind = metav1.GroupVersionKind{Group: "projectcalico.org", Version: "v3", Kind: "BGPPeer"}
+			}
+			req := request(t, tc.op, kind, "", tc.user, obj, old)
 			for _, o := range []runtime.Object{tc.obj, tc.old} {
 				if m, ok := o.(*metav1.PartialObjectMetadata); ok {
 					req.Name = m.Name // as the API server names the object of the request
@@ -86,6 +109,10 @@ func TestBGPPeerValidatorLeftBehind(t *testing.T) {
 	deleting.DeletionTimestamp = &now
 	deleting.Finalizers = []string{"routereflector.io/cleanup"}
 	m := peer("rr-autoscaler-mesh-default", true)
+	// stored: m as Calico's API server stores it in crd.projectcalico.org (labels in an annotation).
+	stored := m.DeepCopy()
+	stored.Labels = nil
+	stored.Annotations = map[string]string{AnnotationCalicoMetadata: `{"creationTimestamp":"2026-01-01T00:00:00Z","labels":{"app.kubernetes.io/managed-by":"calico-rr-autoscaler","routereflector.io/policy":"default"}}`}
 	for _, tc := range []struct {
 		name     string
 		policies []*v1alpha1.RouteReflectorPolicy

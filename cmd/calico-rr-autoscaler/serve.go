@@ -31,6 +31,7 @@ func runServe(args []string, stdout io.Writer) error {
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "calico-rr-autoscaler", "name of the leader election Lease")
 	fs.StringVar(&o.ServiceAccount, "service-account", serve.DefaultServiceAccount, "the product's own identity, whose requests the webhooks never deny")
 	fs.StringVar(&o.CalicoAPI, "calico-api", "auto", "API of Calico's BGPPeers: auto (discovery), crd (crd.projectcalico.org/v1) or v3 (projectcalico.org/v3)")
+	fs.StringVar(&o.CalicoAPIServerUser, "calico-apiserver-user", "", "the Calico API server's identity, allowed to store the crd.projectcalico.org BGPPeers of reviewed projectcalico.org/v3 requests when v3 is aggregated (default: system:serviceaccount:<namespace of the v3.projectcalico.org APIService's Service>:calico-apiserver)")
 	fs.Func("kube-api-qps", "requests per second to the API server [50]", func(v string) error {
 		f, err := strconv.ParseFloat(v, 32)
 		if err != nil || f <= 0 {

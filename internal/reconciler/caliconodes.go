@@ -153,17 +153,23 @@ func (r *Reconciler) peerSynced(name string, p *apiv3.BGPPeer) {
 }
 
 // peerDrift says how a managed BGPPeer was changed by hand: it differs from want (or is gone)
-// while want is what was last written or seen there. Only with a store no admission webhook
-// guards and that reads without a cache (etcd); "" when it is not drift.
+// while want is what was last written or seen there; "" when it is not drift. In the Kubernetes
+// API the guard refuses such changes, but not all of them (its failurePolicy Ignore, the webhook
+// down, or a write it never sees); there the BGPPeers are read from the cache, which may lag the
+// product's own write: the Event is reported only after the revert was written, which a stale
+// read makes fail (a conflict or AlreadyExists).
 func (r *Reconciler) peerDrift(have, want *apiv3.BGPPeer) string {
-	if r.Peers == nil {
-		return ""
-	}
 	r.mu.Lock()
 	last := r.calicoPeers[want.Name]
 	r.mu.Unlock()
 	if last == nil || !equalPeer(last, want) {
 		return ""
+	}
+	if r.Peers == nil {
+		if have == nil {
+			return fmt.Sprintf("BGPPeer %s deleted by hand, recreated", want.Name)
+		}
+		return fmt.Sprintf("BGPPeer %s changed by hand, reverted: %s", want.Name, strings.Join(peerDiff(have, want), "; "))
 	}
 	if have == nil {
 		return fmt.Sprintf("BGPPeer %s deleted from etcd by hand, recreated", want.Name)

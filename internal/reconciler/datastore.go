@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,11 +56,12 @@ func (r *Reconciler) peers() PeerStore {
 	if r.Peers != nil {
 		return r.Peers
 	}
-	return kubePeers{r.Client}
+	return kubePeers{r.Client, r.CRDPeerDeletes}
 }
 
-// kubePeers is the Kubernetes datastore's BGPPeers (CRD or v3 API), read from the cache.
-type kubePeers struct{ c client.Client }
+// kubePeers is the Kubernetes datastore's BGPPeers (CRD or v3 API), read from the cache; del,
+// when set, deletes them through crd.projectcalico.org (see Reconciler.CRDPeerDeletes).
+type kubePeers struct{ c, del client.Client }
 
 func (k kubePeers) List(ctx context.Context, match map[string]string) ([]*apiv3.BGPPeer, error) {
 	list := &apiv3.BGPPeerList{}
@@ -78,6 +80,12 @@ func (k kubePeers) Create(ctx context.Context, p *apiv3.BGPPeer) error { return 
 func (k kubePeers) Update(ctx context.Context, p *apiv3.BGPPeer) error { return k.c.Update(ctx, p) }
 
 func (k kubePeers) Delete(ctx context.Context, p *apiv3.BGPPeer) error {
+	if k.del != nil {
+		// The same object in the group the Calico API server stores it in (same name and
+		// resourceVersion).
+		crd := &apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: p.Name}}
+		return k.del.Delete(ctx, crd, client.Preconditions{ResourceVersion: &p.ResourceVersion})
+	}
 	return k.c.Delete(ctx, p, client.Preconditions{ResourceVersion: &p.ResourceVersion})
 }
 

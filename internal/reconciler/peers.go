@@ -17,9 +17,9 @@ func managedPeers(policy string) map[string]string {
 }
 
 // applyPeers creates the plan's missing BGPPeers and updates those that differ (compared before
-// any write), before any node is labelled with the peering set a BGPPeer selects. With the etcd
-// datastore a managed BGPPeer changed or deleted by hand is also reported (an Event on the
-// policy) as it is reverted.
+// any write), before any node is labelled with the peering set a BGPPeer selects. A managed
+// BGPPeer changed or deleted by hand (past the guard, or in etcd, which nothing guards) is also
+// reported (an Event on the policy naming what changed) as it is reverted.
 func (r *Reconciler) applyPeers(ctx context.Context, st *State) error {
 	list, err := r.peers().List(ctx, managedPeers(st.Name))
 	if err != nil {

@@ -62,6 +62,11 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 	// PeerAPI is the group version of Calico's BGPPeers.
 	PeerAPI schema.GroupVersion
+	// CRDPeerDeletes, when set (projectcalico.org/v3 served by the Calico API server), is a client
+	// of crd.projectcalico.org that deletes the BGPPeers: the Calico API server runs no admission
+	// for a v3 DELETE, so the guard refuses the CRD deletes it makes under its identity, and the
+	// product deletes its BGPPeers where the Calico API server stores them.
+	CRDPeerDeletes client.Client
 	// Peers is where the BGPPeers are written; nil: the Kubernetes API through Client (and the
 	// BGPPeers are watched). calicoetcd.Peers for the etcd datastore.
 	Peers PeerStore

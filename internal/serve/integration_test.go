@@ -65,9 +65,9 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
-// newEnv starts the API server with Calico's and the policy's CRDs and writes the webhook's
-// serving certificate.
-func newEnv(t *testing.T) *world {
+// newEnv starts the API server (with opts) with Calico's and the policy's CRDs and writes the
+// webhook's serving certificate.
+func newEnv(t *testing.T, opts ...testenv.Option) *world {
 	if testing.Short() {
 		t.Skip("integration test: needs kube-apiserver and etcd (hack/tools.sh)")
 	}
@@ -77,7 +77,7 @@ func newEnv(t *testing.T) *world {
 	} else {
 		ctrl.SetLogger(logr.Discard())
 	}
-	env := testenv.Start(t, testenv.WithChartRBAC())
+	env := testenv.Start(t, append([]testenv.Option{testenv.WithChartRBAC()}, opts...)...)
 	env.CreateNamespace(t, testenv.ChartNamespace)
 	w := &world{t: t, env: env}
 	var err error

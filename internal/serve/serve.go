@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	apiregv1 "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset/typed/apiregistration/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -84,6 +85,11 @@ type Options struct {
 	ServiceAccount string
 	// CalicoAPI is auto, crd or v3.
 	CalicoAPI string
+	// CalicoAPIServerUser is the Calico API server's identity, allowed to store the
+	// crd.projectcalico.org BGPPeers of the v3 requests the BGPPeer guard reviewed, when
+	// projectcalico.org/v3 is aggregated [system:serviceaccount:<its Service's
+	// namespace>:calico-apiserver].
+	CalicoAPIServerUser string
 	// Coalesce is the reconciler's delay after a node event [250ms].
 	Coalesce time.Duration
 	// TakeoverDelay is how long a new leader waits before its first allocating decision, so that
@@ -111,6 +117,8 @@ type Server struct {
 	Policies   *state.Policies
 	// PeerAPI is the BGPPeer API in use.
 	PeerAPI schema.GroupVersion
+	// V3Server says whether the Calico API server serves projectcalico.org/v3 (read at start).
+	V3Server calico.V3Server
 	// Etcd is Calico's etcd with the etcdv3 datastore, else nil.
 	Etcd   *calicoetcd.Store
 	synced atomic.Bool
@@ -177,6 +185,17 @@ func New(ctx context.Context, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	var v3 calico.V3Server
+	if etcd == nil {
+		c, err := apiregv1.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if v3, err = calico.DetectV3Server(ctx, c, o.CalicoAPIServerUser); err != nil {
+			return nil, err
+		}
+		ctrl.Log.WithName("serve").Info("Calico API", "bgppeers", gv.String(), "v3", v3.String())
+	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -229,7 +248,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{Manager: mgr, PeerAPI: gv, Etcd: etcd, Ledger: state.NewLedger(0, nil)}
+	s := &Server{Manager: mgr, PeerAPI: gv, V3Server: v3, Etcd: etcd, Ledger: state.NewLedger(0, nil)}
 	nodeIdx, err := indexer(ctx, mgr.GetCache(), &corev1.Node{}, state.NodeIndexers())
 	if err != nil {
 		return nil, err
@@ -250,7 +269,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	srv.Register(PathMutateNode, webhook.Serve("mutate-v1-node", gate(&webhook.NodeMutator{Policies: s.Policies, Ledger: s.Ledger, DeferRoles: etcd != nil})))
 	srv.Register(PathValidateNode, webhook.Serve("validate-v1-node", gate(&webhook.NodeValidator{Policies: s.Policies, Nodes: s.Nodes, ServiceAccount: o.ServiceAccount})))
 	srv.Register(PathValidatePolicy, webhook.Serve("validate-routereflectorpolicy", gate(&webhook.PolicyValidator{Policies: s.Policies, Nodes: s.Nodes})))
-	srv.Register(PathValidatePeer, webhook.Serve("validate-bgppeer", &webhook.BGPPeerValidator{ServiceAccount: o.ServiceAccount, Policies: s.Policies, Synced: s.Synced}))
+	srv.Register(PathValidatePeer, webhook.Serve("validate-bgppeer", &webhook.BGPPeerValidator{ServiceAccount: o.ServiceAccount, CalicoAPIServer: v3.User, Policies: s.Policies, Synced: s.Synced}))
 
 	s.Reconciler = &reconciler.Reconciler{
 		Client:    mgr.GetClient(),
@@ -262,6 +281,15 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		PeerAPI:   gv,
 		Coalesce:  o.Coalesce,
 		Log:       ctrl.Log.WithName("reconciler"),
+	}
+	if gv == calico.V3 && v3.Aggregated {
+		// The Calico API server runs no admission for a v3 DELETE: the guard refuses its deletes,
+		// and the product deletes its BGPPeers where that server stores them.
+		del, err := client.New(cfg, client.Options{Scheme: calico.NewScheme(calico.CRD)})
+		if err != nil {
+			return nil, err
+		}
+		s.Reconciler.CRDPeerDeletes = del
 	}
 	if etcd != nil {
 		s.Reconciler.Peers, s.Reconciler.CalicoNodes = etcd.Peers(), etcd

@@ -13,6 +13,9 @@ const (
 	KubernetesVersion = "v1.34.3"
 	EtcdVersion       = "v3.6.16"
 	HelmVersion       = "v3.19.5"
+	// CalicoVersion is the github.com/projectcalico/calico module version (go.mod's) the Calico
+	// API server is built from.
+	CalicoVersion = "v0.0.0-20251021213802-b1f3c43f8437"
 )
 
 // Tool names accepted by BinaryPath and RequireBinary.
@@ -21,20 +24,24 @@ const (
 	ToolEtcd          = "etcd"
 	ToolKubectl       = "kubectl"
 	ToolHelm          = "helm"
+	// ToolCalicoAPIServer is Calico's API server (apiserver/cmd/apiserver of the calico module).
+	ToolCalicoAPIServer = "calico-apiserver"
 )
 
 var toolEnv = map[string]string{
-	ToolKubeAPIServer: "KUBE_APISERVER",
-	ToolEtcd:          "ETCD",
-	ToolKubectl:       "KUBECTL",
-	ToolHelm:          "HELM",
+	ToolKubeAPIServer:   "KUBE_APISERVER",
+	ToolEtcd:            "ETCD",
+	ToolKubectl:         "KUBECTL",
+	ToolHelm:            "HELM",
+	ToolCalicoAPIServer: "CALICO_APISERVER",
 }
 
 var toolVersion = map[string]string{
-	ToolKubeAPIServer: KubernetesVersion,
-	ToolEtcd:          EtcdVersion,
-	ToolKubectl:       KubernetesVersion,
-	ToolHelm:          HelmVersion,
+	ToolKubeAPIServer:   KubernetesVersion,
+	ToolEtcd:            EtcdVersion,
+	ToolKubectl:         KubernetesVersion,
+	ToolHelm:            HelmVersion,
+	ToolCalicoAPIServer: CalicoVersion,
 }
 
 // CacheDir is hack/tools.sh's cache: $RRA_CACHE, else

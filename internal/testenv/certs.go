@@ -36,8 +36,39 @@ func WriteWebhookCert(dir string) ([]byte, error) {
 	return caPEM, err
 }
 
+// WriteServingCert writes a fresh CA and a serving certificate for dns names and 127.0.0.1 into
+// dir as ca.crt, tls.crt and tls.key and returns the CA (PEM): the certificate of an aggregated API
+// server the API server reaches as <service>.<namespace>.svc.
+func WriteServingCert(dir string, dns ...string) ([]byte, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	caPEM, _, _, err := writeCerts(dir, "aggregated-apiserver", "tls.crt", "tls.key", dns, []net.IP{net.ParseIP("127.0.0.1")})
+	return caPEM, err
+}
+
 // writeCerts writes a fresh CA (ca.crt) and a serving certificate signed by it into dir.
 func writeCerts(dir, cn, certName, keyName string, dns []string, ips []net.IP) (caPEM []byte, certFile, keyFile string, err error) {
+	return writeCertsFor(dir, cn, certName, keyName, dns, ips, x509.ExtKeyUsageServerAuth)
+}
+
+// frontProxyCerts writes the aggregation layer's front-proxy CA (front-proxy-ca.crt, in a
+// directory of its own) and the client certificate kube-apiserver proxies with (CN
+// FrontProxyClient).
+func frontProxyCerts(dir string) (caFile, certFile, keyFile string, err error) {
+	d := filepath.Join(dir, "front-proxy")
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return "", "", "", err
+	}
+	_, certFile, keyFile, err = writeCertsFor(d, FrontProxyClient, "client.crt", "client.key", nil, nil, x509.ExtKeyUsageClientAuth)
+	return filepath.Join(d, "ca.crt"), certFile, keyFile, err
+}
+
+// FrontProxyClient is the CN of the client certificate kube-apiserver proxies aggregated requests
+// with (WithAggregation): aggregated API servers trust only this name for the X-Remote-* headers.
+const FrontProxyClient = "front-proxy-client"
+
+func writeCertsFor(dir, cn, certName, keyName string, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (caPEM []byte, certFile, keyFile string, err error) {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -71,7 +102,7 @@ func writeCerts(dir, cn, certName, keyName string, dns []string, ips []net.IP) (
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		DNSNames:     dns,
 		IPAddresses:  ips,
 	}

@@ -86,6 +86,8 @@ type Options struct {
 	APIServerFlags []string
 	// StartTimeout bounds the start of etcd and kube-apiserver; 2m if 0.
 	StartTimeout time.Duration
+	// Aggregation configures kube-apiserver's aggregation layer (WithAggregation).
+	Aggregation bool
 }
 
 // Option changes Options.
@@ -116,6 +118,15 @@ func WithAPIServerFlags(flags ...string) Option {
 	return func(o *Options) { o.APIServerFlags = append(o.APIServerFlags, flags...) }
 }
 
+// WithAggregation configures kube-apiserver's aggregation layer as kubeadm does: a front-proxy CA
+// (--requestheader-client-ca-file, Env.FrontProxyCA) trusted for the X-Remote-User,
+// X-Remote-Group and X-Remote-Extra- headers from FrontProxyClient only, and the client
+// certificate kube-apiserver proxies APIService requests with. kube-apiserver publishes these in
+// kube-system/extension-apiserver-authentication, where aggregated API servers read them.
+func WithAggregation() Option {
+	return func(o *Options) { o.Aggregation = true }
+}
+
 // WithStartTimeout sets Options.StartTimeout.
 func WithStartTimeout(d time.Duration) Option {
 	return func(o *Options) { o.StartTimeout = d }
@@ -132,6 +143,8 @@ type Env struct {
 	// EtcdURL is etcd's client URL (http on 127.0.0.1). Calico's etcd datastore can share it:
 	// Calico keeps its keys under /calico, the API server under /registry.
 	EtcdURL string
+	// FrontProxyCA is the front-proxy CA file with WithAggregation, else empty.
+	FrontProxyCA string
 	// Dir is the temporary directory with the etcd data, certificates,
 	// logs and kubeconfigs; removed by Stop.
 	Dir string
@@ -308,6 +321,22 @@ func startOnce(ctx context.Context, o Options, etcdBin, apiBin string) (_ *Env, 
 		// endpoint of the "kubernetes" Service, which is invalid.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
+	}
+	if o.Aggregation {
+		ca, cert, key, err := frontProxyCerts(certDir)
+		if err != nil {
+			return nil, fmt.Errorf("front-proxy certificates: %w", err)
+		}
+		e.FrontProxyCA = ca
+		args = append(args,
+			"--requestheader-client-ca-file="+ca,
+			"--requestheader-allowed-names="+FrontProxyClient,
+			"--requestheader-username-headers=X-Remote-User",
+			"--requestheader-group-headers=X-Remote-Group",
+			"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+			"--proxy-client-cert-file="+cert,
+			"--proxy-client-key-file="+key,
+		)
 	}
 	args = append(args, o.APIServerFlags...)
 	e.apiserver, err = startProcess("kube-apiserver", apiBin, filepath.Join(dir, "kube-apiserver.log"), args...)
@@ -533,12 +562,20 @@ type process struct {
 }
 
 func startProcess(name, bin, logPath string, args ...string) (*process, error) {
+	return startProcessEnv(name, bin, logPath, nil, args...)
+}
+
+// startProcessEnv is startProcess with env added to the test's environment.
+func startProcessEnv(name, bin, logPath string, env []string, args ...string) (*process, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {

@@ -167,6 +167,7 @@ func serveFlags() (*flag.FlagSet, *certs.Options) {
 	fs.String("health-probe-bind-address", "", "")
 	fs.Bool("leader-elect", false, "")
 	fs.String("service-account", "", "")
+	fs.String("calico-apiserver-user", "", "")
 	fs.String("datastore", "kubernetes", "")
 	fs.String("etcd-endpoints", "", "")
 	fs.String("etcd-key-file", "", "")

@@ -234,7 +234,12 @@ func checkCommon(t *testing.T, r *rendered, ns, fullname string) (*appsv1.Deploy
 	require.NotEmpty(t, mw.MatchConditions)
 
 	bgp := vwc.Webhooks[2]
-	require.Equal(t, map[string]string{"app.kubernetes.io/managed-by": "calico-rr-autoscaler"}, bgp.ObjectSelector.MatchLabels)
+	// No objectSelector: a crd.projectcalico.org BGPPeer the Calico API server stored has its
+	// labels in an annotation; the "managed" condition reads both.
+	require.True(t, bgp.ObjectSelector == nil || len(bgp.ObjectSelector.MatchLabels)+len(bgp.ObjectSelector.MatchExpressions) == 0)
+	require.Equal(t, "managed", bgp.MatchConditions[1].Name)
+	require.Contains(t, bgp.MatchConditions[1].Expression, "labels[?'app.kubernetes.io/managed-by']")
+	require.Contains(t, bgp.MatchConditions[1].Expression, "annotations[?'projectcalico.org/metadata']")
 	require.ElementsMatch(t, []string{"crd.projectcalico.org", "projectcalico.org"}, slices.Concat(bgp.Rules[0].APIGroups, bgp.Rules[1].APIGroups))
 	require.Contains(t, bgp.MatchConditions[0].Expression, "system:serviceaccount:"+ns+":"+sa.Name)
 
