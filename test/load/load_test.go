@@ -79,7 +79,7 @@ func TestLoad(t *testing.T) {
 
 	// The product as a separate process of the built binary.
 	p := startProduct(ctx, t, env)
-	register(ctx, t, env, p)
+	awaitWebhooks(ctx, t, env)
 	if out, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, policyYAML, "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply policy: %v\n%s%s", err, out, stderr)
 	}
@@ -415,6 +415,9 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 		t.Fatal(err)
 	}
 	p := &product{caPEM: caPEM, webhookPort: freePort(t), log: filepath.Join(dir, "serve.log")}
+	// The chart first: it is the only source of the webhook configurations and of the service
+	// account's RBAC (serve reads the APIServices at start).
+	env.InstallChart(t, fmt.Sprintf("https://127.0.0.1:%d", p.webhookPort), p.caPEM, "")
 	metricsPort, healthPort := freePort(t), freePort(t)
 	p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	logf, err := os.Create(p.log)
@@ -465,11 +468,9 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 	return p
 }
 
-// register installs the product from its rendered chart (webhooks by URL on the product's port,
-// RBAC) and waits until the API server calls the webhooks.
-func register(ctx context.Context, t *testing.T, env *testenv.Env, p *product) {
+// awaitWebhooks waits until the API server calls the webhooks the chart registered (startProduct).
+func awaitWebhooks(ctx context.Context, t *testing.T, env *testenv.Env) {
 	t.Helper()
-	env.InstallChart(t, fmt.Sprintf("https://127.0.0.1:%d", p.webhookPort), p.caPEM, "")
 	probe := "apiVersion: routereflector.io/v1alpha1\nkind: RouteReflectorPolicy\nmetadata: {name: probe}\nspec: {nodeSelector: {matchLabels: {probe: \"1\"}}, minRouteReflectors: 5, maxRouteReflectors: 2}\n"
 	poll(ctx, t, "webhooks registered", 30*time.Second, 200*time.Millisecond, func() error {
 		_, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, probe, "apply", "--dry-run=server", "-f", "-")
