@@ -250,6 +250,9 @@ func (v *NodeValidator) addition(mp state.Managed, old, node *corev1.Node) Denia
 		path, what = clusterIDPath, "a cluster ID"
 	}
 	ni := extender.NewNodeInfo(node, p)
+	// The filters' exemptions for a route reflector keeping its role (pressure conditions, the
+	// NotReady grace) hold for a node that was one, not for one this change makes one.
+	ni.CurrentRR = extender.NewNodeInfo(old, p).CurrentRR
 	for _, f := range extender.DefaultFilters() {
 		if reason := f.Filter(p, ni); reason != "" {
 			errs = append(errs, deny(path, Rule(f.Rule()),

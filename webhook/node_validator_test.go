@@ -87,6 +87,10 @@ func TestNodeValidator(t *testing.T) {
 			spec: func(s *v1alpha1.RouteReflectorPolicySpec) { s.MaxRouteReflectors = i32(3) },
 			want: `metadata.labels[calico-route-reflector]: Invalid value: [max-route-reflectors] adding the route reflector label to node-a2 would make 4 route reflectors; policy "default" allows at most 3`},
 		{name: "label within max", spec: def, user: alice, node: "node-a2", change: label},
+		{name: "labelling a node under memory pressure", spec: def, user: alice, node: "node-a2", change: func(n *corev1.Node) {
+			label(n)
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue})
+		}, want: `metadata.labels[calico-route-reflector]: Invalid value: [node-condition] node-a2 may not be a route reflector of policy "default": node condition MemoryPressure is True`},
 		{name: "cluster ID not IPv4", spec: def, user: alice, node: "node-a1", change: func(n *corev1.Node) { n.Annotations[extender.AnnotationClusterID] = "rack-1" },
 			want: `metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: [cluster-id] "rack-1" is not an IPv4 address
 metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: [min-route-reflectors] removing the cluster ID from node-a1 would leave 2 route reflectors; policy "default" requires at least 3`},

@@ -1,0 +1,151 @@
+package serve_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+)
+
+// setCondition sets a node condition through nodes/status, as a kubelet does (retrying on
+// conflicts).
+func (w *world) setCondition(name string, typ corev1.NodeConditionType, status corev1.ConditionStatus) {
+	w.t.Helper()
+	ctx := w.t.Context()
+	for {
+		n, err := w.kubelet.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		n.Status.Conditions = slices.DeleteFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == typ })
+		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: typ, Status: status, LastTransitionTime: metav1.Now()})
+		_, err = w.kubelet.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		return
+	}
+}
+
+// TestFieldCasesOnRealAPIServer: the field-ready cases on the real API server with real kubectl.
+// A server-side dry run of a node creation gets its role in the answer and leaves no trace (no
+// node, nothing in the leader's ledger, no role counted by the next plan); a node under
+// MemoryPressure may not be made a route reflector by hand ([node-condition]) while a route
+// reflector under pressure keeps its role; and a leader change keeps the scale-down window.
+func TestFieldCasesOnRealAPIServer(t *testing.T) {
+	w := newWorld(t)
+	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  topology: {type: MultiCluster, clusterIDs: PerRouteReflector}
+  scaling: {ratio: "0.1"}
+  removalDelay: 2s
+  behavior: {scaleDown: {stabilizationWindowSeconds: 600}}
+`)
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.join(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3), nil)
+		}()
+	}
+	wg.Wait()
+	w.eventually("settled on 6 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(6) })
+
+	t.Run("a dry run leaves no trace", func(t *testing.T) {
+		before := w.rep.srv.Ledger.Pending()
+		node := `apiVersion: v1
+kind: Node
+metadata: {name: dry-1, labels: {topology.kubernetes.io/zone: zone-a}}
+`
+		out, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, node, "create", "--dry-run=server", "-o", "yaml", "-f", "-")
+		if err != nil {
+			t.Fatalf("dry run: %v %s", err, stderr)
+		}
+		if !strings.Contains(out, extender.LabelPeeringSet) {
+			t.Fatalf("the dry run's answer has no role:\n%s", out)
+		}
+		if _, err := w.admin.CoreV1().Nodes().Get(t.Context(), "dry-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("dry-1 exists after a dry run: %v", err)
+		}
+		if after := w.rep.srv.Ledger.Pending(); after != before {
+			t.Fatalf("the ledger holds %d changes after the dry run, %d before", after, before)
+		}
+	})
+
+	t.Run("pressure: no new route reflector, the old one keeps its role", func(t *testing.T) {
+		s := w.snapshot()
+		var client, rr string
+		for name := range s.nodes {
+			if _, ok := s.rrs[name]; ok && rr == "" {
+				rr = name
+			} else if !ok && client == "" {
+				client = name
+			}
+		}
+		w.setCondition(client, corev1.NodeMemoryPressure, corev1.ConditionTrue)
+		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", client, "calico-route-reflector=")
+		if err == nil || !strings.Contains(stderr, "[node-condition]") || !strings.Contains(stderr, "MemoryPressure") {
+			t.Fatalf("labelling a node under MemoryPressure: %v %s", err, stderr)
+		}
+		w.setCondition(rr, corev1.NodeMemoryPressure, corev1.ConditionTrue)
+		time.Sleep(3 * time.Second)
+		s = w.snapshot()
+		if _, ok := s.rrs[rr]; !ok || s.nodes[rr].Annotations[extender.AnnotationDrainingSince] != "" {
+			t.Fatalf("%s lost its role or drains under MemoryPressure: %s", rr, s.roles())
+		}
+	})
+
+	t.Run("a leader change keeps the scale-down window", func(t *testing.T) {
+		for i := 30; i < 60; i++ {
+			if err := w.admin.CoreV1().Nodes().Delete(t.Context(), fmt.Sprintf("node-%02d", i), metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		desired := func() string {
+			out, _, _ := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.nodes}/{.status.desiredRouteReflectors}")
+			return out
+		}
+		w.eventually("30 nodes, 6 held by the window", 30*time.Second, func() error {
+			if got := desired(); got != "30/6" {
+				return fmt.Errorf("status nodes/desired %q", got)
+			}
+			return nil
+		})
+		second := w.start(freePort(t), false)
+		w.rep.stop()
+		w.eventually("the second replica leads", 30*time.Second, func() error {
+			if !second.srv.Ledger.Leader() {
+				return fmt.Errorf("not the leader yet")
+			}
+			return nil
+		})
+		// The new leader reconciles (a node change wakes it) and keeps 6 for the window (without
+		// the old leader's window it would want ceil(31 x 0.1) = 4).
+		w.join("late-1", "zone-a", nil)
+		w.eventually("the new leader has reconciled", 30*time.Second, func() error {
+			if got := desired(); got != "31/6" {
+				return fmt.Errorf("status nodes/desired %q", got)
+			}
+			return nil
+		})
+		time.Sleep(2 * time.Second)
+		if got := desired(); got != "31/6" {
+			t.Fatalf("after the leader change: nodes/desired %q, want 31/6 (the window holds 6 for 10 minutes)", got)
+		}
+	})
+}
