@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,15 +54,7 @@ spec:
   removalDelay: 2s
   behavior: {scaleDown: {stabilizationWindowSeconds: 600}}
 `)
-	var wg sync.WaitGroup
-	for i := range 60 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.join(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3), nil)
-		}()
-	}
-	wg.Wait()
+	w.joinCluster(60)
 	w.eventually("settled on 6 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(6) })
 
 	t.Run("a dry run leaves no trace", func(t *testing.T) {
