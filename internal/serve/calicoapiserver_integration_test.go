@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
@@ -78,7 +79,27 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 		t.Fatalf("%v reconcile errors (a denied write?)", n)
 	}
 
-	// Hand edits of a managed BGPPeer: refused through either group.
+	// Hand edits of a managed BGPPeer, once the new layout has settled (no draining route
+	// reflector, the policy Ready, the same BGPPeers two seconds apart): refused through either
+	// group.
+	w.eventually("the DualPlane layout settled", 60*time.Second, func() error {
+		s := w.snapshot()
+		for name := range s.rrs {
+			if d := s.nodes[name].Annotations[extender.AnnotationDrainingSince]; d != "" {
+				return fmt.Errorf("%s draining", name)
+			}
+		}
+		ready, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if err != nil || ready != "True" {
+			return fmt.Errorf("policy Ready %q %v", ready, err)
+		}
+		time.Sleep(2 * time.Second)
+		now = slices.Sorted(maps.Keys(s.peers))
+		if later := slices.Sorted(maps.Keys(w.snapshot().peers)); !slices.Equal(later, now) {
+			return fmt.Errorf("BGPPeers still changing: %v -> %v", now, later)
+		}
+		return nil
+	})
 	peer := now[0]
 	reason := "[managed-bgppeer] BGPPeer " + peer + " is managed by calico-rr-autoscaler"
 	patch := `{"spec":{"peerSelector":"all()"}}`
