@@ -15,27 +15,13 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
-// setCondition sets a node condition through nodes/status, as a kubelet does (retrying on
-// conflicts).
+// setCondition sets a node condition through nodes/status, as a kubelet does.
 func (w *world) setCondition(name string, typ corev1.NodeConditionType, status corev1.ConditionStatus) {
 	w.t.Helper()
-	ctx := w.t.Context()
-	for {
-		n, err := w.kubelet.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			w.t.Fatal(err)
-		}
+	w.updateStatus(name, func(n *corev1.Node) {
 		n.Status.Conditions = slices.DeleteFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == typ })
 		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: typ, Status: status, LastTransitionTime: metav1.Now()})
-		_, err = w.kubelet.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			continue
-		}
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		return
-	}
+	})
 }
 
 // TestFieldCasesOnRealAPIServer: the field-ready cases on the real API server with real kubectl.

@@ -225,8 +225,9 @@ func (w *world) join(name, zone string, labels map[string]string) {
 	w.ready(created.Name, true)
 }
 
-// ready sets the Ready condition through nodes/status, as a kubelet (retrying on conflicts).
-func (w *world) ready(name string, ready bool) {
+// updateStatus changes a node's status through nodes/status as a kubelet does, retrying on
+// conflicts.
+func (w *world) updateStatus(name string, change func(*corev1.Node)) {
 	w.t.Helper()
 	ctx := w.t.Context()
 	for {
@@ -234,12 +235,7 @@ func (w *world) ready(name string, ready bool) {
 		if err != nil {
 			w.t.Fatal(err)
 		}
-		st := corev1.ConditionTrue
-		if !ready {
-			st = corev1.ConditionFalse
-		}
-		now := metav1.Now()
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+		change(n)
 		_, err = w.kubelet.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			continue
@@ -251,27 +247,27 @@ func (w *world) ready(name string, ready bool) {
 	}
 }
 
-// heartbeat updates only the Ready condition's heartbeat time, as a kubelet does every 10s.
+// ready sets the Ready condition (and only it) through nodes/status, as a kubelet.
+func (w *world) ready(name string, ready bool) {
+	w.t.Helper()
+	st := corev1.ConditionTrue
+	if !ready {
+		st = corev1.ConditionFalse
+	}
+	w.updateStatus(name, func(n *corev1.Node) {
+		now := metav1.Now()
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+	})
+}
+
+// heartbeat updates only the conditions' heartbeat times, as a kubelet does every 10s.
 func (w *world) heartbeat(name string) {
 	w.t.Helper()
-	ctx := w.t.Context()
-	for {
-		n, err := w.kubelet.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			w.t.Fatal(err)
-		}
+	w.updateStatus(name, func(n *corev1.Node) {
 		for i := range n.Status.Conditions {
 			n.Status.Conditions[i].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Duration(i) * time.Second))
 		}
-		_, err = w.kubelet.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			continue
-		}
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		return
-	}
+	})
 }
 
 type snapshot struct {
