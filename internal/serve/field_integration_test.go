@@ -44,7 +44,6 @@ spec:
 	w.eventually("settled on 6 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(6) })
 
 	t.Run("a dry run leaves no trace", func(t *testing.T) {
-		before := w.rep.srv.Ledger.Pending()
 		node := `apiVersion: v1
 kind: Node
 metadata: {name: dry-1, labels: {topology.kubernetes.io/zone: zone-a}}
@@ -59,8 +58,9 @@ metadata: {name: dry-1, labels: {topology.kubernetes.io/zone: zone-a}}
 		if _, err := w.admin.CoreV1().Nodes().Get(t.Context(), "dry-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("dry-1 exists after a dry run: %v", err)
 		}
-		if after := w.rep.srv.Ledger.Pending(); after != before {
-			t.Fatalf("the ledger holds %d changes after the dry run, %d before", after, before)
+		// Not a count of the ledger's entries: settled ones are dropped at any moment.
+		if w.rep.srv.Ledger.Assumed("dry-1") {
+			t.Fatal("the leader's ledger holds an assumed change of dry-1 after a dry run")
 		}
 	})
 
@@ -94,7 +94,10 @@ metadata: {name: dry-1, labels: {topology.kubernetes.io/zone: zone-a}}
 			}
 		}
 		desired := func() string {
-			out, _, _ := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.nodes}/{.status.desiredRouteReflectors}")
+			out, stderr, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.nodes}/{.status.desiredRouteReflectors}")
+			if err != nil {
+				return fmt.Sprintf("kubectl: %v %s", err, stderr)
+			}
 			return out
 		}
 		w.eventually("30 nodes, 6 held by the window", 30*time.Second, func() error {

@@ -219,6 +219,14 @@ func (l *Ledger) Forget(node string) {
 	delete(l.entries, node)
 }
 
+// Assumed reports whether the ledger holds an assumed change of the node.
+func (l *Ledger) Assumed(node string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.entries[node]
+	return ok
+}
+
 // Pending returns the number of assumed changes.
 func (l *Ledger) Pending() int {
 	l.mu.Lock()
