@@ -35,7 +35,7 @@ func DefaultScores() []ScorePlugin {
 // enough (see NodeInfo.Awaited).
 func RunFilters(filters []FilterPlugin, p *policy.Resolved, n *NodeInfo) {
 	n.Preferred = p.Preferred.Matches(labelSet(n.Node.Labels))
-	n.Eligible, n.Reason, n.Awaited = true, "", false
+	n.Eligible, n.Reason, n.Rule, n.Awaited = true, "", "", false
 	notReady := false
 	for _, f := range filters {
 		r := f.Filter(p, n)
@@ -43,10 +43,10 @@ func RunFilters(filters []FilterPlugin, p *policy.Resolved, n *NodeInfo) {
 		case r == "":
 			continue
 		case n.Eligible && f.Name() == NodeReadyName:
-			n.Eligible, n.Reason, notReady = false, r, true
+			n.Eligible, n.Reason, n.Rule, notReady = false, r, f.Rule(), true
 			continue
 		case n.Eligible:
-			n.Eligible, n.Reason = false, r
+			n.Eligible, n.Reason, n.Rule = false, r, f.Rule()
 		}
 		return
 	}

@@ -43,6 +43,7 @@ type NodeInfo struct {
 	// Filled by the pipeline.
 	Eligible  bool
 	Reason    string // why the node is not eligible
+	Rule      string // the rule of the filter that rejected it (FilterPlugin.Rule), "" when eligible
 	Preferred bool
 	// Awaited: the node fails NodeReady only, and has been NotReady (or not Ready yet since it was
 	// created) for less than the policy's notReadyGracePeriod. The multi-zone planners keep its

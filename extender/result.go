@@ -114,6 +114,9 @@ type ZoneCount struct {
 type Ineligible struct {
 	Node   string `json:"node"`
 	Reason string `json:"reason"`
+	// Rule is the rule of the filter that rejected the node (FilterPlugin.Rule), the name the
+	// node validator's denials and metrics use.
+	Rule string `json:"rule,omitempty"`
 }
 
 // Condition is a Degraded condition of the plan.
@@ -199,7 +202,7 @@ func (pl *planner) result() *Result {
 			res.Nodes = append(res.Nodes, st)
 			res.facts = append(res.facts, factsOf(n))
 			if !n.Eligible {
-				res.Ineligible = append(res.Ineligible, Ineligible{Node: n.Name, Reason: n.Reason})
+				res.Ineligible = append(res.Ineligible, Ineligible{Node: n.Name, Reason: n.Reason, Rule: n.Rule})
 			}
 			continue
 		}
@@ -257,7 +260,7 @@ func (pl *planner) result() *Result {
 		res.Nodes = append(res.Nodes, st)
 		res.facts = append(res.facts, factsOf(n))
 		if !n.Eligible {
-			res.Ineligible = append(res.Ineligible, Ineligible{Node: n.Name, Reason: n.Reason})
+			res.Ineligible = append(res.Ineligible, Ineligible{Node: n.Name, Reason: n.Reason, Rule: n.Rule})
 		}
 	}
 	s.ClusterIDs = len(ids)

@@ -73,7 +73,7 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 		if !ni.Eligible && !extender.IsDraining(node) {
 			ts := state.CeilSecond(m.now()).Format(time.RFC3339)
 			ann = map[string]*string{extender.AnnotationDrainingSince: &ts}
-			if ni.Reason == extender.ReasonNotReady {
+			if ni.Rule == extender.RuleNotReadyNode {
 				reason := extender.DrainingReasonNotReady
 				ann[extender.AnnotationDrainingReason] = &reason
 			}

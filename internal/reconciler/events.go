@@ -2,23 +2,53 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
-// Event reasons on nodes.
+// ChangeKind is a kind of role change: the label of the role_changes_total metric and, through
+// Reason, the reason of the Events on the node and the policy.
+type ChangeKind string
+
+// The role changes.
 const (
-	EventPromoted = "RouteReflectorPromoted"
-	EventDraining = "RouteReflectorDraining"
-	EventDemoted  = "RouteReflectorDemoted"
-	// EventClusterIDChanged: a route reflector's cluster ID was rewritten, most often a duplicate
+	KindPromoted ChangeKind = "Promoted"
+	KindDraining ChangeKind = "Draining"
+	KindDemoted  ChangeKind = "Demoted"
+	// KindClusterIDChanged: a route reflector's cluster ID was rewritten, most often a duplicate
 	// repaired.
+	KindClusterIDChanged ChangeKind = "ClusterIDChanged"
+)
+
+// Event reasons on nodes, one per ChangeKind.
+const (
+	EventPromoted         = "RouteReflectorPromoted"
+	EventDraining         = "RouteReflectorDraining"
+	EventDemoted          = "RouteReflectorDemoted"
 	EventClusterIDChanged = "RouteReflectorClusterIDChanged"
 )
 
-// KindClusterIDChanged is the RoleChange kind of a cluster ID rewrite.
-const KindClusterIDChanged = "ClusterIDChanged"
+// Reason is the Event reason of a role change of kind k.
+func (k ChangeKind) Reason() string {
+	switch k {
+	case KindPromoted:
+		return EventPromoted
+	case KindDraining:
+		return EventDraining
+	case KindDemoted:
+		return EventDemoted
+	case KindClusterIDChanged:
+		return EventClusterIDChanged
+	}
+	return string(k)
+}
 
 // events records an Event on the node and on the policy for every role change of this reconcile
 // ("Promoted to route reflector: zone zone-b below desired 4", "Demoted: cordoned; clients moved
@@ -27,7 +57,7 @@ const KindClusterIDChanged = "ClusterIDChanged"
 func (r *Reconciler) events(_ context.Context, st *State) error {
 	done := map[string]bool{}
 	for _, c := range st.Changes {
-		done[c.Kind+"/"+c.Node] = true
+		done[string(c.Kind)+"/"+c.Node] = true
 	}
 	// Role changes the webhook admitted show up as differences from the previous plan.
 	if st.Previous != nil {
@@ -41,25 +71,120 @@ func (r *Reconciler) events(_ context.Context, st *State) error {
 			n := st.View[rr.Node]
 			switch {
 			case n == nil:
-			case !rr.Draining && !was[rr.Node] && !done["Promoted/"+rr.Node]:
-				st.Changes = append(st.Changes, RoleChange{Node: rr.Node, Kind: "Promoted",
-					Message: "Promoted to route reflector: " + promotionReason(st, n) + " (at admission)"})
-			case rr.Draining && was[rr.Node] && !wasDraining[rr.Node] && !done["Draining/"+rr.Node]:
-				st.Changes = append(st.Changes, RoleChange{Node: rr.Node, Kind: "Draining",
-					Message: "Draining: " + roleLossReason(st, rr.Node) + "; clients moving to " + strings.Join(replacements(st, rr.Node), ", ")})
+			case !rr.Draining && !was[rr.Node] && !done[string(KindPromoted)+"/"+rr.Node]:
+				st.Changes = append(st.Changes, *promoted(st, n, " (at admission)"))
+			case rr.Draining && was[rr.Node] && !wasDraining[rr.Node] && !done[string(KindDraining)+"/"+rr.Node]:
+				st.Changes = append(st.Changes, *draining(st, rr.Node))
 			}
 		}
 	}
 	for _, c := range st.Changes {
-		reason := map[string]string{"Promoted": EventPromoted, "Draining": EventDraining, "Demoted": EventDemoted,
-			KindClusterIDChanged: EventClusterIDChanged}[c.Kind]
+		reason := c.Kind.Reason()
 		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: c.Node}
 		if n := st.View[c.Node]; n != nil {
 			ref.UID = n.UID
 		}
 		r.Recorder.Event(ref, corev1.EventTypeNormal, reason, c.Message)
 		r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, reason, "%s: %s", c.Node, c.Message)
-		roleChanges.WithLabelValues(st.Name, c.Kind).Inc()
+		roleChanges.WithLabelValues(st.Name, string(c.Kind)).Inc()
 	}
 	return nil
+}
+
+// promoted: "Promoted to route reflector: zone zone-b below desired 4" and suffix.
+func promoted(st *State, n *corev1.Node, suffix string) *RoleChange {
+	return &RoleChange{Node: n.Name, Kind: KindPromoted, Message: "Promoted to route reflector: " + promotionReason(st, n) + suffix}
+}
+
+// draining: "Draining: cordoned; clients moving to node-3, node-7".
+func draining(st *State, name string) *RoleChange {
+	return &RoleChange{Node: name, Kind: KindDraining,
+		Message: "Draining: " + roleLossReason(st, name) + "; clients moving to " + strings.Join(replacements(st, name), ", ")}
+}
+
+// demoted: "Demoted: not needed (4 route reflectors desired); clients moved to node-3".
+func demoted(st *State, name string, moved []string) *RoleChange {
+	to := "no clients to move"
+	if len(moved) > 0 {
+		to = "clients moved to " + strings.Join(moved, ", ")
+	}
+	return &RoleChange{Node: name, Kind: KindDemoted, Message: "Demoted: " + roleLossReason(st, name) + "; " + to}
+}
+
+// clusterIDChanged says why a route reflector's cluster ID changes: a duplicate repaired (another
+// route reflector holds the same ID, with one ID per route reflector: a manual edit, a restore) or
+// a move to another cluster-ID group (or a zone's or rack's ID).
+func clusterIDChanged(st *State, cur *corev1.Node, want extender.NodeState) *RoleChange {
+	return &RoleChange{Node: cur.Name, Kind: KindClusterIDChanged, Message: clusterIDChangeReason(st, cur, want)}
+}
+
+func clusterIDChangeReason(st *State, cur *corev1.Node, want extender.NodeState) string {
+	from, to := cur.Annotations[extender.AnnotationClusterID], want.Annotations[extender.AnnotationClusterID]
+	p := st.Managed.Resolved
+	if p.Topology == v1alpha1.MultiCluster && p.ClusterIDMode == v1alpha1.PerRouteReflector {
+		var others []string
+		for _, rr := range st.Result.RouteReflectors {
+			if rr.Node != cur.Name && rr.ClusterID == from {
+				others = append(others, rr.Node)
+			}
+		}
+		if len(others) > 0 {
+			slices.Sort(others)
+			return fmt.Sprintf("Cluster ID %s repaired to %s: %s is also held by %s, and clusterIDs: PerRouteReflector gives each route reflector its own",
+				from, to, from, strings.Join(others, ", "))
+		}
+	}
+	return fmt.Sprintf("Cluster ID changed from %s to %s: the plan gives its cluster-ID group, zone or rack that ID", from, to)
+}
+
+// replacements are the planned active route reflectors of a node's zone, else of its cluster ID,
+// else all of them (at most three named).
+func replacements(st *State, name string) []string {
+	out := replacementsAll(st, name)
+	if len(out) > 3 {
+		out = append(out[:3:3], "...")
+	}
+	return out
+}
+
+// promotionReason: "zone zone-b below desired 4".
+func promotionReason(st *State, n *corev1.Node) string {
+	zone := n.Labels[st.Managed.Resolved.ZoneLabel]
+	for _, z := range st.Result.Zones {
+		if z.Zone == zone {
+			return fmt.Sprintf("zone %s below desired %d", extender.ZoneName(zone), z.Desired)
+		}
+	}
+	return fmt.Sprintf("%d route reflectors desired", st.Result.Summary.DesiredRouteReflectors)
+}
+
+// roleLossReason says why a route reflector loses its role: its ineligibility, or that it is not
+// needed.
+func roleLossReason(st *State, name string) string {
+	for _, in := range st.Result.Ineligible {
+		if in.Node == name {
+			return shortReason(in)
+		}
+	}
+	if n := st.View[name]; n != nil && n.Annotations[extender.AnnotationClusterID] != "" {
+		if _, ok := policy.ParseClusterID(n.Annotations[extender.AnnotationClusterID]); !ok {
+			return "invalid cluster ID"
+		}
+	}
+	return fmt.Sprintf("not needed (%d route reflectors desired)", st.Result.Summary.DesiredRouteReflectors)
+}
+
+// shortReason names an ineligibility in a few words by its rule, else gives the filter's reason.
+func shortReason(in extender.Ineligible) string {
+	switch in.Rule {
+	case extender.RuleCordonedNode:
+		return "cordoned"
+	case extender.RuleNotReadyNode:
+		return "not Ready"
+	case extender.RuleDeletingNode:
+		return "being deleted"
+	case extender.RuleForbiddenNode:
+		return "forbidden by the policy"
+	}
+	return in.Reason
 }

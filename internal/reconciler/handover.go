@@ -438,6 +438,20 @@ func drainingRRs(st *State) []string {
 // handoverInPlace: every planned route reflector carries its role and no client peers with d any
 // more, so the sessions to check are the ones that matter.
 func (r *Reconciler) handoverInPlace(st *State, d string) bool {
+	if !replacementsInPlace(st) {
+		return false
+	}
+	for _, n := range st.View {
+		if slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), d) {
+			return false
+		}
+	}
+	return true
+}
+
+// replacementsInPlace: every active route reflector of the plan carries the role label and its
+// planned cluster ID, so nothing is left to a node losing its role.
+func replacementsInPlace(st *State) bool {
 	p := st.Managed.Resolved
 	for _, rr := range st.Result.RouteReflectors {
 		if rr.Draining {
@@ -445,11 +459,6 @@ func (r *Reconciler) handoverInPlace(st *State, d string) bool {
 		}
 		n := st.View[rr.Node]
 		if n == nil || !p.IsRouteReflectorLabel(n.Labels) || n.Annotations[extender.AnnotationClusterID] != rr.ClusterID {
-			return false
-		}
-	}
-	for _, n := range st.View {
-		if slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), d) {
 			return false
 		}
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -84,13 +83,12 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		}
 		switch {
 		case !wasRR && wantRR:
-			np.change = &RoleChange{Node: want.Name, Kind: "Promoted", Message: "Promoted to route reflector: " + promotionReason(st, cur)}
+			np.change = promoted(st, cur, "")
 		case wantRR && want.Annotations[extender.AnnotationDrainingSince] != "" && cur.Annotations[extender.AnnotationDrainingSince] == "":
-			np.change = &RoleChange{Node: want.Name, Kind: "Draining", Message: "Draining: " + roleLossReason(st, want.Name) +
-				"; clients moving to " + strings.Join(replacements(st, want.Name), ", ")}
+			np.change = draining(st, want.Name)
 		case wasRR && wantRR && cur.Annotations[extender.AnnotationClusterID] != "" &&
 			cur.Annotations[extender.AnnotationClusterID] != want.Annotations[extender.AnnotationClusterID]:
-			np.change = &RoleChange{Node: want.Name, Kind: KindClusterIDChanged, Message: clusterIDChange(st, cur, want)}
+			np.change = clusterIDChanged(st, cur, want)
 		}
 		phases[phase] = append(phases[phase], np)
 	}
@@ -100,28 +98,6 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		}
 	}
 	return nil
-}
-
-// clusterIDChange says why a route reflector's cluster ID changes: a duplicate repaired (another
-// route reflector holds the same ID, with one ID per route reflector: a manual edit, a restore) or
-// a move to another cluster-ID group (or a zone's or rack's ID).
-func clusterIDChange(st *State, cur *corev1.Node, want extender.NodeState) string {
-	from, to := cur.Annotations[extender.AnnotationClusterID], want.Annotations[extender.AnnotationClusterID]
-	p := st.Managed.Resolved
-	if p.Topology == v1alpha1.MultiCluster && p.ClusterIDMode == v1alpha1.PerRouteReflector {
-		var others []string
-		for _, rr := range st.Result.RouteReflectors {
-			if rr.Node != cur.Name && rr.ClusterID == from {
-				others = append(others, rr.Node)
-			}
-		}
-		if len(others) > 0 {
-			slices.Sort(others)
-			return fmt.Sprintf("Cluster ID %s repaired to %s: %s is also held by %s, and clusterIDs: PerRouteReflector gives each route reflector its own",
-				from, to, from, strings.Join(others, ", "))
-		}
-	}
-	return fmt.Sprintf("Cluster ID changed from %s to %s: the plan gives its cluster-ID group, zone or rack that ID", from, to)
 }
 
 // releasingIDs maps, with one cluster ID per route reflector, each cluster ID that a node still
@@ -239,15 +215,9 @@ func (r *Reconciler) demote(ctx context.Context, st *State) error {
 	if len(st.Demotions) == 0 {
 		return nil
 	}
-	for _, rr := range st.Result.RouteReflectors {
-		if rr.Draining {
-			continue
-		}
-		n := st.View[rr.Node]
-		if n == nil || !p.IsRouteReflectorLabel(n.Labels) || n.Annotations[extender.AnnotationClusterID] != rr.ClusterID {
-			st.requeue(handoverRetry) // a replacement is not in place yet
-			return nil
-		}
+	if !replacementsInPlace(st) {
+		st.requeue(handoverRetry)
+		return nil
 	}
 	want := map[string]extender.NodeState{}
 	for _, s := range st.Result.Nodes {
@@ -262,12 +232,7 @@ func (r *Reconciler) demote(ctx context.Context, st *State) error {
 			continue
 		}
 		lbl, ann := state.OwnedChanges(p.RRLabelKey, cur, want[name])
-		to := "no clients to move"
-		if len(moved) > 0 {
-			to = "clients moved to " + strings.Join(moved, ", ")
-		}
-		patches = append(patches, nodePatch{name: name, lbl: lbl, ann: ann,
-			change: &RoleChange{Node: name, Kind: "Demoted", Message: "Demoted: " + roleLossReason(st, name) + "; " + to}})
+		patches = append(patches, nodePatch{name: name, lbl: lbl, ann: ann, change: demoted(st, name, moved)})
 	}
 	return r.applyPatches(ctx, st, patches)
 }
@@ -285,55 +250,4 @@ func (r *Reconciler) clientsMoved(st *State, rr string) (moved []string, blocked
 		}
 	}
 	return replacements(st, rr), false
-}
-
-// replacements are the planned active route reflectors of a node's zone, else of its cluster ID,
-// else all of them (at most three named).
-func replacements(st *State, name string) []string {
-	out := replacementsAll(st, name)
-	if len(out) > 3 {
-		out = append(out[:3:3], "...")
-	}
-	return out
-}
-
-// promotionReason: "zone zone-b below desired 4".
-func promotionReason(st *State, n *corev1.Node) string {
-	zone := n.Labels[st.Managed.Resolved.ZoneLabel]
-	for _, z := range st.Result.Zones {
-		if z.Zone == zone {
-			return fmt.Sprintf("zone %s below desired %d", extender.ZoneName(zone), z.Desired)
-		}
-	}
-	return fmt.Sprintf("%d route reflectors desired", st.Result.Summary.DesiredRouteReflectors)
-}
-
-// roleLossReason says why a route reflector loses its role: its ineligibility, or that it is not
-// needed.
-func roleLossReason(st *State, name string) string {
-	for _, in := range st.Result.Ineligible {
-		if in.Node == name {
-			return shortReason(in.Reason)
-		}
-	}
-	if n := st.View[name]; n != nil && n.Annotations[extender.AnnotationClusterID] != "" {
-		if _, ok := policy.ParseClusterID(n.Annotations[extender.AnnotationClusterID]); !ok {
-			return "invalid cluster ID"
-		}
-	}
-	return fmt.Sprintf("not needed (%d route reflectors desired)", st.Result.Summary.DesiredRouteReflectors)
-}
-
-func shortReason(reason string) string {
-	switch reason {
-	case extender.ReasonUnschedulable:
-		return "cordoned"
-	case extender.ReasonNotReady:
-		return "not Ready"
-	case extender.ReasonDeleting:
-		return "being deleted"
-	case extender.ReasonForbidden:
-		return "forbidden by the policy"
-	}
-	return reason
 }

@@ -149,7 +149,7 @@ type State struct {
 // RoleChange is a role change this reconcile made, for Events and metrics.
 type RoleChange struct {
 	Node    string
-	Kind    string // Promoted, Draining, Demoted, ClusterIDChanged
+	Kind    ChangeKind
 	Message string
 }
 
