@@ -145,13 +145,22 @@ func certNeedsRenewal(certPEM, keyPEM []byte, ca *x509.Certificate, dnsNames []s
 	return ""
 }
 
-// newCA returns a new CA followed by the still-valid older CAs.
-func newCA(o Options, now time.Time, older []*x509.Certificate) ([]*x509.Certificate, crypto.Signer, error) {
+// newKey returns a new P-256 key and a serial number for its certificate.
+func newKey() (*ecdsa.PrivateKey, *big.Int, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
 	serial, err := serialNumber()
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, serial, nil
+}
+
+// newCA returns a new CA followed by the still-valid older CAs.
+func newCA(o Options, now time.Time, older []*x509.Certificate) ([]*x509.Certificate, crypto.Signer, error) {
+	key, serial, err := newKey()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -191,11 +200,7 @@ func newServingCert(o Options, now time.Time, ca *x509.Certificate, caKey crypto
 	if len(names) == 0 {
 		return nil, nil, errors.New("no DNS names")
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := serialNumber()
+	key, serial, err := newKey()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -392,21 +392,21 @@ func (s *AdmitState) Admit(n *corev1.Node) Admission {
 		}
 	}
 	// Counts with this node's new facts in place of its old ones.
-	healthy := s.healthy + admitB2i(a.Healthy)
-	zoneHealthy := s.zones[a.Zone].healthyOr0() + admitB2i(a.Healthy)
+	healthy := s.healthy + b2i(a.Healthy)
+	zoneHealthy := s.zones[a.Zone].healthyOr0() + b2i(a.Healthy)
 	eligible, awaited := map[string]int{}, map[string]int{}
 	for z, zs := range s.zones {
 		eligible[z], awaited[z] = zs.eligible, zs.awaited
 	}
-	eligible[a.Zone] += admitB2i(a.Eligible)
-	awaited[a.Zone] += admitB2i(a.Awaited)
+	eligible[a.Zone] += b2i(a.Eligible)
+	awaited[a.Zone] += b2i(a.Awaited)
 	if known {
-		healthy -= admitB2i(prev.healthy)
+		healthy -= b2i(prev.healthy)
 		if prev.zone == a.Zone {
-			zoneHealthy -= admitB2i(prev.healthy)
+			zoneHealthy -= b2i(prev.healthy)
 		}
-		eligible[prev.zone] -= admitB2i(prev.eligible)
-		awaited[prev.zone] -= admitB2i(prev.awaited)
+		eligible[prev.zone] -= b2i(prev.eligible)
+		awaited[prev.zone] -= b2i(prev.awaited)
 	}
 	// Racked topologies promote in the reconciler only: a new rack route reflector changes its
 	// rack's peering set, which the rack's other nodes carry.
@@ -542,8 +542,8 @@ func (s *AdmitState) clusterID(zone string) uint32 {
 		if zs != nil {
 			inZone = zs.ids[id]
 		}
-		key := [3]int{admitB2i(c >= room), -inZone, c}
-		if first || admitLess(key[:], bestKey[:]) || key == bestKey && id < best {
+		key := [3]int{b2i(c >= room), -inZone, c}
+		if first || slices.Compare(key[:], bestKey[:]) < 0 || key == bestKey && id < best {
 			best, bestKey, first = id, key, false
 		}
 	}
@@ -731,7 +731,7 @@ func (s *AdmitState) chooseMultiSet(a *Admission) {
 			k[1] = 1
 		}
 		k[2] = min(r, distinct) - len(groups)
-		k[3] = admitB2i(maxLoad >= capLoad)
+		k[3] = b2i(maxLoad >= capLoad)
 		k[4] = sum
 		return k
 	}
@@ -743,7 +743,7 @@ func (s *AdmitState) chooseMultiSet(a *Admission) {
 		if len(set.rrs) != r || !s.validSet(name) {
 			continue
 		}
-		if k := score(set.rrs); admitLess(k[:], bestScore[:]) {
+		if k := score(set.rrs); slices.Compare(k[:], bestScore[:]) < 0 {
 			best, bestScore = set.rrs, k
 		}
 	}
@@ -777,18 +777,3 @@ func (s *AdmitState) greedyMulti(zone string, act []string, r, zonesWithRR int) 
 	return out
 }
 
-func admitLess(a, b []int) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return a[i] < b[i]
-		}
-	}
-	return false
-}
-
-func admitB2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}

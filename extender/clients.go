@@ -70,20 +70,15 @@ func newRRSet(nodes []int, zones []string, ids []uint32, loads []int) *rrSet {
 	return s
 }
 
-func (pl *planner) drainingNodes() []int {
-	var out []int
-	for i := range pl.dec {
-		if pl.dec[i].role == roleDraining {
-			out = append(out, i)
-		}
-	}
-	return out
-}
+func (pl *planner) drainingNodes() []int { return pl.nodesWithRole(roleDraining) }
 
-func (pl *planner) clientNodes() []int {
+func (pl *planner) clientNodes() []int { return pl.nodesWithRole(roleClient) }
+
+// nodesWithRole returns the indexes of the nodes the plan gives role, in node order.
+func (pl *planner) nodesWithRole(r role) []int {
 	var out []int
 	for i := range pl.dec {
-		if pl.dec[i].role == roleClient {
+		if pl.dec[i].role == r {
 			out = append(out, i)
 		}
 	}
@@ -348,7 +343,7 @@ func (s *rrSet) bestRR(ch []int, mode, own int) int {
 			continue
 		}
 		key := [3]int{b2i(s.usedGroup[s.group[k]]), s.load[k], b2i(s.usedZone[s.zoneID[k]])}
-		if best < 0 || less3(key, bestKey) {
+		if best < 0 || slices.Compare(key[:], bestKey[:]) < 0 {
 			best, bestKey = k, key
 		}
 	}
@@ -364,15 +359,6 @@ func zoneUsed(s *rrSet, ch []int, zone int) bool {
 	for _, k := range ch {
 		if s.zoneID[k] == zone {
 			return true
-		}
-	}
-	return false
-}
-
-func less3(a, b [3]int) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return a[i] < b[i]
 		}
 	}
 	return false

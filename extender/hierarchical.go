@@ -162,13 +162,8 @@ func (pl *planner) assignRackIDs(racks []string, rackRRs map[string][]*NodeInfo)
 				count[n.ClusterID]++
 			}
 		}
-		best, bestN := uint32(0), 0
-		for id, c := range count {
-			if !used[id] && (c > bestN || c == bestN && id < best) {
-				best, bestN = id, c
-			}
-		}
-		if bestN == 0 {
+		best, ok := mostCarried(count, func(id uint32) bool { return !used[id] })
+		if !ok {
 			fresh = append(fresh, r)
 			continue
 		}

@@ -101,13 +101,8 @@ func (pl *planner) assignZoneIDs() {
 	used := map[uint32]bool{}
 	var fresh []string
 	for _, z := range zones {
-		best, bestN := uint32(0), 0
-		for id, c := range count[z] {
-			if owner[id] == "" && (c > bestN || c == bestN && id < best) {
-				best, bestN = id, c
-			}
-		}
-		if bestN == 0 {
+		best, ok := mostCarried(count[z], func(id uint32) bool { return owner[id] == "" })
+		if !ok {
 			fresh = append(fresh, z)
 			continue
 		}
@@ -159,4 +154,16 @@ func (pl *planner) assignZoneClients() {
 		}
 		pl.setPeers(c, peers)
 	}
+}
+
+// mostCarried returns the free cluster ID that most nodes carry in count (the lowest on a tie), and
+// false when no free ID is carried.
+func mostCarried(count map[uint32]int, free func(uint32) bool) (uint32, bool) {
+	best, bestN := uint32(0), 0
+	for id, c := range count {
+		if free(id) && (c > bestN || c == bestN && id < best) {
+			best, bestN = id, c
+		}
+	}
+	return best, bestN > 0
 }

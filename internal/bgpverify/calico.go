@@ -220,26 +220,12 @@ func liveState(ctx context.Context, cfg *rest.Config, opts Options) (*calicoStat
 	for i := range list.Items {
 		nodes[i] = &list.Items[i]
 	}
-	var peers []apiv3.BGPPeer
-	if err := listCalico(ctx, dyn, gv.WithResource("bgppeers"), func(u *unstructured.Unstructured) error {
-		var p apiv3.BGPPeer
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-			return err
-		}
-		peers = append(peers, p)
-		return nil
-	}); err != nil {
+	peers, err := listCalico[apiv3.BGPPeer](ctx, dyn, gv.WithResource("bgppeers"))
+	if err != nil {
 		return nil, err
 	}
-	var configs []apiv3.BGPConfiguration
-	if err := listCalico(ctx, dyn, gv.WithResource("bgpconfigurations"), func(u *unstructured.Unstructured) error {
-		var c apiv3.BGPConfiguration
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
-			return err
-		}
-		configs = append(configs, c)
-		return nil
-	}); err != nil {
+	configs, err := listCalico[apiv3.BGPConfiguration](ctx, dyn, gv.WithResource("bgpconfigurations"))
+	if err != nil {
 		return nil, err
 	}
 	return objectState(nodes, peers, configs)
@@ -289,20 +275,22 @@ func objectState(in []*corev1.Node, inPeers []apiv3.BGPPeer, inConfigs []apiv3.B
 	return st, st.assign(realIP)
 }
 
-func listCalico(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, f func(*unstructured.Unstructured) error) error {
+// listCalico lists the Calico objects of gvr as T (none when the resource is not served).
+func listCalico[T any](ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource) ([]T, error) {
 	l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
+		return nil, fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
 	}
+	out := make([]T, len(l.Items))
 	for i := range l.Items {
-		if err := f(&l.Items[i]); err != nil {
-			return fmt.Errorf("%s %s: %w", gvr.Resource, l.Items[i].GetName(), err)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(l.Items[i].Object, &out[i]); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", gvr.Resource, l.Items[i].GetName(), err)
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // Scratch is a kube-apiserver (and etcd) of internal/testenv with Calico's CRDs
@@ -460,16 +448,23 @@ func (s *Scratch) renderState(ctx context.Context, st *calicoState, confd, dir s
 	for i, n := range st.nodes {
 		names[i] = n.Name
 	}
-	dirs, err := s.render(ctx, confd, etc, dir, names, logv)
+	start := time.Now()
+	dirs, err := renderAll(ctx, confd, etc, dir, names, []string{
+		"DATASTORE_TYPE=kubernetes",
+		"KUBECONFIG=" + s.kubeconfig,
+		"USE_POD_CIDR=true",
+	})
 	if err != nil {
 		return nil, err
 	}
+	logv("confd rendered %d nodes' BIRD configurations in %v", len(names), time.Since(start).Round(time.Millisecond))
 	return dirs, dropEmptyKrtTunnel(dirs)
 }
 
-// render runs confd once per node (NODENAME) against the scratch API server and returns each
-// node's folder with its bird.cfg, bird_aggr.cfg and bird_ipam.cfg (and the IPv6 files).
-func (s *Scratch) render(ctx context.Context, confd, etc, dir string, names []string, log func(string, ...any)) ([]string, error) {
+// renderAll runs confd once per node (NODENAME), a few at a time, against the datastore that env
+// names (DATASTORE_TYPE and its settings), and returns each node's folder below dir with its
+// bird.cfg, bird_aggr.cfg and bird_ipam.cfg (and the IPv6 files).
+func renderAll(ctx context.Context, confd, etc, dir string, names []string, env []string) ([]string, error) {
 	tomls, err := filepath.Glob(filepath.Join(etc, "conf.d", "*.toml"))
 	if err != nil || len(tomls) == 0 {
 		return nil, fmt.Errorf("no conf.d/*.toml in %s", etc)
@@ -478,7 +473,6 @@ func (s *Scratch) render(ctx context.Context, confd, etc, dir string, names []st
 	errs := make([]error, len(names))
 	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
-	start := time.Now()
 	for i, name := range names {
 		dirs[i] = filepath.Join(dir, fmt.Sprintf("n%d", i))
 		wg.Add(1)
@@ -486,23 +480,14 @@ func (s *Scratch) render(ctx context.Context, confd, etc, dir string, names []st
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs[i] = s.renderNode(ctx, confd, etc, tomls, dirs[i], name)
+			errs[i] = renderNodeEnv(ctx, confd, etc, tomls, dirs[i], name, env)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	log("confd rendered %d nodes' BIRD configurations in %v", len(names), time.Since(start).Round(time.Millisecond))
 	return dirs, nil
-}
-
-func (s *Scratch) renderNode(ctx context.Context, confd, etc string, tomls []string, dir, name string) error {
-	return renderNodeEnv(ctx, confd, etc, tomls, dir, name, []string{
-		"DATASTORE_TYPE=kubernetes",
-		"KUBECONFIG=" + s.kubeconfig,
-		"USE_POD_CIDR=true",
-	})
 }
 
 // renderNodeEnv has confd render node name's BIRD configuration into dir, reading the datastore

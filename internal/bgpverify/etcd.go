@@ -2,13 +2,10 @@ package bgpverify
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
@@ -42,27 +39,12 @@ func RenderEtcd(ctx context.Context, confd string, etcdEnv []string, nodes []*co
 	if err != nil {
 		return nil, err
 	}
-	tomls, err := filepath.Glob(filepath.Join(etc, "conf.d", "*.toml"))
-	if err != nil || len(tomls) == 0 {
-		return nil, fmt.Errorf("no conf.d/*.toml in %s", etc)
-	}
-	env := append([]string{"DATASTORE_TYPE=etcdv3"}, etcdEnv...)
-	dirs := make([]string, len(st.nodes))
-	errs := make([]error, len(st.nodes))
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
+	names := make([]string, len(st.nodes))
 	for i, n := range st.nodes {
-		dirs[i] = filepath.Join(dir, fmt.Sprintf("n%d", i))
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			errs[i] = renderNodeEnv(ctx, confd, etc, tomls, dirs[i], n.Name, env)
-		}()
+		names[i] = n.Name
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	dirs, err := renderAll(ctx, confd, etc, dir, names, append([]string{"DATASTORE_TYPE=etcdv3"}, etcdEnv...))
+	if err != nil {
 		return nil, err
 	}
 	_, _, diffs, err := confdTopology(st, dirs)
