@@ -776,4 +776,3 @@ func (s *AdmitState) greedyMulti(zone string, act []string, r, zonesWithRR int) 
 	}
 	return out
 }
-
