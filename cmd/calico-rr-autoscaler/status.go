@@ -23,12 +23,18 @@ func runStatus(args []string, stdout io.Writer) error {
 	output := fs.String("o", "table", "output format: table or json")
 	watch := fs.Bool("watch", false, "redraw when the state changes (every 2 s), until interrupted")
 	calicoAPI := fs.String("calico-api", "auto", "Calico API of the BGPPeers: auto, crd or v3")
+	var ds datastoreFlags
+	ds.register(fs)
 	if err := parseFlags(fs, args, stdout,
-		"Usage: calico-rr-autoscaler status [--kubeconfig FILE] [-o table|json] [--watch]   (also: kubectl rr)",
+		"Usage: calico-rr-autoscaler status [--kubeconfig FILE] [-o table|json] [--watch] [--datastore etcdv3 --etcd-endpoints URLS]   (also: kubectl rr)",
 		"Per policy: mode, route reflectors per zone with their clients, handovers in flight, what Observe or Paused would change; the foreign BGPPeers; the graph model's figures for the cluster as it is."); err != nil {
 		return err
 	}
 	if err := checkOutput(*output); err != nil {
+		return err
+	}
+	etcd, err := ds.check()
+	if err != nil {
 		return err
 	}
 	gv, auto, err := calico.ParseAPI(*calicoAPI)
@@ -39,7 +45,10 @@ func runStatus(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if auto {
+	switch {
+	case auto && etcd:
+		gv = calico.CRD // not read: the BGPPeers and the BGPConfiguration come from etcd
+	case auto:
 		d, err := discovery.NewDiscoveryClientForConfig(cfg)
 		if err != nil {
 			return err
@@ -52,7 +61,15 @@ func runStatus(args []string, stdout io.Writer) error {
 	defer stop()
 	var last []byte
 	for {
-		rep, err := clusterstatus.Read(ctx, cfg, gv, time.Now())
+		var fromEtcd *clusterstatus.Calico
+		if etcd {
+			st, err := readEtcd(ds.etcd)
+			if err != nil {
+				return err
+			}
+			fromEtcd = &clusterstatus.Calico{Peers: st.Peers, Configs: st.Configs}
+		}
+		rep, err := clusterstatus.Read(ctx, cfg, gv, time.Now(), fromEtcd)
 		if err != nil {
 			return err
 		}

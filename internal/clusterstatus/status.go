@@ -88,8 +88,16 @@ type RouteFigures struct {
 	Error        string  `json:"error,omitempty"`
 }
 
-// Read reads the cluster. gv is the Calico API the BGPPeers are read through.
-func Read(ctx context.Context, cfg *rest.Config, gv schema.GroupVersion, now time.Time) (*Report, error) {
+// Calico holds the Calico objects status reads from Calico's datastore when that is not the
+// Kubernetes API (etcd): the BGPPeers and the BGPConfigurations.
+type Calico struct {
+	Peers   []apiv3.BGPPeer
+	Configs []apiv3.BGPConfiguration
+}
+
+// Read reads the cluster. gv is the Calico API the BGPPeers and the BGPConfiguration are read
+// through, unless fromDatastore (Calico's etcd) holds them.
+func Read(ctx context.Context, cfg *rest.Config, gv schema.GroupVersion, now time.Time, fromDatastore *Calico) (*Report, error) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
@@ -108,16 +116,25 @@ func Read(ctx context.Context, cfg *rest.Config, gv schema.GroupVersion, now tim
 	if err := c.List(ctx, pols); err != nil {
 		return nil, fmt.Errorf("listing RouteReflectorPolicies: %w", err)
 	}
-	peers := &apiv3.BGPPeerList{}
-	if err := c.List(ctx, peers); err != nil {
-		return nil, fmt.Errorf("listing BGPPeers: %w", err)
+	cal := fromDatastore
+	if cal == nil {
+		peers := &apiv3.BGPPeerList{}
+		if err := c.List(ctx, peers); err != nil {
+			return nil, fmt.Errorf("listing BGPPeers: %w", err)
+		}
+		cal = &Calico{Peers: peers.Items}
+		cfgObj := &apiv3.BGPConfiguration{}
+		if err := c.Get(ctx, client.ObjectKey{Name: "default"}, cfgObj); err == nil {
+			cal.Configs = []apiv3.BGPConfiguration{*cfgObj}
+		}
 	}
 	rep := &Report{NodeToNodeMesh: true, ForeignBGPPeers: []string{}, Policies: []PolicyReport{}}
-	cfgObj := &apiv3.BGPConfiguration{}
-	if err := c.Get(ctx, client.ObjectKey{Name: "default"}, cfgObj); err == nil && cfgObj.Spec.NodeToNodeMeshEnabled != nil {
-		rep.NodeToNodeMesh = *cfgObj.Spec.NodeToNodeMeshEnabled
+	for _, c := range cal.Configs {
+		if c.Name == "default" && c.Spec.NodeToNodeMeshEnabled != nil {
+			rep.NodeToNodeMesh = *c.Spec.NodeToNodeMeshEnabled
+		}
 	}
-	for _, p := range peers.Items {
+	for _, p := range cal.Peers {
 		if p.Labels[extender.LabelManagedBy] != extender.ManagedByValue {
 			rep.ForeignBGPPeers = append(rep.ForeignBGPPeers, p.Name)
 		}
@@ -132,7 +149,7 @@ func Read(ctx context.Context, cfg *rest.Config, gv schema.GroupVersion, now tim
 	for i := range pols.Items {
 		rep.Policies = append(rep.Policies, policyReport(&pols.Items[i], ptrs, now))
 	}
-	rep.Routes = routeFigures(ptrs, peers.Items, rep.NodeToNodeMesh)
+	rep.Routes = routeFigures(ptrs, cal.Peers, rep.NodeToNodeMesh)
 	return rep, nil
 }
 
