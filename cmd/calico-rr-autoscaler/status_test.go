@@ -22,6 +22,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/clusterstatus"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -111,4 +112,77 @@ func TestStatusOnRealAPIServer(t *testing.T) {
 	require.Equal(t, []string{"hand-made-rr-mesh"}, rep.ForeignBGPPeers)
 	require.Equal(t, int64(0), rep.Routes.MissingPairs)
 	require.Equal(t, 8, p.Zones[0].RouteReflectors[0].Clients)
+}
+
+// TestStatusFromEtcd: with --datastore etcdv3, status reads the BGPPeers and the mesh setting from
+// Calico's etcd (the API server serves no Calico resources at all here): the hand-written BGPPeer
+// is reported as foreign, the mesh as off, and the graph model finds every pair; with the
+// clients' BGPPeer deleted from etcd, it finds them missing.
+func TestStatusFromEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver and etcd (hack/tools.sh)")
+	}
+	env := testenv.Start(t)
+	testenv.InstallCRDs(t, env.Config, filepath.Join("..", "..", "policy", "crd"))
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, v1alpha1.AddToScheme(scheme))
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	ctx := t.Context()
+
+	for i := range 6 {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + string(rune('a'+i)), Labels: map[string]string{
+			corev1.LabelTopologyZone: "zone-a"}, Annotations: map[string]string{}}}
+		if i < 2 {
+			n.Labels["calico-route-reflector"] = ""
+			n.Annotations[extender.AnnotationClusterID] = "224.0.0.1"
+		} else {
+			n.Labels[extender.LabelPeeringSet] = "abc"
+			n.Annotations[extender.AnnotationRouteReflectors] = "node-a,node-b"
+		}
+		require.NoError(t, c.Create(ctx, n))
+	}
+	require.NoError(t, c.Create(ctx, &v1alpha1.RouteReflectorPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec: v1alpha1.RouteReflectorPolicySpec{Mode: v1alpha1.Observe}}))
+
+	s, err := calicoetcd.New(calicoetcd.Config{Endpoints: env.EtcdURL})
+	require.NoError(t, err)
+	managed := map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: "default"}
+	for _, p := range []extender.BGPPeer{
+		{Name: "rr-autoscaler-abc", Labels: managed, Spec: apiv3.BGPPeerSpec{NodeSelector: "routereflector.io/peering-set == 'abc'", PeerSelector: "has(calico-route-reflector)"}},
+		{Name: "rr-autoscaler-mesh-default", Labels: managed, Spec: apiv3.BGPPeerSpec{NodeSelector: "has(calico-route-reflector)", PeerSelector: "has(calico-route-reflector)"}},
+		{Name: "hand-made-rr-mesh", Spec: apiv3.BGPPeerSpec{NodeSelector: "has(calico-route-reflector)", PeerSelector: "has(calico-route-reflector)"}},
+	} {
+		require.NoError(t, s.Peers().Create(ctx, calico.BGPPeer(calico.CRD, p)), p.Name)
+	}
+	off := false
+	require.NoError(t, s.Configs().Create(ctx, &apiv3.BGPConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec: apiv3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}}))
+
+	status := func() clusterstatus.Report {
+		t.Helper()
+		var out bytes.Buffer
+		require.NoError(t, runStatus([]string{"--kubeconfig", env.KubeconfigPath(testenv.UserAdmin),
+			"--datastore", "etcdv3", "--etcd-endpoints", env.EtcdURL, "-o", "json"}, &out))
+		var rep clusterstatus.Report
+		require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+		return rep
+	}
+	rep := status()
+	require.Equal(t, []string{"hand-made-rr-mesh"}, rep.ForeignBGPPeers)
+	require.False(t, rep.NodeToNodeMesh, "the mesh is off in etcd's BGPConfiguration")
+	require.Equal(t, int64(0), rep.Routes.MissingPairs)
+	require.Len(t, rep.Policies, 1)
+	require.Equal(t, 2, rep.Policies[0].RouteReflectors)
+
+	peers, err := s.Peers().List(ctx, nil)
+	require.NoError(t, err)
+	for _, p := range peers {
+		if p.Name == "rr-autoscaler-abc" {
+			require.NoError(t, s.Peers().Delete(ctx, p))
+		}
+	}
+	rep = status()
+	require.Positive(t, rep.Routes.MissingPairs, "the clients lost their BGPPeer in etcd")
 }
