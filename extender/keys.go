@@ -1,6 +1,9 @@
 package extender
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Labels and annotations this product owns on nodes and BGPPeers.
 const (
@@ -56,6 +59,21 @@ const (
 // reflector label key is rrLabelKey.
 func OwnedLabelKeys(rrLabelKey string) []string {
 	return []string{rrLabelKey, LabelRouteReflectorID, LabelPeeringSet, LabelUplinkSet, LabelTopLevel}
+}
+
+// ApplyOwned returns a node's labels or annotations (base) once a plan's state for the node is
+// applied: without the keys the product owns, with the plan's (set) on top. base is not changed.
+func ApplyOwned(base map[string]string, owned []string, set map[string]string) map[string]string {
+	out := make(map[string]string, len(base)+len(set))
+	for k, v := range base {
+		if !slices.Contains(owned, k) {
+			out[k] = v
+		}
+	}
+	for k, v := range set {
+		out[k] = v
+	}
+	return out
 }
 
 // SetLabelOf returns the node label a managed BGPPeer's nodeSelector reads (LabelPeeringSet or

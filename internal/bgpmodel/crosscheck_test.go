@@ -533,8 +533,8 @@ func TestFromPlanMatchesOverlay(t *testing.T) {
 		}
 		for i, st := range res.Nodes {
 			n := byName[st.Name]
-			labels := overlay(n.Labels, extender.OwnedLabelKeys(in.Policy.RRLabelKey), st.Labels)
-			ann := overlay(n.Annotations, extender.OwnedAnnotationKeys(), st.Annotations)
+			labels := extender.ApplyOwned(n.Labels, extender.OwnedLabelKeys(in.Policy.RRLabelKey), st.Labels)
+			ann := extender.ApplyOwned(n.Annotations, extender.OwnedAnnotationKeys(), st.Annotations)
 			want := NodeFromObject(st.Name, labels, ann, in.Policy.ZoneLabel)
 			got := topo.Nodes[i]
 			if got.Name != want.Name || got.Zone != want.Zone || got.ClusterID != want.ClusterID || fmt.Sprint(got.Labels) != fmt.Sprint(want.Labels) {

@@ -16,22 +16,6 @@ import (
 // The original implementation of Build and Propagate, before the fast paths: slow but simple, the
 // reference of the cross-check tests.
 
-// overlay returns base without the owned keys, with set on top (the original FromPlan did this,
-// then NodeFromObject).
-func overlay(base map[string]string, owned []string, set map[string]string) map[string]string {
-	out := make(map[string]string, len(base)+len(set))
-	for k, v := range base {
-		out[k] = v
-	}
-	for _, k := range owned {
-		delete(out, k)
-	}
-	for k, v := range set {
-		out[k] = v
-	}
-	return out
-}
-
 // buildExact is the original Build (one evaluation per label group, pairs marked in a map), kept
 // as the reference the fast Build is checked against. It derives the sessions confd configures from BGPPeers: a BGPPeer configures, on every node
 // its nodeSelector (or node) selects — every node when both are empty — a peering with every node

@@ -124,8 +124,8 @@ func FromPlan(in extender.Input, res *extender.Result, opts Options) (*Topology,
 	return Build(nodes, res.BGPPeers, opts)
 }
 
-// planNode is NodeFromObject(name, overlay(labels, ownedLabels, setLabels), overlay(ann, ownedAnn,
-// setAnn), zoneLabel) without the intermediate maps.
+// planNode is NodeFromObject(name, extender.ApplyOwned(labels, ownedLabels, setLabels),
+// extender.ApplyOwned(ann, ownedAnn, setAnn), zoneLabel) without the intermediate maps.
 func planNode(name string, labels, ann map[string]string, ownedLabels, ownedAnn []string, setLabels, setAnn map[string]string, zoneLabel string) Node {
 	merged := make(map[string]string, len(labels)+len(setLabels))
 	if s := overlaid(ann, ownedAnn, setAnn, extender.AnnotationCalicoLabels); s != "" {
@@ -149,7 +149,7 @@ func planNode(name string, labels, ann map[string]string, ownedLabels, ownedAnn 
 		IP: nodeAddress(overlaid(ann, ownedAnn, setAnn, extender.AnnotationCalicoIPv4))}
 }
 
-// overlaid is overlay(base, owned, set)[k].
+// overlaid is extender.ApplyOwned(base, owned, set)[k].
 func overlaid(base map[string]string, owned []string, set map[string]string, k string) string {
 	if v, ok := set[k]; ok {
 		return v

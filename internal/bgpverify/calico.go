@@ -127,8 +127,8 @@ func planState(in extender.Input, res *extender.Result, topo *bgpmodel.Topology,
 		if orig := byName[s.Name]; orig != nil {
 			n.Labels, n.Annotations = orig.Labels, orig.Annotations
 		}
-		n.Labels = overlay(n.Labels, extender.OwnedLabelKeys(rrKey), s.Labels)
-		n.Annotations = overlay(n.Annotations, extender.OwnedAnnotationKeys(), s.Annotations)
+		n.Labels = extender.ApplyOwned(n.Labels, extender.OwnedLabelKeys(rrKey), s.Labels)
+		n.Annotations = extender.ApplyOwned(n.Annotations, extender.OwnedAnnotationKeys(), s.Annotations)
 		st.nodes = append(st.nodes, n)
 	}
 	for _, rr := range res.RouteReflectors {
@@ -146,21 +146,6 @@ func planState(in extender.Input, res *extender.Result, topo *bgpmodel.Topology,
 	return st, st.assign(nil)
 }
 
-// overlay returns base without the owned keys, with set on top.
-func overlay(base map[string]string, owned []string, set map[string]string) map[string]string {
-	out := make(map[string]string, len(base)+len(set))
-	for k, v := range base {
-		out[k] = v
-	}
-	for _, k := range owned {
-		delete(out, k)
-	}
-	for k, v := range set {
-		out[k] = v
-	}
-	return out
-}
-
 // assign gives node i the address NodeAddress(i) and the pod block Block(i). The sessions confd
 // configures do not depend on them (BGPPeers select nodes by label), and every node then has an
 // address and a block in the one pool; a BGPPeer's peerIP that was a node's address (realIP) is
@@ -173,7 +158,7 @@ func (st *calicoState) assign(realIP map[string]int) error {
 	st.blocks = make([]netip.Prefix, len(st.nodes))
 	for i, n := range st.nodes {
 		st.addrs[i], st.blocks[i] = NodeAddress(i), Block(i)
-		n.Annotations = overlay(n.Annotations, nil, map[string]string{annotationIPv4Address: st.addrs[i].String()})
+		n.Annotations = extender.ApplyOwned(n.Annotations, nil, map[string]string{annotationIPv4Address: st.addrs[i].String()})
 		n.Spec.PodCIDR, n.Spec.PodCIDRs = st.blocks[i].String(), []string{st.blocks[i].String()}
 	}
 	for k := range st.peers {
