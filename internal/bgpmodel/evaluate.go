@@ -37,17 +37,13 @@ func Alternatives(in extender.Input, opts Options) ([]Alternative, error) {
 			d := policy.MustResolve(spec)
 			p.Min, p.Max, p.MaxClientsPerRR, p.Redundancy, p.MaxRackSize = d.Min, d.Max, d.MaxClientsPerRR, d.Redundancy, d.MaxRackSize
 		}
-		switch layout {
-		case "SingleCluster":
-			p.Topology = v1alpha1.SingleCluster
-		case "MultiCluster":
-			p.Topology, p.ClusterIDMode = v1alpha1.MultiCluster, v1alpha1.Grouped
-		case "PerRouteReflector":
-			p.Topology, p.ClusterIDMode = v1alpha1.MultiCluster, v1alpha1.PerRouteReflector
-		case "Hierarchical":
-			p.Topology = v1alpha1.Hierarchical
-		case "DualPlane":
-			p.Topology = v1alpha1.DualPlane
+		t, mode, err := LayoutTopology(layout)
+		if err != nil {
+			return nil, err
+		}
+		p.Topology = t
+		if mode != "" {
+			p.ClusterIDMode = mode
 		}
 		alt := in
 		alt.Policy = &p

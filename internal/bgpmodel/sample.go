@@ -13,25 +13,33 @@ import (
 // modes.
 var Layouts = []string{"SingleCluster", "MultiCluster", "PerRouteReflector", "Hierarchical", "DualPlane"}
 
+// LayoutTopology returns the topology and, for MultiCluster, the cluster-ID mode a layout of
+// Layouts names.
+func LayoutTopology(layout string) (v1alpha1.TopologyType, v1alpha1.ClusterIDMode, error) {
+	switch layout {
+	case "SingleCluster":
+		return v1alpha1.SingleCluster, "", nil
+	case "MultiCluster":
+		return v1alpha1.MultiCluster, v1alpha1.Grouped, nil
+	case "PerRouteReflector":
+		return v1alpha1.MultiCluster, v1alpha1.PerRouteReflector, nil
+	case "Hierarchical":
+		return v1alpha1.Hierarchical, "", nil
+	case "DualPlane":
+		return v1alpha1.DualPlane, "", nil
+	}
+	return "", "", fmt.Errorf("unknown layout %q", layout)
+}
+
 // SamplePlan plans n simulated nodes over zones under the default policy with the named layout
 // (one of Layouts). Tests and benchmarks use it.
 func SamplePlan(layout string, n, zones int) (extender.Input, *extender.Result, error) {
 	p := policy.Default("sample")
-	topo := &v1alpha1.Topology{}
-	switch layout {
-	case "SingleCluster":
-		topo.Type = v1alpha1.SingleCluster
-	case "MultiCluster":
-		topo.Type = v1alpha1.MultiCluster
-	case "PerRouteReflector":
-		topo.Type, topo.ClusterIDs = v1alpha1.MultiCluster, v1alpha1.PerRouteReflector
-	case "Hierarchical":
-		topo.Type = v1alpha1.Hierarchical
-	case "DualPlane":
-		topo.Type = v1alpha1.DualPlane
-	default:
-		return extender.Input{}, nil, fmt.Errorf("unknown layout %q", layout)
+	t, mode, err := LayoutTopology(layout)
+	if err != nil {
+		return extender.Input{}, nil, err
 	}
+	topo := &v1alpha1.Topology{Type: t, ClusterIDs: mode}
 	p.Spec.Topology = topo
 	resolved, errs := policy.Resolve(p)
 	if len(errs) > 0 {
