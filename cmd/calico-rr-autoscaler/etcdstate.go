@@ -59,24 +59,13 @@ func etcdPlanNodes(st *calicoetcd.State, kube []*corev1.Node, rrLabelKey string)
 			continue
 		}
 		n := k.DeepCopy()
-		if n.Labels == nil {
-			n.Labels = map[string]string{}
+		role := calicoetcd.RoleOfNode(owned, c)
+		n.Labels = extender.ApplyOwned(k.Labels, owned, role.Labels)
+		id := map[string]string{}
+		if role.ClusterID != "" {
+			id[extender.AnnotationClusterID] = role.ClusterID
 		}
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		for _, key := range owned {
-			if v, ok := c.Labels[key]; ok {
-				n.Labels[key] = v
-			} else {
-				delete(n.Labels, key)
-			}
-		}
-		if id := c.Annotations[extender.AnnotationClusterID]; id != "" {
-			n.Annotations[extender.AnnotationClusterID] = id
-		} else {
-			delete(n.Annotations, extender.AnnotationClusterID)
-		}
+		n.Annotations = extender.ApplyOwned(k.Annotations, []string{extender.AnnotationClusterID}, id)
 		out = append(out, n)
 	}
 	return out

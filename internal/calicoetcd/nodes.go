@@ -148,16 +148,7 @@ func (s *Store) setRole(ctx context.Context, name string, owned []string, want R
 	if RoleOfCalicoNode(owned, n).Equal(want) {
 		return nil
 	}
-	if n.Labels == nil {
-		n.Labels = map[string]string{}
-	}
-	for _, k := range owned {
-		if v, ok := want.Labels[k]; ok {
-			n.Labels[k] = v
-		} else {
-			delete(n.Labels, k)
-		}
-	}
+	n.Labels = extender.ApplyOwned(n.Labels, owned, want.Labels)
 	switch {
 	case n.Spec.BGP != nil:
 		n.Spec.BGP.RouteReflectorClusterID = want.ClusterID
