@@ -53,19 +53,20 @@ func (r *Reconciler) pending(ctx context.Context, st *State) error {
 		if len(lbl)+len(ann) == 0 {
 			continue
 		}
-		wasRR := extender.NewNodeInfo(cur, p).CurrentRR
 		rr, wantRR := rrs[want.Name]
-		switch {
-		case !wasRR && wantRR:
+		switch changeKind(p, cur, want) {
+		case KindPromoted:
 			st.Pending = append(st.Pending, fmt.Sprintf("promote %s in zone %s (cluster ID %s)", want.Name, extender.ZoneName(rr.Zone), rr.ClusterID))
-		case wasRR && !wantRR:
+		case KindDemoted:
 			st.Pending = append(st.Pending, "demote "+want.Name)
-		case wantRR && rr.Draining && cur.Annotations[extender.AnnotationDrainingSince] == "":
+		case KindDraining:
 			st.Pending = append(st.Pending, fmt.Sprintf("hand %s over (%s)", want.Name, roleLossReason(st, want.Name)))
-		case wantRR && cur.Annotations[extender.AnnotationClusterID] != rr.ClusterID:
+		case KindClusterIDChanged:
 			st.Pending = append(st.Pending, fmt.Sprintf("change the cluster ID of %s to %s", want.Name, rr.ClusterID))
-		case !wantRR:
-			moves++
+		default:
+			if !wantRR {
+				moves++
+			}
 		}
 	}
 	if moves > 0 {

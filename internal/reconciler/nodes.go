@@ -17,6 +17,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -59,12 +60,12 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 				continue
 			}
 		}
-		wasRR := extender.NewNodeInfo(cur, p).CurrentRR
-		_, wantRR := want.Annotations[extender.AnnotationClusterID]
-		if wasRR && !wantRR {
+		kind := changeKind(p, cur, want)
+		if kind == KindDemoted {
 			st.Demotions = append(st.Demotions, want.Name)
 			continue
 		}
+		_, wantRR := want.Annotations[extender.AnnotationClusterID]
 		if id := ann[extender.AnnotationClusterID]; id != nil {
 			if holder := releasing[*id]; holder != "" && holder != want.Name {
 				// With one cluster ID per route reflector, the ID moves only once its holder
@@ -81,13 +82,12 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		case wantRR:
 			phase = 0
 		}
-		switch {
-		case !wasRR && wantRR:
+		switch kind {
+		case KindPromoted:
 			np.change = promoted(st, cur, "")
-		case wantRR && want.Annotations[extender.AnnotationDrainingSince] != "" && cur.Annotations[extender.AnnotationDrainingSince] == "":
+		case KindDraining:
 			np.change = draining(st, want.Name)
-		case wasRR && wantRR && cur.Annotations[extender.AnnotationClusterID] != "" &&
-			cur.Annotations[extender.AnnotationClusterID] != want.Annotations[extender.AnnotationClusterID]:
+		case KindClusterIDChanged:
 			np.change = clusterIDChanged(st, cur, want)
 		}
 		phases[phase] = append(phases[phase], np)
@@ -98,6 +98,27 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		}
 	}
 	return nil
+}
+
+// changeKind is the role change a planned node state makes to the node as the cluster shows it:
+// promoted, demoted, a new draining mark, a route reflector's cluster ID changed, or "" (a
+// client's peering, or an RR's other keys). patchNodes makes the change; pending (Observe,
+// Paused) says what Enforce would make.
+func changeKind(p *policy.Resolved, cur *corev1.Node, want extender.NodeState) ChangeKind {
+	wasRR := extender.NewNodeInfo(cur, p).CurrentRR
+	_, wantRR := want.Annotations[extender.AnnotationClusterID]
+	curID := cur.Annotations[extender.AnnotationClusterID]
+	switch {
+	case wasRR && !wantRR:
+		return KindDemoted
+	case !wasRR && wantRR:
+		return KindPromoted
+	case wantRR && want.Annotations[extender.AnnotationDrainingSince] != "" && cur.Annotations[extender.AnnotationDrainingSince] == "":
+		return KindDraining
+	case wasRR && wantRR && curID != "" && curID != want.Annotations[extender.AnnotationClusterID]:
+		return KindClusterIDChanged
+	}
+	return ""
 }
 
 // releasingIDs maps, with one cluster ID per route reflector, each cluster ID that a node still
