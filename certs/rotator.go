@@ -329,52 +329,35 @@ func writeAtomic(path string, data []byte) error {
 func (r *Rotator) injectCABundle(ctx context.Context, bundle []byte) (complete, changed bool, err error) {
 	complete = true
 	var errs []error
-	adm := r.client.AdmissionregistrationV1()
-	for _, name := range r.opts.MutatingWebhooks {
-		ok, upd, err := updateWebhooks(ctx,
-			func(ctx context.Context) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
-				return adm.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-			},
-			func(c *admissionregistrationv1.MutatingWebhookConfiguration) bool {
-				changed := false
-				for i := range c.Webhooks {
-					changed = setBundle(&c.Webhooks[i].ClientConfig, bundle) || changed
-				}
-				return changed
-			},
-			func(ctx context.Context, c *admissionregistrationv1.MutatingWebhookConfiguration) error {
-				_, err := adm.MutatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{})
-				return err
-			})
-		complete, changed = complete && ok, changed || upd
+	record := func(kind, name string, found, updated bool, err error) {
+		complete, changed = complete && found, changed || updated
 		if err != nil {
-			errs = append(errs, fmt.Errorf("MutatingWebhookConfiguration %s: %w", name, err))
-		} else if !ok {
-			r.log.Info("webhook configuration not found (yet)", "kind", "MutatingWebhookConfiguration", "name", name)
+			errs = append(errs, fmt.Errorf("%s %s: %w", kind, name, err))
+		} else if !found {
+			r.log.Info("webhook configuration not found (yet)", "kind", kind, "name", name)
 		}
 	}
-	for _, name := range r.opts.ValidatingWebhooks {
-		ok, upd, err := updateWebhooks(ctx,
-			func(ctx context.Context) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
-				return adm.ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-			},
-			func(c *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
-				changed := false
+	mut := r.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	for _, name := range r.opts.MutatingWebhooks {
+		found, updated, err := setBundles(ctx, name, bundle, mut.Get, mut.Update,
+			func(c *admissionregistrationv1.MutatingWebhookConfiguration) (out []*admissionregistrationv1.WebhookClientConfig) {
 				for i := range c.Webhooks {
-					changed = setBundle(&c.Webhooks[i].ClientConfig, bundle) || changed
+					out = append(out, &c.Webhooks[i].ClientConfig)
 				}
-				return changed
-			},
-			func(ctx context.Context, c *admissionregistrationv1.ValidatingWebhookConfiguration) error {
-				_, err := adm.ValidatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{})
-				return err
+				return out
 			})
-		complete, changed = complete && ok, changed || upd
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ValidatingWebhookConfiguration %s: %w", name, err))
-		} else if !ok {
-			r.log.Info("webhook configuration not found (yet)", "kind", "ValidatingWebhookConfiguration", "name", name)
-		}
+		record("MutatingWebhookConfiguration", name, found, updated, err)
+	}
+	val := r.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	for _, name := range r.opts.ValidatingWebhooks {
+		found, updated, err := setBundles(ctx, name, bundle, val.Get, val.Update,
+			func(c *admissionregistrationv1.ValidatingWebhookConfiguration) (out []*admissionregistrationv1.WebhookClientConfig) {
+				for i := range c.Webhooks {
+					out = append(out, &c.Webhooks[i].ClientConfig)
+				}
+				return out
+			})
+		record("ValidatingWebhookConfiguration", name, found, updated, err)
 	}
 	return complete && len(errs) == 0, changed, errors.Join(errs...)
 }
@@ -387,22 +370,29 @@ func setBundle(cc *admissionregistrationv1.WebhookClientConfig, bundle []byte) b
 	return true
 }
 
-// updateWebhooks gets a configuration, changes it and updates it, retrying
-// on conflicts. found is false when it does not exist.
-func updateWebhooks[T any](ctx context.Context,
-	get func(context.Context) (T, error), change func(T) bool, update func(context.Context, T) error) (found, updated bool, err error) {
+// setBundles gets the named webhook configuration, sets the caBundle of each of its webhooks
+// client configurations and updates it when that changed anything, retrying on conflicts. found
+// is false when it does not exist.
+func setBundles[T any](ctx context.Context, name string, bundle []byte,
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	clientConfigs func(T) []*admissionregistrationv1.WebhookClientConfig) (found, updated bool, err error) {
 	for attempt := 0; ; attempt++ {
-		c, err := get(ctx)
+		c, err := get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, false, nil
 		}
 		if err != nil {
 			return true, false, err
 		}
-		if !change(c) {
+		changed := false
+		for _, cc := range clientConfigs(c) {
+			changed = setBundle(cc, bundle) || changed
+		}
+		if !changed {
 			return true, false, nil
 		}
-		err = update(ctx, c)
+		_, err = update(ctx, c, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) && attempt < 5 {
 			continue
 		}
