@@ -137,10 +137,9 @@ func newFixture(t testing.TB, policies []*v1alpha1.RouteReflectorPolicy, nodes [
 // commit plans every policy from the store, as the leader's reconciler does, and commits it.
 func (f *fixture) commit(t testing.TB) {
 	t.Helper()
-	for _, m := range f.policies.Valid() {
-		nodes, seq := f.ledger.Overlay(state.Partition([]state.Managed{m}, f.nodes.List())[m.Policy.Name])
-		in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
-		if !f.ledger.Commit(m.Policy.Generation, in, extender.Plan(in), seq) {
+	valid := f.policies.Valid()
+	for _, m := range valid {
+		if _, _, ok := f.ledger.Plan(valid, f.nodes.List(), m, tNow, nil); !ok {
 			t.Fatal("commit conflict")
 		}
 	}

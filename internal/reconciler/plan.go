@@ -76,13 +76,8 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 			unblock = r.Ledger.BlockDecisions()
 		}
 		start := time.Now()
-		all, seq := r.Ledger.Overlay(r.Nodes.List())
-		nodes := state.Partition(valid, all)[st.Name]
-		st.Input = extender.Input{Policy: st.Managed.Resolved, Nodes: nodes, Now: st.Now, Recommendations: history,
-			ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes), CrossPolicy: len(valid) > 1,
-			OutsideSelector: state.OutsideSelector(valid, all)}
-		st.Result = extender.Plan(st.Input)
-		ok := r.Ledger.Commit(st.Policy.Generation, st.Input, st.Result, seq)
+		var ok bool
+		st.Input, st.Result, ok = r.Ledger.Plan(valid, r.Nodes.List(), st.Managed, st.Now, history)
 		if unblock != nil {
 			unblock()
 		}

@@ -384,6 +384,21 @@ func (l *Ledger) Commit(generation int64, in extender.Input, res *extender.Resul
 	return true
 }
 
+// Plan computes policy m's plan from the cache with the ledger's assumed changes and commits it, as
+// the leader does on every reconcile: the input is m's share of the nodes, with the facts the other
+// valid policies bring (their cluster IDs, cross-policy peering, the nodes outside every selector).
+// ok is Commit's answer: false means an admission promoted a node meanwhile and the caller must plan
+// again.
+func (l *Ledger) Plan(valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (in extender.Input, res *extender.Result, ok bool) {
+	all, seq := l.Overlay(cache)
+	nodes := Partition(valid, all)[m.Policy.Name]
+	in = extender.Input{Policy: m.Resolved, Nodes: nodes, Now: now, Recommendations: history,
+		ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes), CrossPolicy: len(valid) > 1,
+		OutsideSelector: OutsideSelector(valid, all)}
+	res = extender.Plan(in)
+	return in, res, l.Commit(m.Policy.Generation, in, res, seq)
+}
+
 // BlockDecisions stops admission decisions until the returned function is called, so that a plan
 // computed meanwhile cannot conflict with them.
 func (l *Ledger) BlockDecisions() (unblock func()) {
