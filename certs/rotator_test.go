@@ -4,19 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,13 +25,10 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
-// admissionServer is an HTTPS admission webhook that allows everything and
-// serves the certificate a certwatcher reloads from disk. Keep-alives are off:
-// every review is a new TLS handshake, so every call checks the certificate
-// served at that moment against the caBundle the API server has at that moment.
+// admissionServer is the fake admission webhook (testenv.AdmissionRecorder) serving the
+// certificate a certwatcher reloads from disk; it records the serial of every certificate served.
 type admissionServer struct {
-	Port    int
-	calls   atomic.Int64
+	*testenv.AdmissionRecorder
 	mu      sync.Mutex
 	serials map[string]bool
 }
@@ -58,27 +51,10 @@ func startAdmissionServer(t *testing.T, ctx context.Context, certDir string) *ad
 		return c, err
 	}}
 	TLSOpts(cfg)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	s.Port = ln.Addr().(*net.TCPAddr).Port
-	srv := &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 5 * time.Second}
-	srv.SetKeepAlivesEnabled(false)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	s.AdmissionRecorder = testenv.StartAdmissionRecorder(t, ln, cfg)
 	return s
-}
-
-func (s *admissionServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	var review admissionv1.AdmissionReview
-	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
-		http.Error(w, "bad review", http.StatusBadRequest)
-		return
-	}
-	s.calls.Add(1)
-	review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-	review.Request = nil
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(&review)
 }
 
 func (s *admissionServer) servedCertificates() int {
@@ -183,11 +159,11 @@ func TestRotationOnRealAPIServer(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("%d webhook calls, %d served certificates, %d CAs, %d failures", server.calls.Load(), server.servedCertificates(), len(cas), len(failures))
+	t.Logf("%d webhook calls, %d served certificates, %d CAs, %d failures", server.Calls(), server.servedCertificates(), len(cas), len(failures))
 	require.Empty(t, failures, "every admission call must succeed across rotations")
 	require.GreaterOrEqual(t, server.servedCertificates(), 4, "the server picked up renewed certificates")
 	require.GreaterOrEqual(t, len(cas), 2, "the CA was renewed")
-	require.EqualValues(t, n, server.calls.Load(), "every create reached the webhook")
+	require.EqualValues(t, n, server.Calls(), "every create reached the webhook")
 
 	cancel()
 	select {

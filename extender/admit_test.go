@@ -8,9 +8,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -18,19 +18,11 @@ import (
 var admitT0 = time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 
 func admitNode(i int, zone string, ready bool) *corev1.Node {
-	st := corev1.ConditionTrue
+	n := nodetest.New(fmt.Sprintf("node-%04d", i), nodetest.Zone(zone), nodetest.Created(admitT0.Add(time.Duration(i)*time.Second)))
 	if !ready {
-		st = corev1.ConditionFalse
+		nodetest.NotReady(n)
 	}
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              fmt.Sprintf("node-%04d", i),
-			CreationTimestamp: metav1.NewTime(admitT0.Add(time.Duration(i) * time.Second)),
-			Labels:            map[string]string{corev1.LabelTopologyZone: zone},
-			Annotations:       map[string]string{},
-		},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}},
-	}
+	return n
 }
 
 // admitPolicy is the default policy changed by mut, in MultiCluster unless mut names another

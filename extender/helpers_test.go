@@ -1,51 +1,33 @@
 package extender
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-type nodeOpt func(*corev1.Node)
+type nodeOpt = nodetest.Opt
 
+// node is a Ready node of zone (none when zone is empty) created age minutes after t0.
 func node(name, zone string, age int, opts ...nodeOpt) *corev1.Node {
-	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              name,
-			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Minute)),
-			Labels:            map[string]string{corev1.LabelTopologyZone: zone},
-			Annotations:       map[string]string{},
-		},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
-	}
-	if zone == "" {
-		delete(n.Labels, corev1.LabelTopologyZone)
-	}
-	for _, o := range opts {
-		o(n)
-	}
-	return n
+	return nodetest.New(name, append([]nodeOpt{nodetest.Zone(zone), nodetest.Created(t0.Add(time.Duration(age) * time.Minute))}, opts...)...)
 }
 
-func notReady(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }
-func cordoned(n *corev1.Node) { n.Spec.Unschedulable = true }
-func deleting(n *corev1.Node) {
-	ts := metav1.NewTime(t0)
-	n.DeletionTimestamp = &ts
-}
-func label(k, v string) nodeOpt { return func(n *corev1.Node) { n.Labels[k] = v } }
-func annot(k, v string) nodeOpt { return func(n *corev1.Node) { n.Annotations[k] = v } }
-func taint(t corev1.Taint) nodeOpt {
-	return func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, t) }
-}
+var (
+	notReady = nodetest.NotReady
+	cordoned = nodetest.Cordoned
+	deleting = nodetest.Deleting(t0)
+	label    = nodetest.Label
+	annot    = nodetest.Annotation
+	taint    = nodetest.Taint
+)
 
 // asRR marks a node as a current route reflector with cluster ID id.
 func asRR(id string) nodeOpt {
@@ -57,11 +39,7 @@ func asRR(id string) nodeOpt {
 
 // cluster returns n Ready nodes spread round-robin over zones, one minute apart.
 func cluster(n, zones int, opts ...nodeOpt) []*corev1.Node {
-	out := make([]*corev1.Node, n)
-	for i := range out {
-		out[i] = node(fmt.Sprintf("node-%05d", i+1), fmt.Sprintf("zone-%c", 'a'+i%zones), i, opts...)
-	}
-	return out
+	return nodetest.Cluster(n, zones, t0, time.Minute, opts...)
 }
 
 // resolve resolves a policy with spec. A spec that names no topology type gets MultiCluster: the

@@ -22,6 +22,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -35,24 +36,12 @@ var (
 	sa      = authenticationv1.UserInfo{Username: testSA, Groups: []string{"system:serviceaccounts"}}
 )
 
-type nodeOpt func(*corev1.Node)
+type nodeOpt = nodetest.Opt
 
+// mkNode is a Ready node of zone as an admission request carries it, created an hour before tNow.
 func mkNode(name, zone string, opts ...nodeOpt) *corev1.Node {
-	n := &corev1.Node{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              name,
-			ResourceVersion:   "100",
-			CreationTimestamp: metav1.NewTime(tNow.Add(-time.Hour)),
-			Labels:            map[string]string{corev1.LabelTopologyZone: zone, corev1.LabelHostname: name},
-			Annotations:       map[string]string{},
-		},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
-	}
-	for _, o := range opts {
-		o(n)
-	}
-	return n
+	base := []nodeOpt{nodetest.TypeMeta, nodetest.Hostname, nodetest.Zone(zone), nodetest.ResourceVersion("100"), nodetest.Created(tNow.Add(-time.Hour))}
+	return nodetest.New(name, append(base, opts...)...)
 }
 
 func rr(id string) nodeOpt {
@@ -70,17 +59,13 @@ func clientOf(rrs ...string) nodeOpt {
 	}
 }
 
-func withLabel(k, v string) nodeOpt { return func(n *corev1.Node) { n.Labels[k] = v } }
-func cordon(n *corev1.Node)         { n.Spec.Unschedulable = true }
-func notReady(n *corev1.Node)       { n.Status.Conditions[0].Status = corev1.ConditionFalse }
+var (
+	withLabel     = nodetest.Label
+	cordon        = nodetest.Cordoned
+	notReady      = nodetest.NotReady
+	notReadySince = nodetest.NotReadySince // the Ready condition's lastTransitionTime
+)
 
-// notReadySince makes a node NotReady since t (the Ready condition's lastTransitionTime).
-func notReadySince(t time.Time) nodeOpt {
-	return func(n *corev1.Node) {
-		n.Status.Conditions[0].Status = corev1.ConditionFalse
-		n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t)
-	}
-}
 func drainingMark(n *corev1.Node) {
 	n.Annotations[extender.AnnotationDrainingSince] = tNow.Add(-time.Minute).Format(time.RFC3339)
 }

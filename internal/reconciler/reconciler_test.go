@@ -25,6 +25,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -62,16 +63,10 @@ func scheme(t testing.TB) *runtime.Scheme {
 	return s
 }
 
+// node is a Ready node of zone created age seconds after an hour before t0.
 func node(name, zone string, age int) *corev1.Node {
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              name,
-			UID:               types.UID("uid-" + toUID(name)),
-			CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour + time.Duration(age)*time.Second)),
-			Labels:            map[string]string{corev1.LabelTopologyZone: zone},
-		},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
-	}
+	return nodetest.New(name, nodetest.Zone(zone), nodetest.UID("uid-"+toUID(name)),
+		nodetest.Created(t0.Add(-time.Hour+time.Duration(age)*time.Second)))
 }
 
 func toUID(s string) string { return strings.ReplaceAll(s, "/", "-") }

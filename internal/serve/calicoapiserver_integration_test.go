@@ -31,7 +31,7 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 	}
 	testenv.InstallCRDs(t, w.env.Config, dir) // all of Calico's: its API server serves every kind
 	w.env.StartCalicoAPIServer(t)
-	w.port = freePort(t)
+	w.port = testenv.FreePort(t)
 	w.install(w.port)
 	w.rep = w.start(w.port, true)
 	w.awaitWebhooks()

@@ -19,6 +19,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/reconciler"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
 // etcdCalicoNode plays calico-node on etcd for every CalicoNodeStatus there: it writes an
@@ -86,7 +87,7 @@ func (e *etcdCalicoNode) report(ctx context.Context, w *world, c *calicoetcd.Sto
 // goes. Nothing of it reaches the Kubernetes API.
 func TestEtcdHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
 	w := newEnv(t)
-	w.port = freePort(t)
+	w.port = testenv.FreePort(t)
 	w.install(w.port)
 	w.rep = w.start(w.port, true, etcdOptions(w.env.EtcdURL))
 	w.awaitWebhooks()

@@ -140,7 +140,7 @@ func (s *etcdState) settled(want int) error {
 func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 	w := newEnv(t)
 	ctx := t.Context()
-	w.port = freePort(t)
+	w.port = testenv.FreePort(t)
 	w.install(w.port)
 	w.rep = w.start(w.port, true, etcdOptions(w.env.EtcdURL))
 	w.awaitWebhooks()
@@ -403,7 +403,7 @@ func TestEtcdUnreachableNotReady(t *testing.T) {
 	})
 
 	t.Run("unreachable: running and not ready", func(t *testing.T) {
-		probe, port := freePort(t), freePort(t)
+		probe, port := testenv.FreePort(t), testenv.FreePort(t)
 		w.install(port)
 		rep := w.start(port, true, etcdOptions(dead), func(o *serve.Options) {
 			o.HealthProbeBindAddress = fmt.Sprintf("127.0.0.1:%d", probe)

@@ -106,7 +106,7 @@ metadata: {name: dry-1, labels: {topology.kubernetes.io/zone: zone-a}}
 			}
 			return nil
 		})
-		second := w.start(freePort(t), false)
+		second := w.start(testenv.FreePort(t), false)
 		w.rep.stop()
 		w.eventually("the second replica leads", 30*time.Second, func() error {
 			if !second.srv.Ledger.Leader() {

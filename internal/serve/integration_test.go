@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/textlogger"
@@ -58,7 +57,7 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	w := newEnv(t)
-	w.port = freePort(t)
+	w.port = testenv.FreePort(t)
 	w.install(w.port)
 	w.rep = w.start(w.port, true)
 	w.awaitWebhooks()
@@ -96,21 +95,13 @@ func newEnv(t *testing.T, opts ...testenv.Option) *world {
 	}
 	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
 		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"),
-		filepath.Join(calicoCRDs, "crd.projectcalico.org_caliconodestatuses.yaml"), repoPath(t, "policy/crd"))
+		filepath.Join(calicoCRDs, "crd.projectcalico.org_caliconodestatuses.yaml"), testenv.RepoPath(t, "policy/crd"))
 	w.certDir = t.TempDir()
 	w.caPEM, err = testenv.WriteWebhookCert(w.certDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return w
-}
-
-func repoPath(t *testing.T, rel string) string {
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(wd, "..", "..", rel)
 }
 
 // start runs a serve replica on port as the product's service account and waits until it is
@@ -195,14 +186,7 @@ spec: {nodeSelector: {matchLabels: {probe: "1"}}, minRouteReflectors: 5, maxRout
 
 func (w *world) eventually(what string, timeout time.Duration, f func() error) {
 	w.t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(w.t.Context(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		last = f()
-		return last == nil, nil
-	})
-	if err != nil {
-		w.t.Fatalf("%s: %v (last: %v)", what, err, last)
-	}
+	testenv.Eventually(w.t, what, timeout, 100*time.Millisecond, f)
 }
 
 func (w *world) kubectl(user string, args ...string) (string, string, error) {
@@ -630,14 +614,4 @@ spec:
 			return s.settled(3)
 		})
 	})
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -97,7 +97,7 @@ func (p *serviceProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 // the cluster settles on the plan with no route reflector demoted on the way.
 func TestTwoReplicasBurst(t *testing.T) {
 	w := newEnv(t)
-	ports := []int{freePort(t), freePort(t)}
+	ports := []int{testenv.FreePort(t), testenv.FreePort(t)}
 	var mu sync.Mutex
 	reps := make([]*replica, 2)
 	proxy, port := startProxy(t, w, ports, func() []*replica { mu.Lock(); defer mu.Unlock(); return append([]*replica(nil), reps...) })

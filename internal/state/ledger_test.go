@@ -5,9 +5,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 )
 
 var tNow = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -16,10 +16,7 @@ func strp(s string) *string { return &s }
 
 // mkNode is a Ready node of zone.
 func mkNode(name, zone string) *corev1.Node {
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "100", Labels: map[string]string{corev1.LabelTopologyZone: zone}, Annotations: map[string]string{}},
-		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
-	}
+	return nodetest.New(name, nodetest.Zone(zone), nodetest.ResourceVersion("100"))
 }
 
 func TestLedgerOverlaySettlesAndExpires(t *testing.T) {

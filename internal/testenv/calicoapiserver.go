@@ -47,7 +47,7 @@ func (e *Env) StartCalicoAPIServer(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func (e *Env) StartCalicoAPIServer(t testing.TB) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("testenv: calico-apiserver log tail:\n%s", tail(logPath, 40))
+			t.Logf("testenv: calico-apiserver log tail:\n%s", Tail(logPath, 40))
 		}
 		p.stop()
 	})
@@ -80,7 +80,7 @@ func (e *Env) StartCalicoAPIServer(t testing.TB) {
 	defer cancel()
 	for {
 		if p.exited() {
-			t.Fatalf("testenv: calico-apiserver exited: %v\n%s", p.err, tail(logPath, 40))
+			t.Fatalf("testenv: calico-apiserver exited: %v\n%s", p.err, Tail(logPath, 40))
 		}
 		resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0]))
 		if err == nil {
@@ -89,7 +89,7 @@ func (e *Env) StartCalicoAPIServer(t testing.TB) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("testenv: calico-apiserver not serving on 127.0.0.1:%d: %v\n%s", ports[0], err, tail(logPath, 40))
+			t.Fatalf("testenv: calico-apiserver not serving on 127.0.0.1:%d: %v\n%s", ports[0], err, Tail(logPath, 40))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

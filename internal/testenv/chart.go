@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,23 +14,13 @@ const (
 	ChartNamespace = "calico-rr-autoscaler"
 )
 
-// ChartDir returns the product's chart (charts/calico-rr-autoscaler), found from the working
-// directory up to the module root.
+// ChartDir returns the product's chart (charts/calico-rr-autoscaler) under the module root.
 func ChartDir() (string, error) {
-	dir, err := os.Getwd()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "charts", "calico-rr-autoscaler"), nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("testenv: no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	return filepath.Join(root, "charts", "calico-rr-autoscaler"), nil
 }
 
 // InstallChart installs the product from its rendered chart, as a user would with `helm

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -177,8 +176,8 @@ func Start(t testing.TB, opts ...Option) *Env {
 	t.Logf("testenv: kube-apiserver %s ready at %s in %s", KubernetesVersion, env.URL, time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("testenv: kube-apiserver log tail:\n%s", tail(env.apiserver.logPath, 40))
-			t.Logf("testenv: etcd log tail:\n%s", tail(env.etcd.logPath, 15))
+			t.Logf("testenv: kube-apiserver log tail:\n%s", Tail(env.apiserver.logPath, 40))
+			t.Logf("testenv: etcd log tail:\n%s", Tail(env.etcd.logPath, 15))
 		}
 		if os.Getenv("RRA_TESTENV_KEEP") != "" {
 			t.Logf("testenv: RRA_TESTENV_KEEP set: keeping %s", env.Dir)
@@ -232,7 +231,7 @@ func startOnce(ctx context.Context, o Options, etcdBin, apiBin string) (_ *Env, 
 		}
 	}()
 
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -615,7 +614,7 @@ func (p *process) stop() {
 
 // failure describes a process that did not come up, with its log tail.
 func (p *process) failure(what string) error {
-	log := tail(p.logPath, 30)
+	log := Tail(p.logPath, 30)
 	err := fmt.Errorf("%s %s; log %s tail:\n%s", p.name, what, p.logPath, log)
 	if strings.Contains(log, "address already in use") {
 		return fmt.Errorf("%w: %w", errPortInUse, err)
@@ -655,36 +654,4 @@ func waitHTTP(ctx context.Context, p *process, hc *http.Client, url string, head
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", path, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -331,9 +331,9 @@ func checkMatchConditions(t *testing.T, env *testenv.Env, rec *recorder) {
 		_, err := alice.CoreV1().Nodes().Patch(ctx, node, "application/merge-patch+json",
 			fmt.Appendf(nil, `{"metadata":{"labels":{"probe":"%d"}}}`, i), metav1.PatchOptions{})
 		require.NoError(t, err)
-		return len(rec.take()) > 0
+		return len(rec.Take()) > 0
 	})
-	rec.take()
+	rec.Take()
 
 	setReady := func(cs kubernetes.Interface, status corev1.ConditionStatus, heartbeat time.Time) {
 		t.Helper()
@@ -361,7 +361,7 @@ func checkMatchConditions(t *testing.T, env *testenv.Env, rec *recorder) {
 	// the previous write, seen on a loaded machine), so a request may reach a webhook twice.
 	expect := func(what string, want ...string) {
 		t.Helper()
-		got := paths(rec.take())
+		got := paths(rec.Take())
 		slices.Sort(got)
 		got = slices.Compact(got)
 		slices.Sort(want)

@@ -1,21 +1,18 @@
 package chart
 
 import (
-	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -98,54 +95,17 @@ func installCRDs(t *testing.T, env *testenv.Env) crdSet {
 	return set
 }
 
-// review is one admission review the recorder received.
-type review struct {
-	Path, Operation, SubResource, User, Name string
-}
+type (
+	review   = testenv.Review
+	recorder = testenv.AdmissionRecorder
+)
 
-// recorder is an HTTPS admission webhook that allows everything and records
-// every review. Keep-alives are off: every review is a new TLS handshake.
-type recorder struct {
-	Port int
-	mu   sync.Mutex
-	seen []review
-}
-
+// startRecorder is the fake admission webhook on ln with the product's TLS settings.
 func startRecorder(t *testing.T, ln net.Listener, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *recorder {
 	t.Helper()
 	cfg := &tls.Config{GetCertificate: getCert}
 	certs.TLSOpts(cfg)
-	rec := &recorder{Port: ln.Addr().(*net.TCPAddr).Port}
-	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
-	srv.SetKeepAlivesEnabled(false)
-	go func() { _ = srv.Serve(tls.NewListener(ln, cfg)) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return rec
-}
-
-func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var ar admissionv1.AdmissionReview
-	if err := json.NewDecoder(r.Body).Decode(&ar); err != nil || ar.Request == nil {
-		http.Error(w, "bad review", http.StatusBadRequest)
-		return
-	}
-	rec.mu.Lock()
-	rec.seen = append(rec.seen, review{Path: r.URL.Path, Operation: string(ar.Request.Operation),
-		SubResource: ar.Request.SubResource, User: ar.Request.UserInfo.Username, Name: ar.Request.Name})
-	rec.mu.Unlock()
-	ar.Response = &admissionv1.AdmissionResponse{UID: ar.Request.UID, Allowed: true}
-	ar.Request = nil
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(&ar)
-}
-
-// take returns and forgets the reviews received so far.
-func (rec *recorder) take() []review {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	out := rec.seen
-	rec.seen = nil
-	return out
+	return testenv.StartAdmissionRecorder(t, ln, cfg)
 }
 
 func paths(rs []review) []string {
@@ -175,15 +135,12 @@ func pointServiceAtRecorder(t *testing.T, cs kubernetes.Interface, ns, name stri
 // eventually polls cond every 100ms until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		case <-time.After(100 * time.Millisecond):
+	testenv.Eventually(t, what, timeout, 100*time.Millisecond, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-	}
+		return nil
+	})
 }
 
 func freeListener(t *testing.T) net.Listener {

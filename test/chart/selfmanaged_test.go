@@ -151,7 +151,7 @@ func TestSelfManagedCertsWithChartRBAC(t *testing.T) {
 	// failurePolicy Fail: an update succeeds only if the API server reached
 	// the server and trusted its certificate.
 	eventually(t, 30*time.Second, "the policy webhook to answer", func() bool { return changePolicy() == nil })
-	require.NotEmpty(t, rec.take())
+	require.NotEmpty(t, rec.Take())
 
 	// Replace the serving certificate (as an expiry would): the rotator
 	// issues a new one and the server reloads it; the webhook keeps answering.

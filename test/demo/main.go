@@ -13,7 +13,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -112,7 +111,11 @@ func run(ctx context.Context, nNodes, nZones int) error {
 	if err != nil {
 		return err
 	}
-	port, health := freePort(), freePort()
+	ports, err := testenv.FreePorts(2)
+	if err != nil {
+		return err
+	}
+	port, health := ports[0], ports[1]
 	serve := exec.CommandContext(ctx, bin, "serve",
 		"--kubeconfig", env.KubeconfigPath(testenv.UserServiceAccount),
 		"--webhook-host", "127.0.0.1", "--webhook-port", fmt.Sprint(port), "--cert-dir", certDir,
@@ -132,7 +135,7 @@ func run(ctx context.Context, nNodes, nZones int) error {
 		_ = serve.Wait()
 	}()
 	if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", health)); err != nil {
-		return fmt.Errorf("serve did not become ready: %w (log: %s)", err, tailFile(logf.Name()))
+		return fmt.Errorf("serve did not become ready: %w (log: %s)", err, testenv.Tail(logf.Name(), 30))
 	}
 	fmt.Printf("    webhooks on https://127.0.0.1:%d, ready\n", port)
 
@@ -412,15 +415,6 @@ func indent(s string) string {
 	return "    " + strings.Join(lines, "\n    ") + "\n"
 }
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func waitReady(ctx context.Context, url string) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -437,13 +431,4 @@ func waitReady(ctx context.Context, url string) error {
 		}
 	}
 	return errors.New("timeout")
-}
-
-func tailFile(path string) string {
-	b, _ := os.ReadFile(path)
-	s := string(b)
-	if len(s) > 2000 {
-		s = s[len(s)-2000:]
-	}
-	return s
 }

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,7 +32,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -75,7 +73,7 @@ func TestLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
-		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"), repoPath(t, "policy/crd"))
+		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"), testenv.RepoPath(t, "policy/crd"))
 
 	// The product as a separate process of the built binary.
 	p := startProduct(ctx, t, env)
@@ -108,7 +106,7 @@ func TestLoad(t *testing.T) {
 
 	// 2. Settled: route reflectors labelled, every other node in a peering set.
 	var rrs int
-	poll(ctx, t, "settled", 5*time.Minute, time.Second, func() error {
+	testenv.Eventually(t, "settled", 5*time.Minute, time.Second, func() error {
 		list, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return err
@@ -135,7 +133,7 @@ func TestLoad(t *testing.T) {
 	})
 	settled := time.Since(start)
 	// Quiet: no admission for two seconds (the reconciler's last writes pass the node webhooks).
-	poll(ctx, t, "quiet", 2*time.Minute, 100*time.Millisecond, func() error {
+	testenv.Eventually(t, "quiet", 2*time.Minute, 100*time.Millisecond, func() error {
 		a := p.scrape(t).sum("calico_rr_autoscaler_webhook_requests_total", nil)
 		time.Sleep(2 * time.Second)
 		if b := p.scrape(t).sum("calico_rr_autoscaler_webhook_requests_total", nil); b != a {
@@ -369,25 +367,6 @@ func parallel(ctx context.Context, t *testing.T, n int, items []string, f func(c
 	}
 }
 
-func poll(ctx context.Context, t *testing.T, what string, timeout, every time.Duration, f func() error) {
-	t.Helper()
-	var last error
-	if err := wait.PollUntilContextTimeout(ctx, every, timeout, true, func(context.Context) (bool, error) {
-		last = f()
-		return last == nil, nil
-	}); err != nil {
-		t.Fatalf("%s: %v (last: %v)", what, err, last)
-	}
-}
-
-func repoPath(t *testing.T, rel string) string {
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(wd, "..", "..", rel)
-}
-
 // product is the serve process.
 type product struct {
 	cmd         *exec.Cmd
@@ -402,7 +381,7 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "calico-rr-autoscaler")
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/calico-rr-autoscaler")
-	build.Dir = repoPath(t, ".")
+	build.Dir = testenv.RepoPath(t, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -414,11 +393,11 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &product{caPEM: caPEM, webhookPort: freePort(t), log: filepath.Join(dir, "serve.log")}
+	p := &product{caPEM: caPEM, webhookPort: testenv.FreePort(t), log: filepath.Join(dir, "serve.log")}
 	// The chart first: it is the only source of the webhook configurations and of the service
 	// account's RBAC (serve reads the APIServices at start).
 	env.InstallChart(t, fmt.Sprintf("https://127.0.0.1:%d", p.webhookPort), p.caPEM, "")
-	metricsPort, healthPort := freePort(t), freePort(t)
+	metricsPort, healthPort := testenv.FreePort(t), testenv.FreePort(t)
 	p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	logf, err := os.Create(p.log)
 	if err != nil {
@@ -446,13 +425,13 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 		}
 		_ = logf.Close()
 		if t.Failed() {
-			t.Logf("serve log (tail):\n%s", tail(p.log, 40))
+			t.Logf("serve log (tail):\n%s", testenv.Tail(p.log, 40))
 		}
 	})
-	poll(ctx, t, "serve ready", time.Minute, 200*time.Millisecond, func() error {
+	testenv.Eventually(t, "serve ready", time.Minute, 200*time.Millisecond, func() error {
 		select {
 		case <-exited:
-			t.Fatalf("serve exited:\n%s", tail(p.log, 40))
+			t.Fatalf("serve exited:\n%s", testenv.Tail(p.log, 40))
 		default:
 		}
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
@@ -472,7 +451,7 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 func awaitWebhooks(ctx context.Context, t *testing.T, env *testenv.Env) {
 	t.Helper()
 	probe := "apiVersion: routereflector.io/v1alpha1\nkind: RouteReflectorPolicy\nmetadata: {name: probe}\nspec: {nodeSelector: {matchLabels: {probe: \"1\"}}, minRouteReflectors: 5, maxRouteReflectors: 2}\n"
-	poll(ctx, t, "webhooks registered", 30*time.Second, 200*time.Millisecond, func() error {
+	testenv.Eventually(t, "webhooks registered", 30*time.Second, 200*time.Millisecond, func() error {
 		_, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, probe, "apply", "--dry-run=server", "-f", "-")
 		if err == nil || !strings.Contains(stderr, "spec.minRouteReflectors") {
 			return fmt.Errorf("probe not rejected by the webhook yet: %v %s", err, stderr)
@@ -719,20 +698,4 @@ func (h hist) quantile(q float64) float64 {
 		prevBound, prevCount = b, c
 	}
 	return prevBound
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
