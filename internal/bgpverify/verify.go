@@ -8,6 +8,9 @@
 // fork of it) configured the way Calico's bird.cfg.template configures them; and calico, where
 // Calico's own confd renders each node's BIRD configuration from a kube-apiserver holding the
 // state the product writes, and each BIRD runs in a network namespace of its own (calico.go).
+//
+// Offline tool: the verify command and the tests of the plan's routing (here, the end-to-end
+// tests in internal/serve) call it.
 package bgpverify
 
 import (

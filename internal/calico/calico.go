@@ -4,6 +4,8 @@
 // v3 CRDs). Detect picks one by discovery at start; AddToScheme registers the projectcalico.org/v3
 // Go types under that group only (registering the same Go types under both groups in one scheme
 // would make their kind ambiguous).
+//
+// Running product: serve, the reconciler, clusterstatus, bgpverify and the commands call it.
 package calico
 
 import (

@@ -2,6 +2,9 @@
 // through Calico's own client (libcalico-go/lib/clientv3): the route reflector role on Calico's
 // Node resources (labels and spec.bgp.routeReflectorClusterID) and the BGPPeers. It never writes
 // etcd keys itself.
+//
+// Running product: serve and the reconciler (etcdv3 mode), and the plan, verify and status commands
+// call it.
 package calicoetcd
 
 import (

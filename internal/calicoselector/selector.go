@@ -1,6 +1,8 @@
 // Package calicoselector evaluates Calico selectors (the syntax of BGPPeer nodeSelector and
 // peerSelector: has(k), k == 'v', k in {'a','b'}, !has(k), all(), &&, ||) with Calico's own parser,
 // so that a selector means here exactly what it means to calico-node.
+//
+// Offline tool support: the graph model and the reconciler's adoption step call it.
 package calicoselector
 
 import (

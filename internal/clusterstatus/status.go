@@ -4,6 +4,8 @@
 // product's, what Observe or Paused would change, and the graph model's figures for the cluster's
 // actual nodes and BGPPeers. The `status` command (also installed as the kubectl plugin `kubectl
 // rr`) prints it.
+//
+// Offline tool: the status command calls it.
 package clusterstatus
 
 import (

@@ -1,6 +1,8 @@
 // Package nodesource reads the nodes and the policy the plan and verify commands work on: Kubernetes
 // Node manifests (a NodeList, a List or a stream of Nodes, YAML or JSON), synthetic clusters, and
 // RouteReflectorPolicy files. Errors name the file and what was wrong, on one line.
+//
+// Offline tool: the plan and verify commands, the graph model and `make demo` call it.
 package nodesource
 
 import (

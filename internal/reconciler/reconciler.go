@@ -8,6 +8,8 @@
 // Node events are coalesced: a burst of them becomes a few plans (one workqueue key per policy,
 // added after a short delay), and every plan reads the informer cache, writes only what differs
 // and commits itself to the webhooks' ledger (see the webhook package).
+//
+// Running product: serve starts it on the lease holder.
 package reconciler
 
 import (

@@ -1,5 +1,7 @@
 // Package report prints plans for people: the design's statistics table and the route reflectors
 // by zone.
+//
+// Offline tool: the plan and verify commands call it.
 package report
 
 import (

@@ -1,6 +1,8 @@
 // Package serve wires calico-rr-autoscaler serve: one controller-runtime manager with one shared,
 // stripped informer cache, the webhook server (every replica serves), the leader-elected
 // reconciler, health and readiness probes and Prometheus metrics.
+//
+// Running product: the serve command calls it.
 package serve
 
 import (

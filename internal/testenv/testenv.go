@@ -1,15 +1,19 @@
-// Package testenv runs a real etcd and kube-apiserver (built by
-// hack/tools.sh) for integration tests, with static-token users for an
-// admin, a kubelet, the product's service account and a plain user, and
-// helpers to run the real kubectl and helm binaries against it.
+// Package testenv is the product-level test harness: a real etcd and kube-apiserver (built by
+// hack/tools.sh) with static-token users for an admin, a kubelet, the product's service account
+// and a plain user; the real kubectl and helm against it; the product installed from its rendered
+// chart (InstallChart); Calico's API server as an APIService; and the small parts every
+// integration test needs: Eventually, FreePort(s), RepoPath, Tail, a fake admission webhook
+// (AdmissionRecorder) and, in nodetest, the one Node builder of the unit tests.
 //
-// The binaries are found through the KUBE_APISERVER, ETCD, KUBECTL and HELM
-// environment variables, falling back to hack/tools.sh's cache; a missing
-// binary fails the test with a message to run hack/tools.sh.
+// The binaries are found through the KUBE_APISERVER, ETCD, KUBECTL and HELM environment
+// variables, falling back to hack/tools.sh's cache; a missing binary fails the test with a
+// message to run hack/tools.sh.
 //
-// There is no kube-controller-manager: namespaces are never finalized
-// (use unique names) and no "default" ServiceAccount appears by itself (use
-// Env.CreateNamespace before creating Pods).
+// There is no kube-controller-manager: namespaces are never finalized (use unique names) and no
+// "default" ServiceAccount appears by itself (use Env.CreateNamespace before creating Pods).
+//
+// Test support: the integration tests, `make demo` and bgpverify's calico speaker (confd needs an
+// API server holding the product's state) call it.
 package testenv
 
 import (

@@ -3,6 +3,8 @@
 // finalizer: the node mesh turned back on where a policy turned it off, then the route reflectors,
 // clients and BGPPeers released). The `uninstall` command runs it, and the Helm chart's pre-delete
 // hook runs that command, so `helm uninstall` leaves no route reflector role behind.
+//
+// Running product (its last act): the uninstall command calls it.
 package uninstall
 
 import (
