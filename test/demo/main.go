@@ -13,7 +13,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -67,8 +66,8 @@ func run(ctx context.Context, nNodes, nZones int) error {
 	}
 
 	step("Building calico-rr-autoscaler")
-	bin := filepath.Join(work, "calico-rr-autoscaler")
-	if err := sh(ctx, root, "go", "build", "-o", bin, "./cmd/calico-rr-autoscaler"); err != nil {
+	bin, err := testenv.BuildProduct(ctx, work)
+	if err != nil {
 		return err
 	}
 
@@ -106,37 +105,15 @@ func run(ctx context.Context, nNodes, nZones int) error {
 	fmt.Printf("    %d CRDs established\n", len(crds))
 
 	step("Serving the webhooks locally (calico-rr-autoscaler serve)")
-	certDir := filepath.Join(work, "certs")
-	caPEM, err := testenv.WriteWebhookCert(certDir)
+	product, err := testenv.NewProduct(testenv.ProductOptions{Dir: work, Bin: bin, Args: []string{"--leader-elect=false", "-v", "1"}})
 	if err != nil {
 		return err
 	}
-	ports, err := testenv.FreePorts(2)
-	if err != nil {
+	if err := product.Start(ctx, env.KubeconfigPath(testenv.UserServiceAccount), time.Minute); err != nil {
 		return err
 	}
-	port, health := ports[0], ports[1]
-	serve := exec.CommandContext(ctx, bin, "serve",
-		"--kubeconfig", env.KubeconfigPath(testenv.UserServiceAccount),
-		"--webhook-host", "127.0.0.1", "--webhook-port", fmt.Sprint(port), "--cert-dir", certDir,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", health),
-		"--leader-elect=false", "-v", "1")
-	logf, err := os.Create(filepath.Join(work, "serve.log"))
-	if err != nil {
-		return err
-	}
-	serve.Stdout, serve.Stderr = logf, logf
-	serve.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := serve.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		_ = syscall.Kill(-serve.Process.Pid, syscall.SIGTERM)
-		_ = serve.Wait()
-	}()
-	if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", health)); err != nil {
-		return fmt.Errorf("serve did not become ready: %w (log: %s)", err, testenv.Tail(logf.Name(), 30))
-	}
+	defer product.Stop()
+	port, caPEM := product.WebhookPort, product.CAPEM
 	fmt.Printf("    webhooks on https://127.0.0.1:%d, ready\n", port)
 
 	step("Rendering the Helm chart and applying it (webhooks pointed at the local backend)")
@@ -402,33 +379,10 @@ func output(ctx context.Context, dir, bin string, args ...string) (string, error
 	return string(out), nil
 }
 
-func sh(ctx context.Context, dir, bin string, args ...string) error {
-	_, err := output(ctx, dir, bin, args...)
-	return err
-}
-
 func indent(s string) string {
 	if s == "" {
 		return ""
 	}
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return "    " + strings.Join(lines, "\n    ") + "\n"
-}
-
-func waitReady(ctx context.Context, url string) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	return errors.New("timeout")
 }
