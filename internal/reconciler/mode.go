@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -44,17 +43,10 @@ func (r *Reconciler) pending(ctx context.Context, st *State) error {
 		rrs[rr.Node] = rr
 	}
 	moves := 0
-	for _, want := range st.Result.Nodes {
-		cur := st.View[want.Name]
-		if cur == nil {
-			continue
-		}
-		lbl, ann := state.OwnedChanges(p.RRLabelKey, cur, want)
-		if len(lbl)+len(ann) == 0 {
-			continue
-		}
+	for _, c := range ownedChanges(st) {
+		want := c.want
 		rr, wantRR := rrs[want.Name]
-		switch changeKind(p, cur, want) {
+		switch changeKind(p, c.cur, want) {
 		case KindPromoted:
 			st.Pending = append(st.Pending, fmt.Sprintf("promote %s in zone %s (cluster ID %s)", want.Name, extender.ZoneName(rr.Zone), rr.ClusterID))
 		case KindDemoted:

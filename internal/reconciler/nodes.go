@@ -38,15 +38,8 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	releasing := releasingIDs(st)
 	var phases [3][]nodePatch
-	for _, want := range st.Result.Nodes {
-		cur := st.View[want.Name]
-		if cur == nil {
-			continue
-		}
-		lbl, ann := state.OwnedChanges(p.RRLabelKey, cur, want)
-		if len(lbl)+len(ann) == 0 {
-			continue
-		}
+	for _, c := range ownedChanges(st) {
+		want, cur, lbl, ann := c.want, c.cur, c.lbl, c.ann
 		if v, ok := ann[extender.AnnotationDrainingSince]; ok && v != nil {
 			if cur.Annotations[extender.AnnotationDrainingSince] != "" {
 				// An existing mark stands (the planner reads a mark in the future as now).
@@ -98,6 +91,31 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		}
 	}
 	return nil
+}
+
+// ownedChange is a planned node whose owned labels or annotations differ from the cache.
+type ownedChange struct {
+	want     extender.NodeState
+	cur      *corev1.Node
+	lbl, ann map[string]*string
+}
+
+// ownedChanges lists, in plan order, the planned nodes whose owned keys differ from the view the
+// plan was made from (state.OwnedChanges), with the changes; nodes gone from the view are skipped.
+func ownedChanges(st *State) []ownedChange {
+	var out []ownedChange
+	for _, want := range st.Result.Nodes {
+		cur := st.View[want.Name]
+		if cur == nil {
+			continue
+		}
+		lbl, ann := state.OwnedChanges(st.Managed.Resolved.RRLabelKey, cur, want)
+		if len(lbl)+len(ann) == 0 {
+			continue
+		}
+		out = append(out, ownedChange{want: want, cur: cur, lbl: lbl, ann: ann})
+	}
+	return out
 }
 
 // changeKind is the role change a planned node state makes to the node as the cluster shows it:
