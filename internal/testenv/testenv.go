@@ -91,6 +91,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// Aggregation configures kube-apiserver's aggregation layer (WithAggregation).
 	Aggregation bool
+	// EtcdOnly starts etcd alone (StartEtcd): for Calico's etcd datastore, which needs no API
+	// server.
+	EtcdOnly bool
 }
 
 // Option changes Options.
@@ -178,17 +181,37 @@ func Start(t testing.TB, opts ...Option) *Env {
 		t.Fatalf("testenv: %v", err)
 	}
 	t.Logf("testenv: kube-apiserver %s ready at %s in %s", KubernetesVersion, env.URL, time.Since(start).Round(time.Millisecond))
+	env.stopWith(t)
+	return env
+}
+
+// StartEtcd starts etcd alone for the test, as Calico's etcd datastore (Env.EtcdURL), and stops
+// it in t.Cleanup.
+func StartEtcd(t testing.TB) *Env {
+	t.Helper()
+	RequireBinary(t, ToolEtcd)
+	env, err := StartEnv(t.Context(), Options{EtcdOnly: true})
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	env.stopWith(t)
+	return env
+}
+
+// stopWith stops the Env when the test ends, printing its logs' tails when the test failed.
+func (e *Env) stopWith(t testing.TB) {
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("testenv: kube-apiserver log tail:\n%s", Tail(env.apiserver.logPath, 40))
-			t.Logf("testenv: etcd log tail:\n%s", Tail(env.etcd.logPath, 15))
+			if e.apiserver != nil {
+				t.Logf("testenv: kube-apiserver log tail:\n%s", Tail(e.apiserver.logPath, 40))
+			}
+			t.Logf("testenv: etcd log tail:\n%s", Tail(e.etcd.logPath, 15))
 		}
 		if os.Getenv("RRA_TESTENV_KEEP") != "" {
-			t.Logf("testenv: RRA_TESTENV_KEEP set: keeping %s", env.Dir)
+			t.Logf("testenv: RRA_TESTENV_KEEP set: keeping %s", e.Dir)
 		}
-		env.Stop()
+		e.Stop()
 	})
-	return env
 }
 
 // StartEnv starts an Env; the caller must call Stop. ctx bounds only the
@@ -198,9 +221,11 @@ func StartEnv(ctx context.Context, o Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	apiBin, err := BinaryPath(ToolKubeAPIServer)
-	if err != nil {
-		return nil, err
+	var apiBin string
+	if !o.EtcdOnly {
+		if apiBin, err = BinaryPath(ToolKubeAPIServer); err != nil {
+			return nil, err
+		}
 	}
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 2 * time.Minute
@@ -263,6 +288,9 @@ func startOnce(ctx context.Context, o Options, etcdBin, apiBin string) (_ *Env, 
 		return nil, err
 	}
 	e.EtcdURL = etcdClient
+	if o.EtcdOnly {
+		return e, nil
+	}
 
 	// Certificates, service account key and token users.
 	certDir := filepath.Join(dir, "certs")
