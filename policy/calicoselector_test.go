@@ -3,6 +3,7 @@ package policy_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -38,21 +39,14 @@ func TestCalicoNodeSelector(t *testing.T) {
 			p := policy.Default("p")
 			p.Spec.NodeSelector = tc.sel
 			r, errs := policy.Resolve(p)
-			if len(errs) > 0 {
-				t.Fatal(errs.ToAggregate())
-			}
+			require.Empty(t, errs, "Resolve: %v", errs.ToAggregate())
 			got := r.CalicoNodeSelector()
-			if got != tc.want {
-				t.Fatalf("got %q, want %q", got, tc.want)
-			}
+			require.Equal(t, tc.want, got)
 			cs, err := calicoselector.Parse(got)
-			if err != nil {
-				t.Fatalf("Calico does not parse %q: %v", got, err)
-			}
+			require.NoError(t, err, "Calico does not parse %q", got)
 			for _, l := range nodes {
-				if k8s, calico := r.NodeSelector.Matches(labels.Set(l)), cs.Matches(l); k8s != calico {
-					t.Fatalf("%v: Kubernetes selector %v, Calico's %q %v", l, k8s, got, calico)
-				}
+				k8s, calico := r.NodeSelector.Matches(labels.Set(l)), cs.Matches(l)
+				require.Equal(t, k8s, calico, "%v: Kubernetes selector (expected) vs Calico's %q (actual)", l, got)
 			}
 		})
 	}

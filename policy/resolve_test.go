@@ -1,9 +1,9 @@
 package policy
 
 import (
-	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -30,9 +30,8 @@ func TestLabelKeys(t *testing.T) {
 			if tc.spec != nil {
 				tc.spec(&p.Spec)
 			}
-			if got := MustResolve(p).LabelKeys(); !slices.Equal(got, tc.want) {
-				t.Fatalf("LabelKeys() = %q, want %q", got, tc.want)
-			}
+			// tc.want is never empty, so Equal is slices.Equal here (no nil/empty distinction).
+			require.Equal(t, tc.want, MustResolve(p).LabelKeys(), "LabelKeys()")
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,9 +59,7 @@ func bigCluster(b *testing.B, n int) *fixture {
 		for k, v := range st.Annotations {
 			node.Annotations[k] = v
 		}
-		if err := f.nodeIdx.Add(state.StripNode(node.DeepCopy())); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, f.nodeIdx.Add(state.StripNode(node.DeepCopy())), "node %s", node.Name)
 	}
 	f.ledger.SetLeader(true)
 	f.commit(b)
@@ -111,17 +110,12 @@ func benchServe(b *testing.B, h http.Handler, check expect, body func(i int) []b
 		start := time.Now()
 		h.ServeHTTP(w, r)
 		lat = append(lat, time.Since(start))
-		if w.Code != 200 {
-			b.Fatalf("HTTP %d: %s", w.Code, w.Body)
-		}
+		require.Equal(b, 200, w.Code, "HTTP status (body %s)", w.Body)
 		if i == 0 {
 			var review admissionv1.AdmissionReview
-			if err := json.Unmarshal(w.Body.Bytes(), &review); err != nil || review.Response == nil {
-				b.Fatalf("not an AdmissionReview (%v): %s", err, w.Body)
-			}
-			if err := check(review.Response); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, json.Unmarshal(w.Body.Bytes(), &review), "not an AdmissionReview: %s", w.Body)
+			require.NotNil(b, review.Response, "not an AdmissionReview: %s", w.Body)
+			require.NoError(b, check(review.Response))
 		}
 		i++
 	}
@@ -166,9 +160,7 @@ func BenchmarkValidateRemoveRR5000(b *testing.B) {
 	// The policy requires every route reflector it has: each removal is denied (the rule checks).
 	p := mkPolicy("default", func(s *v1alpha1.RouteReflectorPolicySpec) { s.MinRouteReflectors = i32(int32(len(rrs))) })
 	p.Generation = 2
-	if err := f.policies.Store().Update(p); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, f.policies.Store().Update(p))
 	benchServe(b, Serve("validate-v1-node", f.nodeVal), wantDenied, func(i int) []byte {
 		old := realistic(rrs[i%len(rrs)])
 		n := old.DeepCopy()
@@ -199,14 +191,10 @@ func BenchmarkValidatePolicy5000(b *testing.B) {
 	f := bigCluster(b, 5000)
 	// Two policies with selectors: the overlap check scans every cached node. (The default policy,
 	// which selects every node, would end the check at once with a denial.)
-	if err := f.policies.Store().Delete(mkPolicy("default", nil)); err != nil {
-		b.Fatal(err)
-	}
-	if err := f.policies.Store().Add(mkPolicy("other", func(s *v1alpha1.RouteReflectorPolicySpec) {
+	require.NoError(b, f.policies.Store().Delete(mkPolicy("default", nil)))
+	require.NoError(b, f.policies.Store().Add(mkPolicy("other", func(s *v1alpha1.RouteReflectorPolicySpec) {
 		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "other"}}
-	})); err != nil {
-		b.Fatal(err)
-	}
+	})))
 	benchServe(b, Serve("validate-routereflectorpolicy", f.polVal), wantAllowed, func(i int) []byte {
 		p := mkPolicy("edge", func(s *v1alpha1.RouteReflectorPolicySpec) {
 			s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "edge"}}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,12 +92,10 @@ func TestBGPPeerValidator(t *testing.T) {
 				}
 			}
 			resp, err := f.peerVal.Handle(context.Background(), req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := causes(resp); got != tc.want || resp.Allowed != (tc.want == "") {
-				t.Fatalf("allowed=%v causes:\n%s\nwant:\n%s", resp.Allowed, got, tc.want)
-			}
+			require.NoError(t, err)
+			got := causes(resp)
+			require.Equal(t, tc.want, got, "causes (allowed=%v)", resp.Allowed)
+			require.Equal(t, tc.want == "", resp.Allowed, "allowed; causes:\n%s", got)
 		})
 	}
 }
@@ -130,12 +129,8 @@ func TestBGPPeerValidatorLeftBehind(t *testing.T) {
 			req := request(t, admissionv1.Delete, peerKind, "", alice, nil, m)
 			req.Name = m.Name
 			resp, err := f.peerVal.Handle(context.Background(), req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.Allowed != tc.allowed {
-				t.Fatalf("allowed=%v, want %v: %s", resp.Allowed, tc.allowed, causes(resp))
-			}
+			require.NoError(t, err)
+			require.Equal(t, tc.allowed, resp.Allowed, "allowed; causes: %s", causes(resp))
 		})
 	}
 }

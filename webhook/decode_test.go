@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -54,19 +56,17 @@ func TestServeRejectsMalformedReviews(t *testing.T) {
 			}
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
-			if w.Code != tc.code {
-				t.Fatalf("HTTP %d (%s), want %d", w.Code, w.Body, tc.code)
-			}
+			require.Equal(t, tc.code, w.Code, "HTTP status (body %s)", w.Body)
 			if tc.code != 200 {
-				if got := strings.TrimSpace(w.Body.String()); !strings.HasPrefix(got, tc.wantMessage) {
-					t.Fatalf("message %q, want prefix %q", got, tc.wantMessage)
-				}
+				got := strings.TrimSpace(w.Body.String())
+				require.Truef(t, strings.HasPrefix(got, tc.wantMessage), "message %q, want prefix %q", got, tc.wantMessage)
 				return
 			}
 			out := &admissionv1.AdmissionReview{}
-			if err := json.Unmarshal(w.Body.Bytes(), out); err != nil || out.Response == nil || out.Response.UID != valid.UID || out.Kind != "AdmissionReview" {
-				t.Fatalf("response %s: %v", w.Body, err)
-			}
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), out), "response %s", w.Body)
+			require.NotNil(t, out.Response, "response %s", w.Body)
+			assert.Equal(t, valid.UID, out.Response.UID, "response %s", w.Body)
+			assert.Equal(t, "AdmissionReview", out.Kind, "response %s", w.Body)
 		})
 	}
 }
@@ -76,9 +76,8 @@ func TestServeRecoversPanics(t *testing.T) {
 		panic("boom")
 	}))
 	code, _, msg := serveReview(t, h, reviewBody(t, nodeReq(t, alice, mkNode("n", "z"), nil)))
-	if code != 500 || !strings.Contains(msg, "internal error: boom") {
-		t.Fatalf("HTTP %d %q", code, msg)
-	}
+	assert.Equal(t, 500, code, "HTTP status (message %q)", msg)
+	assert.Contains(t, msg, "internal error: boom")
 }
 
 func TestServeAnswersWithTheRequestUID(t *testing.T) {
@@ -88,10 +87,13 @@ func TestServeAnswersWithTheRequestUID(t *testing.T) {
 	delete(n.Labels, "calico-route-reflector")
 	req := nodeReq(t, alice, n, old)
 	req.UID = "abc-123"
-	code, out, _ := serveReview(t, Serve("validate-v1-node", f.nodeVal), reviewBody(t, req))
-	if code != 200 || out.Response.UID != "abc-123" || out.Response.Allowed || out.Response.Result.Code != 422 {
-		t.Fatalf("HTTP %d %+v", code, out.Response)
-	}
+	code, out, body := serveReview(t, Serve("validate-v1-node", f.nodeVal), reviewBody(t, req))
+	require.Equal(t, 200, code, "HTTP status (body %s)", body)
+	require.NotNil(t, out.Response)
+	assert.Equal(t, "abc-123", string(out.Response.UID), "%+v", out.Response)
+	assert.False(t, out.Response.Allowed, "%+v", out.Response)
+	require.NotNil(t, out.Response.Result, "%+v", out.Response)
+	assert.Equal(t, int32(422), out.Response.Result.Code, "%+v", out.Response)
 }
 
 // FuzzServe: whatever the body, every webhook answers 200 with an AdmissionReview for the same UID,
@@ -133,18 +135,14 @@ func FuzzServe(f *testing.F) {
 			switch w.Code {
 			case 200:
 				out := &admissionv1.AdmissionReview{}
-				if err := json.Unmarshal(w.Body.Bytes(), out); err != nil || out.Response == nil {
-					t.Fatalf("200 with %q: %v", w.Body, err)
-				}
-				if in.Request == nil || string(out.Response.UID) != in.Request.UID {
-					t.Fatalf("response UID %q for request %s", out.Response.UID, body)
-				}
+				require.NoError(t, json.Unmarshal(w.Body.Bytes(), out), "200 with %q", w.Body)
+				require.NotNil(t, out.Response, "200 with %q", w.Body)
+				require.NotNil(t, in.Request, "response UID %q for request %s", out.Response.UID, body)
+				require.Equal(t, in.Request.UID, string(out.Response.UID), "response UID for request %s", body)
 			case 400, 413:
-				if !strings.Contains(w.Body.String(), "AdmissionReview") {
-					t.Fatalf("HTTP %d without a clear message: %q", w.Code, w.Body)
-				}
+				require.Contains(t, w.Body.String(), "AdmissionReview", "HTTP %d without a clear message", w.Code)
 			default:
-				t.Fatalf("HTTP %d: %s", w.Code, w.Body)
+				require.Failf(t, "unexpected HTTP status", "HTTP %d: %s", w.Code, w.Body)
 			}
 		}
 	})
@@ -156,11 +154,12 @@ func TestGate(t *testing.T) {
 		return Allowed(), nil
 	}), func() bool { return ready }))
 	body := reviewBody(t, nodeReq(t, alice, mkNode("n", "z"), nil))
-	if code, _, msg := serveReview(t, h, body); code != 503 || !strings.Contains(msg, "not synced") {
-		t.Fatalf("HTTP %d %q", code, msg)
-	}
+	code, _, msg := serveReview(t, h, body)
+	require.Equal(t, 503, code, "HTTP status (message %q)", msg)
+	require.Contains(t, msg, "not synced")
 	ready = true
-	if code, out, _ := serveReview(t, h, body); code != 200 || !out.Response.Allowed {
-		t.Fatalf("HTTP %d", code)
-	}
+	code, out, msg := serveReview(t, h, body)
+	require.Equal(t, 200, code, "HTTP status (message %q)", msg)
+	require.NotNil(t, out.Response)
+	require.True(t, out.Response.Allowed, "%+v", out.Response)
 }

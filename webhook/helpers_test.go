@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -101,15 +102,11 @@ func newFixture(t testing.TB, policies []*v1alpha1.RouteReflectorPolicy, nodes [
 	t.Helper()
 	pidx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
 	for _, p := range policies {
-		if err := pidx.Add(p); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, pidx.Add(p), "policy %s", p.Name)
 	}
 	nidx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, state.NodeIndexers())
 	for _, n := range nodes {
-		if err := nidx.Add(state.StripNode(n.DeepCopy())); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, nidx.Add(state.StripNode(n.DeepCopy())), "node %s", n.Name)
 	}
 	f := &fixture{policies: state.NewPolicies(pidx), nodes: state.NewNodeStore(nidx), nodeIdx: nidx, ledger: state.NewLedger(0, func() time.Time { return tNow })}
 	f.mutator = &NodeMutator{Policies: f.policies, Ledger: f.ledger, Now: func() time.Time { return tNow }}
@@ -124,9 +121,8 @@ func (f *fixture) commit(t testing.TB) {
 	t.Helper()
 	valid := f.policies.Valid()
 	for _, m := range valid {
-		if _, _, ok := f.ledger.Plan(valid, f.nodes.List(), m, tNow, nil); !ok {
-			t.Fatal("commit conflict")
-		}
+		_, _, ok := f.ledger.Plan(valid, f.nodes.List(), m, tNow, nil)
+		require.True(t, ok, "commit conflict")
 	}
 }
 
@@ -136,9 +132,7 @@ func raw(t testing.TB, obj runtime.Object) runtime.RawExtension {
 		return runtime.RawExtension{}
 	}
 	b, err := json.Marshal(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return runtime.RawExtension{Raw: b}
 }
 
@@ -189,17 +183,11 @@ func patched(t testing.TB, obj *corev1.Node, resp *admissionv1.AdmissionResponse
 	}
 	doc, _ := json.Marshal(obj)
 	p, err := jsonpatch.DecodePatch(resp.Patch)
-	if err != nil {
-		t.Fatalf("patch %s: %v", resp.Patch, err)
-	}
+	require.NoError(t, err, "patch %s", resp.Patch)
 	doc, err = p.Apply(doc)
-	if err != nil {
-		t.Fatalf("patch %s: %v", resp.Patch, err)
-	}
+	require.NoError(t, err, "patch %s", resp.Patch)
 	out = &corev1.Node{}
-	if err := json.Unmarshal(doc, out); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(doc, out))
 	return out
 }
 
@@ -214,9 +202,7 @@ func serveReview(t testing.TB, h http.Handler, body []byte) (int, *admissionv1.A
 		return w.Code, nil, w.Body.String()
 	}
 	out := &admissionv1.AdmissionReview{}
-	if err := json.Unmarshal(w.Body.Bytes(), out); err != nil {
-		t.Fatalf("response %q: %v", w.Body.String(), err)
-	}
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), out), "response %q", w.Body.String())
 	return w.Code, out, ""
 }
 
@@ -226,9 +212,7 @@ func reviewBody(t testing.TB, req *admissionv1.AdmissionRequest) []byte {
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request:  req,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return b
 }
 

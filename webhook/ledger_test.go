@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -24,13 +26,11 @@ func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
 	// The reconciler reads its input, then a promotion is admitted.
 	nodes, seq := f.ledger.Overlay(nil)
 	n := mkNode("node-1", "zone-a")
-	if a, ok := f.ledger.Admit(m, n, state.Change{Object: state.StripNode(n.DeepCopy()), Create: true}); !ok || a.Role != extender.AdmitRouteReflector {
-		t.Fatalf("admit: %+v %v", a, ok)
-	}
+	first, admitted := f.ledger.Admit(m, n, state.Change{Object: state.StripNode(n.DeepCopy()), Create: true})
+	require.True(t, admitted, "admit: %+v", first)
+	require.Equal(t, extender.AdmitRouteReflector, first.Role, "admit: %+v", first)
 	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
-	if f.ledger.Commit(1, in, extender.Plan(in), seq) {
-		t.Fatal("commit of a plan that missed a promotion succeeded")
-	}
+	require.False(t, f.ledger.Commit(1, in, extender.Plan(in), seq), "commit of a plan that missed a promotion succeeded")
 	// With decisions blocked, the plan sees the promotion (the created node from the overlay).
 	unblock := f.ledger.BlockDecisions()
 	nodes, seq = f.ledger.Overlay(nil)
@@ -38,16 +38,19 @@ func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
 	res := extender.Plan(in)
 	ok := f.ledger.Commit(1, in, res, seq)
 	unblock()
-	if !ok || len(nodes) != 1 || res.Summary.RouteReflectors != 1 || res.RouteReflectors[0].Node != "node-1" {
-		t.Fatalf("commit %v, plan %+v", ok, res.Summary)
-	}
+	require.True(t, ok, "commit, plan %+v", res.Summary)
+	require.Len(t, nodes, 1, "overlay nodes")
+	require.Equal(t, 1, res.Summary.RouteReflectors, "plan %+v", res.Summary)
+	require.NotEmpty(t, res.RouteReflectors, "plan %+v", res.Summary)
+	require.Equal(t, "node-1", res.RouteReflectors[0].Node, "plan %+v", res.Summary)
 	// Later decisions count it: zone-b and zone-c nodes are promoted, then a zone-a node is a client.
 	b, _ := f.ledger.Admit(m, mkNode("node-2", "zone-b"), state.Change{})
 	c, _ := f.ledger.Admit(m, mkNode("node-3", "zone-c"), state.Change{})
 	a, _ := f.ledger.Admit(m, mkNode("node-4", "zone-a"), state.Change{})
-	if b.ClusterID != "224.0.0.2" || c.ClusterID != "224.0.0.3" || a.Role != extender.AdmitClient || len(a.RouteReflectors) != 3 {
-		t.Fatalf("after commit: %+v / %+v / %+v", b, c, a)
-	}
+	assert.Equal(t, "224.0.0.2", b.ClusterID, "after commit, node-2: %+v", b)
+	assert.Equal(t, "224.0.0.3", c.ClusterID, "after commit, node-3: %+v", c)
+	assert.Equal(t, extender.AdmitClient, a.Role, "after commit, node-4: %+v", a)
+	assert.Len(t, a.RouteReflectors, 3, "after commit, node-4: %+v", a)
 }
 
 func TestLedgerDecisionsSurviveCommit(t *testing.T) {
@@ -58,22 +61,17 @@ func TestLedgerDecisionsSurviveCommit(t *testing.T) {
 	nodes, seq := f.ledger.Overlay(nil)
 	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
 	res := extender.Plan(in)
-	if !f.ledger.Commit(1, in, res, seq) {
-		t.Fatal("commit")
-	}
+	require.True(t, f.ledger.Commit(1, in, res, seq), "commit")
 	for i := range 3 {
-		if a, _ := f.ledger.Admit(m, mkNode(fmt.Sprint("node-", i), fmt.Sprintf("zone-%c", 'a'+i)), state.Change{}); a.Role != extender.AdmitRouteReflector {
-			t.Fatalf("node %d: %+v", i, a)
-		}
+		a, _ := f.ledger.Admit(m, mkNode(fmt.Sprint("node-", i), fmt.Sprintf("zone-%c", 'a'+i)), state.Change{})
+		require.Equal(t, extender.AdmitRouteReflector, a.Role, "node %d: %+v", i, a)
 	}
 	// A commit of a plan computed before them conflicts; computed with them (their changes are
 	// only in the ledger, the cache is empty) it carries them.
-	if f.ledger.Commit(1, in, res, seq) {
-		t.Fatal("stale commit succeeded")
-	}
-	if a, _ := f.ledger.Admit(m, mkNode("node-9", "zone-a"), state.Change{}); a.Role != extender.AdmitClient || len(a.RouteReflectors) != 3 {
-		t.Fatalf("fourth joiner: %+v", a)
-	}
+	require.False(t, f.ledger.Commit(1, in, res, seq), "stale commit succeeded")
+	a, _ := f.ledger.Admit(m, mkNode("node-9", "zone-a"), state.Change{})
+	assert.Equal(t, extender.AdmitClient, a.Role, "fourth joiner: %+v", a)
+	assert.Len(t, a.RouteReflectors, 3, "fourth joiner: %+v", a)
 }
 
 func TestLedgerNotLeader(t *testing.T) {
@@ -82,14 +80,12 @@ func TestLedgerNotLeader(t *testing.T) {
 	f.commit(t)
 	f.ledger.SetLeader(false)
 	m, _ := f.policies.Get("default")
-	if _, ok := f.ledger.Admit(m, mkNode("node-1", "zone-a"), state.Change{}); ok {
-		t.Fatal("a non-leader decided")
-	}
+	_, ok := f.ledger.Admit(m, mkNode("node-1", "zone-a"), state.Change{})
+	require.False(t, ok, "a non-leader decided")
 	// Regaining the lease needs a new commit.
 	f.ledger.SetLeader(true)
-	if _, ok := f.ledger.Admit(m, mkNode("node-1", "zone-a"), state.Change{}); ok {
-		t.Fatal("decided without a committed plan")
-	}
+	_, ok = f.ledger.Admit(m, mkNode("node-1", "zone-a"), state.Change{})
+	require.False(t, ok, "decided without a committed plan")
 }
 
 func TestLedgerOverlayShowsAdmittedFacts(t *testing.T) {
@@ -107,17 +103,17 @@ func TestLedgerOverlayShowsAdmittedFacts(t *testing.T) {
 	cached.ResourceVersion = "10"
 	ready := cached.DeepCopy()
 	ready.Status.Conditions[0].Status = corev1.ConditionTrue
-	if a, ok := f.ledger.Admit(m, ready, state.Change{Object: ready.DeepCopy(), BaseRV: "10"}); !ok || a.Role != extender.AdmitRouteReflector {
-		t.Fatalf("%+v", a)
-	}
+	a, ok := f.ledger.Admit(m, ready, state.Change{Object: ready.DeepCopy(), BaseRV: "10"})
+	require.True(t, ok, "%+v", a)
+	require.Equal(t, extender.AdmitRouteReflector, a.Role, "%+v", a)
 	out, _ := f.ledger.Overlay([]*corev1.Node{cached})
-	if len(out) != 1 || !extender.IsReady(out[0]) || out[0].Annotations[extender.AnnotationClusterID] == "" {
-		t.Fatalf("overlay: %+v", out[0])
-	}
+	require.Len(t, out, 1, "overlay")
+	require.True(t, extender.IsReady(out[0]), "overlay: %+v", out[0])
+	require.NotEmpty(t, out[0].Annotations[extender.AnnotationClusterID], "overlay: %+v", out[0])
 	// The node is deleted: its changes go.
-	if out, _ = f.ledger.Overlay(nil); len(out) != 0 || f.ledger.Pending() != 0 {
-		t.Fatalf("deleted node still overlaid: %d nodes, %d pending", len(out), f.ledger.Pending())
-	}
+	out, _ = f.ledger.Overlay(nil)
+	assert.Empty(t, out, "deleted node still overlaid")
+	assert.Equal(t, 0, f.ledger.Pending(), "deleted node still overlaid: pending")
 }
 
 func TestLedgerCountsAwaitedJoiners(t *testing.T) {
@@ -132,29 +128,25 @@ func TestLedgerCountsAwaitedJoiners(t *testing.T) {
 	for _, name := range []string{"a-1", "b-1"} {
 		n := mkNode(name, "zone-"+name[:1], notReady, created)
 		n.ResourceVersion = ""
-		if a, ok := f.ledger.Admit(m, n, state.Change{Object: n.DeepCopy(), Create: true}); ok || !a.Awaited {
-			t.Fatalf("%s: %+v %v, want no decision on an awaited node", name, a, ok)
-		}
+		a, ok := f.ledger.Admit(m, n, state.Change{Object: n.DeepCopy(), Create: true})
+		require.False(t, ok, "%s: %+v, want no decision on an awaited node", name, a)
+		require.True(t, a.Awaited, "%s: %+v, want no decision on an awaited node", name, a)
 	}
-	if f.ledger.Pending() != 2 {
-		t.Fatalf("%d entries, want the two awaited joiners", f.ledger.Pending())
-	}
+	require.Equal(t, 2, f.ledger.Pending(), "entries, want the two awaited joiners")
 	create := func(n *corev1.Node) state.Change { return state.Change{Object: n.DeepCopy(), Create: true} }
 	c1 := mkNode("c-1", "zone-c")
-	if a, ok := f.ledger.Admit(m, c1, create(c1)); !ok || a.Role != extender.AdmitRouteReflector {
-		t.Fatalf("c-1: %+v", a)
-	}
+	a, ok := f.ledger.Admit(m, c1, create(c1))
+	require.True(t, ok, "c-1: %+v", a)
+	require.Equal(t, extender.AdmitRouteReflector, a.Role, "c-1: %+v", a)
 	c2 := mkNode("c-2", "zone-c")
-	if a, _ := f.ledger.Admit(m, c2, create(c2)); a.Role != extender.AdmitClient {
-		t.Fatalf("c-2: %+v, want a client: zones a and b keep their share", a)
-	}
+	a, _ = f.ledger.Admit(m, c2, create(c2))
+	require.Equal(t, extender.AdmitClient, a.Role, "c-2: %+v, want a client: zones a and b keep their share", a)
 	// The reconciler's plan sees the joiners from the overlay and keeps their zones' shares too.
 	f.commit(t)
-	if a, _ := f.ledger.Admit(m, mkNode("c-3", "zone-c"), state.Change{}); a.Role != extender.AdmitClient {
-		t.Fatalf("c-3 after a commit: %+v", a)
-	}
+	a, _ = f.ledger.Admit(m, mkNode("c-3", "zone-c"), state.Change{})
+	require.Equal(t, extender.AdmitClient, a.Role, "c-3 after a commit: %+v", a)
 	ready := mkNode("a-1", "zone-a", created)
-	if a, ok := f.ledger.Admit(m, ready, state.Change{}); !ok || a.Role != extender.AdmitRouteReflector {
-		t.Fatalf("a-1 Ready: %+v, want promoted", a)
-	}
+	a, ok = f.ledger.Admit(m, ready, state.Change{})
+	require.True(t, ok, "a-1 Ready: %+v, want promoted", a)
+	require.Equal(t, extender.AdmitRouteReflector, a.Role, "a-1 Ready: %+v, want promoted", a)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -31,32 +32,22 @@ func TestObserveAndPausedWebhooks(t *testing.T) {
 
 			joiner := mkNode("node-new", "zone-a")
 			resp, err := f.mutator.Handle(context.Background(), nodeReq(t, alice, joiner, nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(resp.Patch) != 0 || strings.Join(resp.Warnings, "\n") != tc.joinWarning {
-				t.Fatalf("patch %s warnings %q, want none and %q", resp.Patch, resp.Warnings, tc.joinWarning)
-			}
+			require.NoError(t, err)
+			require.Empty(t, resp.Patch, "patch %s, want none", resp.Patch)
+			require.Equal(t, tc.joinWarning, strings.Join(resp.Warnings, "\n"), "warnings")
 			old, obj := mkNode("node-a1", "zone-a", rr("224.0.0.1")), mkNode("node-a1", "zone-a", rr("224.0.0.1"), cordon)
 			resp, err = f.mutator.Handle(context.Background(), nodeReq(t, alice, obj, old))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(resp.Patch) != 0 || !strings.Contains(strings.Join(resp.Warnings, "\n"), "Enforce would hand route reflector node-a1 over (node is cordoned") {
-				t.Fatalf("cordon: patch %s warnings %q", resp.Patch, resp.Warnings)
-			}
+			require.NoError(t, err)
+			require.Empty(t, resp.Patch, "cordon: patch %s, want none", resp.Patch)
+			require.Contains(t, strings.Join(resp.Warnings, "\n"), "Enforce would hand route reflector node-a1 over (node is cordoned", "cordon: warnings")
 
 			// Removing a route reflector's label below the minimum of 3.
 			removed := mkNode("node-a1", "zone-a", rr("224.0.0.1"), func(n *corev1.Node) { delete(n.Labels, "calico-route-reflector") })
 			resp, err = f.nodeVal.Handle(context.Background(), request(t, admissionv1.Update, nodeKind, "", alice, removed, old))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.Allowed == tc.removeDenied {
-				t.Fatalf("allowed=%v: %s", resp.Allowed, causes(resp))
-			}
-			if !tc.removeDenied && !strings.Contains(strings.Join(resp.Warnings, "\n"), `policy "default" is in Observe mode: Enforce would refuse this change: metadata.labels[calico-route-reflector]: Invalid value: [min-route-reflectors] removing the route reflector label from node-a1 would leave 2 route reflectors`) {
-				t.Fatalf("warnings %q", resp.Warnings)
+			require.NoError(t, err)
+			require.Equal(t, !tc.removeDenied, resp.Allowed, "allowed; causes: %s", causes(resp))
+			if !tc.removeDenied {
+				require.Contains(t, strings.Join(resp.Warnings, "\n"), `policy "default" is in Observe mode: Enforce would refuse this change: metadata.labels[calico-route-reflector]: Invalid value: [min-route-reflectors] removing the route reflector label from node-a1 would leave 2 route reflectors`, "warnings")
 			}
 		})
 	}

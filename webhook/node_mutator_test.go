@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -17,12 +19,8 @@ import (
 func mutate(t *testing.T, f *fixture, req *admissionv1.AdmissionRequest, obj *corev1.Node) (*corev1.Node, *admissionv1.AdmissionResponse) {
 	t.Helper()
 	resp, err := f.mutator.Handle(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !resp.Allowed {
-		t.Fatalf("mutator denied: %+v", resp.Result)
-	}
+	require.NoError(t, err)
+	require.True(t, resp.Allowed, "mutator denied: %+v", resp.Result)
 	return patched(t, obj, resp), resp
 }
 
@@ -97,14 +95,11 @@ func TestNodeMutator(t *testing.T) {
 			f.mutator.DeferRoles = tc.deferRoles
 			req := nodeReq(t, alice, tc.obj, tc.old)
 			got, resp := mutate(t, f, req, tc.obj)
-			if owned(got) != tc.want {
-				t.Fatalf("owned keys %s, want %s (patch %s)", owned(got), tc.want, resp.Patch)
-			}
+			require.Equal(t, tc.want, owned(got), "owned keys (patch %s)", resp.Patch)
 			// Idempotent: the reinvocation on the patched object changes nothing.
 			req2 := nodeReq(t, alice, got, tc.old)
-			if _, resp2 := mutate(t, f, req2, got); len(resp2.Patch) != 0 {
-				t.Fatalf("reinvocation patched again: %s", resp2.Patch)
-			}
+			_, resp2 := mutate(t, f, req2, got)
+			require.Empty(t, resp2.Patch, "reinvocation patched again: %s", resp2.Patch)
 		})
 	}
 }
@@ -122,20 +117,15 @@ func TestNodeMutatorJoinThenReady(t *testing.T) {
 	f.commit(t)
 	n := mkNode("node-b1", "zone-b", notReady)
 	created, _ := mutate(t, f, nodeReq(t, kubelet, n, nil), n)
-	if created.Annotations[extender.AnnotationRouteReflectors] != "node-a1" {
-		t.Fatalf("joiner: %s", owned(created))
-	}
+	require.Equal(t, "node-a1", created.Annotations[extender.AnnotationRouteReflectors], "joiner: %s", owned(created))
 	ready := created.DeepCopy()
 	ready.Status.Conditions[0].Status = corev1.ConditionTrue
 	req := nodeReq(t, kubelet, ready, created)
 	req.SubResource = "status"
 	got, _ := mutate(t, f, req, ready)
-	if want := "[calico-route-reflector= routereflector.io/rr-id=node-b1 projectcalico.org/RouteReflectorClusterID=224.0.0.2]"; owned(got) != want {
-		t.Fatalf("ready: %s, want %s", owned(got), want)
-	}
-	if f.ledger.Pending() != 1 {
-		t.Fatalf("pending %d", f.ledger.Pending())
-	}
+	want := "[calico-route-reflector= routereflector.io/rr-id=node-b1 projectcalico.org/RouteReflectorClusterID=224.0.0.2]"
+	require.Equal(t, want, owned(got), "ready")
+	require.Equal(t, 1, f.ledger.Pending(), "pending")
 }
 
 func TestNodeMutatorConcurrentBurst(t *testing.T) {
@@ -143,45 +133,49 @@ func TestNodeMutatorConcurrentBurst(t *testing.T) {
 	f.ledger.SetLeader(true)
 	f.commit(t)
 	const n = 60
-	out := make([]*corev1.Node, n)
+	// The requests are built and the answers checked and applied on the test goroutine: require
+	// (t.FailNow) must not be called from the goroutines, which only call the mutator.
+	nodes := make([]*corev1.Node, n)
+	reqs := make([]*admissionv1.AdmissionRequest, n)
+	for i := range n {
+		nodes[i] = mkNode(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3))
+		reqs[i] = nodeReq(t, kubelet, nodes[i], nil)
+	}
+	resps := make([]*admissionv1.AdmissionResponse, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			node := mkNode(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3))
-			resp, err := f.mutator.Handle(context.Background(), nodeReq(t, kubelet, node, nil))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			out[i] = patched(t, node, resp)
+			resps[i], errs[i] = f.mutator.Handle(context.Background(), reqs[i])
 		}()
 	}
 	wg.Wait()
+	out := make([]*corev1.Node, n)
+	for i := range n {
+		require.NoError(t, errs[i], nodes[i].Name)
+		out[i] = patched(t, nodes[i], resps[i])
+	}
 	ids := map[string]string{}
 	rrs := 0
 	for _, node := range out {
 		if id, ok := node.Annotations[extender.AnnotationClusterID]; ok {
 			rrs++
-			if o, dup := ids[id]; dup {
-				t.Fatalf("%s and %s share cluster ID %s", o, node.Name, id)
-			}
+			o, dup := ids[id]
+			require.False(t, dup, "%s and %s share cluster ID %s", o, node.Name, id)
 			ids[id] = node.Name
 		}
 	}
-	if rrs != 3 {
-		t.Fatalf("%d route reflectors promoted, want 3", rrs)
-	}
+	require.Equal(t, 3, rrs, "route reflectors promoted")
 }
 
 func TestNodeMutatorNoPolicy(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	f.ledger.SetLeader(true)
 	n := mkNode("node-1", "zone-a")
-	if got, _ := mutate(t, f, nodeReq(t, kubelet, n, nil), n); owned(got) != "[]" {
-		t.Fatal(owned(got))
-	}
+	got, _ := mutate(t, f, nodeReq(t, kubelet, n, nil), n)
+	require.Equal(t, "[]", owned(got), "owned keys")
 }
 
 var _ = time.Second
@@ -199,14 +193,10 @@ func TestNodeMutatorDryRunLeavesNoTrace(t *testing.T) {
 	yes := true
 	req.DryRun = &yes
 	got, _ := mutate(t, f, req, dry)
-	if want := fmt.Sprintf(promoted, "node-dry"); owned(got) != want {
-		t.Fatalf("dry run: owned keys %s, want %s", owned(got), want)
-	}
+	require.Equal(t, fmt.Sprintf(promoted, "node-dry"), owned(got), "dry run: owned keys")
 	real := mkNode("node-real", "zone-a")
 	got, _ = mutate(t, f, nodeReq(t, alice, real, nil), real)
-	if want := fmt.Sprintf(promoted, "node-real"); owned(got) != want {
-		t.Fatalf("after a dry run: owned keys %s, want %s (the dry run was recorded)", owned(got), want)
-	}
+	require.Equal(t, fmt.Sprintf(promoted, "node-real"), owned(got), "after a dry run: owned keys (the dry run was recorded)")
 
 	// A dry-run cordon of a route reflector is answered with the draining mark but not assumed.
 	f2 := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, threeZones())
@@ -214,13 +204,9 @@ func TestNodeMutatorDryRunLeavesNoTrace(t *testing.T) {
 	req = nodeReq(t, alice, obj, old)
 	req.DryRun = &yes
 	got, _ = mutate(t, f2, req, obj)
-	if got.Annotations[extender.AnnotationDrainingSince] == "" {
-		t.Fatalf("dry-run cordon: no draining mark in the answer")
-	}
+	require.NotEmpty(t, got.Annotations[extender.AnnotationDrainingSince], "dry-run cordon: no draining mark in the answer")
 	all, _ := f2.ledger.Overlay(threeZones())
 	for _, n := range all {
-		if n.Annotations[extender.AnnotationDrainingSince] != "" {
-			t.Fatalf("dry-run cordon assumed a draining mark on %s", n.Name)
-		}
+		assert.Empty(t, n.Annotations[extender.AnnotationDrainingSince], "dry-run cordon assumed a draining mark on %s", n.Name)
 	}
 }

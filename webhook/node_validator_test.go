@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,8 @@ func TestNodeValidator(t *testing.T) {
 		change func(*corev1.Node)
 		want   string // "" allowed; else the causes, exactly
 		sameID bool   // every route reflector has 224.0.0.1
+		// prepare changes the cluster's nodes (threeZones and extra) before the fixture is built.
+		prepare func(nodes []*corev1.Node)
 	}{
 		{name: "below min", spec: def, user: alice, node: "node-a1", change: unlabel,
 			want: `metadata.labels[calico-route-reflector]: Invalid value: [min-route-reflectors] removing the route reflector label from node-a1 would leave 2 route reflectors; policy "default" requires at least 3`},
@@ -78,7 +81,9 @@ func TestNodeValidator(t *testing.T) {
 				s.ForbiddenNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"role": "db"}}
 			},
 			extra: nil,
-			want:  `metadata.labels[calico-route-reflector]: Invalid value: [forbidden-node] node-a2 may not be a route reflector of policy "default": node matches the policy's forbiddenNodeSelector`},
+			// node-a2 (threeZones()[3]) matches the forbiddenNodeSelector.
+			prepare: func(nodes []*corev1.Node) { nodes[3].Labels["role"] = "db" },
+			want:    `metadata.labels[calico-route-reflector]: Invalid value: [forbidden-node] node-a2 may not be a route reflector of policy "default": node matches the policy's forbiddenNodeSelector`},
 		{name: "cordoned node", spec: def, user: alice, node: "node-a2", change: func(n *corev1.Node) { label(n); cordon(n) },
 			want: `metadata.labels[calico-route-reflector]: Invalid value: [cordoned-node] node-a2 may not be a route reflector of policy "default": node is cordoned (spec.unschedulable)`},
 		{name: "not ready node", spec: def, user: alice, node: "node-a2", change: func(n *corev1.Node) { label(n); notReady(n) },
@@ -104,8 +109,8 @@ metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: 
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := threeZones(tc.extra...)
-			if tc.name == "forbidden node" {
-				nodes[3].Labels["role"] = "db"
+			if tc.prepare != nil {
+				tc.prepare(nodes)
 			}
 			if tc.sameID {
 				for _, n := range nodes[:3] {
@@ -122,14 +127,13 @@ metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: 
 			n := old.DeepCopy()
 			tc.change(n)
 			resp, err := f.nodeVal.Handle(context.Background(), nodeReq(t, tc.user, n, old))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := causes(resp); got != tc.want || resp.Allowed != (tc.want == "") {
-				t.Fatalf("allowed=%v causes:\n%s\nwant:\n%s", resp.Allowed, got, tc.want)
-			}
-			if !resp.Allowed && (resp.Result.Code != 422 || resp.Result.Reason != metav1.StatusReasonInvalid) {
-				t.Fatalf("status %+v", resp.Result)
+			require.NoError(t, err)
+			got := causes(resp)
+			require.Equal(t, tc.want, got, "causes (allowed=%v)", resp.Allowed)
+			require.Equal(t, tc.want == "", resp.Allowed, "allowed; causes:\n%s", got)
+			if !resp.Allowed {
+				require.Equal(t, int32(422), resp.Result.Code, "status %+v", resp.Result)
+				require.Equal(t, metav1.StatusReasonInvalid, resp.Result.Reason, "status %+v", resp.Result)
 			}
 			// The rules travel typed in the audit annotation, the same as the messages show.
 			var named []string
@@ -137,9 +141,8 @@ metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: 
 				named = append(named, m[1])
 			}
 			if wantRules := strings.Join(named, ","); !resp.Allowed {
-				if got := resp.AuditAnnotations["rules"]; "["+strings.ReplaceAll(got, ",", "],[")+"]" != wantRules {
-					t.Fatalf("audit annotation rules=%q, messages name %s", got, wantRules)
-				}
+				rules := resp.AuditAnnotations["rules"]
+				require.Equal(t, wantRules, "["+strings.ReplaceAll(rules, ",", "],[")+"]", "audit annotation rules=%q, against the rules the messages name", rules)
 			}
 		})
 	}
@@ -152,18 +155,14 @@ func TestNodeValidatorDeleteWarns(t *testing.T) {
 	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, threeZones())
 	old := mkNode("node-a1", "zone-a", rr("224.0.0.1"))
 	resp, err := f.nodeVal.Handle(context.Background(), nodeReq(t, alice, nil, old))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := `node node-a1 is a route reflector of policy "default" with 3 clients; 2 route reflectors remain (minimum 3); the reconciler promotes a replacement and moves its clients`
-	if !resp.Allowed || len(resp.Warnings) != 1 || resp.Warnings[0] != want {
-		t.Fatalf("allowed=%v warnings=%q", resp.Allowed, resp.Warnings)
-	}
+	require.True(t, resp.Allowed, "allowed; warnings=%q", resp.Warnings)
+	require.Equal(t, []string{want}, resp.Warnings, "warnings")
 	// A client's deletion: no warning.
 	resp, _ = f.nodeVal.Handle(context.Background(), nodeReq(t, alice, nil, mkNode("node-a2", "zone-a")))
-	if !resp.Allowed || len(resp.Warnings) != 0 {
-		t.Fatalf("client delete: %+v", resp)
-	}
+	require.True(t, resp.Allowed, "client delete: %+v", resp)
+	require.Empty(t, resp.Warnings, "client delete: %+v", resp)
 }
 
 func TestNodeValidatorNoPolicy(t *testing.T) {
@@ -172,9 +171,8 @@ func TestNodeValidatorNoPolicy(t *testing.T) {
 	n := old.DeepCopy()
 	delete(n.Labels, "calico-route-reflector")
 	resp, err := f.nodeVal.Handle(context.Background(), nodeReq(t, alice, n, old))
-	if err != nil || !resp.Allowed {
-		t.Fatalf("%v %+v", err, resp)
-	}
+	require.NoError(t, err)
+	require.True(t, resp.Allowed, "%+v", resp)
 }
 
 func TestNodeValidatorDeniedMessageForKubectl(t *testing.T) {
@@ -184,10 +182,11 @@ func TestNodeValidatorDeniedMessageForKubectl(t *testing.T) {
 	delete(n.Labels, "calico-route-reflector")
 	resp, _ := f.nodeVal.Handle(context.Background(), nodeReq(t, alice, n, old))
 	msg := statusMessage(resp.Result)
-	if !strings.HasPrefix(msg, `Node "node-a1" is invalid: metadata.labels[calico-route-reflector]: Invalid value: [min-route-reflectors] removing`) {
-		t.Fatalf("message %q", msg)
-	}
-	if d := resp.Result.Details; d == nil || d.Kind != "Node" || d.Name != "node-a1" || len(d.Causes) != 1 {
-		t.Fatalf("details %+v", d)
-	}
+	require.Truef(t, strings.HasPrefix(msg, `Node "node-a1" is invalid: metadata.labels[calico-route-reflector]: Invalid value: [min-route-reflectors] removing`),
+		"message %q", msg)
+	d := resp.Result.Details
+	require.NotNil(t, d, "details")
+	require.Equal(t, "Node", d.Kind, "details %+v", d)
+	require.Equal(t, "node-a1", d.Name, "details %+v", d)
+	require.Len(t, d.Causes, 1, "details %+v", d)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -25,21 +26,21 @@ func TestMetadataPatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ops := metadataPatch(tc.lbl, tc.ann, tc.setL, tc.setA)
 			b, _ := json.Marshal(ops)
-			if string(b) != tc.want {
-				t.Fatalf("patch %s\nwant  %s", b, tc.want)
-			}
+			require.Equal(t, tc.want, string(b), "patch")
 			// And it applies.
 			n := &corev1.Node{}
 			n.Name, n.Labels, n.Annotations = "n", tc.lbl, tc.ann
 			resp, err := Patched(ops)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			got := patched(t, n, resp)
 			for k, v := range tc.setL {
-				if w, ok := got.Labels[k]; (v == nil) == ok || v != nil && *v != w {
-					t.Fatalf("label %s: %q %v", k, w, ok)
+				w, ok := got.Labels[k]
+				if v == nil {
+					require.False(t, ok, "label %s: %q, want it removed", k, w)
+					continue
 				}
+				require.True(t, ok, "label %s missing", k)
+				require.Equal(t, *v, w, "label %s", k)
 			}
 		})
 	}

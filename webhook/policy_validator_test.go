@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -54,14 +55,14 @@ spec.topology.clusterID: Invalid value: "not-an-ip": must be an IPv4 address`},
 			nodes[0].Labels["pool"] = "racks"
 			f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{existing}, nodes)
 			resp, err := f.polVal.Handle(context.Background(), request(t, admissionv1.Create, policyKind, "", alice, tc.policy, nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := causes(resp); got != tc.want || resp.Allowed != (tc.want == "") {
-				t.Fatalf("allowed=%v causes:\n%s\nwant:\n%s", resp.Allowed, got, tc.want)
-			}
-			if w := strings.Join(resp.Warnings, "\n"); !strings.Contains(w, tc.warnings) || tc.warnings == "" && w != "" {
-				t.Fatalf("warnings %q, want %q", w, tc.warnings)
+			require.NoError(t, err)
+			got := causes(resp)
+			require.Equal(t, tc.want, got, "causes (allowed=%v)", resp.Allowed)
+			require.Equal(t, tc.want == "", resp.Allowed, "allowed; causes:\n%s", got)
+			w := strings.Join(resp.Warnings, "\n")
+			require.Contains(t, w, tc.warnings, "warnings")
+			if tc.warnings == "" {
+				require.Empty(t, w, "warnings, want none")
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package calico
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
@@ -31,9 +32,8 @@ func TestDetectV3Server(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := aggfake.NewSimpleClientset(tc.objs...)
 			got, err := DetectV3Server(t.Context(), c.ApiregistrationV1(), tc.user)
-			if err != nil || got != tc.want {
-				t.Fatalf("got %+v %v, want %+v", got, err, tc.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
 		})
 	}
 }

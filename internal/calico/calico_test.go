@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fakediscovery "k8s.io/client-go/discovery/fake"
@@ -24,17 +26,15 @@ func TestSchemeHasOneGroup(t *testing.T) {
 		{"v3", func() *runtime.Scheme { return NewScheme(V3) }, "projectcalico.org/v3, Kind=BGPPeer"},
 	} {
 		gvk, err := apiutil.GVKForObject(&apiv3.BGPPeer{}, gv.gv())
-		if err != nil || gvk.String() != gv.want {
-			t.Fatalf("%s: %v %v", gv.name, gvk, err)
-		}
+		require.NoError(t, err, gv.name)
+		require.Equal(t, gv.want, gvk.String(), gv.name)
 	}
 	// Both groups in one scheme: the kind of the Go type is ambiguous, which is why each scheme
 	// holds one.
 	s := NewScheme(CRD)
 	_ = AddToScheme(s, V3)
-	if _, err := apiutil.GVKForObject(&apiv3.BGPPeer{}, s); err == nil {
-		t.Fatal("expected an ambiguity error with both groups registered")
-	}
+	_, err := apiutil.GVKForObject(&apiv3.BGPPeer{}, s)
+	require.Error(t, err, "expected an ambiguity error with both groups registered")
 }
 
 func TestDetect(t *testing.T) {
@@ -51,14 +51,11 @@ func TestDetect(t *testing.T) {
 		d := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: tc.resources}}
 		gv, err := Detect(d)
 		if tc.want == "" {
-			if err != ErrNotServed {
-				t.Fatalf("%s: %v %v", tc.name, gv, err)
-			}
+			require.Same(t, ErrNotServed, err, "%s: %v", tc.name, gv) // the same error value, not one with the same text
 			continue
 		}
-		if err != nil || gv.String() != tc.want {
-			t.Fatalf("%s: %v %v", tc.name, gv, err)
-		}
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.want, gv.String(), tc.name)
 	}
 }
 
@@ -68,26 +65,25 @@ func TestNeedsUpdate(t *testing.T) {
 	cur := want.DeepCopy()
 	cur.ResourceVersion = "7"
 	cur.Labels["extra"] = "kept"
-	if _, changed := NeedsUpdate(cur, want); changed {
-		t.Fatal("equal peers need an update")
-	}
+	_, changed := NeedsUpdate(cur, want)
+	require.False(t, changed, "equal peers need an update")
 	cur.Spec.PeerSelector = "has(y)"
 	out, changed := NeedsUpdate(cur, want)
-	if !changed || out.Spec.PeerSelector != "has(x)" || out.ResourceVersion != "7" || out.Labels["extra"] != "kept" {
-		t.Fatalf("%v %+v", changed, out)
-	}
+	require.True(t, changed, "%+v", out)
+	assert.Equal(t, "has(x)", out.Spec.PeerSelector, "%+v", out)
+	assert.Equal(t, "7", out.ResourceVersion, "%+v", out)
+	assert.Equal(t, "kept", out.Labels["extra"], "%+v", out)
 }
 
 func TestParseAPI(t *testing.T) {
-	if _, auto, err := ParseAPI("auto"); !auto || err != nil {
-		t.Fatal(auto, err)
-	}
-	if gv, _, err := ParseAPI("crd"); gv != CRD || err != nil {
-		t.Fatal(gv, err)
-	}
-	if _, _, err := ParseAPI("v2"); err == nil {
-		t.Fatal("v2 accepted")
-	}
+	_, auto, err := ParseAPI("auto")
+	require.NoError(t, err, "auto")
+	require.True(t, auto, "auto")
+	gv, _, err := ParseAPI("crd")
+	require.NoError(t, err, "crd")
+	require.Equal(t, CRD, gv, "crd")
+	_, _, err = ParseAPI("v2")
+	require.Error(t, err, "v2 accepted")
 }
 
 func TestCRDsFound(t *testing.T) {
@@ -95,8 +91,6 @@ func TestCRDsFound(t *testing.T) {
 		t.Skip("runs the go command")
 	}
 	d, err := crds.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Log(d)
 }

@@ -3,6 +3,9 @@ package calicoselector
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestCalicoSyntax(t *testing.T) {
@@ -20,24 +23,17 @@ func TestCalicoSyntax(t *testing.T) {
 		"has(calico-route-reflector) || routereflector.io/peering-set == 'x'": true,
 	} {
 		s, err := Parse(sel)
-		if err != nil {
-			t.Fatalf("%q: %v", sel, err)
-		}
-		if got := s.Matches(labels); got != want {
-			t.Errorf("%q matches = %v, want %v", sel, got, want)
-		}
+		require.NoError(t, err, "%q", sel)
+		assert.Equal(t, want, s.Matches(labels), "%q matches", sel)
 	}
 	for _, bad := range []string{"has(", "a = 'b'", "a in {b}", strings.Repeat("a", MaxLength+1)} {
-		if _, err := Parse(bad); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
+		_, err := Parse(bad)
+		assert.Error(t, err, "%q parsed", bad)
 	}
 }
 
 func TestKeysIn(t *testing.T) {
 	s, _ := Parse("has(a) && b == 'x'")
 	got := KeysIn([]string{"a", "b", "c", "zone"}, s, nil)
-	if strings.Join(got, ",") != "a,b" {
-		t.Errorf("KeysIn = %v", got)
-	}
+	assert.Equal(t, "a,b", strings.Join(got, ","), "KeysIn = %v", got)
 }

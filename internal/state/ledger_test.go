@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -33,42 +35,34 @@ func TestLedgerOverlaySettlesAndExpires(t *testing.T) {
 	l.Assume("default", Change{Node: "node-new", Object: created, Create: true})
 
 	out, seq := l.Overlay([]*corev1.Node{a, b})
-	if seq != 3 || len(out) != 3 {
-		t.Fatalf("seq %d, %d nodes", seq, len(out))
-	}
-	if _, ok := out[0].Labels["calico-route-reflector"]; !ok {
-		t.Fatal("node-a: assumed label missing")
-	}
-	if _, ok := a.Labels["calico-route-reflector"]; ok {
-		t.Fatal("the cached node was modified")
-	}
-	if out[1].Annotations[extender.AnnotationDrainingSince] != "x" || out[2].Name != "node-new" {
-		t.Fatalf("overlay %v %v", out[1].Annotations, out[2].Name)
-	}
+	require.Equal(t, uint64(3), seq, "seq")
+	require.Len(t, out, 3, "nodes")
+	require.Contains(t, out[0].Labels, "calico-route-reflector", "node-a: assumed label missing")
+	require.NotContains(t, a.Labels, "calico-route-reflector", "the cached node was modified")
+	require.Equal(t, "x", out[1].Annotations[extender.AnnotationDrainingSince], "overlay: node-b annotations %v", out[1].Annotations)
+	require.Equal(t, "node-new", out[2].Name, "overlay: created node")
 
 	// Another writer's version of node-a (101, without the label) lands first, as when the API
 	// server retries the admitted request after a conflict: the change still counts...
 	a1 := a.DeepCopy()
 	a1.ResourceVersion = "101"
-	if out, _ = l.Overlay([]*corev1.Node{a1, b, created}); l.Pending() != 2 {
-		t.Fatalf("another writer's version settled the change: pending %d", l.Pending())
-	} else if _, ok := out[0].Labels["calico-route-reflector"]; !ok {
-		t.Fatal("node-a: assumed label missing while the request may be retried")
-	}
+	out, _ = l.Overlay([]*corev1.Node{a1, b, created})
+	require.Equal(t, 2, l.Pending(), "another writer's version settled the change: pending")
+	require.Contains(t, out[0].Labels, "calico-route-reflector", "node-a: assumed label missing while the request may be retried")
 	// ...until the cache shows it: node-a at 102 with the label settles; node-b at 104 does not
 	// yet; the created node shows up.
 	a2, b2 := a.DeepCopy(), b.DeepCopy()
 	a2.ResourceVersion, b2.ResourceVersion = "102", "104"
 	a2.Labels["calico-route-reflector"] = ""
 	out, _ = l.Overlay([]*corev1.Node{a2, b2, created})
-	if out[0] != a2 || l.Pending() != 1 || len(out) != 3 {
-		t.Fatalf("settled: pending %d, node-a %v, %d nodes", l.Pending(), out[0].Labels, len(out))
-	}
+	require.Len(t, out, 3, "settled: nodes")
+	require.Same(t, a2, out[0], "settled: node-a %v", out[0].Labels)
+	require.Equal(t, 1, l.Pending(), "settled: pending")
 	// Expiry.
 	now = now.Add(11 * time.Second)
-	if out, _ = l.Overlay([]*corev1.Node{a2, b2}); l.Pending() != 0 || out[1].Annotations[extender.AnnotationDrainingSince] == "x" {
-		t.Fatalf("expired: pending %d", l.Pending())
-	}
+	out, _ = l.Overlay([]*corev1.Node{a2, b2})
+	assert.Equal(t, 0, l.Pending(), "expired: pending")
+	assert.NotEqual(t, "x", out[1].Annotations[extender.AnnotationDrainingSince], "expired: node-b still has the assumed annotation")
 }
 
 func TestLedgerSettleGrace(t *testing.T) {
@@ -79,14 +73,13 @@ func TestLedgerSettleGrace(t *testing.T) {
 	l.Assume("default", Change{Node: "node-a", BaseRV: "100", Labels: map[string]*string{"calico-route-reflector": strp("")}})
 	a1 := a.DeepCopy()
 	a1.ResourceVersion = "101"
-	if l.Overlay([]*corev1.Node{a1}); l.Pending() != 1 {
-		t.Fatal("settled at once on a version without the change")
-	}
+	l.Overlay([]*corev1.Node{a1})
+	require.Equal(t, 1, l.Pending(), "settled at once on a version without the change")
 	// The request failed for good: after the grace the newer version stands.
 	now = now.Add(SettleGrace + time.Second)
-	if out, _ := l.Overlay([]*corev1.Node{a1}); l.Pending() != 0 || out[0] != a1 {
-		t.Fatalf("after the grace: pending %d", l.Pending())
-	}
+	out, _ := l.Overlay([]*corev1.Node{a1})
+	assert.Equal(t, 0, l.Pending(), "after the grace: pending")
+	assert.Same(t, a1, out[0], "after the grace: the newer version stands")
 }
 
 func TestOwnedKeysMatchExtender(t *testing.T) {
@@ -101,7 +94,6 @@ func TestOwnedKeysMatchExtender(t *testing.T) {
 		st.Annotations[k] = "v"
 	}
 	lbl, ann := OwnedChanges("k", n, st)
-	if len(lbl) != len(want) || len(ann) != len(extender.OwnedAnnotationKeys()) {
-		t.Fatalf("labels %v annotations %v", lbl, ann)
-	}
+	assert.Len(t, lbl, len(want), "labels %v", lbl)
+	assert.Len(t, ann, len(extender.OwnedAnnotationKeys()), "annotations %v", ann)
 }
