@@ -369,12 +369,21 @@ func (s *AdmitState) Known(name string) (AdmitRole, bool) {
 func (s *AdmitState) RouteReflectors() int { return s.active }
 
 // Admit decides the role of a node that is not a route reflector: a joining node, or one that just
-// became eligible. It does not change the state (see Record).
+// became eligible. It reads the node through the filters at s.Now, then decides as AdmitNode. It
+// does not change the state (see Record).
 func (s *AdmitState) Admit(n *corev1.Node) Admission {
-	p := s.Policy
-	ni := NewNodeInfo(n, p)
+	ni := NewNodeInfo(n, s.Policy)
 	ni.Now = s.Now
-	RunFilters(DefaultFilters(), p, ni)
+	RunFilters(DefaultFilters(), s.Policy, ni)
+	return s.AdmitNode(ni)
+}
+
+// AdmitNode decides the role of a node already read through the filters (NewNodeInfo, RunFilters):
+// the mutating webhook reads each admitted node once and passes its NodeInfo through the shared
+// state (state.Ledger.Admit) to here. It does not change the state (see Record).
+func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission {
+	p := s.Policy
+	n := ni.Node
 	a := Admission{Node: n.Name, Zone: ni.Zone, Healthy: ni.Healthy(), Eligible: ni.Eligible, Awaited: ni.Awaited}
 	prev, known := s.nodes[n.Name]
 	if known && prev.zone == a.Zone && prev.healthy == a.Healthy && prev.eligible == a.Eligible && prev.awaited == a.Awaited {

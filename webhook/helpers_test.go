@@ -126,6 +126,15 @@ func (f *fixture) commit(t testing.TB) {
 	}
 }
 
+// admit reads n as the mutating webhook does (the planner's filters at tNow) and asks the ledger to
+// admit it.
+func (f *fixture) admit(m state.Managed, n *corev1.Node, change state.Change) (extender.Admission, bool) {
+	ni := extender.NewNodeInfo(n, m.Resolved)
+	ni.Now = tNow
+	extender.RunFilters(extender.DefaultFilters(), m.Resolved, ni)
+	return f.ledger.Admit(m, ni, change)
+}
+
 func raw(t testing.TB, obj runtime.Object) runtime.RawExtension {
 	t.Helper()
 	if obj == nil {

@@ -26,7 +26,7 @@ func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
 	// The reconciler reads its input, then a promotion is admitted.
 	nodes, seq := f.ledger.Overlay(nil)
 	n := mkNode("node-1", "zone-a")
-	first, admitted := f.ledger.Admit(m, n, state.Change{Object: state.StripNode(n.DeepCopy()), Create: true})
+	first, admitted := f.admit(m, n, state.Change{Object: state.StripNode(n.DeepCopy()), Create: true})
 	require.True(t, admitted, "admit: %+v", first)
 	require.Equal(t, extender.AdmitRouteReflector, first.Role, "admit: %+v", first)
 	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
@@ -44,9 +44,9 @@ func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
 	require.NotEmpty(t, res.RouteReflectors, "plan %+v", res.Summary)
 	require.Equal(t, "node-1", res.RouteReflectors[0].Node, "plan %+v", res.Summary)
 	// Later decisions count it: zone-b and zone-c nodes are promoted, then a zone-a node is a client.
-	b, _ := f.ledger.Admit(m, mkNode("node-2", "zone-b"), state.Change{})
-	c, _ := f.ledger.Admit(m, mkNode("node-3", "zone-c"), state.Change{})
-	a, _ := f.ledger.Admit(m, mkNode("node-4", "zone-a"), state.Change{})
+	b, _ := f.admit(m, mkNode("node-2", "zone-b"), state.Change{})
+	c, _ := f.admit(m, mkNode("node-3", "zone-c"), state.Change{})
+	a, _ := f.admit(m, mkNode("node-4", "zone-a"), state.Change{})
 	assert.Equal(t, "224.0.0.2", b.ClusterID, "after commit, node-2: %+v", b)
 	assert.Equal(t, "224.0.0.3", c.ClusterID, "after commit, node-3: %+v", c)
 	assert.Equal(t, extender.AdmitClient, a.Role, "after commit, node-4: %+v", a)
@@ -63,13 +63,13 @@ func TestLedgerDecisionsSurviveCommit(t *testing.T) {
 	res := extender.Plan(in)
 	require.True(t, f.ledger.Commit(1, in, res, seq), "commit")
 	for i := range 3 {
-		a, _ := f.ledger.Admit(m, mkNode(fmt.Sprint("node-", i), fmt.Sprintf("zone-%c", 'a'+i)), state.Change{})
+		a, _ := f.admit(m, mkNode(fmt.Sprint("node-", i), fmt.Sprintf("zone-%c", 'a'+i)), state.Change{})
 		require.Equal(t, extender.AdmitRouteReflector, a.Role, "node %d: %+v", i, a)
 	}
 	// A commit of a plan computed before them conflicts; computed with them (their changes are
 	// only in the ledger, the cache is empty) it carries them.
 	require.False(t, f.ledger.Commit(1, in, res, seq), "stale commit succeeded")
-	a, _ := f.ledger.Admit(m, mkNode("node-9", "zone-a"), state.Change{})
+	a, _ := f.admit(m, mkNode("node-9", "zone-a"), state.Change{})
 	assert.Equal(t, extender.AdmitClient, a.Role, "fourth joiner: %+v", a)
 	assert.Len(t, a.RouteReflectors, 3, "fourth joiner: %+v", a)
 }
@@ -80,11 +80,11 @@ func TestLedgerNotLeader(t *testing.T) {
 	f.commit(t)
 	f.ledger.SetLeader(false)
 	m, _ := f.policies.Get("default")
-	_, ok := f.ledger.Admit(m, mkNode("node-1", "zone-a"), state.Change{})
+	_, ok := f.admit(m, mkNode("node-1", "zone-a"), state.Change{})
 	require.False(t, ok, "a non-leader decided")
 	// Regaining the lease needs a new commit.
 	f.ledger.SetLeader(true)
-	_, ok = f.ledger.Admit(m, mkNode("node-1", "zone-a"), state.Change{})
+	_, ok = f.admit(m, mkNode("node-1", "zone-a"), state.Change{})
 	require.False(t, ok, "decided without a committed plan")
 }
 
@@ -98,12 +98,12 @@ func TestLedgerOverlayShowsAdmittedFacts(t *testing.T) {
 	m, _ := f.policies.Get("default")
 	n := mkNode("node-1", "zone-a", notReady)
 	n.ResourceVersion = ""
-	f.ledger.Admit(m, n, state.Change{Object: n.DeepCopy(), Create: true})
+	f.admit(m, n, state.Change{Object: n.DeepCopy(), Create: true})
 	cached := n.DeepCopy()
 	cached.ResourceVersion = "10"
 	ready := cached.DeepCopy()
 	ready.Status.Conditions[0].Status = corev1.ConditionTrue
-	a, ok := f.ledger.Admit(m, ready, state.Change{Object: ready.DeepCopy(), BaseRV: "10"})
+	a, ok := f.admit(m, ready, state.Change{Object: ready.DeepCopy(), BaseRV: "10"})
 	require.True(t, ok, "%+v", a)
 	require.Equal(t, extender.AdmitRouteReflector, a.Role, "%+v", a)
 	out, _ := f.ledger.Overlay([]*corev1.Node{cached})
@@ -128,25 +128,25 @@ func TestLedgerCountsAwaitedJoiners(t *testing.T) {
 	for _, name := range []string{"a-1", "b-1"} {
 		n := mkNode(name, "zone-"+name[:1], notReady, created)
 		n.ResourceVersion = ""
-		a, ok := f.ledger.Admit(m, n, state.Change{Object: n.DeepCopy(), Create: true})
+		a, ok := f.admit(m, n, state.Change{Object: n.DeepCopy(), Create: true})
 		require.False(t, ok, "%s: %+v, want no decision on an awaited node", name, a)
 		require.True(t, a.Awaited, "%s: %+v, want no decision on an awaited node", name, a)
 	}
 	require.Equal(t, 2, f.ledger.Pending(), "entries, want the two awaited joiners")
 	create := func(n *corev1.Node) state.Change { return state.Change{Object: n.DeepCopy(), Create: true} }
 	c1 := mkNode("c-1", "zone-c")
-	a, ok := f.ledger.Admit(m, c1, create(c1))
+	a, ok := f.admit(m, c1, create(c1))
 	require.True(t, ok, "c-1: %+v", a)
 	require.Equal(t, extender.AdmitRouteReflector, a.Role, "c-1: %+v", a)
 	c2 := mkNode("c-2", "zone-c")
-	a, _ = f.ledger.Admit(m, c2, create(c2))
+	a, _ = f.admit(m, c2, create(c2))
 	require.Equal(t, extender.AdmitClient, a.Role, "c-2: %+v, want a client: zones a and b keep their share", a)
 	// The reconciler's plan sees the joiners from the overlay and keeps their zones' shares too.
 	f.commit(t)
-	a, _ = f.ledger.Admit(m, mkNode("c-3", "zone-c"), state.Change{})
+	a, _ = f.admit(m, mkNode("c-3", "zone-c"), state.Change{})
 	require.Equal(t, extender.AdmitClient, a.Role, "c-3 after a commit: %+v", a)
 	ready := mkNode("a-1", "zone-a", created)
-	a, ok = f.ledger.Admit(m, ready, state.Change{})
+	a, ok = f.admit(m, ready, state.Change{})
 	require.True(t, ok, "a-1 Ready: %+v, want promoted", a)
 	require.Equal(t, extender.AdmitRouteReflector, a.Role, "a-1 Ready: %+v, want promoted", a)
 }

@@ -57,8 +57,15 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 	ni := extender.NewNodeInfo(node, p)
 	ni.Now = m.now()
 	extender.RunFilters(extender.DefaultFilters(), p, ni)
+	// The node before the update, read once: its role, and whether it was eligible (without a
+	// decision time: no grace period and no awaiting apply to what it was).
+	var was *extender.NodeInfo
+	if old != nil {
+		was = extender.NewNodeInfo(old, p)
+		extender.RunFilters(extender.DefaultFilters(), p, was)
+	}
 	if p.Mode != v1alpha1.Enforce {
-		return Allowed(m.wouldDo(mp, node, old, ni)...), nil
+		return Allowed(m.wouldDo(mp, node, was, ni)...), nil
 	}
 	change := state.Change{Node: node.Name, Object: node.DeepCopy(), Create: old == nil}
 	if old != nil {
@@ -84,12 +91,12 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 				decisionsTotal.WithLabelValues("draining").Inc()
 			}
 		}
-	case old != nil && wasRouteReflector(old, mp):
+	case was != nil && was.CurrentRR:
 		// The role is being removed (by the reconciler, or by hand as the validator allows): the
 		// reconciler decides what the node becomes.
 	default:
 		hasSet := node.Labels[extender.LabelPeeringSet] != ""
-		becameEligible := ni.Eligible && (old == nil || !eligible(old, mp))
+		becameEligible := ni.Eligible && (was == nil || !was.Eligible)
 		if hasSet && !becameEligible {
 			break
 		}
@@ -100,9 +107,9 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 		var a extender.Admission
 		var ok bool
 		if dryRun {
-			a, ok = m.Ledger.Decide(mp, node)
+			a, ok = m.Ledger.Decide(mp, ni)
 		} else {
-			a, ok = m.Ledger.Admit(mp, node, change)
+			a, ok = m.Ledger.Admit(mp, ni, change)
 		}
 		if !ok {
 			break
@@ -122,19 +129,9 @@ func (m *NodeMutator) now() time.Time {
 	return time.Now()
 }
 
-func wasRouteReflector(n *corev1.Node, mp state.Managed) bool {
-	return extender.NewNodeInfo(n, mp.Resolved).CurrentRR
-}
-
-func eligible(n *corev1.Node, mp state.Managed) bool {
-	ni := extender.NewNodeInfo(n, mp.Resolved)
-	extender.RunFilters(extender.DefaultFilters(), mp.Resolved, ni)
-	return ni.Eligible
-}
-
 // wouldDo says what Enforce would do to the node, for a policy in Observe or Paused mode: the
 // webhook changes nothing then, and answers with a warning instead.
-func (m *NodeMutator) wouldDo(mp state.Managed, node, old *corev1.Node, ni *extender.NodeInfo) []string {
+func (m *NodeMutator) wouldDo(mp state.Managed, node *corev1.Node, was, ni *extender.NodeInfo) []string {
 	p := mp.Resolved
 	prefix := fmt.Sprintf("policy %q is in %s mode: Enforce would ", p.Name, p.Mode)
 	switch {
@@ -142,9 +139,9 @@ func (m *NodeMutator) wouldDo(mp state.Managed, node, old *corev1.Node, ni *exte
 		if !ni.Eligible && !extender.IsDraining(node) {
 			return []string{prefix + "hand route reflector " + node.Name + " over (" + ni.Reason + ")"}
 		}
-	case old != nil && wasRouteReflector(old, mp):
+	case was != nil && was.CurrentRR:
 	case node.Labels[extender.LabelPeeringSet] == "":
-		a, ok := m.Ledger.Decide(mp, node)
+		a, ok := m.Ledger.Decide(mp, ni)
 		switch {
 		case !ok:
 		case a.Role == extender.AdmitRouteReflector:

@@ -449,7 +449,10 @@ func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
 	}
 	m, _ := h.r.Policies.Get("default")
 	joiner := node("node-new", "zone-d", 99)
-	a, ok := h.r.Ledger.Admit(m, joiner, state.Change{Object: state.StripNode(joiner.DeepCopy()), Create: true})
+	ni := extender.NewNodeInfo(joiner, m.Resolved) // read as the mutating webhook reads it
+	ni.Now = h.now
+	extender.RunFilters(extender.DefaultFilters(), m.Resolved, ni)
+	a, ok := h.r.Ledger.Admit(m, ni, state.Change{Object: state.StripNode(joiner.DeepCopy()), Create: true})
 	if !ok || a.Role != extender.AdmitClient {
 		t.Fatalf("admission %+v %v", a, ok)
 	}

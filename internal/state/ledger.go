@@ -98,19 +98,21 @@ func (l *Ledger) Leader() bool { return l.leader.Load() }
 
 // Decide decides the role of a node as Admit does, without recording anything: for a dry-run
 // request, which must leave no trace.
-func (l *Ledger) Decide(m Managed, n *corev1.Node) (extender.Admission, bool) {
-	return l.admit(m, n, nil)
+func (l *Ledger) Decide(m Managed, ni *extender.NodeInfo) (extender.Admission, bool) {
+	return l.admit(m, ni, nil)
 }
 
-// Admit decides the role of a node that is not a route reflector (see extender.AdmitState.Admit)
-// and records the decision. It returns false when this replica is not the leader, when no plan of
-// the policy's current generation is committed, or when there is nothing to decide.
-func (l *Ledger) Admit(m Managed, n *corev1.Node, change Change) (extender.Admission, bool) {
-	return l.admit(m, n, &change)
+// Admit decides the role of a node that is not a route reflector, read once by the caller through
+// the planner's filters (see extender.AdmitState.AdmitNode), and records the decision. It returns
+// false when this replica is not the leader, when no plan of the policy's current generation is
+// committed, or when there is nothing to decide.
+func (l *Ledger) Admit(m Managed, ni *extender.NodeInfo, change Change) (extender.Admission, bool) {
+	return l.admit(m, ni, &change)
 }
 
 // admit decides, and records the decision with change unless change is nil.
-func (l *Ledger) admit(m Managed, n *corev1.Node, change *Change) (extender.Admission, bool) {
+func (l *Ledger) admit(m Managed, ni *extender.NodeInfo, change *Change) (extender.Admission, bool) {
+	n := ni.Node
 	if !l.Leader() {
 		return extender.Admission{}, false
 	}
@@ -123,7 +125,7 @@ func (l *Ledger) admit(m Managed, n *corev1.Node, change *Change) (extender.Admi
 		return extender.Admission{}, false
 	}
 	ps.st.Now = l.now()
-	a := ps.st.Admit(n)
+	a := ps.st.AdmitNode(ni)
 	decided := a.Role != extender.AdmitNone
 	// An awaited node without a role is recorded too (its zone keeps a share of route reflectors
 	// for it), with no change to its keys.
