@@ -135,7 +135,7 @@ func TestRotationOnRealAPIServer(t *testing.T) {
 	select {
 	case <-r.Ready():
 	case <-time.After(20 * time.Second):
-		t.Fatal("rotator not ready 20s after the webhook configuration appeared")
+		require.Fail(t, "rotator not ready 20s after the webhook configuration appeared")
 	}
 	vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, whName, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -170,7 +170,7 @@ func TestRotationOnRealAPIServer(t *testing.T) {
 	case err := <-runErr:
 		require.NoError(t, err)
 	case <-time.After(5 * time.Second):
-		t.Fatal("Start did not return after cancel")
+		require.Fail(t, "Start did not return after cancel")
 	}
 }
 
@@ -223,7 +223,7 @@ func TestSetupWithManager(t *testing.T) {
 	select {
 	case <-ready:
 	case <-time.After(10 * time.Second):
-		t.Fatal("not ready 10s after the webhook configuration appeared")
+		require.Fail(t, "not ready 10s after the webhook configuration appeared")
 	}
 	require.NoError(t, check(nil))
 	mwc, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "absent", metav1.GetOptions{})

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -36,7 +38,7 @@ func admitPolicy(t testing.TB, mut func(*v1alpha1.RouteReflectorPolicySpec)) *po
 	}
 	r, errs := policy.Resolve(p)
 	if len(errs) > 0 {
-		t.Fatal(errs.ToAggregate())
+		require.Fail(t, fmt.Sprint(errs.ToAggregate()))
 	}
 	return r
 }
@@ -96,16 +98,14 @@ func TestAdmitEmptyClusterPromotesOnePerZone(t *testing.T) {
 		}
 	}
 	want := map[string]string{"node-0000": "224.0.0.1", "node-0001": "224.0.0.2", "node-0002": "224.0.0.3"}
-	if fmt.Sprint(ids) != fmt.Sprint(want) {
-		t.Fatalf("route reflectors %v, want %v", ids, want)
-	}
+	require.Falsef(t, fmt.Sprint(ids) != fmt.Sprint(want), "route reflectors %v, want %v", ids, want)
 	if st.RouteReflectors() != 3 {
-		t.Fatalf("state counts %d route reflectors", st.RouteReflectors())
+		require.Fail(t, fmt.Sprintf("state counts %d route reflectors", st.RouteReflectors()))
 	}
 	for _, n := range all[3:] {
 		rrs := n.Annotations[extender.AnnotationRouteReflectors]
 		if rrs != "node-0000,node-0001,node-0002" || n.Labels[extender.LabelPeeringSet] == "" {
-			t.Fatalf("%s: route reflectors %q set %q", n.Name, rrs, n.Labels[extender.LabelPeeringSet])
+			require.Fail(t, fmt.Sprintf("%s: route reflectors %q set %q", n.Name, rrs, n.Labels[extender.LabelPeeringSet]))
 		}
 	}
 	// The full plan agrees: nothing to move.
@@ -129,16 +129,12 @@ func assertNoOvershoot(t *testing.T, p *policy.Resolved, nodes []*corev1.Node, r
 		n++
 		rr, kept := planned[node.Name]
 		if !kept || rr.Draining {
-			t.Errorf("admitted route reflector %s (zone %s) is demoted by the full plan", node.Name, node.Labels[corev1.LabelTopologyZone])
+			assert.Fail(t, fmt.Sprintf("admitted route reflector %s (zone %s) is demoted by the full plan", node.Name, node.Labels[corev1.LabelTopologyZone]))
 		} else if p.Topology != v1alpha1.MultiCluster || p.ClusterIDMode == v1alpha1.PerRouteReflector {
-			if rr.ClusterID != id {
-				t.Errorf("%s: admitted cluster ID %s, plan %s", node.Name, id, rr.ClusterID)
-			}
+			assert.Falsef(t, rr.ClusterID != id, "%s: admitted cluster ID %s, plan %s", node.Name, id, rr.ClusterID)
 		}
 	}
-	if n > res.Summary.RouteReflectors {
-		t.Errorf("%d route reflectors admitted, the plan wants %d", n, res.Summary.RouteReflectors)
-	}
+	assert.Falsef(t, n > res.Summary.RouteReflectors, "%d route reflectors admitted, the plan wants %d", n, res.Summary.RouteReflectors)
 }
 
 func TestAdmitBurstNeverOvershoots(t *testing.T) {
@@ -184,14 +180,14 @@ func TestAdmitBurstNeverOvershoots(t *testing.T) {
 					t.Logf("%d route reflectors admitted incrementally, full plan %d (desired %d)", st.RouteReflectors(), full.Summary.RouteReflectors, full.Summary.DesiredRouteReflectors)
 				}
 				if st.RouteReflectors() > p.Max {
-					t.Fatalf("%d route reflectors, max %d", st.RouteReflectors(), p.Max)
+					require.Fail(t, fmt.Sprintf("%d route reflectors, max %d", st.RouteReflectors(), p.Max))
 				}
 				if p.ClusterIDMode == v1alpha1.PerRouteReflector {
 					seen := map[string]string{}
 					for _, n := range all {
 						if id, ok := rrOf(p, n); ok {
 							if o, dup := seen[id]; dup {
-								t.Fatalf("%s and %s share cluster ID %s", o, n.Name, id)
+								require.Fail(t, fmt.Sprintf("%s and %s share cluster ID %s", o, n.Name, id))
 							}
 							seen[id] = n.Name
 						}
@@ -210,35 +206,27 @@ func TestAdmitIneligibleAndReadiness(t *testing.T) {
 	// A joining node that is not Ready yet has nobody to peer with: no decision.
 	n := admitNode(1, "zone-a", false)
 	a := st.Admit(n)
-	if a.Role != extender.AdmitNone || a.Eligible || a.Healthy {
-		t.Fatalf("not-ready joiner: %+v", a)
-	}
+	require.Falsef(t, a.Role != extender.AdmitNone || a.Eligible || a.Healthy, "not-ready joiner: %+v", a)
 	st.Record(&a)
 	// Ready: promoted.
 	n.Status.Conditions[0].Status = corev1.ConditionTrue
 	a = st.Admit(n)
-	if a.Role != extender.AdmitRouteReflector || a.ClusterID != "224.0.0.1" || a.Reason != "zone zone-a below desired 1" {
-		t.Fatalf("ready joiner: %+v", a)
-	}
+	require.Falsef(t, a.Role != extender.AdmitRouteReflector || a.ClusterID != "224.0.0.1" || a.Reason != "zone zone-a below desired 1", "ready joiner: %+v", a)
 	undo := st.Record(&a)
 	if st.RouteReflectors() != 1 {
-		t.Fatalf("route reflectors %d", st.RouteReflectors())
+		require.Fail(t, fmt.Sprintf("route reflectors %d", st.RouteReflectors()))
 	}
 	// A cordoned node becomes a client.
 	c := admitNode(2, "zone-b", true)
 	c.Spec.Unschedulable = true
 	a2 := st.Admit(c)
-	if a2.Role != extender.AdmitClient || a2.PeeringSet == "" || fmt.Sprint(a2.RouteReflectors) != "[node-0001]" {
-		t.Fatalf("cordoned joiner: %+v", a2)
-	}
+	require.Falsef(t, a2.Role != extender.AdmitClient || a2.PeeringSet == "" || fmt.Sprint(a2.RouteReflectors) != "[node-0001]", "cordoned joiner: %+v", a2)
 	state := a2.State(p)
-	if state.Annotations[extender.AnnotationRouteReflectors] != "node-0001" || state.Labels[extender.LabelPeeringSet] != a2.PeeringSet {
-		t.Fatalf("client state %+v", state)
-	}
+	require.Falsef(t, state.Annotations[extender.AnnotationRouteReflectors] != "node-0001" || state.Labels[extender.LabelPeeringSet] != a2.PeeringSet, "client state %+v", state)
 	// Undo takes the promotion back.
 	undo()
 	if st.RouteReflectors() != 0 {
-		t.Fatalf("after undo: %d route reflectors", st.RouteReflectors())
+		require.Fail(t, fmt.Sprintf("after undo: %d route reflectors", st.RouteReflectors()))
 	}
 }
 
@@ -255,9 +243,7 @@ func TestAdmitKnownNodeAnswersFromPlan(t *testing.T) {
 		a := st.Admit(n)
 		want := res.Nodes[i]
 		got := a.State(p)
-		if fmt.Sprint(got.Labels, got.Annotations) != fmt.Sprint(want.Labels, want.Annotations) || a.Reason != "planned" {
-			t.Fatalf("%s: admitted %+v (%s), planned %+v", n.Name, got, a.Reason, want)
-		}
+		require.Falsef(t, fmt.Sprint(got.Labels, got.Annotations) != fmt.Sprint(want.Labels, want.Annotations) || a.Reason != "planned", "%s: admitted %+v (%s), planned %+v", n.Name, got, a.Reason, want)
 	}
 }
 
@@ -281,15 +267,13 @@ func TestAdmitSingleClusterZoneIDs(t *testing.T) {
 			ids[z][id] = true
 		}
 	}
-	if len(ids) != 2 || len(ids["zone-a"]) != 1 || len(ids["zone-b"]) != 1 || fmt.Sprint(ids["zone-a"]) == fmt.Sprint(ids["zone-b"]) {
-		t.Fatalf("cluster IDs per zone: %v", ids)
-	}
+	require.Falsef(t, len(ids) != 2 || len(ids["zone-a"]) != 1 || len(ids["zone-b"]) != 1 || fmt.Sprint(ids["zone-a"]) == fmt.Sprint(ids["zone-b"]), "cluster IDs per zone: %v", ids)
 	for _, n := range all {
 		if _, ok := rrOf(p, n); ok {
 			continue
 		}
 		if got := n.Annotations[extender.AnnotationRouteReflectors]; got == "" {
-			t.Fatalf("%s has no route reflectors", n.Name)
+			require.Fail(t, fmt.Sprintf("%s has no route reflectors", n.Name))
 		}
 	}
 	assertNoOvershoot(t, p, all, extender.Plan(extender.Input{Policy: p, Nodes: all, Now: admitT0.Add(time.Hour)}))
@@ -309,8 +293,6 @@ func BenchmarkAdmit5000(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		a := st.Admit(n)
-		if a.Role == extender.AdmitNone {
-			b.Fatal("no decision")
-		}
+		require.False(b, a.Role == extender.AdmitNone, "no decision")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -41,19 +42,17 @@ func TestAwaitedZoneKeepsItsShare(t *testing.T) {
 	}
 	r := Plan(Input{Policy: p, Nodes: nodes, Now: now})
 	if got := zoneRRs(r); fmt.Sprint(got) != "map[zone-c:1]" {
-		t.Fatalf("zones a and b have nodes on their way: zone-c must keep to its share, got %v", got)
+		require.Fail(t, fmt.Sprintf("zones a and b have nodes on their way: zone-c must keep to its share, got %v", got))
 	}
-	if len(r.Conditions) != 1 || r.Conditions[0].Reason != ReasonWaitingForNodes {
-		t.Fatalf("conditions %+v, want one %s", r.Conditions, ReasonWaitingForNodes)
-	}
+	require.Falsef(t, len(r.Conditions) != 1 || r.Conditions[0].Reason != ReasonWaitingForNodes, "conditions %+v, want one %s", r.Conditions, ReasonWaitingForNodes)
 	if want := created.Add(p.NotReadyGrace); !r.RecheckAt.Equal(want) {
-		t.Fatalf("RecheckAt %s, want %s (the end of the wait)", r.RecheckAt, want)
+		require.Fail(t, fmt.Sprintf("RecheckAt %s, want %s (the end of the wait)", r.RecheckAt, want))
 	}
 
 	// Past notReadyGracePeriod the share spills: zone-c takes the route reflectors it has room for.
 	late := Plan(Input{Policy: p, Nodes: nodes, Now: created.Add(p.NotReadyGrace)})
 	if got := zoneRRs(late); fmt.Sprint(got) != "map[zone-c:3]" {
-		t.Fatalf("after the grace period: %v, want the share spilled into zone-c", got)
+		require.Fail(t, fmt.Sprintf("after the grace period: %v, want the share spilled into zone-c", got))
 	}
 
 	// A node being created (no creation time yet, as in a CREATE admission) is awaited from now.
@@ -61,18 +60,14 @@ func TestAwaitedZoneKeepsItsShare(t *testing.T) {
 	ni := NewNodeInfo(fresh, p)
 	ni.Now = now
 	RunFilters(DefaultFilters(), p, ni)
-	if !ni.Awaited || ni.Eligible {
-		t.Fatalf("a node being created: awaited %v eligible %v", ni.Awaited, ni.Eligible)
-	}
+	require.Falsef(t, !ni.Awaited || ni.Eligible, "a node being created: awaited %v eligible %v", ni.Awaited, ni.Eligible)
 	// Awaited only when NotReady is the only reason: a cordoned joiner is not.
 	cordonedJoiner := joining("a-3", "zone-a", created)
 	cordonedJoiner.Spec.Unschedulable = true
 	ni = NewNodeInfo(cordonedJoiner, p)
 	ni.Now = now
 	RunFilters(DefaultFilters(), p, ni)
-	if ni.Awaited || ni.Reason != ReasonNotReady {
-		t.Fatalf("a cordoned joiner: awaited %v reason %q", ni.Awaited, ni.Reason)
-	}
+	require.Falsef(t, ni.Awaited || ni.Reason != ReasonNotReady, "a cordoned joiner: awaited %v reason %q", ni.Awaited, ni.Reason)
 }
 
 // TestJoinOrderMovesNoRole: nine nodes join three zones at once and turn Ready in a random order;
@@ -117,15 +112,15 @@ func TestJoinOrderMovesNoRole(t *testing.T) {
 					if ni.CurrentRR && !ni.Draining() {
 						everRR[m.Name] = true
 					} else if everRR[m.Name] {
-						t.Fatalf("order %v, step %d: %s lost its role (%+v)", order, step, m.Name, res.Conditions)
+						require.Fail(t, fmt.Sprintf("order %v, step %d: %s lost its role (%+v)", order, step, m.Name, res.Conditions))
 					}
 				}
 			}
 			if got := zoneRRs(res); fmt.Sprint(got) != "map[zone-a:1 zone-b:1 zone-c:1]" {
-				t.Fatalf("order %v: route reflectors per zone %v", order, got)
+				require.Fail(t, fmt.Sprintf("order %v: route reflectors per zone %v", order, got))
 			}
 			if names := slices.Sorted(maps.Keys(everRR)); len(names) != 3 {
-				t.Fatalf("order %v: %d nodes held the role (%v), want 3", order, len(names), names)
+				require.Fail(t, fmt.Sprintf("order %v: %d nodes held the role (%v), want 3", order, len(names), names))
 			}
 		})
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -82,14 +84,14 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 		r = Plan(Input{Policy: p, Nodes: nodes, Now: now, Recommendations: recs})
 		if ev%*churnCheck == 0 {
 			if bad := checkInvariants(p, nodes, r); len(bad) > 0 {
-				t.Fatalf("event %d (%s %s): %s", ev, kind, target, strings.Join(bad[:min(3, len(bad))], "\n"))
+				require.Fail(t, fmt.Sprintf("event %d (%s %s): %s", ev, kind, target, strings.Join(bad[:min(3, len(bad))], "\n")))
 			}
 			// The graph model on the cluster as this plan leaves it (draining route reflectors
 			// included): every node learns every other node's routes.
 			if ModelDrills != nil {
 				if bad := ModelDrills(Input{Policy: p, Nodes: nodes}, r, false); len(bad) > 0 {
 					missing++
-					t.Errorf("event %d (%s %s): %s", ev, kind, target, bad[0])
+					assert.Fail(t, fmt.Sprintf("event %d (%s %s): %s", ev, kind, target, bad[0]))
 				}
 			}
 		}
@@ -112,11 +114,11 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 		sameDesired := prev.Summary.DesiredRouteReflectors == r.Summary.DesiredRouteReflectors && !short
 		if !isRR && sameDesired && kind != "policy edit" && promotions(prev, r) > 0 {
 			st.unexpected++
-			t.Errorf("event %d: %s of client %s promoted %d route reflectors with the desired count unchanged", ev, kind, target, promotions(prev, r))
+			assert.Fail(t, fmt.Sprintf("event %d: %s of client %s promoted %d route reflectors with the desired count unchanged", ev, kind, target, promotions(prev, r)))
 		}
 		if isRR && sameDesired && promotions(prev, r) > 1 {
 			st.unexpected++
-			t.Errorf("event %d: %s of route reflector %s promoted %d route reflectors", ev, kind, target, promotions(prev, r))
+			assert.Fail(t, fmt.Sprintf("event %d: %s of route reflector %s promoted %d route reflectors", ev, kind, target, promotions(prev, r)))
 		}
 		apply(p, nodes, r)
 		recs = r.Recommendations

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,7 +35,7 @@ func poolPolicy(t *testing.T, name string, topo v1alpha1.TopologyType) *policy.R
 	}
 	r, errs := policy.Resolve(p)
 	if len(errs) > 0 {
-		t.Fatal(errs.ToAggregate())
+		require.Fail(t, fmt.Sprint(errs.ToAggregate()))
 	}
 	return r
 }
@@ -74,30 +75,30 @@ func TestClusterIDsUniqueAcrossPolicies(t *testing.T) {
 			ra, rb := planWith(pa, a, false), planWith(pb, b, false)
 			before := activeIDs(ra)
 			if len(before) == 0 || !slices.Equal(before, activeIDs(rb)) {
-				t.Fatalf("setup: a %v, b %v: want the same IDs", before, activeIDs(rb))
+				require.Fail(t, fmt.Sprintf("setup: a %v, b %v: want the same IDs", before, activeIDs(rb)))
 			}
 			// Each re-planned with the other's IDs as foreign, in either order.
 			rb = planWith(pb, b, true)
 			ra = planWith(pa, a, true)
 			rb = planWith(pb, b, true)
 			if got := activeIDs(ra); !slices.Equal(got, before) {
-				t.Fatalf("policy a (first by name) changed its IDs: %v -> %v", before, got)
+				require.Fail(t, fmt.Sprintf("policy a (first by name) changed its IDs: %v -> %v", before, got))
 			}
 			for _, id := range activeIDs(rb) {
 				if slices.Contains(activeIDs(ra), id) {
-					t.Fatalf("cluster ID %s in both policies: a %v, b %v", id, activeIDs(ra), activeIDs(rb))
+					require.Fail(t, fmt.Sprintf("cluster ID %s in both policies: a %v, b %v", id, activeIDs(ra), activeIDs(rb)))
 				}
 			}
 			// Stable: planning again changes nothing.
 			if again := planWith(pb, b, true); !slices.Equal(activeIDs(again), activeIDs(rb)) {
-				t.Fatalf("b not stable: %v -> %v", activeIDs(rb), activeIDs(again))
+				require.Fail(t, fmt.Sprintf("b not stable: %v -> %v", activeIDs(rb), activeIDs(again)))
 			}
 			// The admission path hands out no foreign ID either.
 			in := Input{Policy: pb, Nodes: all, Now: t0.Add(24 * 3600e9), ForeignClusterIDs: ForeignClusterIDs(all, b)}
 			st := NewAdmitState(in, Plan(in))
 			for id := range in.ForeignClusterIDs {
 				if st.freeID() == id {
-					t.Fatalf("freeID %s is policy a's", policy.ClusterIDString(id))
+					require.Fail(t, fmt.Sprintf("freeID %s is policy a's", policy.ClusterIDString(id)))
 				}
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -38,21 +39,19 @@ func FuzzPlan(f *testing.F) {
 		for step := 0; step < 4; step++ {
 			r := Plan(Input{Policy: resolved, Nodes: nodes, Now: now, Recommendations: recs})
 			if bad := checkInvariants(resolved, nodes, r); len(bad) > 0 {
-				t.Fatalf("step %d, policy %s: %s", step, describe(p), strings.Join(bad[:min(len(bad), 5)], "\n"))
+				require.Fail(t, fmt.Sprintf("step %d, policy %s: %s", step, describe(p), strings.Join(bad[:min(len(bad), 5)], "\n")))
 			}
 			// The admission state from the facts Plan recorded equals the one read from the nodes.
 			in := Input{Policy: resolved, Nodes: nodes, Now: now, Recommendations: recs}
 			bare := *r
 			bare.facts = nil
 			if fast, slow := NewAdmitState(in, r), NewAdmitState(in, &bare); !reflect.DeepEqual(fast, slow) {
-				t.Fatalf("step %d, policy %s: the admission state from the plan's facts differs from the one read from the nodes", step, describe(p))
+				require.Fail(t, fmt.Sprintf("step %d, policy %s: the admission state from the plan's facts differs from the one read from the nodes", step, describe(p)))
 			}
 			again := Plan(Input{Policy: resolved, Nodes: nodes, Now: now, Recommendations: recs})
 			a, _ := json.Marshal(r)
 			b, _ := json.Marshal(again)
-			if string(a) != string(b) {
-				t.Fatalf("step %d: the same input gave two plans", step)
-			}
+			require.Falsef(t, string(a) != string(b), "step %d: the same input gave two plans", step)
 			apply(resolved, nodes, r)
 			recs = r.Recommendations
 			churn(rng, nodes)

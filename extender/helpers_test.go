@@ -1,9 +1,11 @@
 package extender
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
@@ -59,7 +61,7 @@ func resolve(t testing.TB, spec v1alpha1.RouteReflectorPolicySpec) *policy.Resol
 	}
 	r, errs := policy.Resolve(p)
 	if len(errs) > 0 {
-		t.Fatalf("policy: %v", errs.ToAggregate())
+		require.Fail(t, fmt.Sprintf("policy: %v", errs.ToAggregate()))
 	}
 	return r
 }

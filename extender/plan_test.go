@@ -461,7 +461,7 @@ func TestClientsNeverOnOneClusterID(t *testing.T) {
 	}
 	r := plan(t, p, nodes)
 	if bad := checkInvariants(p, nodes, r); len(bad) > 0 {
-		t.Fatal(bad)
+		require.Fail(t, fmt.Sprint(bad))
 	}
 	ids := map[string]string{}
 	for _, rr := range r.RouteReflectors {
@@ -469,7 +469,7 @@ func TestClientsNeverOnOneClusterID(t *testing.T) {
 	}
 	for _, c := range r.Clients {
 		if len(c.RouteReflectors) == 2 && ids[c.RouteReflectors[0]] == ids[c.RouteReflectors[1]] {
-			t.Errorf("client %s peers with %v, both cluster ID %s", c.Node, c.RouteReflectors, ids[c.RouteReflectors[0]])
+			assert.Fail(t, fmt.Sprintf("client %s peers with %v, both cluster ID %s", c.Node, c.RouteReflectors, ids[c.RouteReflectors[0]]))
 		}
 	}
 }
@@ -493,17 +493,13 @@ func TestPerRRNewIDNotHeldByDemotion(t *testing.T) {
 	r := plan(t, p, nodes)
 	rrs := rrNames(r)
 	if _, ok := rrs["node-00001"]; ok {
-		t.Fatalf("node-00001 is still a route reflector in the plan: %+v", rrs["node-00001"])
+		require.Fail(t, fmt.Sprintf("node-00001 is still a route reflector in the plan: %+v", rrs["node-00001"]))
 	}
 	for name, rr := range rrs {
-		if rr.ClusterID == "224.0.0.1" {
-			t.Fatalf("%s gets 224.0.0.1, which node-00001 still carries until its demotion", name)
-		}
+		require.Falsef(t, rr.ClusterID == "224.0.0.1", "%s gets 224.0.0.1, which node-00001 still carries until its demotion", name)
 	}
-	if len(rrs) != 3 {
-		t.Fatalf("route reflectors %v, want 3", rrs)
-	}
+	require.Lenf(t, rrs, 3, "route reflectors %v, want 3", rrs)
 	if bad := checkInvariants(p, nodes, r); len(bad) > 0 {
-		t.Fatal(bad)
+		require.Fail(t, fmt.Sprint(bad))
 	}
 }

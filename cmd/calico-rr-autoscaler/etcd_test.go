@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	libapiv3 "github.com/projectcalico/calico/libcalico-go/lib/apis/v3"
@@ -37,9 +38,7 @@ func TestDatastoreFlagsBadInputOneLine(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out bytes.Buffer
 			err := runPlan(tc.args, &out)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-				t.Fatalf("got %v, want one line containing %q", err, tc.want)
-			}
+			require.Falsef(t, err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n"), "got %v, want one line containing %q", err, tc.want)
 		})
 	}
 }
@@ -55,13 +54,9 @@ func TestPlanAndVerifyFromEtcd(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := t.Context()
 	s, err := calicoetcd.New(calicoetcd.Config{Endpoints: env.EtcdURL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	nodes, err := nodesource.Simulate(15, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	in := extender.Input{Policy: policy.MustResolve(policy.Default("default")), Nodes: nodes, Now: time.Now()}
 	res := extender.Plan(in)
 	owned := extender.OwnedLabelKeys(in.Policy.RRLabelKey)
@@ -70,7 +65,7 @@ func TestPlanAndVerifyFromEtcd(t *testing.T) {
 		c.Name, c.Labels = n.Name, n.Labels
 		c.Spec.BGP = &libapiv3.NodeBGPSpec{IPv4Address: fmt.Sprintf("10.0.0.%d/24", i+1)}
 		if _, err := s.Client().Nodes().Create(ctx, c, options.SetOptions{}); err != nil {
-			t.Fatal(err)
+			require.Fail(t, fmt.Sprint(err))
 		}
 	}
 	for _, ns := range res.Nodes {
@@ -81,28 +76,22 @@ func TestPlanAndVerifyFromEtcd(t *testing.T) {
 				role.Labels[k] = v
 			}
 		}
-		if err := s.SetRole(ctx, ns.Name, owned, role); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.SetRole(ctx, ns.Name, owned, role))
 	}
 	for _, p := range res.BGPPeers {
-		if err := s.Peers().Create(ctx, calico.BGPPeer(calico.CRD, p)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.Peers().Create(ctx, calico.BGPPeer(calico.CRD, p)))
 	}
 	off := false
 	if _, err := s.Client().BGPConfigurations().Create(ctx, &apiv3.BGPConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "default"},
 		Spec: apiv3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}}, options.SetOptions{}); err != nil {
-		t.Fatal(err)
+		require.Fail(t, fmt.Sprint(err))
 	}
 	etcdArgs := []string{"--datastore", "etcdv3", "--etcd-endpoints", env.EtcdURL}
 
 	planMissing := func() (int64, int) {
 		t.Helper()
 		var out bytes.Buffer
-		if err := runPlan(append(etcdArgs, "-o", "json"), &out); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, runPlan(append(etcdArgs, "-o", "json"), &out))
 		var got struct {
 			Summary struct {
 				Nodes           int `json:"nodes"`
@@ -110,44 +99,36 @@ func TestPlanAndVerifyFromEtcd(t *testing.T) {
 			} `json:"summary"`
 			Etcd *etcdFigures `json:"etcd"`
 		}
-		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
-			t.Fatal(err)
-		}
-		if got.Etcd == nil || got.Etcd.Nodes != 15 || got.Etcd.Mesh || got.Summary.Nodes != 15 {
-			t.Fatalf("plan from etcd: %+v %+v", got.Summary, got.Etcd)
-		}
+		require.NoError(t, json.Unmarshal(out.Bytes(), &got))
+		require.Falsef(t, got.Etcd == nil || got.Etcd.Nodes != 15 || got.Etcd.Mesh || got.Summary.Nodes != 15, "plan from etcd: %+v %+v", got.Summary, got.Etcd)
 		return got.Etcd.MissingPairs, got.Summary.RouteReflectors
 	}
 	if missing, rrs := planMissing(); missing != 0 || rrs != len(res.RouteReflectors) {
-		t.Fatalf("plan from etcd: %d missing pairs, %d route reflectors (want 0, %d)", missing, rrs, len(res.RouteReflectors))
+		require.Fail(t, fmt.Sprintf("plan from etcd: %d missing pairs, %d route reflectors (want 0, %d)", missing, rrs, len(res.RouteReflectors)))
 	}
 	var out, errb bytes.Buffer
 	if err := runVerify(append(etcdArgs, "--speaker", "gobgp", "-o", "json"), &out, &errb); err != nil {
-		t.Fatalf("verify from etcd: %v\n%s", err, errb.String())
+		require.Fail(t, fmt.Sprintf("verify from etcd: %v\n%s", err, errb.String()))
 	}
 	if !strings.Contains(out.String(), `"missingPairs": 0`) {
-		t.Fatalf("verify from etcd: %s", out.String())
+		require.Fail(t, fmt.Sprintf("verify from etcd: %s", out.String()))
 	}
 
 	// Break it: a client peering set's BGPPeer goes.
 	peers, err := s.Peers().List(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, p := range peers {
 		if _, _, ok := extender.SetLabelOf(p.Name); ok {
-			if err := s.Peers().Delete(ctx, p); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, s.Peers().Delete(ctx, p))
 			break
 		}
 	}
 	if missing, _ := planMissing(); missing == 0 {
-		t.Fatal("plan from etcd finds no missing pair without a BGPPeer")
+		require.Fail(t, "plan from etcd finds no missing pair without a BGPPeer")
 	}
 	out.Reset()
 	err = runVerify(append(etcdArgs, "--speaker", "gobgp", "--timeout", "5s"), &out, &errb)
 	if err == nil || !strings.Contains(err.Error(), "node pairs miss each other's routes") {
-		t.Fatalf("verify from etcd without a BGPPeer: %v\n%s", err, out.String())
+		require.Fail(t, fmt.Sprintf("verify from etcd without a BGPPeer: %v\n%s", err, out.String()))
 	}
 }

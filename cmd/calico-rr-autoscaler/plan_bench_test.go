@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -35,9 +37,7 @@ func BenchmarkPlanRoutes(b *testing.B) {
 	for _, size := range sizes {
 		n := size.nodes
 		nodes, err := nodesource.Simulate(n, size.zones)
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		for _, l := range layouts {
 			p := policy.Default("bench")
 			p.Spec.Topology = l.topo
@@ -50,9 +50,8 @@ func BenchmarkPlanRoutes(b *testing.B) {
 				var res *extender.Result
 				for b.Loop() {
 					res = extender.Plan(in)
-					if f, err = evaluateRoutes(in, res, false); err != nil {
-						b.Fatal(err)
-					}
+					f, err = evaluateRoutes(in, res, false)
+					require.NoError(b, err)
 				}
 				b.ReportMetric(float64(res.Summary.RouteReflectors), "RRs")
 				b.ReportMetric(float64(res.Summary.MaxClientsPerRouteReflector), "clients/RR")
@@ -61,9 +60,7 @@ func BenchmarkPlanRoutes(b *testing.B) {
 				if res.Degraded() != nil {
 					b.ReportMetric(1, "degraded")
 				}
-				if f.Summary.MissingPairs != 0 {
-					b.Fatalf("%d missing pairs", f.Summary.MissingPairs)
-				}
+				require.Zerof(b, f.Summary.MissingPairs, "%d missing pairs", f.Summary.MissingPairs)
 			})
 		}
 	}

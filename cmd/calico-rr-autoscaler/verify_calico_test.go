@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestVerifyCalicoBadInputExitsTwo(t *testing.T) {
@@ -15,7 +18,7 @@ func TestVerifyCalicoBadInputExitsTwo(t *testing.T) {
 		var out, errb bytes.Buffer
 		err := runVerify(args, &out, &errb)
 		if code := exitCode(err); code != 2 {
-			t.Errorf("verify %v: exit %d (%v), want 2", args, code, err)
+			assert.Fail(t, fmt.Sprintf("verify %v: exit %d (%v), want 2", args, code, err))
 		}
 	}
 }

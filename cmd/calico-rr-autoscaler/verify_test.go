@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestVerifyBadInputExitsTwoOnOneLine(t *testing.T) {
@@ -22,11 +26,11 @@ func TestVerifyBadInputExitsTwoOnOneLine(t *testing.T) {
 		var out, errb bytes.Buffer
 		err := runVerify(args, &out, &errb)
 		if code := exitCode(err); code != 2 {
-			t.Errorf("verify %v: exit %d (%v), want 2", args, code, err)
+			assert.Fail(t, fmt.Sprintf("verify %v: exit %d (%v), want 2", args, code, err))
 			continue
 		}
 		if msg := err.Error(); strings.Contains(msg, "\n") || msg == "" {
-			t.Errorf("verify %v: message %q is not one line", args, msg)
+			assert.Fail(t, fmt.Sprintf("verify %v: message %q is not one line", args, msg))
 		}
 	}
 }
@@ -38,7 +42,7 @@ func TestVerifyGoBGPJSON(t *testing.T) {
 	var out, errb bytes.Buffer
 	err := runVerify([]string{"--simulate", "15", "--fail-zone", "zone-c", "-o", "json"}, &out, &errb)
 	if err != nil {
-		t.Fatalf("verify: %v\n%s", err, errb.String())
+		require.Fail(t, fmt.Sprintf("verify: %v\n%s", err, errb.String()))
 	}
 	var rep struct {
 		Summary      map[string]any `json:"summary"`
@@ -48,18 +52,12 @@ func TestVerifyGoBGPJSON(t *testing.T) {
 			Summary map[string]any `json:"summary"`
 		} `json:"afterFailure"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
 	for _, k := range []string{"nodes", "sessions", "establishedSessions", "missingPairs", "convergedSeconds", "maxRoutesPerNode"} {
 		if _, ok := rep.Summary[k]; !ok {
-			t.Errorf("summary has no %q: %v", k, rep.Summary)
+			assert.Fail(t, fmt.Sprintf("summary has no %q: %v", k, rep.Summary))
 		}
 	}
-	if rep.Summary["nodes"] != 15.0 || rep.Summary["missingPairs"] != 0.0 || rep.Summary["sessions"] != rep.Summary["establishedSessions"] {
-		t.Errorf("summary: %v", rep.Summary)
-	}
-	if len(rep.AfterFailure.Down) != 5 || rep.AfterFailure.Summary["missingPairs"] != 0.0 {
-		t.Errorf("after failure: %+v", rep.AfterFailure)
-	}
+	assert.Falsef(t, rep.Summary["nodes"] != 15.0 || rep.Summary["missingPairs"] != 0.0 || rep.Summary["sessions"] != rep.Summary["establishedSessions"], "summary: %v", rep.Summary)
+	assert.Falsef(t, len(rep.AfterFailure.Down) != 5 || rep.AfterFailure.Summary["missingPairs"] != 0.0, "after failure: %+v", rep.AfterFailure)
 }

@@ -3,6 +3,8 @@ package bgpmodel
 import (
 	"fmt"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkModel, per layout at 5,000 nodes (and 65,000 without -short), in three zones:
@@ -19,24 +21,20 @@ func BenchmarkModel(b *testing.B) {
 	for _, n := range sizes {
 		for _, layout := range Layouts {
 			in, res, err := SamplePlan(layout, n, 3)
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			b.Run(fmt.Sprintf("%s/%d/fromplan", layout, n), func(b *testing.B) {
 				for b.Loop() {
 					if _, err := FromPlan(in, res, Options{}); err != nil {
-						b.Fatal(err)
+						require.Fail(b, fmt.Sprint(err))
 					}
 				}
 			})
 			topo, err := FromPlan(in, res, Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			b.Run(fmt.Sprintf("%s/%d/build", layout, n), func(b *testing.B) {
 				for b.Loop() {
 					if _, err := Build(topo.Nodes, res.BGPPeers, Options{}); err != nil {
-						b.Fatal(err)
+						require.Fail(b, fmt.Sprint(err))
 					}
 				}
 			})
@@ -44,9 +42,8 @@ func BenchmarkModel(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/%d/%s", layout, n, name), func(b *testing.B) {
 					var m *Model
 					for b.Loop() {
-						if m, err = topo.Propagate(down); err != nil {
-							b.Fatal(err)
-						}
+						m, err = topo.Propagate(down)
+						require.NoError(b, err)
 					}
 					b.ReportMetric(m.Summary.MaxRoutesPerNode/float64(m.Summary.Nodes), "busiest-paths/prefix")
 					b.ReportMetric(float64(m.Summary.MissingPairs), "missing-pairs")
@@ -55,9 +52,7 @@ func BenchmarkModel(b *testing.B) {
 			propagate("propagate", nil)
 			propagate("zone-down", topo.ZoneDown(res.Zones[0].Zone))
 			down, err := topo.NamesDown(res.RouteReflectors[0].Node)
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			propagate("rr-down", down)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -33,40 +35,34 @@ func sameFloat(a, b float64) bool {
 func compareModels(t *testing.T, name string, topo *Topology, down []bool) {
 	t.Helper()
 	got, err := topo.Propagate(down)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
+	require.NoErrorf(t, err, "%s", name)
 	want, err := topo.propagateExact(down)
-	if err != nil {
-		t.Fatalf("%s: exact: %v", name, err)
-	}
+	require.NoErrorf(t, err, "%s: exact", name)
 	for n := range topo.Nodes {
 		for o := range topo.Nodes {
 			if g, w := got.Paths(n, o), want.Paths(n, o); !sameFloat(g, w) {
-				t.Fatalf("%s: paths of %s at %s: fast %v, exact %v", name, topo.Nodes[o].Name, topo.Nodes[n].Name, g, w)
+				require.Fail(t, fmt.Sprintf("%s: paths of %s at %s: fast %v, exact %v", name, topo.Nodes[o].Name, topo.Nodes[n].Name, g, w))
 			}
 		}
 		g, w := got.Nodes[n], want.Nodes[n]
 		if !sameFloat(g.Routes, w.Routes) {
-			t.Fatalf("%s: node %s: fast %+v, exact %+v", name, topo.Nodes[n].Name, g, w)
+			require.Fail(t, fmt.Sprintf("%s: node %s: fast %+v, exact %+v", name, topo.Nodes[n].Name, g, w))
 		}
 		g.Routes = w.Routes
 		if g != w {
-			t.Fatalf("%s: node %s: fast %+v, exact %+v", name, topo.Nodes[n].Name, g, w)
+			require.Fail(t, fmt.Sprintf("%s: node %s: fast %+v, exact %+v", name, topo.Nodes[n].Name, g, w))
 		}
 	}
 	gs, ws := got.Summary, want.Summary
 	if !sameFloat(gs.MaxRoutesPerNode, ws.MaxRoutesPerNode) || !sameFloat(gs.TotalRoutes, ws.TotalRoutes) ||
 		!sameFloat(gs.MaxPathsPerPrefix, ws.MaxPathsPerPrefix) || math.Abs(gs.MeanPathsPerPrefix-ws.MeanPathsPerPrefix) > 1e-9*ws.MeanPathsPerPrefix {
-		t.Fatalf("%s: summary: fast %+v, exact %+v", name, gs, ws)
+		require.Fail(t, fmt.Sprintf("%s: summary: fast %+v, exact %+v", name, gs, ws))
 	}
 	gs.States, gs.MaxRoutesPerNode, gs.TotalRoutes, gs.MaxPathsPerPrefix, gs.MeanPathsPerPrefix = ws.States, ws.MaxRoutesPerNode, ws.TotalRoutes, ws.MaxPathsPerPrefix, ws.MeanPathsPerPrefix
 	if sameFloat(got.Summary.MaxRoutesPerNode, want.Summary.MaxRoutesPerNode) && got.Summary.MaxRoutesPerNode != want.Summary.MaxRoutesPerNode {
 		gs.BusiestNode = ws.BusiestNode // a tie broken by rounding
 	}
-	if gs != ws {
-		t.Fatalf("%s: summary: fast %+v, exact %+v", name, got.Summary, want.Summary)
-	}
+	require.Falsef(t, gs != ws, "%s: summary: fast %+v, exact %+v", name, got.Summary, want.Summary)
 }
 
 // rrGraph is a route reflector graph with clients, to turn into nodes and BGPPeers.
@@ -106,9 +102,7 @@ func (g *rrGraph) topology(t testing.TB) *Topology {
 		peers = append(peers, peer(fmt.Sprintf("d%d-%d", e[0], e[1]), fmt.Sprintf("id == '%d'", R+e[0]), fmt.Sprintf("id == '%d'", R+e[1])))
 	}
 	topo, err := Build(nodes, peers, Options{NodeToNodeMesh: g.mesh})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return topo
 }
 
@@ -298,13 +292,9 @@ func TestPropagateMatchesExactSearchPlans(t *testing.T) {
 	for _, layout := range Layouts {
 		for _, n := range []int{12, 40, 150} {
 			in, res, err := SamplePlan(layout, n, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			topo, err := FromPlan(in, res, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			name := fmt.Sprintf("%s/%d", layout, n)
 			compareModels(t, name, topo, nil)
 			for _, z := range res.Zones {
@@ -320,9 +310,7 @@ func TestPropagateMatchesExactSearchPlans(t *testing.T) {
 	for _, c := range [][3]int{{60, 10, 2}, {90, 12, 3}, {200, 25, 2}} {
 		in, res := dualPlanePlan(t, c[0], c[1], c[2])
 		topo, err := FromPlan(in, res, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		name := fmt.Sprintf("DualPlane %d nodes, racks of %d, %d planes", c[0], c[1], c[2])
 		compareModels(t, name, topo, nil)
 		for _, rr := range res.RouteReflectors {
@@ -344,12 +332,10 @@ func dualPlanePlan(t testing.TB, n, rackSize, planes int) (extender.Input, *exte
 	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: &rs, Redundancy: &red}
 	r, errs := policy.Resolve(p)
 	if len(errs) > 0 {
-		t.Fatal(errs.ToAggregate())
+		require.Fail(t, fmt.Sprint(errs.ToAggregate()))
 	}
 	nodes, err := nodesource.Simulate(n, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	in := extender.Input{Policy: r, Nodes: nodes, Now: nodesource.SimulationStart.Add(24 * 3600e9)}
 	return in, extender.Plan(in)
 }
@@ -445,28 +431,22 @@ func TestBuildMatchesExact(t *testing.T) {
 		}
 		name := fmt.Sprint("build #", i)
 		got, err := Build(nodes, peers, Options{})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		require.NoErrorf(t, err, "%s", name)
 		want, err := buildExact(nodes, peers, Options{})
-		if err != nil {
-			t.Fatalf("%s: exact: %v", name, err)
-		}
+		require.NoErrorf(t, err, "%s: exact", name)
 		if got.OneSided != want.OneSided || !slices.Equal(got.Sessions, want.Sessions) {
-			t.Fatalf("%s: fast %d sessions %v, %d one-sided; exact %d sessions %v, %d one-sided; peers %+v",
-				name, len(got.Sessions), got.Sessions, got.OneSided, len(want.Sessions), want.Sessions, want.OneSided, peers)
+			require.Fail(t, fmt.Sprintf("%s: fast %d sessions %v, %d one-sided; exact %d sessions %v, %d one-sided; peers %+v",
+				name, len(got.Sessions), got.Sessions, got.OneSided, len(want.Sessions), want.Sessions, want.OneSided, peers))
 		}
 		for j := range nodes {
 			if !slices.Equal(got.adj[j], want.adj[j]) {
-				t.Fatalf("%s: peers of %s: fast %v, exact %v", name, nodes[j].Name, got.adj[j], want.adj[j])
+				require.Fail(t, fmt.Sprintf("%s: peers of %s: fast %v, exact %v", name, nodes[j].Name, got.adj[j], want.adj[j]))
 			}
 			if got.Index(nodes[j].Name) != j {
-				t.Fatalf("%s: Index(%s) = %d, want %d", name, nodes[j].Name, got.Index(nodes[j].Name), j)
+				require.Fail(t, fmt.Sprintf("%s: Index(%s) = %d, want %d", name, nodes[j].Name, got.Index(nodes[j].Name), j))
 			}
 		}
-		if got.Index("nope") != -1 {
-			t.Fatalf("%s: Index of an unknown node", name)
-		}
+		require.Falsef(t, got.Index("nope") != -1, "%s: Index of an unknown node", name)
 	}
 }
 
@@ -487,9 +467,7 @@ func TestBuildErrorsAsBefore(t *testing.T) {
 	} {
 		_, err := Build(c.nodes, c.peers, c.opts)
 		_, want := buildExact(c.nodes, c.peers, c.opts)
-		if err == nil || want == nil || err.Error() != want.Error() {
-			t.Errorf("error %v, the original's %v", err, want)
-		}
+		assert.Falsef(t, err == nil || want == nil || err.Error() != want.Error(), "error %v, the original's %v", err, want)
 	}
 }
 
@@ -497,9 +475,7 @@ func TestBuildErrorsAsBefore(t *testing.T) {
 // with the calico labels annotation and owned keys on the input nodes, in any order.
 func TestFromPlanMatchesOverlay(t *testing.T) {
 	in, res, err := SamplePlan("Hierarchical", 200, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(1, 1))
 	var nodes []*corev1.Node
 	for _, n := range in.Nodes {
@@ -524,9 +500,7 @@ func TestFromPlanMatchesOverlay(t *testing.T) {
 		}
 		in.Nodes = nodes
 		topo, err := FromPlan(in, res, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		byName := map[string]*corev1.Node{}
 		for _, n := range nodes {
 			byName[n.Name] = n
@@ -537,12 +511,10 @@ func TestFromPlanMatchesOverlay(t *testing.T) {
 			ann := extender.ApplyOwned(n.Annotations, extender.OwnedAnnotationKeys(), st.Annotations)
 			want := NodeFromObject(st.Name, labels, ann, in.Policy.ZoneLabel)
 			got := topo.Nodes[i]
-			if got.Name != want.Name || got.Zone != want.Zone || got.ClusterID != want.ClusterID || fmt.Sprint(got.Labels) != fmt.Sprint(want.Labels) {
-				t.Fatalf("%s: node %d: got %+v, want %+v", order, i, got, want)
-			}
+			require.Falsef(t, got.Name != want.Name || got.Zone != want.Zone || got.ClusterID != want.ClusterID || fmt.Sprint(got.Labels) != fmt.Sprint(want.Labels), "%s: node %d: got %+v, want %+v", order, i, got, want)
 		}
 		if ref, err := buildExact(topo.Nodes, res.BGPPeers, Options{}); err != nil || !slices.Equal(ref.Sessions, topo.Sessions) {
-			t.Fatalf("%s: sessions differ from the original Build (%v)", order, err)
+			require.Fail(t, fmt.Sprintf("%s: sessions differ from the original Build (%v)", order, err))
 		}
 	}
 }

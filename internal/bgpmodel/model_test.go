@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
@@ -77,16 +79,14 @@ func brute(t *Topology, down []bool) [][]float64 {
 func checkAgainstBrute(t *testing.T, name string, topo *Topology, down []bool) *Model {
 	t.Helper()
 	m, err := topo.Propagate(down)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
+	require.NoErrorf(t, err, "%s", name)
 	want := brute(topo, down)
 	var missing int64
 	for n := range topo.Nodes {
 		routes := 0.0
 		for o := range topo.Nodes {
 			if got := m.Paths(n, o); got != want[n][o] {
-				t.Fatalf("%s: paths of %s at %s: model %v, brute force %v", name, topo.Nodes[o].Name, topo.Nodes[n].Name, got, want[n][o])
+				require.Fail(t, fmt.Sprintf("%s: paths of %s at %s: model %v, brute force %v", name, topo.Nodes[o].Name, topo.Nodes[n].Name, got, want[n][o]))
 			}
 			routes += want[n][o]
 			if !isDown(down, n) && !isDown(down, o) && want[n][o] == 0 {
@@ -94,12 +94,10 @@ func checkAgainstBrute(t *testing.T, name string, topo *Topology, down []bool) *
 			}
 		}
 		if !isDown(down, n) && m.Nodes[n].Routes != routes {
-			t.Fatalf("%s: routes at %s: model %v, brute force %v", name, topo.Nodes[n].Name, m.Nodes[n].Routes, routes)
+			require.Fail(t, fmt.Sprintf("%s: routes at %s: model %v, brute force %v", name, topo.Nodes[n].Name, m.Nodes[n].Routes, routes))
 		}
 	}
-	if m.Summary.MissingPairs != missing {
-		t.Fatalf("%s: missing pairs: model %d, brute force %d", name, m.Summary.MissingPairs, missing)
-	}
+	require.Falsef(t, m.Summary.MissingPairs != missing, "%s: missing pairs: model %d, brute force %d", name, m.Summary.MissingPairs, missing)
 	return m
 }
 
@@ -147,9 +145,7 @@ func TestModelMatchesBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 3000 {
 		topo, err := randomTopology(rng)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var down []bool
 		if rng.IntN(4) == 0 {
 			down = make([]bool, len(topo.Nodes))
@@ -176,9 +172,7 @@ func TestModelPerRouteReflectorMesh(t *testing.T) {
 			peers = append(peers, peer(fmt.Sprint("s", s), fmt.Sprintf("set == '%d' && !has(rr)", s), fmt.Sprintf("has(rr) && set != '%d'", (s+1)%3)))
 		}
 		topo, err := Build(nodes, peers, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		m := checkAgainstBrute(t, fmt.Sprint(nRR, " RRs"), topo, nil)
 		t.Logf("%d route reflectors, one cluster ID each: busiest node %v routes, max %v paths per prefix", nRR, m.Summary.MaxRoutesPerNode, m.Summary.MaxPathsPerPrefix)
 	}
@@ -188,21 +182,15 @@ func TestModelSmallPlansMatchBruteForce(t *testing.T) {
 	for _, layout := range Layouts {
 		for _, n := range []int{12, 30, 50} {
 			in, res, err := SamplePlan(layout, n, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			topo, err := FromPlan(in, res, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			name := fmt.Sprintf("%s/%d", layout, n)
 			if layout == "PerRouteReflector" && n > 30 {
 				continue // brute force is too slow there
 			}
 			m := checkAgainstBrute(t, name, topo, nil)
-			if m.Summary.MissingPairs != 0 {
-				t.Errorf("%s: %d missing pairs", name, m.Summary.MissingPairs)
-			}
+			assert.Zerof(t, m.Summary.MissingPairs, "%s: %d missing pairs", name, m.Summary.MissingPairs)
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
@@ -24,12 +26,10 @@ func multiPlan(t testing.TB, n, rrs int, mode v1alpha1.ClusterIDMode) (extender.
 	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster, ClusterIDs: mode}
 	r, errs := policy.Resolve(p)
 	if len(errs) > 0 {
-		t.Fatal(errs.ToAggregate())
+		require.Fail(t, fmt.Sprint(errs.ToAggregate()))
 	}
 	nodes, err := nodesource.Simulate(n, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	in := extender.Input{Policy: r, Nodes: nodes, Now: nodesource.SimulationStart}
 	return in, extender.Plan(in)
 }
@@ -37,17 +37,13 @@ func multiPlan(t testing.TB, n, rrs int, mode v1alpha1.ClusterIDMode) (extender.
 func model(t testing.TB, in extender.Input, res *extender.Result, down func(*Topology) []bool) *Model {
 	t.Helper()
 	topo, err := FromPlan(in, res, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var d []bool
 	if down != nil {
 		d = down(topo)
 	}
 	m, err := topo.Propagate(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return m
 }
 
@@ -69,12 +65,8 @@ func TestModelMatchesMeasuredBIRD(t *testing.T) {
 		in, res := multiPlan(t, c.n, c.rrs, c.mode)
 		m := model(t, in, res, nil)
 		s := m.Summary
-		if s.MissingPairs != 0 {
-			t.Errorf("%d nodes, %d RRs %s: %d missing pairs", c.n, c.rrs, c.mode, s.MissingPairs)
-		}
-		if math.Abs(s.MaxRoutesPerNode-c.bird) > 0.1*c.bird {
-			t.Errorf("%d nodes, %d RRs %s: busiest node %v routes, BIRD measured %v", c.n, c.rrs, c.mode, s.MaxRoutesPerNode, c.bird)
-		}
+		assert.Zerof(t, s.MissingPairs, "%d nodes, %d RRs %s: %d missing pairs", c.n, c.rrs, c.mode, s.MissingPairs)
+		assert.Falsef(t, math.Abs(s.MaxRoutesPerNode-c.bird) > 0.1*c.bird, "%d nodes, %d RRs %s: busiest node %v routes, BIRD measured %v", c.n, c.rrs, c.mode, s.MaxRoutesPerNode, c.bird)
 		t.Logf("%d nodes, %d RRs %s: busiest %v routes (BIRD %v)", c.n, c.rrs, c.mode, s.MaxRoutesPerNode, c.bird)
 	}
 }
@@ -91,30 +83,22 @@ func sharedClusterID(res *extender.Result) {
 
 func TestModelSharedClusterIDLosesRoutes(t *testing.T) {
 	in, res, err := SamplePlan("SingleCluster", 60, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got := res.Summary.RouteReflectors; got != 9 {
-		t.Fatalf("plan has %d route reflectors, want 9", got)
+		require.Fail(t, fmt.Sprintf("plan has %d route reflectors, want 9", got))
 	}
 	good := model(t, in, res, nil).Summary
-	if good.MissingPairs != 0 || good.MaxRoutesPerNode != 1750 {
-		t.Errorf("one cluster ID per zone: %d missing pairs, busiest %v routes; BIRD measured 0 and 1,750", good.MissingPairs, good.MaxRoutesPerNode)
-	}
+	assert.Falsef(t, good.MissingPairs != 0 || good.MaxRoutesPerNode != 1750, "one cluster ID per zone: %d missing pairs, busiest %v routes; BIRD measured 0 and 1,750", good.MissingPairs, good.MaxRoutesPerNode)
 	sharedClusterID(res)
 	m := model(t, in, res, nil)
 	bad := m.Summary
 	// Measured with BIRD: 1,734 of 3,540 node pairs missing, 162 routes on the busiest node.
-	if bad.MissingPairs != 1734 || bad.MaxRoutesPerNode != 162 {
-		t.Errorf("shared cluster ID: %d missing pairs, busiest %v routes; BIRD measured 1,734 and 162", bad.MissingPairs, bad.MaxRoutesPerNode)
-	}
+	assert.Falsef(t, bad.MissingPairs != 1734 || bad.MaxRoutesPerNode != 162, "shared cluster ID: %d missing pairs, busiest %v routes; BIRD measured 1,734 and 162", bad.MissingPairs, bad.MaxRoutesPerNode)
 	pairs := m.MissingPairs(3)
-	if len(pairs) != 3 {
-		t.Fatalf("MissingPairs(3) = %v", pairs)
-	}
+	require.Lenf(t, pairs, 3, "MissingPairs(3) = %v", pairs)
 	n, o := m.Topology().Index(pairs[0][0]), m.Topology().Index(pairs[0][1])
 	if m.Has(n, o) || m.Topology().Nodes[n].Zone == m.Topology().Nodes[o].Zone {
-		t.Errorf("missing pair %v: has=%v, zones %q %q", pairs[0], m.Has(n, o), m.Topology().Nodes[n].Zone, m.Topology().Nodes[o].Zone)
+		assert.Fail(t, fmt.Sprintf("missing pair %v: has=%v, zones %q %q", pairs[0], m.Has(n, o), m.Topology().Nodes[n].Zone, m.Topology().Nodes[o].Zone))
 	}
 }
 
@@ -122,24 +106,20 @@ func TestModelEveryLayoutReachesAllAndSurvivesAZone(t *testing.T) {
 	for _, layout := range Layouts {
 		for _, n := range []int{50, 100, 200} {
 			in, res, err := SamplePlan(layout, n, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			name := fmt.Sprintf("%s/%d", layout, n)
 			m := model(t, in, res, nil)
-			if m.Summary.MissingPairs != 0 || m.Summary.OneSided != 0 {
-				t.Errorf("%s: %d missing pairs, %d one-sided peerings", name, m.Summary.MissingPairs, m.Summary.OneSided)
-			}
+			assert.Falsef(t, m.Summary.MissingPairs != 0 || m.Summary.OneSided != 0, "%s: %d missing pairs, %d one-sided peerings", name, m.Summary.MissingPairs, m.Summary.OneSided)
 			for _, z := range res.Zones {
 				d := model(t, in, res, func(t *Topology) []bool { return t.ZoneDown(z.Zone) })
 				if d.Summary.MissingPairs != 0 {
-					t.Errorf("%s without %s: %d missing pairs, e.g. %v", name, z.Zone, d.Summary.MissingPairs, d.MissingPairs(3))
+					assert.Fail(t, fmt.Sprintf("%s without %s: %d missing pairs, e.g. %v", name, z.Zone, d.Summary.MissingPairs, d.MissingPairs(3)))
 				}
 			}
 			for _, rr := range res.RouteReflectors {
 				d := model(t, in, res, func(t *Topology) []bool { down, _ := t.NamesDown(rr.Node); return down })
 				if d.Summary.MissingPairs != 0 {
-					t.Errorf("%s without route reflector %s: %d missing pairs, e.g. %v", name, rr.Node, d.Summary.MissingPairs, d.MissingPairs(3))
+					assert.Fail(t, fmt.Sprintf("%s without route reflector %s: %d missing pairs, e.g. %v", name, rr.Node, d.Summary.MissingPairs, d.MissingPairs(3)))
 				}
 			}
 			t.Logf("%s: %d RRs, %d sessions, busiest %v routes, max %v paths per prefix", name, m.Summary.RouteReflectors, m.Summary.Sessions, m.Summary.MaxRoutesPerNode, m.Summary.MaxPathsPerPrefix)
@@ -159,20 +139,14 @@ func TestModelScale(t *testing.T) {
 		for _, layout := range Layouts {
 			start := time.Now()
 			in, res, err := SamplePlan(layout, n, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			planned := time.Since(start)
 			start = time.Now()
 			topo, err := FromPlan(in, res, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			built := time.Since(start)
 			rrDown, err := topo.NamesDown(res.RouteReflectors[0].Node)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			for _, drill := range []struct {
 				name string
 				down []bool
@@ -182,21 +156,17 @@ func TestModelScale(t *testing.T) {
 				m, err := topo.Propagate(drill.down)
 				took := time.Since(start)
 				if errors.Is(err, ErrTooLarge) {
-					t.Errorf("%s: %v", name, err)
+					assert.Fail(t, fmt.Sprintf("%s: %v", name, err))
 					continue
 				} else if err != nil {
-					t.Fatalf("%s: %v", name, err)
+					require.Fail(t, fmt.Sprintf("%s: %v", name, err))
 				}
 				s := m.Summary
 				t.Logf("%s: plan %v, sessions %v, propagate %v: %d RRs, %d sessions, %d missing, busiest %.4g routes (%.3g per prefix), exact %v, %d states",
 					name, planned.Round(time.Millisecond), built.Round(time.Millisecond), took.Round(time.Millisecond), s.RouteReflectors, s.Sessions, s.MissingPairs, s.MaxRoutesPerNode, s.MaxRoutesPerNode/float64(s.Nodes), s.Exact, s.States)
-				if s.MissingPairs != 0 {
-					t.Errorf("%s: %d missing pairs", name, s.MissingPairs)
-				}
+				assert.Zerof(t, s.MissingPairs, "%s: %d missing pairs", name, s.MissingPairs)
 				// The goal is a small fraction of this; the bound leaves room for a loaded machine.
-				if took > 5*time.Second {
-					t.Errorf("%s: propagate took %v", name, took)
-				}
+				assert.Falsef(t, took > 5*time.Second, "%s: propagate took %v", name, took)
 			}
 		}
 	}
@@ -205,45 +175,35 @@ func TestModelScale(t *testing.T) {
 // A missing BGPPeer or a wrong selector shows up as missing routes, not as a silent success.
 func TestModelCatchesMissingOrWrongBGPPeer(t *testing.T) {
 	in, res, err := SamplePlan("MultiCluster", 60, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dropped := *res
 	dropped.BGPPeers = res.BGPPeers[1:]
 	if m := model(t, in, &dropped, nil); m.Summary.MissingPairs == 0 {
-		t.Error("a missing BGPPeer went unnoticed")
+		assert.Fail(t, "a missing BGPPeer went unnoticed")
 	}
 	wrong := *res
 	wrong.BGPPeers = slices.Clone(res.BGPPeers)
 	wrong.BGPPeers[len(wrong.BGPPeers)-1].Spec.PeerSelector = "routereflector.io/rr-id in {'no-such-node'}"
 	if m := model(t, in, &wrong, nil); m.Summary.MissingPairs == 0 {
-		t.Error("a wrong peerSelector went unnoticed")
+		assert.Fail(t, "a wrong peerSelector went unnoticed")
 	}
 	manual := *res
 	manual.BGPPeers = slices.Clone(res.BGPPeers)
 	rp := apiv3.ReversePeeringManual
 	manual.BGPPeers[len(manual.BGPPeers)-1].Spec.ReversePeering = &rp
 	if m := model(t, in, &manual, nil); m.Summary.MissingPairs == 0 || m.Summary.OneSided == 0 {
-		t.Errorf("reversePeering Manual without the reverse BGPPeer: %+v", m.Summary)
+		assert.Fail(t, fmt.Sprintf("reversePeering Manual without the reverse BGPPeer: %+v", m.Summary))
 	}
 }
 
 func TestAlternatives(t *testing.T) {
 	in, _, err := SamplePlan("MultiCluster", 300, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	alts, err := Alternatives(in, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(alts) != len(Layouts) {
-		t.Fatalf("%d alternatives", len(alts))
-	}
+	require.NoError(t, err)
+	require.Lenf(t, alts, len(Layouts), "%d alternatives", len(alts))
 	for _, a := range alts {
-		if a.Summary.MissingPairs != 0 || a.Summary.Nodes != 300 {
-			t.Errorf("%s: %+v", a.Layout, a.Summary)
-		}
+		assert.Falsef(t, a.Summary.MissingPairs != 0 || a.Summary.Nodes != 300, "%s: %+v", a.Layout, a.Summary)
 		t.Logf("%s: busiest %v routes, max %v paths per prefix", a.Layout, a.Summary.MaxRoutesPerNode, a.Summary.MaxPathsPerPrefix)
 	}
 }

@@ -1,10 +1,13 @@
 package bgpmodel
 
 import (
+	"fmt"
 	"testing"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	validator "github.com/projectcalico/calico/libcalico-go/lib/validator/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -15,21 +18,15 @@ func TestPlanBGPPeersPassCalicoValidator(t *testing.T) {
 	for _, layout := range Layouts {
 		for _, n := range []int{3, 50, 1000} {
 			_, res, err := SamplePlan(layout, n, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.BGPPeers) == 0 {
-				t.Fatalf("%s/%d: no BGPPeers", layout, n)
-			}
+			require.NoError(t, err)
+			require.NotEmptyf(t, res.BGPPeers, "%s/%d: no BGPPeers", layout, n)
 			for _, p := range res.BGPPeers {
 				obj := &apiv3.BGPPeer{
 					TypeMeta:   metav1.TypeMeta{Kind: apiv3.KindBGPPeer, APIVersion: apiv3.GroupVersionCurrent},
 					ObjectMeta: metav1.ObjectMeta{Name: p.Name, Labels: p.Labels},
 					Spec:       p.Spec,
 				}
-				if err := validator.Validate(obj); err != nil {
-					t.Errorf("%s/%d: BGPPeer %s: %v", layout, n, p.Name, err)
-				}
+				assert.NoErrorf(t, validator.Validate(obj), "%s/%d: BGPPeer %s", layout, n, p.Name)
 			}
 		}
 	}
@@ -44,10 +41,10 @@ func TestCalicoValidatorRejectsBadBGPPeers(t *testing.T) {
 	} {
 		obj := &apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: spec}
 		if err := validator.Validate(obj); err == nil {
-			t.Errorf("%s: accepted", name)
+			assert.Fail(t, fmt.Sprintf("%s: accepted", name))
 		}
 	}
 	if _, err := Build(nil, []extender.BGPPeer{{Name: "x", Spec: apiv3.BGPPeerSpec{NodeSelector: "has("}}}, Options{}); err == nil {
-		t.Error("Build accepted a bad selector")
+		assert.Fail(t, "Build accepted a bad selector")
 	}
 }

@@ -17,6 +17,8 @@ import (
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/projectcalico/api/pkg/lib/numorstring"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -51,14 +53,14 @@ func calicoScratch(t *testing.T, needNetns bool) *Scratch {
 			if errors.Is(err, ErrNoNetns) {
 				t.Skipf("the calico speaker needs network namespaces: %v", err)
 			}
-			t.Fatal(err)
+			require.Fail(t, fmt.Sprint(err))
 		}
 		if _, err := FindBIRD(""); err != nil {
-			t.Fatal(err)
+			require.Fail(t, fmt.Sprint(err))
 		}
 	}
 	if _, err := FindConfd(""); err != nil {
-		t.Fatal(err)
+		require.Fail(t, fmt.Sprint(err))
 	}
 	shared.once.Do(func() {
 		start := time.Now()
@@ -67,9 +69,7 @@ func calicoScratch(t *testing.T, needNetns bool) *Scratch {
 			t.Logf("kube-apiserver with Calico's CRDs ready in %v", time.Since(start).Round(time.Millisecond))
 		}
 	})
-	if shared.err != nil {
-		t.Fatal(shared.err)
-	}
+	require.False(t, shared.err != nil, shared.err)
 	return shared.scratch
 }
 
@@ -82,9 +82,7 @@ func runCalicoPlan(t *testing.T, s *Scratch, in extender.Input, res *extender.Re
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, in, res, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return rep
 }
 
@@ -96,23 +94,19 @@ func calicoMatchesModel(t *testing.T, name string, in extender.Input, res *exten
 	t.Helper()
 	sameRoutes(t, name, in, res, rep, ph)
 	for _, nr := range ph.Nodes {
-		if ph.Down == nil && math.Abs(float64(nr.Routes)-nr.ModelRoutes) > 0.1*nr.ModelRoutes {
-			t.Errorf("%s: %s stores %d routes, the model says %v", name, nr.Name, nr.Routes, nr.ModelRoutes)
-		}
+		assert.Falsef(t, ph.Down == nil && math.Abs(float64(nr.Routes)-nr.ModelRoutes) > 0.1*nr.ModelRoutes, "%s: %s stores %d routes, the model says %v", name, nr.Name, nr.Routes, nr.ModelRoutes)
 	}
-	if int64(ph.Summary.MissingPairs) != ph.Summary.ModelMissingPairs {
-		t.Errorf("%s: %d missing pairs, the model says %d", name, ph.Summary.MissingPairs, ph.Summary.ModelMissingPairs)
-	}
+	assert.Falsef(t, int64(ph.Summary.MissingPairs) != ph.Summary.ModelMissingPairs, "%s: %d missing pairs, the model says %d", name, ph.Summary.MissingPairs, ph.Summary.ModelMissingPairs)
 }
 
 func noConfigDifferences(t *testing.T, name string, diffs []string) {
 	t.Helper()
 	for i, d := range diffs {
 		if i == 10 {
-			t.Errorf("%s: and %d more differences", name, len(diffs)-i)
+			assert.Fail(t, fmt.Sprintf("%s: and %d more differences", name, len(diffs)-i))
 			break
 		}
-		t.Errorf("%s: confd and the model differ: %s", name, d)
+		assert.Fail(t, fmt.Sprintf("%s: confd and the model differ: %s", name, d))
 	}
 }
 
@@ -127,9 +121,7 @@ func TestCalicoMatchesModel(t *testing.T) {
 			name := fmt.Sprintf("calico %s/%d", layout, n)
 			noConfigDifferences(t, name, rep.ConfigDifferences)
 			calicoMatchesModel(t, name, in, res, rep, &Phase{Summary: rep.Summary, Nodes: rep.Nodes})
-			if rep.Summary.MissingPairs != 0 {
-				t.Errorf("%s: %d missing pairs", name, rep.Summary.MissingPairs)
-			}
+			assert.Zerof(t, rep.Summary.MissingPairs, "%s: %d missing pairs", name, rep.Summary.MissingPairs)
 			t.Logf("%s: %d RRs, %d sessions, converged %v in %.1fs, busiest %d routes (model %.0f), %d missing",
 				name, len(res.RouteReflectors), rep.Summary.Sessions, rep.Summary.Converged, rep.Summary.ConvergedSeconds,
 				rep.Summary.MaxRoutesPerNode, rep.Summary.ModelMaxRoutesPerNode, rep.Summary.MissingPairs)
@@ -151,9 +143,7 @@ func TestCalicoSharedClusterIDLosesRoutes(t *testing.T) {
 	noConfigDifferences(t, "shared cluster ID", rep.ConfigDifferences)
 	calicoMatchesModel(t, "calico shared cluster ID", in, res, rep, &Phase{Summary: rep.Summary, Nodes: rep.Nodes})
 	// The shared measurements with BIRD: 1,734 of 3,540 node pairs.
-	if rep.Summary.MissingPairs != 1734 {
-		t.Errorf("%d missing pairs, BIRD measured 1,734 (model %d)", rep.Summary.MissingPairs, rep.Summary.ModelMissingPairs)
-	}
+	assert.Falsef(t, rep.Summary.MissingPairs != 1734, "%d missing pairs, BIRD measured 1,734 (model %d)", rep.Summary.MissingPairs, rep.Summary.ModelMissingPairs)
 	t.Logf("shared cluster ID: %+v", rep.Summary)
 }
 
@@ -161,21 +151,13 @@ func TestCalicoFailureDrills(t *testing.T) {
 	s := calicoScratch(t, true)
 	in, res := samplePlan(t, "MultiCluster", 60)
 	rep := runCalicoPlan(t, s, in, res, Options{FailZone: "zone-a"})
-	if rep.AfterFailure == nil || rep.AfterFailure.Summary.Nodes != 40 {
-		t.Fatalf("after failure: %+v", rep.AfterFailure)
-	}
+	require.Falsef(t, rep.AfterFailure == nil || rep.AfterFailure.Summary.Nodes != 40, "after failure: %+v", rep.AfterFailure)
 	calicoMatchesModel(t, "calico without zone-a", in, res, rep, rep.AfterFailure)
-	if rep.MissingPairs() != 0 {
-		t.Errorf("missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
-	}
+	assert.Zerof(t, rep.MissingPairs(), "missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
 	rep = runCalicoPlan(t, s, in, res, Options{FailRR: []string{"1"}})
-	if rep.AfterFailure == nil || len(rep.AfterFailure.Down) != 1 {
-		t.Fatalf("after losing a route reflector: %+v", rep.AfterFailure)
-	}
+	require.Falsef(t, rep.AfterFailure == nil || len(rep.AfterFailure.Down) != 1, "after losing a route reflector: %+v", rep.AfterFailure)
 	calicoMatchesModel(t, "calico without "+rep.AfterFailure.Down[0], in, res, rep, rep.AfterFailure)
-	if rep.MissingPairs() != 0 {
-		t.Errorf("missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
-	}
+	assert.Zerof(t, rep.MissingPairs(), "missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
 }
 
 // VerifyCluster on a cluster's own state: a plan written to one API server (the "cluster") as the
@@ -185,32 +167,22 @@ func TestVerifyClusterReadsTheClusterState(t *testing.T) {
 	cluster := calicoScratch(t, true)
 	in, res := samplePlan(t, "MultiCluster", 30)
 	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{NodeToNodeMesh: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	st, err := planState(in, res, topo, Options{ASN: DefaultASN})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	st.configs = nil // no BGPConfiguration: the mesh is on
-	if err := cluster.write(t.Context(), st); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cluster.write(t.Context(), st))
 	o := Options{}
 	if testing.Verbose() {
 		o.Log = testLog{t}
 	}
 	rep, err := VerifyCluster(t.Context(), cluster.Config(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	noConfigDifferences(t, "live", rep.ConfigDifferences)
-	if rep.Summary.Nodes != 30 || rep.MissingPairs() != 0 || !rep.Summary.Converged || rep.Summary.EstablishedSessions != rep.Summary.Sessions {
-		t.Errorf("live cluster: %+v", rep.Summary)
-	}
+	assert.Falsef(t, rep.Summary.Nodes != 30 || rep.MissingPairs() != 0 || !rep.Summary.Converged || rep.Summary.EstablishedSessions != rep.Summary.Sessions, "live cluster: %+v", rep.Summary)
 	// The mesh: every two clients peer, plus each client's route reflectors, plus the RR mesh.
 	if want := topo.SessionCount(nil); rep.Summary.Sessions != want {
-		t.Errorf("%d sessions, the model with the mesh has %d", rep.Summary.Sessions, want)
+		assert.Fail(t, fmt.Sprintf("%d sessions, the model with the mesh has %d", rep.Summary.Sessions, want))
 	}
 	t.Logf("live: %+v", rep.Summary)
 }
@@ -219,31 +191,23 @@ func TestVerifyClusterReadsTheClusterState(t *testing.T) {
 func renderOnly(t *testing.T, s *Scratch, st *calicoState) []string {
 	t.Helper()
 	confd, err := FindConfd("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	logv := func(f string, a ...any) {
 		if testing.Verbose() {
 			t.Logf(f, a...)
 		}
 	}
 	dirs, err := s.renderState(t.Context(), st, confd, t.TempDir(), logv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return dirs
 }
 
 func planStateFor(t *testing.T, in extender.Input, res *extender.Result, mesh bool) *calicoState {
 	t.Helper()
 	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{NodeToNodeMesh: mesh})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	st, err := planState(in, res, topo, Options{ASN: DefaultASN, NodeToNodeMesh: mesh})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return st
 }
 
@@ -255,9 +219,7 @@ func TestConfdSessionsMatchModelWithMesh(t *testing.T) {
 		in, res := samplePlan(t, layout, 40)
 		st := planStateFor(t, in, res, true)
 		_, _, diffs, err := confdTopology(st, renderOnly(t, s, st))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		noConfigDifferences(t, layout+" with the mesh", diffs)
 	}
 }
@@ -283,20 +245,14 @@ func TestBIRDConfigMatchesConfd(t *testing.T) {
 		nodes := speakerNodesAt(st.model, addrs, st.blocks)
 		for i, nd := range nodes {
 			mine, err := parseBIRDConfig(birdConfig(nd, DefaultASN, 179))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			b, err := os.ReadFile(filepath.Join(dirs[i], "bird.cfg"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			theirs, err := parseBIRDConfig(string(b))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			name := fmt.Sprintf("%s mesh=%v %s", c.layout, c.mesh, nd.name)
 			if got, want := statements(mine.template), statements(theirs.template); !slices.Equal(got, want) {
-				t.Errorf("%s: bgp_template %q, confd %q", name, got, want)
+				assert.Fail(t, fmt.Sprintf("%s: bgp_template %q, confd %q", name, got, want))
 			}
 			key := func(p birdProtocol) string {
 				return fmt.Sprintf("%s rr=%v id=%s passive=%v as=%d", p.neighbor, p.rrClient, p.clusterID, p.passive, p.as)
@@ -310,9 +266,7 @@ func TestBIRDConfigMatchesConfd(t *testing.T) {
 			}
 			slices.Sort(got)
 			slices.Sort(want)
-			if !slices.Equal(got, want) {
-				t.Errorf("%s: bird backend %v, confd %v", name, got, want)
-			}
+			assert.Truef(t, slices.Equal(got, want), "%s: bird backend %v, confd %v", name, got, want)
 		}
 	}
 }
@@ -355,23 +309,17 @@ protocol bgp Mesh_100_64_0_3 from bgp_template {
   passive on; # Mesh is unidirectional, peer will connect to us.
 }
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := []birdProtocol{
 		{name: "Node_100_64_0_2", neighbor: mustAddr("100.64.0.2"), as: 64512, rrClient: true, clusterID: "224.0.0.1"},
 		{name: "Mesh_100_64_0_3", neighbor: mustAddr("100.64.0.3"), as: 64513, passive: true},
 	}
-	if rc.routerID != "100.64.0.1" || !slices.Equal(rc.protocols, want) || !strings.Contains(rc.template, "add paths on;") {
-		t.Errorf("parsed %+v", rc)
-	}
+	assert.Falsef(t, rc.routerID != "100.64.0.1" || !slices.Equal(rc.protocols, want) || !strings.Contains(rc.template, "add paths on;"), "parsed %+v", rc)
 }
 
 func TestRewriteDest(t *testing.T) {
 	out, n := rewriteDest("[template]\nsrc = \"bird.cfg.template\"\ndest = \"/etc/calico/confd/config/bird.cfg\"\nprefix = \"/calico/\"\n", "/tmp/x/n3")
-	if n != 1 || !strings.Contains(out, "dest = \"/tmp/x/n3/bird.cfg\"\n") || !strings.Contains(out, "src = \"bird.cfg.template\"") {
-		t.Errorf("%d: %s", n, out)
-	}
+	assert.Falsef(t, n != 1 || !strings.Contains(out, "dest = \"/tmp/x/n3/bird.cfg\"\n") || !strings.Contains(out, "src = \"bird.cfg.template\""), "%d: %s", n, out)
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -380,7 +328,7 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 func agree(t *testing.T, diffs []string) {
 	t.Helper()
 	if len(diffs) > 0 {
-		t.Fatalf("confd and the model differ: %s", strings.Join(diffs, "; "))
+		require.Fail(t, fmt.Sprintf("confd and the model differ: %s", strings.Join(diffs, "; ")))
 	}
 }
 
@@ -397,16 +345,11 @@ func TestConfdModelPeerIPOfANode(t *testing.T) {
 	st.peers[len(st.peers)-1].Spec.PeerIP = st.addrs[st.model.Index("node-00011")].Addr().String()
 	// The model of the state as written: the nodes carry their BGP addresses.
 	var err error
-	if st.model, err = bgpmodel.FromCluster(st.nodes, st.peers, corev1.LabelTopologyZone, bgpmodel.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(st.model.Peers(st.model.Index("node-00010")), int32(st.model.Index("node-00011"))) {
-		t.Fatal("the model has no session node-00010-node-00011")
-	}
+	st.model, err = bgpmodel.FromCluster(st.nodes, st.peers, corev1.LabelTopologyZone, bgpmodel.Options{})
+	require.NoError(t, err)
+	require.True(t, slices.Contains(st.model.Peers(st.model.Index("node-00010")), int32(st.model.Index("node-00011"))), "the model has no session node-00010-node-00011")
 	_, _, diffs, err := confdTopology(st, renderOnly(t, s, st))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	agree(t, diffs)
 }
 
@@ -426,9 +369,7 @@ func TestConfdModelClusterIDInCIDRForm(t *testing.T) {
 	st := planStateFor(t, in, res, false)
 	dirs := renderOnly(t, s, st)
 	_, _, diffs, err := confdTopology(st, dirs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if bird, err := FindBIRD(""); err == nil {
 		out, err := exec.Command(bird, "-p", "-c", filepath.Join(dirs[st.model.Index(rr)], "bird.cfg")).CombinedOutput()
 		t.Logf("bird -p on %s's configuration: %v %s", rr, err, strings.TrimSpace(string(out)))

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 )
@@ -41,9 +44,7 @@ func run(t *testing.T, speaker string, in extender.Input, res *extender.Result, 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, in, res, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return rep
 }
 
@@ -54,9 +55,7 @@ func (l testLog) Write(p []byte) (int, error) { l.t.Log(string(p)); return len(p
 func samplePlan(t *testing.T, layout string, n int) (extender.Input, *extender.Result) {
 	t.Helper()
 	in, res, err := bgpmodel.SamplePlan(layout, n, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return in, res
 }
 
@@ -64,33 +63,24 @@ func samplePlan(t *testing.T, layout string, n int) (extender.Input, *extender.R
 func sameRoutes(t *testing.T, name string, in extender.Input, res *extender.Result, rep *Report, ph *Phase) {
 	t.Helper()
 	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var down []bool
 	if ph.Down != nil {
-		if down, err = topo.NamesDown(ph.Down...); err != nil {
-			t.Fatal(err)
-		}
+		down, err = topo.NamesDown(ph.Down...)
+		require.NoError(t, err)
 	}
 	m, err := topo.Propagate(down)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i, nr := range ph.Nodes {
 		if nr.Down {
 			continue
 		}
 		if want := len(m.Missing(i)); want != len(nr.Missing) {
-			t.Errorf("%s: %s misses %d blocks, the model says %d: %v vs %v", name, nr.Name, len(nr.Missing), want, nr.Missing, m.Missing(i))
+			assert.Fail(t, fmt.Sprintf("%s: %s misses %d blocks, the model says %d: %v vs %v", name, nr.Name, len(nr.Missing), want, nr.Missing, m.Missing(i)))
 		}
 	}
-	if !ph.Summary.Converged {
-		t.Errorf("%s: not converged", name)
-	}
-	if ph.Summary.EstablishedSessions != ph.Summary.Sessions {
-		t.Errorf("%s: %d of %d sessions established", name, ph.Summary.EstablishedSessions, ph.Summary.Sessions)
-	}
+	assert.Truef(t, ph.Summary.Converged, "%s: not converged", name)
+	assert.Falsef(t, ph.Summary.EstablishedSessions != ph.Summary.Sessions, "%s: %d of %d sessions established", name, ph.Summary.EstablishedSessions, ph.Summary.Sessions)
 }
 
 func TestGoBGPMatchesModel(t *testing.T) {
@@ -99,9 +89,7 @@ func TestGoBGPMatchesModel(t *testing.T) {
 		rep := run(t, SpeakerGoBGP, in, res, Options{})
 		name := "gobgp " + layout
 		sameRoutes(t, name, in, res, rep, &Phase{Summary: rep.Summary, Nodes: rep.Nodes})
-		if rep.Summary.MissingPairs != 0 {
-			t.Errorf("%s: %d missing pairs", name, rep.Summary.MissingPairs)
-		}
+		assert.Zerof(t, rep.Summary.MissingPairs, "%s: %d missing pairs", name, rep.Summary.MissingPairs)
 		t.Logf("%s: %+v", name, rep.Summary)
 	}
 }
@@ -109,17 +97,11 @@ func TestGoBGPMatchesModel(t *testing.T) {
 func TestGoBGPFailureDrills(t *testing.T) {
 	in, res := samplePlan(t, "MultiCluster", 30)
 	rep := run(t, SpeakerGoBGP, in, res, Options{FailZone: "zone-b"})
-	if rep.AfterFailure == nil || rep.AfterFailure.Summary.Nodes != 20 {
-		t.Fatalf("after failure: %+v", rep.AfterFailure)
-	}
+	require.Falsef(t, rep.AfterFailure == nil || rep.AfterFailure.Summary.Nodes != 20, "after failure: %+v", rep.AfterFailure)
 	sameRoutes(t, "gobgp without zone-b", in, res, rep, rep.AfterFailure)
-	if rep.MissingPairs() != 0 {
-		t.Errorf("missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
-	}
+	assert.Zerof(t, rep.MissingPairs(), "missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
 	rep = run(t, SpeakerGoBGP, in, res, Options{FailRR: []string{"1"}})
-	if rep.AfterFailure == nil || len(rep.AfterFailure.Down) != 1 || rep.AfterFailure.Summary.MissingPairs != 0 {
-		t.Fatalf("after losing a route reflector: %+v", rep.AfterFailure)
-	}
+	require.Falsef(t, rep.AfterFailure == nil || len(rep.AfterFailure.Down) != 1 || rep.AfterFailure.Summary.MissingPairs != 0, "after losing a route reflector: %+v", rep.AfterFailure)
 }
 
 // ensureBIRD fails the test when bird is missing: the BIRD backend is never skipped silently, and
@@ -130,7 +112,7 @@ func ensureBIRD(t *testing.T) {
 		t.Skip("real BGP speakers (port 179 on 127.x addresses, BIRD processes) run without -short")
 	}
 	if _, err := FindBIRD(""); err != nil {
-		t.Fatalf("the BIRD backend needs BIRD 1.6: %v", err)
+		require.Fail(t, fmt.Sprintf("the BIRD backend needs BIRD 1.6: %v", err))
 	}
 }
 
@@ -144,13 +126,9 @@ func TestBIRDMatchesModel(t *testing.T) {
 		rep := run(t, SpeakerBIRD, in, res, Options{})
 		name := fmt.Sprintf("bird %s/%d", c.layout, c.n)
 		sameRoutes(t, name, in, res, rep, &Phase{Summary: rep.Summary, Nodes: rep.Nodes})
-		if rep.Summary.MissingPairs != 0 {
-			t.Errorf("%s: %d missing pairs", name, rep.Summary.MissingPairs)
-		}
+		assert.Zerof(t, rep.Summary.MissingPairs, "%s: %d missing pairs", name, rep.Summary.MissingPairs)
 		for _, nr := range rep.Nodes {
-			if math.Abs(float64(nr.Routes)-nr.ModelRoutes) > 0.1*nr.ModelRoutes {
-				t.Errorf("%s: %s stores %d routes, the model says %v", name, nr.Name, nr.Routes, nr.ModelRoutes)
-			}
+			assert.Falsef(t, math.Abs(float64(nr.Routes)-nr.ModelRoutes) > 0.1*nr.ModelRoutes, "%s: %s stores %d routes, the model says %v", name, nr.Name, nr.Routes, nr.ModelRoutes)
 		}
 		t.Logf("%s: %+v", name, rep.Summary)
 	}
@@ -169,17 +147,13 @@ func TestBIRDSharedClusterIDLosesRoutes(t *testing.T) {
 // clients of its same-cluster peers either.
 func TestGoBGPSharedClusterIDLosesRoutes(t *testing.T) {
 	rep := sharedClusterIDRun(t, SpeakerGoBGP)
-	if int64(rep.Summary.MissingPairs) < rep.Summary.ModelMissingPairs || rep.Summary.ModelMissingPairs == 0 {
-		t.Errorf("missing pairs: gobgp %d, model %d", rep.Summary.MissingPairs, rep.Summary.ModelMissingPairs)
-	}
+	assert.Falsef(t, int64(rep.Summary.MissingPairs) < rep.Summary.ModelMissingPairs || rep.Summary.ModelMissingPairs == 0, "missing pairs: gobgp %d, model %d", rep.Summary.MissingPairs, rep.Summary.ModelMissingPairs)
 }
 
 func sharedClusterID(t *testing.T, speaker string) {
 	rep := sharedClusterIDRun(t, speaker)
 	sameRoutes(t, speaker+" shared cluster ID", rep.in, rep.res, rep.Report, &Phase{Summary: rep.Summary, Nodes: rep.Nodes})
-	if rep.Summary.MissingPairs == 0 || int64(rep.Summary.MissingPairs) != rep.Summary.ModelMissingPairs {
-		t.Errorf("missing pairs: %s %d, model %d", speaker, rep.Summary.MissingPairs, rep.Summary.ModelMissingPairs)
-	}
+	assert.Falsef(t, rep.Summary.MissingPairs == 0 || int64(rep.Summary.MissingPairs) != rep.Summary.ModelMissingPairs, "missing pairs: %s %d, model %d", speaker, rep.Summary.MissingPairs, rep.Summary.ModelMissingPairs)
 }
 
 type planReport struct {
@@ -210,11 +184,7 @@ func TestBIRDFailZone(t *testing.T) {
 	ensureBIRD(t)
 	in, res := samplePlan(t, "SingleCluster", 30)
 	rep := run(t, SpeakerBIRD, in, res, Options{FailZone: "zone-a"})
-	if rep.AfterFailure == nil {
-		t.Fatal("no failure phase")
-	}
+	require.False(t, rep.AfterFailure == nil, "no failure phase")
 	sameRoutes(t, "bird without zone-a", in, res, rep, rep.AfterFailure)
-	if rep.MissingPairs() != 0 {
-		t.Errorf("missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
-	}
+	assert.Zerof(t, rep.MissingPairs(), "missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
 }

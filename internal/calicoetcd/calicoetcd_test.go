@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -26,9 +27,7 @@ import (
 func TestValidate(t *testing.T) {
 	dir := t.TempDir()
 	garbage := filepath.Join(dir, "garbage.pem")
-	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(garbage, []byte("not a certificate"), 0o600))
 	for _, tc := range []struct {
 		name string
 		cfg  calicoetcd.Config
@@ -47,14 +46,10 @@ func TestValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
 			if tc.want == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-				t.Fatalf("got %v, want one line containing %q", err, tc.want)
-			}
+			require.Falsef(t, err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n"), "got %v, want one line containing %q", err, tc.want)
 		})
 	}
 }
@@ -74,9 +69,7 @@ func TestDiff(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := calicoetcd.Diff(tc.have, want)
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Fatalf("got %q, want %q", got, tc.want)
-			}
+			require.Falsef(t, fmt.Sprint(got) != fmt.Sprint(tc.want), "got %q, want %q", got, tc.want)
 		})
 	}
 }
@@ -90,16 +83,10 @@ func TestStoreOnRealEtcd(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := t.Context()
 	s, err := calicoetcd.New(calicoetcd.Config{Endpoints: env.EtcdURL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	other, err := calicoetcd.New(calicoetcd.Config{Endpoints: env.EtcdURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Check(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, s.Check(ctx))
 	owned := extender.OwnedLabelKeys("calico-route-reflector")
 
 	t.Run("role on a Calico Node", func(t *testing.T) {
@@ -108,46 +95,32 @@ func TestStoreOnRealEtcd(t *testing.T) {
 		n.Labels = map[string]string{"topology.kubernetes.io/zone": "zone-a", extender.LabelPeeringSet: "old"}
 		n.Spec.BGP = &libapiv3.NodeBGPSpec{IPv4Address: "10.0.0.1/24"}
 		if _, err := other.Client().Nodes().Create(ctx, n, options.SetOptions{}); err != nil {
-			t.Fatal(err)
+			require.Fail(t, fmt.Sprint(err))
 		}
 		want := calicoetcd.Role{Labels: map[string]string{"calico-route-reflector": "", extender.LabelRouteReflectorID: "node-1"}, ClusterID: "224.0.0.1"}
-		if err := s.SetRole(ctx, "node-1", owned, want); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.SetRole(ctx, "node-1", owned, want))
 		got, err := other.Client().Nodes().Get(ctx, "node-1", options.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if r := calicoetcd.RoleOfCalicoNode(owned, got); !r.Equal(want) {
-			t.Fatalf("role %+v, want %+v", r, want)
+			require.Fail(t, fmt.Sprintf("role %+v, want %+v", r, want))
 		}
-		if got.Labels["topology.kubernetes.io/zone"] != "zone-a" || got.Spec.BGP.IPv4Address != "10.0.0.1/24" {
-			t.Fatalf("foreign fields lost: %+v %+v", got.Labels, got.Spec.BGP)
-		}
+		require.Falsef(t, got.Labels["topology.kubernetes.io/zone"] != "zone-a" || got.Spec.BGP.IPv4Address != "10.0.0.1/24", "foreign fields lost: %+v %+v", got.Labels, got.Spec.BGP)
 		k := calicoetcd.KubernetesShape(got)
-		if k.Annotations[extender.AnnotationClusterID] != "224.0.0.1" || k.Annotations[extender.AnnotationCalicoIPv4] != "10.0.0.1/24" {
-			t.Fatalf("kubernetes shape %+v", k.Annotations)
-		}
+		require.Falsef(t, k.Annotations[extender.AnnotationClusterID] != "224.0.0.1" || k.Annotations[extender.AnnotationCalicoIPv4] != "10.0.0.1/24", "kubernetes shape %+v", k.Annotations)
 		// Back to a client: the label and the ID go.
-		if err := s.SetRole(ctx, "node-1", owned, calicoetcd.Role{Labels: map[string]string{extender.LabelPeeringSet: "s1"}}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.SetRole(ctx, "node-1", owned, calicoetcd.Role{Labels: map[string]string{extender.LabelPeeringSet: "s1"}}))
 		roles, err := other.Roles(ctx, owned)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if r := roles["node-1"]; r.ClusterID != "" || len(r.Labels) != 1 || r.Labels[extender.LabelPeeringSet] != "s1" {
-			t.Fatalf("role %+v", r)
+			require.Fail(t, fmt.Sprintf("role %+v", r))
 		}
 	})
 
 	t.Run("no Calico Node: never created", func(t *testing.T) {
 		err := s.SetRole(ctx, "node-missing", owned, calicoetcd.Role{ClusterID: "224.0.0.1"})
-		if !errors.Is(err, calicoetcd.ErrNoCalicoNode) {
-			t.Fatalf("got %v", err)
-		}
+		require.Truef(t, errors.Is(err, calicoetcd.ErrNoCalicoNode), "got %v", err)
 		if _, err := other.Client().Nodes().Get(ctx, "node-missing", options.GetOptions{}); err == nil {
-			t.Fatal("the Calico Node was created")
+			require.Fail(t, "the Calico Node was created")
 		}
 	})
 
@@ -157,38 +130,28 @@ func TestStoreOnRealEtcd(t *testing.T) {
 			Spec: apiv3.BGPPeerSpec{NodeSelector: "routereflector.io/peering-set == 'x'", PeerSelector: "routereflector.io/rr-id in {'node-1'}"}}
 		foreign := &apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: "hand-made"}, Spec: apiv3.BGPPeerSpec{PeerIP: "10.1.1.1", ASNumber: 64512}}
 		for _, b := range []*apiv3.BGPPeer{p, foreign} {
-			if err := peers.Create(ctx, b); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, peers.Create(ctx, b))
 		}
 		if err := peers.Create(ctx, p); !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("second create: %v", err)
+			require.Fail(t, fmt.Sprintf("second create: %v", err))
 		}
 		got, err := other.Peers().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
-		if err != nil || len(got) != 1 || got[0].Name != p.Name || got[0].Spec.PeerSelector != p.Spec.PeerSelector {
-			t.Fatalf("managed list %v %v", got, err)
-		}
+		require.Falsef(t, err != nil || len(got) != 1 || got[0].Name != p.Name || got[0].Spec.PeerSelector != p.Spec.PeerSelector, "managed list %v %v", got, err)
 		all, err := other.Peers().List(ctx, nil)
-		if err != nil || len(all) != 2 {
-			t.Fatalf("all %v %v", all, err)
-		}
+		require.Falsef(t, err != nil || len(all) != 2, "all %v %v", all, err)
 		stale := got[0].DeepCopy()
 		got[0].Spec.PeerSelector = "has(calico-route-reflector)"
-		if err := peers.Update(ctx, got[0]); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, peers.Update(ctx, got[0]))
 		if err := peers.Update(ctx, stale); !apierrors.IsConflict(err) {
-			t.Fatalf("stale update: %v", err)
+			require.Fail(t, fmt.Sprintf("stale update: %v", err))
 		}
 		if err := peers.Delete(ctx, stale); !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			t.Fatalf("stale delete: %v", err)
+			require.Fail(t, fmt.Sprintf("stale delete: %v", err))
 		}
 		cur, _ := other.Peers().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
-		if err := peers.Delete(ctx, cur[0]); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, peers.Delete(ctx, cur[0]))
 		if err := peers.Delete(ctx, cur[0]); !apierrors.IsNotFound(err) {
-			t.Fatalf("second delete: %v", err)
+			require.Fail(t, fmt.Sprintf("second delete: %v", err))
 		}
 	})
 
@@ -197,76 +160,62 @@ func TestStoreOnRealEtcd(t *testing.T) {
 		period := uint32(5)
 		obj := &apiv3.CalicoNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: "rr-autoscaler-handover-node-1", Labels: map[string]string{extender.LabelManagedBy: extender.ManagedByValue}},
 			Spec: apiv3.CalicoNodeStatusSpec{Node: "node-1", Classes: []apiv3.NodeStatusClassType{apiv3.NodeStatusClassTypeBGP}, UpdatePeriodSeconds: &period}}
-		if err := st.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, st.Create(ctx, obj))
 		if err := st.Create(ctx, obj); !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("second create: %v", err)
+			require.Fail(t, fmt.Sprintf("second create: %v", err))
 		}
 		// calico-node on etcd reports its sessions in the status.
 		cur, err := other.Client().CalicoNodeStatus().Get(ctx, obj.Name, options.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		cur.Status.BGP.PeersV4 = []apiv3.CalicoNodePeer{{PeerIP: "10.0.0.2", State: apiv3.BGPSessionStateEstablished}}
 		if _, err := other.Client().CalicoNodeStatus().Update(ctx, cur, options.SetOptions{}); err != nil {
-			t.Fatal(err)
+			require.Fail(t, fmt.Sprint(err))
 		}
 		got, err := st.List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
-		if err != nil || len(got) != 1 || len(got[0].Status.BGP.PeersV4) != 1 || got[0].Status.BGP.PeersV4[0].State != apiv3.BGPSessionStateEstablished {
-			t.Fatalf("listed %+v %v", got, err)
-		}
-		if err := st.Delete(ctx, got[0]); err != nil {
-			t.Fatal(err)
-		}
+		require.Falsef(t, err != nil || len(got) != 1 || len(got[0].Status.BGP.PeersV4) != 1 || got[0].Status.BGP.PeersV4[0].State != apiv3.BGPSessionStateEstablished, "listed %+v %v", got, err)
+		require.NoError(t, st.Delete(ctx, got[0]))
 		if err := st.Delete(ctx, got[0]); !apierrors.IsNotFound(err) {
-			t.Fatalf("second delete: %v", err)
+			require.Fail(t, fmt.Sprintf("second delete: %v", err))
 		}
 	})
 
 	t.Run("BGPConfiguration: created, patched at its version", func(t *testing.T) {
 		cs := s.Configs()
 		if _, err := cs.Get(ctx, "default"); !apierrors.IsNotFound(err) {
-			t.Fatalf("get before create: %v", err)
+			require.Fail(t, fmt.Sprintf("get before create: %v", err))
 		}
 		off := false
 		if err := cs.Create(ctx, &apiv3.BGPConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "default", Annotations: map[string]string{"a": "b"}},
 			Spec: apiv3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}}); err != nil {
-			t.Fatal(err)
+			require.Fail(t, fmt.Sprint(err))
 		}
 		orig, err := other.Configs().Get(ctx, "default")
-		if err != nil || orig.Annotations["a"] != "b" || *orig.Spec.NodeToNodeMeshEnabled {
-			t.Fatalf("got %+v %v", orig, err)
-		}
+		require.Falsef(t, err != nil || orig.Annotations["a"] != "b" || *orig.Spec.NodeToNodeMeshEnabled, "got %+v %v", orig, err)
 		on := orig.DeepCopy()
 		on.Spec.NodeToNodeMeshEnabled = new(bool)
 		*on.Spec.NodeToNodeMeshEnabled = true
-		if err := cs.Patch(ctx, orig, on); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cs.Patch(ctx, orig, on))
 		if err := cs.Patch(ctx, orig, on); !apierrors.IsConflict(err) {
-			t.Fatalf("stale patch: %v", err)
+			require.Fail(t, fmt.Sprintf("stale patch: %v", err))
 		}
 		if got, _ := other.Configs().Get(ctx, "default"); !*got.Spec.NodeToNodeMeshEnabled {
-			t.Fatalf("mesh %v", *got.Spec.NodeToNodeMeshEnabled)
+			require.Fail(t, fmt.Sprintf("mesh %v", *got.Spec.NodeToNodeMeshEnabled))
 		}
 	})
 
 	t.Run("unreachable etcd: a one-line error naming it", func(t *testing.T) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		addr := l.Addr().String()
 		l.Close()
 		down, err := calicoetcd.New(calicoetcd.Config{Endpoints: "http://" + addr})
 		if err != nil {
-			t.Fatal(err) // building the client does not wait for etcd
+			require.Fail(t, fmt.Sprint(err)) // building the client does not wait for etcd
 		}
 		err = down.Check(ctx)
 		if err == nil || !strings.Contains(err.Error(), "etcd at http://"+addr+" unreachable: "+addr+": dial tcp "+addr+": connect: connection refused") ||
 			strings.Contains(err.Error(), "\n") {
-			t.Fatalf("got %v", err)
+			require.Fail(t, fmt.Sprintf("got %v", err))
 		}
 	})
 }
@@ -280,17 +229,15 @@ func TestTLSEtcd(t *testing.T) {
 	bin := testenv.RequireBinary(t, testenv.ToolEtcd)
 	dir := t.TempDir()
 	if _, err := testenv.WriteWebhookCert(filepath.Join(dir, "server")); err != nil {
-		t.Fatal(err)
+		require.Fail(t, fmt.Sprint(err))
 	}
 	if _, err := testenv.WriteWebhookCert(filepath.Join(dir, "other")); err != nil {
-		t.Fatal(err)
+		require.Fail(t, fmt.Sprint(err))
 	}
 	ports := make([]int, 2)
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ports[i] = l.Addr().(*net.TCPAddr).Port
 		l.Close()
 	}
@@ -301,30 +248,22 @@ func TestTLSEtcd(t *testing.T) {
 		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=tls="+peer,
 		"--cert-file="+filepath.Join(dir, "server", "tls.crt"), "--key-file="+filepath.Join(dir, "server", "tls.key"),
 		"--unsafe-no-fsync=true", "--log-level=error")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
 	good, err := calicoetcd.New(calicoetcd.Config{Endpoints: client, CACertFile: filepath.Join(dir, "server", "ca.crt")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	deadline := time.Now().Add(30 * time.Second)
 	for err = good.Check(t.Context()); err != nil && time.Now().Before(deadline); err = good.Check(t.Context()) {
 		time.Sleep(200 * time.Millisecond)
 	}
-	if err != nil {
-		t.Fatalf("trusted CA: %v", err)
-	}
+	require.NoErrorf(t, err, "trusted CA")
 	bad, err := calicoetcd.New(calicoetcd.Config{Endpoints: client, CACertFile: filepath.Join(dir, "other", "ca.crt")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	err = bad.Check(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "etcd at "+client+" unreachable") || !strings.Contains(err.Error(), "certificate signed by unknown authority") ||
 		strings.Contains(err.Error(), "\n") {
-		t.Fatalf("untrusted CA: %v", err)
+		require.Fail(t, fmt.Sprintf("untrusted CA: %v", err))
 	}
 	t.Log(err)
 }

@@ -93,15 +93,11 @@ func FuzzDecodeNodes(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		nodes, err := DecodeNodes(data)
 		if err != nil {
-			if strings.Contains(err.Error(), "\n") {
-				t.Fatalf("multi-line error: %q", err)
-			}
+			require.Falsef(t, strings.Contains(err.Error(), "\n"), "multi-line error: %q", err)
 			return
 		}
 		for _, n := range nodes {
-			if n.Name == "" {
-				t.Fatal("node without a name accepted")
-			}
+			require.NotEmpty(t, n.Name, "node without a name accepted")
 		}
 	})
 }

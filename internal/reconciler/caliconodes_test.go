@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -189,30 +190,24 @@ func TestEtcdRolesMirroredRouteReflectorsFirst(t *testing.T) {
 	all := names(12)
 	h, f := etcdHarness(t, 12, all[:11]...) // node-11 has no Calico Node yet
 	requeue := h.reconcile()
-	if err := h.inSync(f); err != nil {
-		t.Fatal(err)
-	}
-	if requeue > 3*time.Second {
-		t.Fatalf("requeue after %v: a missing Calico Node is retried at the resync", requeue)
-	}
+	require.NoError(t, h.inSync(f))
+	require.Falsef(t, requeue > 3*time.Second, "requeue after %v: a missing Calico Node is retried at the resync", requeue)
 	if _, ok := f.roles["node-11"]; ok {
-		t.Fatal("a Calico Node was created")
+		require.Fail(t, "a Calico Node was created")
 	}
 	// Route reflectors (with a cluster ID) are written before any client.
 	seenClient := false
 	for _, w := range f.writes {
 		isRR := !strings.HasSuffix(w, " ")
-		if isRR && seenClient {
-			t.Fatalf("route reflector written after a client: %v", f.writes)
-		}
+		require.Falsef(t, isRR && seenClient, "route reflector written after a client: %v", f.writes)
 		seenClient = seenClient || !isRR
 	}
 	if len(h.rrs()) != 3 || len(f.writes) != 11 {
-		t.Fatalf("route reflectors %v, writes %v", h.rrs(), f.writes)
+		require.Fail(t, fmt.Sprintf("route reflectors %v, writes %v", h.rrs(), f.writes))
 	}
 	// The BGPPeers went to etcd, none to the Kubernetes API.
 	if len(f.peers) == 0 || len(h.peers()) != 0 {
-		t.Fatalf("BGPPeers in etcd %d, in the Kubernetes API %v", len(f.peers), h.peers())
+		require.Fail(t, fmt.Sprintf("BGPPeers in etcd %d, in the Kubernetes API %v", len(f.peers), h.peers()))
 	}
 	// node-11's Calico Node appears: it gets its role at the next reconcile.
 	f.mu.Lock()
@@ -220,10 +215,10 @@ func TestEtcdRolesMirroredRouteReflectorsFirst(t *testing.T) {
 	f.mu.Unlock()
 	h.reconcile()
 	if err := h.inSync(f); err != nil || f.roles["node-11"].Labels[extender.LabelPeeringSet] == "" {
-		t.Fatalf("late Calico Node: %v %+v", err, f.roles["node-11"])
+		require.Fail(t, fmt.Sprintf("late Calico Node: %v %+v", err, f.roles["node-11"]))
 	}
 	if ev := driftEvents(h.events()); len(ev) != 0 {
-		t.Fatalf("drift reported for planned writes: %v", ev)
+		require.Fail(t, fmt.Sprintf("drift reported for planned writes: %v", ev))
 	}
 }
 
@@ -259,14 +254,12 @@ func TestEtcdDriftRevertedWithEvents(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.edit()
 			h.reconcile()
-			if err := h.inSync(f); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, h.inSync(f))
 			if p := f.peers["rr-autoscaler-mesh-default"]; p == nil || p.Spec.PeerSelector != "has(calico-route-reflector)" {
-				t.Fatalf("mesh BGPPeer %+v", p)
+				require.Fail(t, fmt.Sprintf("mesh BGPPeer %+v", p))
 			}
 			if ev := driftEvents(h.events()); len(ev) != 1 || ev[0] != tc.event {
-				t.Fatalf("events %q, want %q", ev, tc.event)
+				require.Fail(t, fmt.Sprintf("events %q, want %q", ev, tc.event))
 			}
 		})
 	}
@@ -280,17 +273,15 @@ func TestEtcdCordonHandsOverWithoutDrift(t *testing.T) {
 	h.reconcile()
 	h.now = h.now.Add(3 * time.Second)
 	h.reconcile()
-	if err := h.inSync(f); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, h.inSync(f))
 	if r := f.roles["node-01"]; r.ClusterID != "" || r.Labels["calico-route-reflector"] != "" || len(h.rrs()) != 3 {
-		t.Fatalf("node-01 in etcd %+v, route reflectors %v", r, h.rrs())
+		require.Fail(t, fmt.Sprintf("node-01 in etcd %+v, route reflectors %v", r, h.rrs()))
 	}
 	if _, ok := f.roles["node-01"].Labels["calico-route-reflector"]; ok {
-		t.Fatal("node-01 keeps the route reflector label in etcd")
+		require.Fail(t, "node-01 keeps the route reflector label in etcd")
 	}
 	if ev := driftEvents(h.events()); len(ev) != 0 {
-		t.Fatalf("a handover reported as drift: %v", ev)
+		require.Fail(t, fmt.Sprintf("a handover reported as drift: %v", ev))
 	}
 }
 
@@ -349,19 +340,13 @@ func TestEtcdMigrateMeshAndDeletePolicy(t *testing.T) {
 	h.now = h.now.Add(time.Minute + time.Second)
 	h.reconcile()
 	if !cfgs.meshOff() || meshOff(h) {
-		t.Fatalf("mesh off in etcd %v, in the Kubernetes API %v", cfgs.meshOff(), meshOff(h))
+		require.Fail(t, fmt.Sprintf("mesh off in etcd %v, in the Kubernetes API %v", cfgs.meshOff(), meshOff(h)))
 	}
 	pol := &v1alpha1.RouteReflectorPolicy{}
-	if err := h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.client.Delete(context.Background(), pol); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
+	require.NoError(t, h.client.Delete(context.Background(), pol))
 	h.reconcile()
-	if cfgs.meshOff() {
-		t.Fatal("the mesh is not back on in etcd")
-	}
+	require.False(t, cfgs.meshOff(), "the mesh is not back on in etcd")
 	h.now = h.now.Add(time.Minute + time.Second)
 	// The first release attempt fails in etcd after the Kubernetes Nodes were released: the
 	// retry still releases the Calico Nodes.
@@ -370,21 +355,17 @@ func TestEtcdMigrateMeshAndDeletePolicy(t *testing.T) {
 	f.mu.Unlock()
 	h.sync()
 	if _, err := h.r.Reconcile(context.Background(), request(h.policyNm)); err == nil {
-		t.Fatal("no error from a failed etcd write")
+		require.Fail(t, "no error from a failed etcd write")
 	}
 	if len(h.rrs()) != 0 {
-		t.Fatalf("the Kubernetes Nodes keep route reflectors %v", h.rrs())
+		require.Fail(t, fmt.Sprintf("the Kubernetes Nodes keep route reflectors %v", h.rrs()))
 	}
 	h.reconcile()
 	for name, r := range f.roles {
-		if len(r.Labels) != 0 || r.ClusterID != "" {
-			t.Fatalf("%s keeps %+v in etcd", name, r)
-		}
+		require.Falsef(t, len(r.Labels) != 0 || r.ClusterID != "", "%s keeps %+v in etcd", name, r)
 	}
-	if len(f.peers) != 0 {
-		t.Fatalf("BGPPeers left in etcd: %d", len(f.peers))
-	}
+	require.Emptyf(t, f.peers, "BGPPeers left in etcd: %d", len(f.peers))
 	if err := h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol); !apierrors.IsNotFound(err) {
-		t.Fatalf("the policy is not gone: %v", err)
+		require.Fail(t, fmt.Sprintf("the policy is not gone: %v", err))
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,11 +37,9 @@ func TestPlanNodeStatuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			create, del := planNodeStatuses(tc.want, tc.have, tc.bound)
-			if fmt.Sprint(create) != fmt.Sprint(tc.create) || fmt.Sprint(del) != fmt.Sprint(tc.del) {
-				t.Fatalf("create %v del %v, want %v %v", create, del, tc.create, tc.del)
-			}
+			require.Falsef(t, fmt.Sprint(create) != fmt.Sprint(tc.create) || fmt.Sprint(del) != fmt.Sprint(tc.del), "create %v del %v, want %v %v", create, del, tc.create, tc.del)
 			if n := len(tc.have) - len(del) + len(create); n > tc.bound {
-				t.Fatalf("%d objects after the change", n)
+				require.Fail(t, fmt.Sprintf("%d objects after the change", n))
 			}
 		})
 	}
@@ -77,7 +77,7 @@ func TestMissingSessions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := fmt.Sprint(missingSessions(tc.clients, tc.peers)); got != tc.want {
-				t.Fatalf("got %s want %s", got, tc.want)
+				require.Fail(t, fmt.Sprintf("got %s want %s", got, tc.want))
 			}
 		})
 	}
@@ -102,7 +102,7 @@ func TestNodeIPs(t *testing.T) {
 		{nil, "[]"},
 	} {
 		if got := fmt.Sprint(nodeIPs(tc.node)); got != tc.want {
-			t.Errorf("%+v: %s want %s", tc.node, got, tc.want)
+			assert.Fail(t, fmt.Sprintf("%+v: %s want %s", tc.node, got, tc.want))
 		}
 	}
 }
@@ -115,12 +115,10 @@ func TestStripNodeKeepsBGPAddress(t *testing.T) {
 			{Type: corev1.NodeInternalIP, Address: "10.1.0.1"}, {Type: corev1.NodeExternalIP, Address: "1.2.3.4"}}},
 	}
 	s := state.StripNode(n.DeepCopy())
-	if fmt.Sprint(s.Annotations) != "map[projectcalico.org/IPv4Address:192.168.0.5/24]" || len(s.Status.Addresses) != 1 || s.Status.Addresses[0].Address != "10.1.0.1" {
-		t.Fatalf("stripped: %v %v", s.Annotations, s.Status.Addresses)
-	}
+	require.Falsef(t, fmt.Sprint(s.Annotations) != "map[projectcalico.org/IPv4Address:192.168.0.5/24]" || len(s.Status.Addresses) != 1 || s.Status.Addresses[0].Address != "10.1.0.1", "stripped: %v %v", s.Annotations, s.Status.Addresses)
 	delete(s.Annotations, extender.AnnotationCalicoIPv4)
 	if got := fmt.Sprint(nodeIPs(s)); got != "[10.1.0.1]" {
-		t.Fatal(got)
+		require.Fail(t, fmt.Sprint(got))
 	}
 }
 
@@ -163,9 +161,7 @@ func TestMeshReady(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, why := meshReady(p, tc.view, tc.others)
-			if ok != tc.ok || why != tc.why {
-				t.Fatalf("%v %q, want %v %q", ok, why, tc.ok, tc.why)
-			}
+			require.Falsef(t, ok != tc.ok || why != tc.why, "%v %q, want %v %q", ok, why, tc.ok, tc.why)
 		})
 	}
 }
@@ -185,9 +181,7 @@ func (h *harness) calicoNode(down ...string) {
 	h.t.Helper()
 	ctx := context.Background()
 	list := &apiv3.CalicoNodeStatusList{}
-	if err := h.client.List(ctx, list); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.client.List(ctx, list))
 	nodes := &corev1.NodeList{}
 	_ = h.client.List(ctx, nodes)
 	for i := range list.Items {
@@ -205,18 +199,14 @@ func (h *harness) calicoNode(down ...string) {
 		}
 		cns.Status.LastUpdated = metav1.NewTime(h.now)
 		cns.Status.BGP.PeersV4 = peers
-		if err := h.client.Update(ctx, cns); err != nil {
-			h.t.Fatal(err)
-		}
+		require.NoError(h.t, h.client.Update(ctx, cns))
 	}
 }
 
 func (h *harness) nodeStatuses() []string {
 	h.t.Helper()
 	list := &apiv3.CalicoNodeStatusList{}
-	if err := h.client.List(context.Background(), list, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue}); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.client.List(context.Background(), list, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue}))
 	var out []string
 	for _, o := range list.Items {
 		out = append(out, o.Spec.Node)
@@ -236,17 +226,17 @@ func TestHandoverBGPSessionsEstablished(t *testing.T) {
 	h := newHarness(t, sessionsPolicy(time.Hour), ipCluster(30))
 	h.reconcile()
 	if s := h.nodeStatuses(); len(s) != 0 {
-		t.Fatalf("statuses without a handover: %v", s)
+		require.Fail(t, fmt.Sprintf("statuses without a handover: %v", s))
 	}
 	h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 	for range 3 {
 		h.reconcile()
 	}
 	if s := h.nodeStatuses(); fmt.Sprint(s) != "[node-04]" {
-		t.Fatalf("statuses %v, want the replacement's", s)
+		require.Fail(t, fmt.Sprintf("statuses %v, want the replacement's", s))
 	}
 	if _, ok := h.rrs()["node-01"]; !ok {
-		t.Fatal("demoted before the sessions are up")
+		require.Fail(t, "demoted before the sessions are up")
 	}
 	h.calicoNode()
 	for range 3 {
@@ -254,16 +244,16 @@ func TestHandoverBGPSessionsEstablished(t *testing.T) {
 		h.reconcile()
 	}
 	if _, ok := h.rrs()["node-01"]; ok {
-		t.Fatalf("not demoted with every session up: %v", h.rrs())
+		require.Fail(t, fmt.Sprintf("not demoted with every session up: %v", h.rrs()))
 	}
 	h.checkClients()
 	if s := h.nodeStatuses(); len(s) != 0 {
-		t.Fatalf("statuses left after the handover: %v", s)
+		require.Fail(t, fmt.Sprintf("statuses left after the handover: %v", s))
 	}
 	ev := strings.Join(h.events(), "\n")
 	if !strings.Contains(ev, "RouteReflectorHandedOver node-01: every moving client has an Established BGP session with node-04") ||
 		!strings.Contains(ev, "RouteReflectorDemoted Demoted: cordoned; clients moved to node-04") {
-		t.Fatalf("events:\n%s", ev)
+		require.Fail(t, fmt.Sprintf("events:\n%s", ev))
 	}
 }
 
@@ -276,27 +266,25 @@ func TestHandoverBGPSessionsTimeout(t *testing.T) {
 	h.calicoNode("node-07", "node-13")
 	h.reconcile()
 	if _, ok := h.rrs()["node-01"]; !ok {
-		t.Fatal("demoted with sessions down")
+		require.Fail(t, "demoted with sessions down")
 	}
 	h.now = h.now.Add(time.Minute + time.Second)
 	h.reconcile()
 	h.reconcile()
 	if _, ok := h.rrs()["node-01"]; ok {
-		t.Fatal("not demoted after the timeout")
+		require.Fail(t, "not demoted after the timeout")
 	}
 	if s := h.nodeStatuses(); len(s) != 0 {
-		t.Fatalf("statuses left after the timeout: %v", s)
+		require.Fail(t, fmt.Sprintf("statuses left after the timeout: %v", s))
 	}
 	ev := strings.Join(h.events(), "\n")
 	if !strings.Contains(ev, "Warning HandoverTimeout node-01: handover timed out after 1m0s; clients that never established a BGP session with node-04: node-07, node-13") {
-		t.Fatalf("events:\n%s", ev)
+		require.Fail(t, fmt.Sprintf("events:\n%s", ev))
 	}
 	pol := &v1alpha1.RouteReflectorPolicy{}
 	_ = h.client.Get(context.Background(), client.ObjectKey{Name: "default"}, pol)
 	c := findCondition(pol.Status.Conditions, ConditionDegraded)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonHandoverTimeout || !strings.Contains(c.Message, "node-07, node-13") {
-		t.Fatalf("Degraded %+v", c)
-	}
+	require.Falsef(t, c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonHandoverTimeout || !strings.Contains(c.Message, "node-07, node-13"), "Degraded %+v", c)
 }
 
 func TestHandoverBGPSessionsBounded(t *testing.T) {
@@ -306,9 +294,7 @@ func TestHandoverBGPSessionsBounded(t *testing.T) {
 	}, ipCluster(30))
 	h.reconcile()
 	before := h.rrs()
-	if len(before) != 9 {
-		t.Fatalf("route reflectors %v", before)
-	}
+	require.Lenf(t, before, 9, "route reflectors %v", before)
 	var drained []string
 	for rr := range before {
 		if len(drained) < 4 {
@@ -321,9 +307,7 @@ func TestHandoverBGPSessionsBounded(t *testing.T) {
 		h.now = h.now.Add(time.Second)
 		h.reconcile()
 		s := h.nodeStatuses()
-		if len(s) > MaxNodeStatuses {
-			t.Fatalf("%d CalicoNodeStatuses at once: %v", len(s), s)
-		}
+		require.Falsef(t, len(s) > MaxNodeStatuses, "%d CalicoNodeStatuses at once: %v", len(s), s)
 		for _, n := range s {
 			seen[n] = true
 		}
@@ -337,13 +321,11 @@ func TestHandoverBGPSessionsBounded(t *testing.T) {
 		if done && len(s) == 0 {
 			t.Logf("handed over in %d passes; statuses used for %d nodes", i+1, len(seen))
 			h.checkClients()
-			if len(seen) <= MaxNodeStatuses {
-				t.Fatalf("only %d replacements checked: the test does not exercise the bound", len(seen))
-			}
+			require.Falsef(t, len(seen) <= MaxNodeStatuses, "only %d replacements checked: the test does not exercise the bound", len(seen))
 			return
 		}
 	}
-	t.Fatalf("not handed over: route reflectors %v, statuses %v", h.rrs(), h.nodeStatuses())
+	require.Fail(t, fmt.Sprintf("not handed over: route reflectors %v, statuses %v", h.rrs(), h.nodeStatuses()))
 }
 
 func TestMigrateFromNodeMesh(t *testing.T) {
@@ -356,15 +338,11 @@ func TestMigrateFromNodeMesh(t *testing.T) {
 			}, ipCluster(12))
 			h.reconcile()
 			h.reconcile()
-			if meshOff(h) {
-				t.Fatal("mesh turned off at once")
-			}
+			require.False(t, meshOff(h), "mesh turned off at once")
 			if mode == v1alpha1.HandoverBGPSessions {
 				h.calicoNode("node-05")
 				h.reconcile()
-				if meshOff(h) {
-					t.Fatal("mesh turned off with a session down")
-				}
+				require.False(t, meshOff(h), "mesh turned off with a session down")
 				for range 6 {
 					h.calicoNode()
 					h.reconcile()
@@ -373,11 +351,9 @@ func TestMigrateFromNodeMesh(t *testing.T) {
 				h.now = h.now.Add(time.Minute + time.Second)
 				h.reconcile()
 			}
-			if !meshOff(h) {
-				t.Fatal("mesh still on")
-			}
+			require.True(t, meshOff(h), "mesh still on")
 			if s := h.nodeStatuses(); len(s) != 0 {
-				t.Fatalf("statuses left: %v", s)
+				require.Fail(t, fmt.Sprintf("statuses left: %v", s))
 			}
 		})
 	}

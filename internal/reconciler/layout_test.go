@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ func checkPatchOrder(t *testing.T, patches []string) {
 		movesClient := strings.Contains(body, `"`+extender.AnnotationRouteReflectors+`":"`) // a client's new route reflectors
 		switch {
 		case promotes && clientSeen != "":
-			t.Fatalf("%s made a route reflector after client %s was moved:\n%s", name, clientSeen, strings.Join(patches, "\n"))
+			require.Fail(t, fmt.Sprintf("%s made a route reflector after client %s was moved:\n%s", name, clientSeen, strings.Join(patches, "\n")))
 		case movesClient && clientSeen == "":
 			clientSeen = name
 		}

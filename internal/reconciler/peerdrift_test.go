@@ -2,9 +2,11 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -18,14 +20,12 @@ func TestPeerDriftRevertedWithEvents(t *testing.T) {
 	h.sync()
 	h.reconcile()
 	if ev := driftEvents(h.events()); len(ev) != 0 {
-		t.Fatalf("drift reported for planned writes: %v", ev)
+		require.Fail(t, fmt.Sprintf("drift reported for planned writes: %v", ev))
 	}
 	const mesh = "rr-autoscaler-mesh-default"
 	get := func() *apiv3.BGPPeer {
 		p := &apiv3.BGPPeer{}
-		if err := h.client.Get(context.Background(), client.ObjectKey{Name: mesh}, p); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: mesh}, p))
 		return p
 	}
 	want := get().Spec.PeerSelector
@@ -37,24 +37,20 @@ func TestPeerDriftRevertedWithEvents(t *testing.T) {
 		{"selector edited", func() {
 			p := get()
 			p.Spec.PeerSelector = "all()"
-			if err := h.client.Update(context.Background(), p); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, h.client.Update(context.Background(), p))
 		}, `Warning CalicoDriftReverted BGPPeer ` + mesh + ` changed by hand, reverted: spec.peerSelector "all()" (want "` + want + `")`},
 		{"deleted", func() {
-			if err := h.client.Delete(context.Background(), get()); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, h.client.Delete(context.Background(), get()))
 		}, "Warning CalicoDriftReverted BGPPeer " + mesh + " deleted by hand, recreated"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.edit()
 			h.reconcile()
 			if got := get().Spec.PeerSelector; got != want {
-				t.Fatalf("peerSelector %q, want %q", got, want)
+				require.Fail(t, fmt.Sprintf("peerSelector %q, want %q", got, want))
 			}
 			if ev := driftEvents(h.events()); len(ev) != 1 || ev[0] != tc.event {
-				t.Fatalf("events %q, want %q", ev, tc.event)
+				require.Fail(t, fmt.Sprintf("events %q, want %q", ev, tc.event))
 			}
 		})
 	}

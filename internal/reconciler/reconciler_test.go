@@ -11,6 +11,8 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -51,15 +53,9 @@ type harness struct {
 
 func scheme(t testing.TB) *runtime.Scheme {
 	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := calico.AddToScheme(s, calico.CRD); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, clientgoscheme.AddToScheme(s))
+	require.NoError(t, v1alpha1.AddToScheme(s))
+	require.NoError(t, calico.AddToScheme(s, calico.CRD))
 	return s
 }
 
@@ -138,16 +134,12 @@ func (h *harness) sync() {
 	h.t.Helper()
 	ctx := context.Background()
 	nodes := &corev1.NodeList{}
-	if err := h.client.List(ctx, nodes); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.client.List(ctx, nodes))
 	var objs []any
 	for i := range nodes.Items {
 		objs = append(objs, state.StripNode(nodes.Items[i].DeepCopy()))
 	}
-	if err := h.nodeIdx.Replace(objs, ""); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.nodeIdx.Replace(objs, ""))
 	h.syncPolicies()
 }
 
@@ -157,9 +149,7 @@ func (h *harness) syncPolicies() {
 	ctx := context.Background()
 	var objs []any
 	pols := &v1alpha1.RouteReflectorPolicyList{}
-	if err := h.client.List(ctx, pols); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.client.List(ctx, pols))
 	for i := range pols.Items {
 		p := pols.Items[i].DeepCopy()
 		if p.UID == "" {
@@ -167,9 +157,7 @@ func (h *harness) syncPolicies() {
 		}
 		objs = append(objs, p)
 	}
-	if err := h.polIdx.Replace(objs, ""); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.polIdx.Replace(objs, ""))
 }
 
 // reconcile syncs the stores and reconciles the policy once.
@@ -177,18 +165,14 @@ func (h *harness) reconcile() time.Duration {
 	h.t.Helper()
 	h.sync()
 	res, err := h.r.Reconcile(context.Background(), request(h.policyNm))
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, err)
 	return res.RequeueAfter
 }
 
 func (h *harness) node(name string) *corev1.Node {
 	h.t.Helper()
 	n := &corev1.Node{}
-	if err := h.client.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.client.Get(context.Background(), client.ObjectKey{Name: name}, n))
 	return n
 }
 
@@ -196,18 +180,14 @@ func (h *harness) update(name string, f func(*corev1.Node)) {
 	h.t.Helper()
 	n := h.node(name)
 	f(n)
-	if err := h.client.Update(context.Background(), n); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.client.Update(context.Background(), n))
 }
 
 // rrs returns the route reflectors (label and cluster ID) by name, with their cluster IDs.
 func (h *harness) rrs() map[string]string {
 	h.t.Helper()
 	nodes := &corev1.NodeList{}
-	if err := h.client.List(context.Background(), nodes); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.client.List(context.Background(), nodes))
 	out := map[string]string{}
 	for _, n := range nodes.Items {
 		if _, ok := n.Labels["calico-route-reflector"]; ok && n.Annotations[extender.AnnotationClusterID] != "" {
@@ -220,9 +200,7 @@ func (h *harness) rrs() map[string]string {
 func (h *harness) peers() []string {
 	h.t.Helper()
 	list := &apiv3.BGPPeerList{}
-	if err := h.client.List(context.Background(), list); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.client.List(context.Background(), list))
 	var out []string
 	for _, p := range list.Items {
 		out = append(out, p.Name)
@@ -266,8 +244,8 @@ func (h *harness) checkClients() {
 		}
 		set := n.Labels[extender.LabelPeeringSet]
 		if !ok || !peers[extender.BGPPeerPrefix+set] {
-			h.t.Fatalf("client %s: route reflectors %q (current %v), set %q (BGPPeer exists: %v)", n.Name,
-				n.Annotations[extender.AnnotationRouteReflectors], rrs, set, peers[extender.BGPPeerPrefix+set])
+			require.Fail(h.t, fmt.Sprintf("client %s: route reflectors %q (current %v), set %q (BGPPeer exists: %v)", n.Name,
+				n.Annotations[extender.AnnotationRouteReflectors], rrs, set, peers[extender.BGPPeerPrefix+set]))
 		}
 	}
 }
@@ -284,45 +262,39 @@ func TestReconcileBootstrapsAndSettles(t *testing.T) {
 	h := newHarness(t, nil, cluster(30))
 	h.reconcile()
 	rrs := h.rrs()
-	if fmt.Sprint(rrs) != "map[node-00:224.0.0.1 node-01:224.0.0.2 node-02:224.0.0.3]" {
-		t.Fatalf("route reflectors %v", rrs)
-	}
+	require.EqualValuesf(t, "map[node-00:224.0.0.1 node-01:224.0.0.2 node-02:224.0.0.3]", fmt.Sprint(rrs), "route reflectors %v", rrs)
 	if p := h.peers(); len(p) < 2 || !slices.Contains(p, "rr-autoscaler-mesh-default") {
-		t.Fatalf("BGPPeers %v", p)
+		require.Fail(t, fmt.Sprintf("BGPPeers %v", p))
 	}
 	h.checkClients()
 	ev := strings.Join(h.events(), "\n")
-	if !strings.Contains(ev, "Normal RouteReflectorPromoted Promoted to route reflector: zone zone-b below desired 1") {
-		t.Fatalf("events:\n%s", ev)
-	}
+	require.Truef(t, strings.Contains(ev, "Normal RouteReflectorPromoted Promoted to route reflector: zone zone-b below desired 1"), "events:\n%s", ev)
 	pol := &v1alpha1.RouteReflectorPolicy{}
 	_ = h.client.Get(context.Background(), client.ObjectKey{Name: "default"}, pol)
 	s := pol.Status
-	if s.Nodes != 30 || s.HealthyNodes != 30 || s.DesiredRouteReflectors != 3 || s.RouteReflectors != 3 || len(s.Zones) != 3 || s.LastScaleTime == nil {
-		t.Fatalf("status %+v", s)
-	}
+	require.Falsef(t, s.Nodes != 30 || s.HealthyNodes != 30 || s.DesiredRouteReflectors != 3 || s.RouteReflectors != 3 || len(s.Zones) != 3 || s.LastScaleTime == nil, "status %+v", s)
 	if c := findCondition(s.Conditions, ConditionReady); c == nil || c.Status != "True" {
-		t.Fatalf("conditions %+v", s.Conditions)
+		require.Fail(t, fmt.Sprintf("conditions %+v", s.Conditions))
 	}
 	if c := findCondition(s.Conditions, ConditionDegraded); c == nil || c.Status != "False" {
-		t.Fatalf("conditions %+v", s.Conditions)
+		require.Fail(t, fmt.Sprintf("conditions %+v", s.Conditions))
 	}
 	if c := findCondition(s.Conditions, ConditionForeignBGPPeers); c == nil || c.Status != "False" {
-		t.Fatalf("conditions %+v", s.Conditions)
+		require.Fail(t, fmt.Sprintf("conditions %+v", s.Conditions))
 	}
 	// MultiCluster stores far more paths than the default layout would on these 30 nodes.
 	if c := findCondition(s.Conditions, ConditionExpensiveTopology); c == nil || c.Status != "True" || c.Reason != ReasonMoreThanTwiceDefault ||
 		!strings.Contains(c.Message, "the default layout (DualPlane) 2.0 and 2.0") {
-		t.Fatalf("conditions %+v", s.Conditions)
+		require.Fail(t, fmt.Sprintf("conditions %+v", s.Conditions))
 	}
 	if r := s.Routes; r == nil || r.DefaultMeanPathsPerPrefix != "2.0" || r.MeanPathsPerPrefix == "2.0" || r.MissingPairs != 0 {
-		t.Fatalf("routes %+v", r)
+		require.Fail(t, fmt.Sprintf("routes %+v", r))
 	}
 	// Settled: the next reconcile writes nothing.
 	h.writes.Store(0)
 	h.reconcile()
 	if w := h.writes.Load(); w != 0 {
-		t.Fatalf("%d writes on a settled cluster", w)
+		require.Fail(t, fmt.Sprintf("%d writes on a settled cluster", w))
 	}
 }
 
@@ -336,53 +308,41 @@ func TestReconcileCordonHandsOver(t *testing.T) {
 	requeue := h.reconcile()
 	rrs := h.rrs()
 	// node-01 keeps its role, draining; node-04 (zone-b, next oldest) is promoted into its group.
-	if rrs["node-04"] != "224.0.0.2" || rrs["node-01"] != "224.0.0.2" || h.node("node-01").Annotations[extender.AnnotationDrainingSince] == "" {
-		t.Fatalf("after cordon: %v", rrs)
-	}
-	if requeue <= 0 || requeue > 3*time.Second {
-		t.Fatalf("requeue after %s, want about the removal delay", requeue)
-	}
+	require.Falsef(t, rrs["node-04"] != "224.0.0.2" || rrs["node-01"] != "224.0.0.2" || h.node("node-01").Annotations[extender.AnnotationDrainingSince] == "", "after cordon: %v", rrs)
+	require.Falsef(t, requeue <= 0 || requeue > 3*time.Second, "requeue after %s, want about the removal delay", requeue)
 	h.checkClients()
 	ev := strings.Join(h.events(), "\n")
 	for _, want := range []string{"RouteReflectorPromoted Promoted to route reflector: zone zone-b below desired 1", "RouteReflectorDraining Draining: cordoned; clients moving to node-04"} {
-		if !strings.Contains(ev, want) {
-			t.Fatalf("events lack %q:\n%s", want, ev)
-		}
+		require.Truef(t, strings.Contains(ev, want), "events lack %q:\n%s", want, ev)
 	}
 	// Before the delay: still a route reflector.
 	h.now = h.now.Add(time.Second)
 	h.reconcile()
 	if _, ok := h.rrs()["node-01"]; !ok {
-		t.Fatal("demoted before removalDelay")
+		require.Fail(t, "demoted before removalDelay")
 	}
 	// After it: demoted, with the Event naming where its clients went.
 	h.now = h.now.Add(2 * time.Second)
 	h.reconcile()
 	if _, ok := h.rrs()["node-01"]; ok {
-		t.Fatalf("not demoted after removalDelay: %v", h.rrs())
+		require.Fail(t, fmt.Sprintf("not demoted after removalDelay: %v", h.rrs()))
 	}
 	h.checkClients()
 	ev = strings.Join(h.events(), "\n")
 	if !strings.Contains(ev, "RouteReflectorDemoted Demoted: cordoned; clients moved to node-04") {
-		t.Fatalf("events:\n%s", ev)
+		require.Fail(t, fmt.Sprintf("events:\n%s", ev))
 	}
 	n := h.node("node-01")
-	if n.Annotations[extender.AnnotationDrainingSince] != "" || n.Labels[extender.LabelPeeringSet] == "" {
-		t.Fatalf("demoted node keeps %v %v", n.Labels, n.Annotations)
-	}
+	require.Falsef(t, n.Annotations[extender.AnnotationDrainingSince] != "" || n.Labels[extender.LabelPeeringSet] == "", "demoted node keeps %v %v", n.Labels, n.Annotations)
 }
 
 func TestReconcileDeletedRouteReflectorReplaced(t *testing.T) {
 	h := newHarness(t, nil, cluster(12))
 	h.reconcile()
-	if err := h.client.Delete(context.Background(), h.node("node-02")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, h.client.Delete(context.Background(), h.node("node-02")))
 	h.reconcile()
 	rrs := h.rrs()
-	if len(rrs) != 3 || rrs["node-05"] != "224.0.0.3" {
-		t.Fatalf("after delete: %v", rrs)
-	}
+	require.Falsef(t, len(rrs) != 3 || rrs["node-05"] != "224.0.0.3", "after delete: %v", rrs)
 	h.reconcile()
 	h.checkClients()
 }
@@ -393,9 +353,7 @@ func TestReconcileRepairsDuplicateClusterID(t *testing.T) {
 	}, cluster(30))
 	h.reconcile()
 	before := h.rrs()
-	if len(before) != 3 {
-		t.Fatalf("route reflectors %v", before)
-	}
+	require.Lenf(t, before, 3, "route reflectors %v", before)
 	h.events()
 	// A manual edit (or a restore from backup) gives node-01 node-00's cluster ID.
 	h.update("node-01", func(n *corev1.Node) { n.Annotations[extender.AnnotationClusterID] = before["node-00"] })
@@ -406,17 +364,15 @@ func TestReconcileRepairsDuplicateClusterID(t *testing.T) {
 	ids := map[string]string{}
 	for n, id := range after {
 		if other, dup := ids[id]; dup {
-			t.Fatalf("cluster ID %s held by %s and %s after the repair: %v", id, other, n, after)
+			require.Fail(t, fmt.Sprintf("cluster ID %s held by %s and %s after the repair: %v", id, other, n, after))
 		}
 		ids[id] = n
 	}
-	if len(after) != 3 || after["node-00"] != before["node-00"] {
-		t.Fatalf("route reflectors %v, were %v: the higher-ranked holder keeps its ID, no promotion", after, before)
-	}
+	require.Falsef(t, len(after) != 3 || after["node-00"] != before["node-00"], "route reflectors %v, were %v: the higher-ranked holder keeps its ID, no promotion", after, before)
 	want := fmt.Sprintf("Normal RouteReflectorClusterIDChanged Cluster ID %s repaired to %s: %s is also held by node-00",
 		before["node-00"], after["node-01"], before["node-00"])
 	if ev := strings.Join(h.events(), "\n"); !strings.Contains(ev, want) {
-		t.Fatalf("events lack %q:\n%s", want, ev)
+		require.Fail(t, fmt.Sprintf("events lack %q:\n%s", want, ev))
 	}
 	h.checkClients()
 }
@@ -430,11 +386,9 @@ func TestReconcileInvalidPolicyStatus(t *testing.T) {
 	pol := &v1alpha1.RouteReflectorPolicy{}
 	_ = h.client.Get(context.Background(), client.ObjectKey{Name: "default"}, pol)
 	if c := pol.Status.Conditions; len(c) != 2 || c[0].Reason != ReasonInvalidPolicy || !strings.Contains(c[0].Message, "spec.minRouteReflectors") {
-		t.Fatalf("conditions %+v", c)
+		require.Fail(t, fmt.Sprintf("conditions %+v", c))
 	}
-	if len(h.rrs()) != 0 {
-		t.Fatal("an invalid policy labelled nodes")
-	}
+	require.Empty(t, h.rrs(), "an invalid policy labelled nodes")
 }
 
 func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
@@ -445,7 +399,7 @@ func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
 	h := newHarness(t, nil, nodes[:5]) // node-05 (zone-c) is not in the cache yet
 	h.reconcile()
 	if fmt.Sprint(h.rrs()) != "map[node-00:224.0.0.1 node-01:224.0.0.2 node-02:224.0.0.3]" {
-		t.Fatalf("%v", h.rrs())
+		require.Fail(t, fmt.Sprintf("%v", h.rrs()))
 	}
 	m, _ := h.r.Policies.Get("default")
 	joiner := node("node-new", "zone-d", 99)
@@ -453,26 +407,20 @@ func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
 	ni.Now = h.now
 	extender.RunFilters(extender.DefaultFilters(), m.Resolved, ni)
 	a, ok := h.r.Ledger.Admit(m, ni, state.Change{Object: state.StripNode(joiner.DeepCopy()), Create: true})
-	if !ok || a.Role != extender.AdmitClient {
-		t.Fatalf("admission %+v %v", a, ok)
-	}
+	require.Falsef(t, !ok || a.Role != extender.AdmitClient, "admission %+v %v", a, ok)
 	// The full plan sees the admitted node (not in the cache) through the ledger.
 	h.sync()
 	all, _ := h.r.Ledger.Overlay(h.r.Nodes.List())
-	if !slices.ContainsFunc(all, func(n *corev1.Node) bool { return n.Name == "node-new" }) {
-		t.Fatal("the overlay lacks the admitted node")
-	}
+	require.True(t, slices.ContainsFunc(all, func(n *corev1.Node) bool { return n.Name == "node-new" }), "the overlay lacks the admitted node")
 	h.reconcile()
 	res := h.r.last["default"]
 	i := slices.IndexFunc(res.Clients, func(c extender.Client) bool { return c.Node == "node-new" })
-	if i < 0 {
-		t.Fatalf("the plan does not count the admitted node: %+v", res.Summary)
-	}
+	require.Falsef(t, i < 0, "the plan does not count the admitted node: %+v", res.Summary)
 	if got := res.Clients[i].RouteReflectors; fmt.Sprint(got) != fmt.Sprint(a.RouteReflectors) {
-		t.Fatalf("the plan moved the admitted client from %v to %v", a.RouteReflectors, got)
+		require.Fail(t, fmt.Sprintf("the plan moved the admitted client from %v to %v", a.RouteReflectors, got))
 	}
 	if res.Summary.RouteReflectors != 3 || fmt.Sprint(h.rrs()) != "map[node-00:224.0.0.1 node-01:224.0.0.2 node-02:224.0.0.3]" {
-		t.Fatalf("another node was promoted: %v (%d planned)", h.rrs(), res.Summary.RouteReflectors)
+		require.Fail(t, fmt.Sprintf("another node was promoted: %v (%d planned)", h.rrs(), res.Summary.RouteReflectors))
 	}
 }
 
@@ -506,7 +454,7 @@ func TestNodeChanged(t *testing.T) {
 			b.ResourceVersion = "2"
 			tc.change(b)
 			if got := NodeChanged(state.StripNode(a.DeepCopy()), state.StripNode(b), read); got != tc.want {
-				t.Fatalf("NodeChanged = %v, want %v", got, tc.want)
+				require.Fail(t, fmt.Sprintf("NodeChanged = %v, want %v", got, tc.want))
 			}
 		})
 	}
@@ -529,7 +477,7 @@ func TestCoalesce(t *testing.T) {
 			r := &Reconciler{Coalesce: tc.coalesce}
 			r.lastTook.Store(int64(tc.last))
 			if got := r.coalesce(); got != tc.want {
-				t.Fatalf("coalesce() = %v, want %v", got, tc.want)
+				require.Fail(t, fmt.Sprintf("coalesce() = %v, want %v", got, tc.want))
 			}
 		})
 	}
@@ -541,14 +489,10 @@ func TestLabelRead(t *testing.T) {
 	}, nil)
 	h.sync()
 	for _, k := range []string{extender.LabelPeeringSet, extender.LabelRouteReflectorID, "calico-route-reflector", corev1.LabelTopologyZone, "tier"} {
-		if !h.r.labelRead(k) {
-			t.Errorf("labelRead(%q) = false, want true", k)
-		}
+		assert.Truef(t, h.r.labelRead(k), "labelRead(%q) = false, want true", k)
 	}
 	for _, k := range []string{"unrelated", corev1.LabelHostname} {
-		if h.r.labelRead(k) {
-			t.Errorf("labelRead(%q) = true, want false", k)
-		}
+		assert.Falsef(t, h.r.labelRead(k), "labelRead(%q) = true, want false", k)
 	}
 }
 
@@ -573,17 +517,13 @@ func benchSettled(b *testing.B, n int) {
 			nd.Labels[k] = v
 		}
 		nd.Annotations = res.Nodes[i].Annotations
-		if err := h.nodeIdx.Add(state.StripNode(nd)); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, h.nodeIdx.Add(state.StripNode(nd)))
 	}
 	for _, p := range res.BGPPeers {
-		if err := h.client.Create(context.Background(), calico.BGPPeer(calico.CRD, p)); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, h.client.Create(context.Background(), calico.BGPPeer(calico.CRD, p)))
 	}
 	if _, err := h.r.Reconcile(context.Background(), request("default")); err != nil {
-		b.Fatal(err)
+		require.Fail(b, fmt.Sprint(err))
 	}
 	h.syncPolicies()
 	h.writes.Store(0)
@@ -591,12 +531,12 @@ func benchSettled(b *testing.B, n int) {
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := h.r.Reconcile(context.Background(), request("default")); err != nil {
-			b.Fatal(err)
+			require.Fail(b, fmt.Sprint(err))
 		}
 	}
 	b.StopTimer()
 	if w := h.writes.Load(); w != 0 {
-		b.Fatalf("%d writes on a settled cluster", w)
+		require.Fail(b, fmt.Sprintf("%d writes on a settled cluster", w))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -41,17 +42,13 @@ func (w *world) clusterObjects() map[string]string {
 	ctx := w.t.Context()
 	out := map[string]string{}
 	nodes, err := w.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	require.NoError(w.t, err)
 	for _, n := range nodes.Items {
 		b, _ := json.Marshal([]any{n.Labels, n.Annotations})
 		out["node/"+n.Name] = string(b)
 	}
 	peers, err := w.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	require.NoError(w.t, err)
 	for _, p := range peers.Items {
 		b, _ := json.Marshal([]any{p.GetLabels(), p.Object["spec"]})
 		out["bgppeer/"+p.GetName()] = string(b)
@@ -146,9 +143,7 @@ func (w *world) waitReconciles(c *reconcileCounter, n int) {
 func (w *world) policyField(jsonpath string) string {
 	w.t.Helper()
 	out, _, err := w.kubectl(testenv.UserAdmin, "get", "rrp", "default", "-o", "jsonpath="+jsonpath)
-	if err != nil {
-		w.t.Fatalf("kubectl get rrp: %v", err)
-	}
+	require.NoErrorf(w.t, err, "kubectl get rrp")
 	return out
 }
 
@@ -164,17 +159,17 @@ func TestAdoptHandBuiltClusterOnRealAPIServer(t *testing.T) {
 	w.joinCluster(100)
 	for _, rr := range handRRs {
 		if _, stderr, err := w.kubectl(testenv.UserAdmin, "label", "node", rr, "calico-route-reflector="); err != nil {
-			t.Fatalf("label %s: %v %s", rr, err, stderr)
+			require.Fail(t, fmt.Sprintf("label %s: %v %s", rr, err, stderr))
 		}
 		if _, stderr, err := w.kubectl(testenv.UserAdmin, "annotate", "node", rr, extender.AnnotationClusterID+"=244.0.0.1"); err != nil {
-			t.Fatalf("annotate %s: %v %s", rr, err, stderr)
+			require.Fail(t, fmt.Sprintf("annotate %s: %v %s", rr, err, stderr))
 		}
 	}
 	if out, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, handBuiltPeers, "apply", "-f", "-"); err != nil {
-		t.Fatalf("apply BGPPeers: %v\n%s%s", err, out, stderr)
+		require.Fail(t, fmt.Sprintf("apply BGPPeers: %v\n%s%s", err, out, stderr))
 	}
 	if missing, _, _, err := w.routingState(); err != nil || missing != 0 {
-		t.Fatalf("the hand-built cluster: %d missing pairs, %v", missing, err)
+		require.Fail(t, fmt.Sprintf("the hand-built cluster: %d missing pairs, %v", missing, err))
 	}
 	policy := func(mode string) string {
 		return `apiVersion: routereflector.io/v1alpha1
@@ -203,33 +198,29 @@ spec:
 		// A label removal Enforce would refuse: kubectl prints the warning, the change is made.
 		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", "node-03", "calico-route-reflector-")
 		want := `policy "default" is in Observe mode: Enforce would refuse this change: metadata.labels[calico-route-reflector]: Invalid value: [min-route-reflectors] removing the route reflector label from node-03 would leave 2 route reflectors`
-		if err != nil || !strings.Contains(stderr, "Warning: "+want) {
-			t.Fatalf("kubectl label in Observe: %v\n%s\nwant %s", err, stderr, want)
-		}
+		require.Falsef(t, err != nil || !strings.Contains(stderr, "Warning: "+want), "kubectl label in Observe: %v\n%s\nwant %s", err, stderr, want)
 		if _, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", "node-03", "calico-route-reflector="); err != nil {
-			t.Fatalf("label back: %v %s", err, stderr)
+			require.Fail(t, fmt.Sprintf("label back: %v %s", err, stderr))
 		}
 		// More reconciles: a client cordoned and uncordoned (Enforce would keep it a client).
 		for _, verb := range []string{"cordon", "uncordon"} {
 			if _, stderr, err := w.kubectl(testenv.UserAdmin, verb, "node-50"); err != nil {
-				t.Fatalf("%s: %v %s", verb, err, stderr)
+				require.Fail(t, fmt.Sprintf("%s: %v %s", verb, err, stderr))
 			}
 			w.waitReconciles(rc, 1)
 		}
 		if n := rc.count() - first; n < 3 {
-			t.Fatalf("%d reconciles in Observe", n)
+			require.Fail(t, fmt.Sprintf("%d reconciles in Observe", n))
 		}
 		if d := diffObjects(before, w.clusterObjects()); len(d) > 0 {
-			t.Fatalf("Observe changed the cluster:\n%s", strings.Join(d, "\n"))
+			require.Fail(t, fmt.Sprintf("Observe changed the cluster:\n%s", strings.Join(d, "\n")))
 		}
 		if got := w.policyField(`{.status.pendingChanges}`); !strings.Contains(got, "BGPPeers\"") ||
 			!strings.Contains(got, "delete hand-written BGPPeer peer-to-rrs once calico-rr-autoscaler's BGPPeers cover it") {
-			t.Fatalf("pendingChanges %s", got)
+			require.Fail(t, fmt.Sprintf("pendingChanges %s", got))
 		}
 		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "--field-selector", "reason="+reconciler.EventWouldChange, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
-		if !strings.Contains(out, "Observe: Enforce would ") {
-			t.Fatalf("WouldChange events: %q", out)
-		}
+		require.Truef(t, strings.Contains(out, "Observe: Enforce would "), "WouldChange events: %q", out)
 		t.Logf("Observe: %d reconciles, %d Nodes and BGPPeers unchanged; Events:\n%s", rc.count()-first, len(before), out)
 	})
 
@@ -250,28 +241,24 @@ spec:
 		})
 		failures := rc.checkModel(false)
 		if len(failures) > 0 {
-			t.Fatalf("graph model after reconciles:\n%s", strings.Join(failures, "\n"))
+			require.Fail(t, fmt.Sprintf("graph model after reconciles:\n%s", strings.Join(failures, "\n")))
 		}
 		if d := goneAt.Sub(start); d < 2*time.Second {
-			t.Fatalf("hand-written BGPPeers gone %s after Enforce, before removalDelay (2s)", d)
+			require.Fail(t, fmt.Sprintf("hand-written BGPPeers gone %s after Enforce, before removalDelay (2s)", d))
 		}
 		s := w.snapshot()
 		if got := slices.Sorted(maps.Keys(s.rrs)); !slices.Equal(got, handRRs) {
-			t.Fatalf("route reflectors %v, want the hand-picked %v", got, handRRs)
+			require.Fail(t, fmt.Sprintf("route reflectors %v, want the hand-picked %v", got, handRRs))
 		}
 		for _, rr := range handRRs {
 			out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+rr, "-o", "jsonpath={range .items[*]}{.reason} {end}")
 			for _, role := range []string{reconciler.EventPromoted, reconciler.EventDraining, reconciler.EventDemoted} {
-				if strings.Contains(out, role) {
-					t.Fatalf("%s: role change Event %s: %s", rr, role, out)
-				}
+				require.Falsef(t, strings.Contains(out, role), "%s: role change Event %s: %s", rr, role, out)
 			}
 		}
 		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "--field-selector", "reason="+reconciler.EventBGPPeerAdopted, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
 		for _, name := range []string{"peer-to-rrs", "rr-mesh"} {
-			if !strings.Contains(out, "deleted hand-written BGPPeer "+name+": calico-rr-autoscaler's BGPPeers cover") {
-				t.Fatalf("no BGPPeerAdopted Event for %s: %q", name, out)
-			}
+			require.Truef(t, strings.Contains(out, "deleted hand-written BGPPeer "+name+": calico-rr-autoscaler's BGPPeers cover"), "no BGPPeerAdopted Event for %s: %q", name, out)
 		}
 		t.Logf("Enforce: hand-written BGPPeers gone %s after the switch, %d reconciles with 0 missing pairs; route reflectors %v\n%s",
 			goneAt.Sub(start).Round(10*time.Millisecond), rc.count(), s.rrs, out)
@@ -295,13 +282,11 @@ spec:
 			return nil
 		})
 		if d := diffObjects(before, w.clusterObjects()); len(d) > 0 {
-			t.Fatalf("Paused changed the cluster after a cordon:\n%s", strings.Join(d, "\n"))
+			require.Fail(t, fmt.Sprintf("Paused changed the cluster after a cordon:\n%s", strings.Join(d, "\n")))
 		}
 		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", "node-04", "calico-route-reflector-")
 		want := `[min-route-reflectors] removing the route reflector label from node-04 would leave 2 route reflectors; policy "default" requires at least 3`
-		if err == nil || !strings.Contains(stderr, want) {
-			t.Fatalf("kubectl label in Paused: %v\n%s\nwant %s", err, stderr, want)
-		}
+		require.Falsef(t, err == nil || !strings.Contains(stderr, want), "kubectl label in Paused: %v\n%s\nwant %s", err, stderr, want)
 		t.Logf("Paused: kubectl: %s", strings.TrimSpace(stderr))
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
@@ -26,9 +28,7 @@ import (
 func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 	w := newEnv(t, testenv.WithCalicoAPIServer())
 	dir, err := crds.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	testenv.InstallCRDs(t, w.env.Config, dir) // all of Calico's: its API server serves every kind
 	w.env.StartCalicoAPIServer(t)
 	w.port = testenv.FreePort(t)
@@ -36,7 +36,7 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 	w.rep = w.start(w.port, true)
 	w.awaitWebhooks()
 	if got, v3 := w.rep.srv.PeerAPI, w.rep.srv.V3Server; got != calico.V3 || !v3.Aggregated || v3.User != testenv.UserCalicoAPIServer {
-		t.Fatalf("BGPPeer API %s, %s", got, v3)
+		require.Fail(t, fmt.Sprintf("BGPPeer API %s, %s", got, v3))
 	}
 	errorsBefore := counter("calico_rr_autoscaler_reconcile_errors_total", nil)
 
@@ -76,7 +76,7 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 	})
 	t.Logf("pruned: %v", pruned)
 	if n := counter("calico_rr_autoscaler_reconcile_errors_total", nil) - errorsBefore; n != 0 {
-		t.Fatalf("%v reconcile errors (a denied write?)", n)
+		require.Fail(t, fmt.Sprintf("%v reconcile errors (a denied write?)", n))
 	}
 
 	// Hand edits of a managed BGPPeer, once the new layout has settled (no draining route
@@ -116,13 +116,9 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, err := w.kubectl(tc.user, tc.args...)
-			if err == nil || !strings.Contains(stderr, reason) {
-				t.Fatalf("not refused with the guard's reason: %v %s", err, stderr)
-			}
+			require.Falsef(t, err == nil || !strings.Contains(stderr, reason), "not refused with the guard's reason: %v %s", err, stderr)
 		})
 	}
 	out, _, err := w.kubectl(testenv.UserAdmin, "get", "bgppeers.projectcalico.org", peer, "-o", "jsonpath={.spec.peerSelector}")
-	if err != nil || out == "all()" {
-		t.Fatalf("%s's peerSelector %q %v", peer, out, err)
-	}
+	require.Falsef(t, err != nil || out == "all()", "%s's peerSelector %q %v", peer, out, err)
 }

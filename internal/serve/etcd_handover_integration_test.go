@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico/libcalico-go/lib/options"
@@ -92,9 +93,7 @@ func TestEtcdHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
 	w.rep = w.start(w.port, true, etcdOptions(w.env.EtcdURL))
 	w.awaitWebhooks()
 	calicoctl, err := calicoetcd.New(calicoetcd.Config{Endpoints: w.env.EtcdURL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
 kind: RouteReflectorPolicy
 metadata: {name: default}
@@ -141,13 +140,11 @@ spec:
 	seen := slices.Sorted(maps.Keys(cn.seen))
 	cn.mu.Unlock()
 	t.Logf("handed over in %s (removalDelay 10m); CalicoNodeStatus in etcd for %v", time.Since(start).Round(10*time.Millisecond), seen)
-	if len(seen) == 0 {
-		t.Fatal("no CalicoNodeStatus was used")
-	}
+	require.NotEmpty(t, seen, "no CalicoNodeStatus was used")
 	if ev := w.events("RouteReflectorPolicy", "default", reconciler.EventHandedOver); len(ev) == 0 {
-		t.Fatal("no HandedOver Event")
+		require.Fail(t, "no HandedOver Event")
 	}
 	if l, err := w.dyn.Resource(nodeStatusGVR).List(t.Context(), metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
-		t.Fatalf("CalicoNodeStatuses in the Kubernetes API: %v %v", l, err)
+		require.Fail(t, fmt.Sprintf("CalicoNodeStatuses in the Kubernetes API: %v %v", l, err))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -50,7 +51,7 @@ func registerCalicoNode(t *testing.T, c *calicoetcd.Store, name, zone, ip string
 	n.Labels = map[string]string{corev1.LabelTopologyZone: zone, corev1.LabelHostname: name}
 	n.Spec.BGP = &libapiv3.NodeBGPSpec{IPv4Address: ip + "/24"}
 	if _, err := c.Client().Nodes().Create(t.Context(), n, options.SetOptions{}); err != nil {
-		t.Fatalf("creating Calico Node %s: %v", name, err)
+		require.Fail(t, fmt.Sprintf("creating Calico Node %s: %v", name, err))
 	}
 }
 
@@ -145,9 +146,7 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 	w.rep = w.start(w.port, true, etcdOptions(w.env.EtcdURL))
 	w.awaitWebhooks()
 	calicoctl, err := calicoetcd.New(calicoetcd.Config{Endpoints: w.env.EtcdURL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	w.applyPolicy(policyYAML)
 	name := func(i int) string { return fmt.Sprintf("node-%02d", i) }
 	zone := func(i int) string { return fmt.Sprintf("zone-%c", 'a'+i%3) }
@@ -187,26 +186,18 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 		for rr, id := range s.rrs {
 			zones[s.calico[rr].Labels[corev1.LabelTopologyZone]] = true
 			if _, ok := s.k8s.rrs[rr]; !ok {
-				t.Fatalf("%s is a route reflector in etcd (%s) but not on its Kubernetes Node", rr, id)
+				require.Fail(t, fmt.Sprintf("%s is a route reflector in etcd (%s) but not on its Kubernetes Node", rr, id))
 			}
 		}
-		if len(zones) != 3 {
-			t.Fatalf("route reflectors %v in zones %v, want one per zone", s.rrs, zones)
-		}
-		if len(s.peers) == 0 {
-			t.Fatal("no BGPPeer in etcd")
-		}
+		require.Lenf(t, zones, 3, "route reflectors %v in zones %v, want one per zone", s.rrs, zones)
+		require.NotEmpty(t, s.peers, "no BGPPeer in etcd")
 		kube, err := w.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
-		if err != nil || len(kube.Items) != 0 {
-			t.Fatalf("BGPPeers in the Kubernetes API: %d %v", len(kube.Items), err)
-		}
+		require.Falsef(t, err != nil || len(kube.Items) != 0, "BGPPeers in the Kubernetes API: %d %v", len(kube.Items), err)
 	})
 
 	t.Run("a cordon hands over in etcd", func(t *testing.T) {
 		s, err := w.etcdState(calicoctl)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		rrs := slices.Sorted(func(yield func(string) bool) {
 			for n := range s.rrs {
 				if !yield(n) {
@@ -233,9 +224,7 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 
 	t.Run("a hand edit of a Calico Node is reverted with an Event", func(t *testing.T) {
 		s, err := w.etcdState(calicoctl)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var rr string
 		for n := range s.rrs {
 			if rr == "" || n < rr {
@@ -244,13 +233,11 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 		}
 		wantID := s.rrs[rr]
 		n, err := calicoctl.Client().Nodes().Get(ctx, rr, options.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		delete(n.Labels, rrLabel)
 		n.Spec.BGP.RouteReflectorClusterID = "10.9.9.9"
 		if _, err := calicoctl.Client().Nodes().Update(ctx, n, options.SetOptions{}); err != nil {
-			t.Fatal(err)
+			require.Fail(t, fmt.Sprint(err))
 		}
 		edited := time.Now()
 		w.eventually("Calico Node reverted", 15*time.Second, func() error {
@@ -275,19 +262,13 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 
 	t.Run("a hand edit and a deletion of a BGPPeer in etcd are reverted with Events", func(t *testing.T) {
 		managed, err := calicoctl.Peers().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
-		if err != nil || len(managed) == 0 {
-			t.Fatalf("managed BGPPeers %d %v", len(managed), err)
-		}
+		require.Falsef(t, err != nil || len(managed) == 0, "managed BGPPeers %d %v", len(managed), err)
 		edit, gone := managed[0].DeepCopy(), managed[len(managed)-1].DeepCopy()
 		wantSel := edit.Spec.PeerSelector
 		edit.Spec.PeerSelector = "has(nothing)"
-		if err := calicoctl.Peers().Update(ctx, edit); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, calicoctl.Peers().Update(ctx, edit))
 		if gone.Name != edit.Name {
-			if err := calicoctl.Peers().Delete(ctx, gone); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, calicoctl.Peers().Delete(ctx, gone))
 		}
 		w.eventually("BGPPeers reverted", 15*time.Second, func() error {
 			cur, err := calicoctl.Peers().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
@@ -320,24 +301,20 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 	t.Run("confd in etcdv3 mode renders what the graph model says", func(t *testing.T) {
 		confd, err := bgpverify.FindConfd("")
 		if err != nil {
-			t.Fatal(err) // make tools
+			require.Fail(t, fmt.Sprint(err)) // make tools
 		}
 		off := false
 		if _, err := calicoctl.Client().BGPConfigurations().Create(ctx, &apiv3.BGPConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "default"},
 			Spec: apiv3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}}, options.SetOptions{}); err != nil {
-			t.Fatal(err)
+			require.Fail(t, fmt.Sprint(err))
 		}
 		st, err := calicoctl.ReadState(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		start := time.Now()
 		diffs, err := bgpverify.RenderEtcd(ctx, confd, []string{"ETCD_ENDPOINTS=" + w.env.EtcdURL}, st.Nodes, st.Peers, st.Configs, t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if len(diffs) > 0 {
-			t.Fatalf("confd's sessions differ from the graph model's:\n%s", strings.Join(diffs, "\n"))
+			require.Fail(t, fmt.Sprintf("confd's sessions differ from the graph model's:\n%s", strings.Join(diffs, "\n")))
 		}
 		t.Logf("confd (DATASTORE_TYPE=etcdv3) rendered %d nodes' BIRD configurations in %v, every session the graph model's", len(st.Nodes), time.Since(start).Round(time.Millisecond))
 	})
@@ -346,7 +323,7 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 		// The confd check left the default BGPConfiguration in etcd with the mesh off, by hand;
 		// the Kubernetes API has none (it would read as the mesh on, and the roles would go).
 		if _, stderr, err := w.kubectl(testenv.UserAdmin, "delete", "routereflectorpolicy", "default", "--wait=false"); err != nil {
-			t.Fatalf("delete policy: %v %s", err, stderr)
+			require.Fail(t, fmt.Sprintf("delete policy: %v %s", err, stderr))
 		}
 		w.eventually("policy gone", 30*time.Second, func() error {
 			if _, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default"); err == nil {
@@ -355,24 +332,18 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 			return nil
 		})
 		if ev := w.events("RouteReflectorPolicy", "default", reconciler.EventRouteReflectorsKept); len(ev) == 0 {
-			t.Fatal("no RouteReflectorsKept Event")
+			require.Fail(t, "no RouteReflectorsKept Event")
 		}
 		s, err := w.etcdState(calicoctl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(s.rrs) != 3 || len(s.peers) == 0 || s.missing != 0 {
-			t.Fatalf("after the policy's deletion, etcd has %d route reflectors, %d BGPPeers, %d missing pairs", len(s.rrs), len(s.peers), s.missing)
-		}
+		require.NoError(t, err)
+		require.Falsef(t, len(s.rrs) != 3 || len(s.peers) == 0 || s.missing != 0, "after the policy's deletion, etcd has %d route reflectors, %d BGPPeers, %d missing pairs", len(s.rrs), len(s.peers), s.missing)
 	})
 }
 
 // events returns the messages of the Events with reason on the object kind/name.
 func (w *world) events(kind, name, reason string) []string {
 	list, err := w.admin.CoreV1().Events("").List(w.t.Context(), metav1.ListOptions{})
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	require.NoError(w.t, err)
 	var out []string
 	for _, e := range list.Items {
 		if e.InvolvedObject.Kind == kind && e.InvolvedObject.Name == name && e.Reason == reason {
@@ -387,9 +358,7 @@ func (w *world) events(kind, name, reason string) []string {
 func TestEtcdUnreachableNotReady(t *testing.T) {
 	w := newEnv(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dead := "http://" + l.Addr().String()
 	l.Close()
 
@@ -397,9 +366,7 @@ func TestEtcdUnreachableNotReady(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "etcd-client.crt")
 		_, err := serve.New(t.Context(), serve.Options{RestConfig: w.env.Config, Datastore: calicoetcd.EtcdV3,
 			Etcd: calicoetcd.Config{Endpoints: dead, CertFile: missing, KeyFile: missing}})
-		if err == nil || !strings.HasPrefix(err.Error(), "--etcd-cert-file "+missing) || strings.Contains(err.Error(), "\n") {
-			t.Fatalf("got %v", err)
-		}
+		require.Falsef(t, err == nil || !strings.HasPrefix(err.Error(), "--etcd-cert-file "+missing) || strings.Contains(err.Error(), "\n"), "got %v", err)
 	})
 
 	t.Run("unreachable: running and not ready", func(t *testing.T) {
@@ -424,7 +391,7 @@ func TestEtcdUnreachableNotReady(t *testing.T) {
 		})
 		select {
 		case err := <-rep.done:
-			t.Fatalf("serve stopped: %v", err)
+			require.Fail(t, fmt.Sprintf("serve stopped: %v", err))
 		case <-time.After(2 * time.Second):
 		}
 		if errors.Is(w.t.Context().Err(), nil) {

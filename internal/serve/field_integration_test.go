@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,19 +50,13 @@ kind: Node
 metadata: {name: dry-1, labels: {topology.kubernetes.io/zone: zone-a}}
 `
 		out, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, node, "create", "--dry-run=server", "-o", "yaml", "-f", "-")
-		if err != nil {
-			t.Fatalf("dry run: %v %s", err, stderr)
-		}
-		if !strings.Contains(out, extender.LabelPeeringSet) {
-			t.Fatalf("the dry run's answer has no role:\n%s", out)
-		}
+		require.Falsef(t, err != nil, "dry run: %v %s", err, stderr)
+		require.Truef(t, strings.Contains(out, extender.LabelPeeringSet), "the dry run's answer has no role:\n%s", out)
 		if _, err := w.admin.CoreV1().Nodes().Get(t.Context(), "dry-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Fatalf("dry-1 exists after a dry run: %v", err)
+			require.Fail(t, fmt.Sprintf("dry-1 exists after a dry run: %v", err))
 		}
 		// Not a count of the ledger's entries: settled ones are dropped at any moment.
-		if w.rep.srv.Ledger.Assumed("dry-1") {
-			t.Fatal("the leader's ledger holds an assumed change of dry-1 after a dry run")
-		}
+		require.False(t, w.rep.srv.Ledger.Assumed("dry-1"), "the leader's ledger holds an assumed change of dry-1 after a dry run")
 	})
 
 	t.Run("pressure: no new route reflector, the old one keeps its role", func(t *testing.T) {
@@ -76,22 +71,18 @@ metadata: {name: dry-1, labels: {topology.kubernetes.io/zone: zone-a}}
 		}
 		w.setCondition(client, corev1.NodeMemoryPressure, corev1.ConditionTrue)
 		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", client, "calico-route-reflector=")
-		if err == nil || !strings.Contains(stderr, "[node-condition]") || !strings.Contains(stderr, "MemoryPressure") {
-			t.Fatalf("labelling a node under MemoryPressure: %v %s", err, stderr)
-		}
+		require.Falsef(t, err == nil || !strings.Contains(stderr, "[node-condition]") || !strings.Contains(stderr, "MemoryPressure"), "labelling a node under MemoryPressure: %v %s", err, stderr)
 		w.setCondition(rr, corev1.NodeMemoryPressure, corev1.ConditionTrue)
 		time.Sleep(3 * time.Second)
 		s = w.snapshot()
 		if _, ok := s.rrs[rr]; !ok || s.nodes[rr].Annotations[extender.AnnotationDrainingSince] != "" {
-			t.Fatalf("%s lost its role or drains under MemoryPressure: %s", rr, s.roles())
+			require.Fail(t, fmt.Sprintf("%s lost its role or drains under MemoryPressure: %s", rr, s.roles()))
 		}
 	})
 
 	t.Run("a leader change keeps the scale-down window", func(t *testing.T) {
 		for i := 30; i < 60; i++ {
-			if err := w.admin.CoreV1().Nodes().Delete(t.Context(), fmt.Sprintf("node-%02d", i), metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, w.admin.CoreV1().Nodes().Delete(t.Context(), fmt.Sprintf("node-%02d", i), metav1.DeleteOptions{}))
 		}
 		desired := func() string {
 			out, stderr, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.nodes}/{.status.desiredRouteReflectors}")
@@ -125,7 +116,7 @@ metadata: {name: dry-1, labels: {topology.kubernetes.io/zone: zone-a}}
 		})
 		time.Sleep(2 * time.Second)
 		if got := desired(); got != "31/6" {
-			t.Fatalf("after the leader change: nodes/desired %q, want 31/6 (the window holds 6 for 10 minutes)", got)
+			require.Fail(t, fmt.Sprintf("after the leader change: nodes/desired %q, want 31/6 (the window holds 6 for 10 minutes)", got))
 		}
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
@@ -42,19 +44,19 @@ spec:
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
 		s := w.snapshot()
 		if _, ok := s.rrs[victim]; !ok {
-			t.Fatalf("%s lost its role %v into a 30 s NotReady blip", victim, time.Until(end))
+			require.Fail(t, fmt.Sprintf("%s lost its role %v into a 30 s NotReady blip", victim, time.Until(end)))
 		}
 		if d := s.nodes[victim].Annotations[extender.AnnotationDrainingSince]; d != "" {
-			t.Fatalf("%s marked draining (%s) within the grace period", victim, d)
+			require.Fail(t, fmt.Sprintf("%s marked draining (%s) within the grace period", victim, d))
 		}
 	}
 	w.ready(victim, true)
 	time.Sleep(2 * time.Second)
 	if _, ok := w.snapshot().rrs[victim]; !ok {
-		t.Fatalf("%s lost its role after the blip", victim)
+		require.Fail(t, fmt.Sprintf("%s lost its role after the blip", victim))
 	}
 	if after := roleEvents(); after != before {
-		t.Fatalf("role-change Events for %s after a blip: %q (before %q)", victim, after, before)
+		require.Fail(t, fmt.Sprintf("role-change Events for %s after a blip: %q (before %q)", victim, after, before))
 	}
 
 	// Past the grace period: replaced, then demoted.
@@ -71,13 +73,11 @@ spec:
 		return nil
 	})
 	if took := time.Since(start); took < 40*time.Second {
-		t.Fatalf("%s demoted %v after going NotReady, within the 40 s grace period", victim, took.Round(time.Second))
+		require.Fail(t, fmt.Sprintf("%s demoted %v after going NotReady, within the 40 s grace period", victim, took.Round(time.Second)))
 	}
 	ev := roleEvents()
 	for _, want := range []string{"RouteReflectorDraining", "RouteReflectorDemoted"} {
-		if !strings.Contains(ev, want) {
-			t.Fatalf("events of %s: %q, want %s", victim, ev, want)
-		}
+		require.Truef(t, strings.Contains(ev, want), "events of %s: %q, want %s", victim, ev, want)
 	}
 	t.Logf("%s replaced and demoted %v after going NotReady (grace 40 s)", victim, time.Since(start).Round(time.Second))
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,9 +35,7 @@ func (w *world) joinIP(name, zone, ip string) {
 	ctx := w.t.Context()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelTopologyZone: zone, corev1.LabelHostname: name}}}
 	created, err := w.kubelet.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-	if err != nil {
-		w.t.Fatalf("creating %s: %v", name, err)
-	}
+	require.NoErrorf(w.t, err, "creating %s", name)
 	for {
 		now := metav1.Now()
 		created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
@@ -45,13 +44,10 @@ func (w *world) joinIP(name, zone, ip string) {
 		if !apierrors.IsConflict(err) {
 			break
 		}
-		if created, err = w.kubelet.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
-			w.t.Fatal(err)
-		}
+		created, err = w.kubelet.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		require.NoError(w.t, err)
 	}
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	require.NoError(w.t, err)
 }
 
 // calicoNode plays calico-node for every CalicoNodeStatus: it writes status.bgp.peersV4 with an
@@ -74,9 +70,7 @@ func (w *world) startCalicoNode(down ...string) *calicoNode {
 	ctx, cancel := context.WithCancel(w.t.Context())
 	w.t.Cleanup(cancel)
 	wi, err := w.dyn.Resource(nodeStatusGVR).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	require.NoError(w.t, err)
 	go func() {
 		for ev := range wi.ResultChan() {
 			o, ok := ev.Object.(*unstructured.Unstructured)
@@ -184,14 +178,14 @@ func (w *world) createBGPConfiguration(mesh bool) {
 		"spec":     map[string]any{"nodeToNodeMeshEnabled": mesh, "asNumber": int64(64512)},
 	}}
 	if _, err := w.dyn.Resource(bgpConfigGVR).Create(w.t.Context(), cfg, metav1.CreateOptions{}); err != nil {
-		w.t.Fatal(err)
+		require.Fail(w.t, fmt.Sprint(err))
 	}
 }
 
 func (w *world) applyPolicy(yaml string) {
 	w.t.Helper()
 	if out, stderr, err := w.env.KubectlStdin(w.t, testenv.UserAdmin, yaml, "apply", "-f", "-"); err != nil {
-		w.t.Fatalf("apply policy: %v\n%s%s", err, out, stderr)
+		require.Fail(w.t, fmt.Sprintf("apply policy: %v\n%s%s", err, out, stderr))
 	}
 }
 
@@ -226,7 +220,7 @@ func (w *world) cordon(names ...string) {
 	w.t.Helper()
 	for _, n := range names {
 		if _, stderr, err := w.kubectl(testenv.UserAdmin, "cordon", n); err != nil {
-			w.t.Fatalf("cordon %s: %v %s", n, err, stderr)
+			require.Fail(w.t, fmt.Sprintf("cordon %s: %v %s", n, err, stderr))
 		}
 	}
 }
@@ -264,13 +258,9 @@ spec:
 		})
 		_, maxLive, seen := cn.stats()
 		t.Logf("handed over in %s (removalDelay 10m); CalicoNodeStatus for %v, at most %d at once", time.Since(start).Round(10*time.Millisecond), seen, maxLive)
-		if len(seen) == 0 {
-			t.Fatal("no CalicoNodeStatus was used")
-		}
+		require.NotEmpty(t, seen, "no CalicoNodeStatus was used")
 		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "-o", "jsonpath={range .items[*]}{.reason} {.message}{\"\\n\"}{end}")
-		if !strings.Contains(out, reconciler.EventHandedOver+" "+victim+": every moving client has an Established BGP session") {
-			t.Fatalf("events: %s", out)
-		}
+		require.Truef(t, strings.Contains(out, reconciler.EventHandedOver+" "+victim+": every moving client has an Established BGP session"), "events: %s", out)
 	})
 
 	t.Run("four route reflectors handed over at once: at most 3 CalicoNodeStatuses", func(t *testing.T) {
@@ -295,12 +285,8 @@ spec:
 		})
 		_, maxLive, seen := cn.stats()
 		t.Logf("CalicoNodeStatus for %d nodes %v, at most %d at once", len(seen), seen, maxLive)
-		if maxLive > reconciler.MaxNodeStatuses {
-			t.Fatalf("%d CalicoNodeStatuses at once, bound %d", maxLive, reconciler.MaxNodeStatuses)
-		}
-		if len(seen) <= reconciler.MaxNodeStatuses {
-			t.Fatalf("only %d replacements checked: the bound was not exercised", len(seen))
-		}
+		require.Falsef(t, maxLive > reconciler.MaxNodeStatuses, "%d CalicoNodeStatuses at once, bound %d", maxLive, reconciler.MaxNodeStatuses)
+		require.Falsef(t, len(seen) <= reconciler.MaxNodeStatuses, "only %d replacements checked: the bound was not exercised", len(seen))
 	})
 }
 
@@ -334,9 +320,7 @@ spec:
 	w.waitHandedOver("handed over by IPv6 sessions", victim)
 	_, _, seen := cn.stats()
 	t.Logf("handed over in %s over IPv6 sessions (removalDelay 10m); CalicoNodeStatus for %v", time.Since(start).Round(10*time.Millisecond), seen)
-	if len(seen) == 0 {
-		t.Fatal("no CalicoNodeStatus was used")
-	}
+	require.NotEmpty(t, seen, "no CalicoNodeStatus was used")
 }
 
 func TestHandoverBGPSessionsTimeoutOnRealAPIServer(t *testing.T) {
@@ -377,7 +361,7 @@ spec:
 		return nil
 	})
 	if d := time.Since(start); d < 4*time.Second {
-		t.Fatalf("demoted after %s, before the timeout", d)
+		require.Fail(t, fmt.Sprintf("demoted after %s, before the timeout", d))
 	}
 	w.eventually("Degraded HandoverTimeout", 10*time.Second, func() error {
 		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.conditions[?(@.type==\"Degraded\")].reason}")
@@ -395,7 +379,7 @@ spec:
 		}
 	}
 	if !strings.Contains(out, "Warning "+victim+": handover timed out after 4s; clients that never established") || len(named) == 0 {
-		t.Fatalf("events %q do not name the clients that never established (down: %v)", out, down)
+		require.Fail(t, fmt.Sprintf("events %q do not name the clients that never established (down: %v)", out, down))
 	}
 	w.eventually("no CalicoNodeStatus left", 20*time.Second, func() error {
 		if live, _, _ := cn.stats(); live > 0 {
@@ -421,12 +405,10 @@ func testMigrateFromNodeMesh(t *testing.T, handover string) {
 	w.createBGPConfiguration(true)
 	meshOn := func() bool {
 		o, err := w.dyn.Resource(bgpConfigGVR).Get(ctx, "default", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		on, found, _ := unstructured.NestedBool(o.Object, "spec", "nodeToNodeMeshEnabled")
 		if asn, _, _ := unstructured.NestedInt64(o.Object, "spec", "asNumber"); asn != 64512 {
-			t.Fatalf("asNumber lost: %v", o.Object["spec"])
+			require.Fail(t, fmt.Sprintf("asNumber lost: %v", o.Object["spec"]))
 		}
 		return !found || on
 	}
@@ -460,11 +442,9 @@ spec:
 		}
 		return nil
 	})
-	if rc.count() == first {
-		t.Fatal("no reconcile in Observe")
-	}
+	require.False(t, rc.count() == first, "no reconcile in Observe")
 	if d := diffObjects(before, w.clusterObjects()); len(d) > 0 || !meshOn() {
-		t.Fatalf("Observe changed the cluster (mesh on %v):\n%s", meshOn(), strings.Join(d, "\n"))
+		require.Fail(t, fmt.Sprintf("Observe changed the cluster (mesh on %v):\n%s", meshOn(), strings.Join(d, "\n")))
 	}
 	// Enforce: route reflectors, BGPPeers and the migration in one go.
 	w.applyPolicy(policy("Enforce"))
@@ -477,19 +457,19 @@ spec:
 		if !on {
 			offAt = time.Now()
 			if o := s.orphans(); len(o) > 0 || len(s.clients)+len(s.rrs) != len(s.nodes) {
-				t.Fatalf("mesh off while clients lack route reflectors: orphans %v, %d clients + %d RRs of %d nodes", o, len(s.clients), len(s.rrs), len(s.nodes))
+				require.Fail(t, fmt.Sprintf("mesh off while clients lack route reflectors: orphans %v, %d clients + %d RRs of %d nodes", o, len(s.clients), len(s.rrs), len(s.nodes)))
 			}
 			return nil
 		}
 		return fmt.Errorf("mesh on")
 	})
 	if d := offAt.Sub(start); d < 3*time.Second && handover == "Delay" {
-		t.Fatalf("mesh off %s after the switch to Enforce, before removalDelay", d)
+		require.Fail(t, fmt.Sprintf("mesh off %s after the switch to Enforce, before removalDelay", d))
 	}
 	t.Logf("%s: mesh off %s after the switch to Enforce", handover, offAt.Sub(start).Round(10*time.Millisecond))
 	time.Sleep(300 * time.Millisecond) // the hook of the reconcile that turned the mesh off
 	if failures := rc.checkModel(false); len(failures) > 0 {
-		t.Fatalf("graph model after reconciles:\n%s", strings.Join(failures, "\n"))
+		require.Fail(t, fmt.Sprintf("graph model after reconciles:\n%s", strings.Join(failures, "\n")))
 	}
 	t.Logf("%s: %d reconciles from Observe to the mesh off, 0 missing pairs after each", handover, rc.count()-first)
 	if cn != nil {
@@ -500,7 +480,7 @@ spec:
 			return nil
 		})
 		if _, maxLive, seen := cn.stats(); maxLive > reconciler.MaxNodeStatuses || len(seen) == 0 {
-			t.Fatalf("CalicoNodeStatuses: at most %d at once, for %v", maxLive, seen)
+			require.Fail(t, fmt.Sprintf("CalicoNodeStatuses: at most %d at once, for %v", maxLive, seen))
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,27 +81,20 @@ func newEnv(t *testing.T, opts ...testenv.Option) *world {
 	env.CreateNamespace(t, testenv.ChartNamespace)
 	w := &world{t: t, env: env}
 	var err error
-	if w.admin, err = kubernetes.NewForConfig(env.Config); err != nil {
-		t.Fatal(err)
-	}
-	if w.kubelet, err = kubernetes.NewForConfig(env.ConfigFor(testenv.UserKubelet)); err != nil {
-		t.Fatal(err)
-	}
-	if w.dyn, err = dynamic.NewForConfig(env.Config); err != nil {
-		t.Fatal(err)
-	}
+	w.admin, err = kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	w.kubelet, err = kubernetes.NewForConfig(env.ConfigFor(testenv.UserKubelet))
+	require.NoError(t, err)
+	w.dyn, err = dynamic.NewForConfig(env.Config)
+	require.NoError(t, err)
 	calicoCRDs, err := crds.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
 		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"),
 		filepath.Join(calicoCRDs, "crd.projectcalico.org_caliconodestatuses.yaml"), testenv.RepoPath(t, "policy/crd"))
 	w.certDir = t.TempDir()
 	w.caPEM, err = testenv.WriteWebhookCert(w.certDir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return w
 }
 
@@ -129,7 +123,7 @@ func (w *world) start(port int, leader bool, opts ...func(*serve.Options)) *repl
 	srv, err := serve.New(ctx, o)
 	if err != nil {
 		cancel()
-		w.t.Fatal(err)
+		require.Fail(w.t, fmt.Sprint(err))
 	}
 	r := &replica{srv: srv, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- srv.Manager.Start(ctx) }()
@@ -203,9 +197,7 @@ func (w *world) join(name, zone string, labels map[string]string) {
 		n.Labels[k] = v
 	}
 	created, err := w.kubelet.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-	if err != nil {
-		w.t.Fatalf("creating %s: %v", name, err)
-	}
+	require.NoErrorf(w.t, err, "creating %s", name)
 	w.ready(created.Name, true)
 }
 
@@ -216,17 +208,13 @@ func (w *world) updateStatus(name string, change func(*corev1.Node)) {
 	ctx := w.t.Context()
 	for {
 		n, err := w.kubelet.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			w.t.Fatal(err)
-		}
+		require.NoError(w.t, err)
 		change(n)
 		_, err = w.kubelet.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			continue
 		}
-		if err != nil {
-			w.t.Fatal(err)
-		}
+		require.NoError(w.t, err)
 		return
 	}
 }
@@ -265,9 +253,7 @@ func (w *world) snapshot() *snapshot {
 	w.t.Helper()
 	ctx := w.t.Context()
 	list, err := w.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	require.NoError(w.t, err)
 	s := &snapshot{nodes: map[string]*corev1.Node{}, rrs: map[string]string{}, peers: map[string]bool{}, clients: map[string][]string{}}
 	for i := range list.Items {
 		n := &list.Items[i]
@@ -280,9 +266,7 @@ func (w *world) snapshot() *snapshot {
 		}
 	}
 	peers, err := w.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	require.NoError(w.t, err)
 	for _, p := range peers.Items {
 		s.peers[p.GetName()] = true
 	}
@@ -381,7 +365,7 @@ func TestServeOnRealAPIServer(t *testing.T) {
 	ctx := t.Context()
 
 	if out, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, policyYAML, "apply", "-f", "-"); err != nil {
-		t.Fatalf("apply policy: %v\n%s%s", err, out, stderr)
+		require.Fail(t, fmt.Sprintf("apply policy: %v\n%s%s", err, out, stderr))
 	}
 
 	t.Run("30 nodes across 3 zones get roles, cluster IDs and BGPPeers", func(t *testing.T) {
@@ -415,16 +399,10 @@ func TestServeOnRealAPIServer(t *testing.T) {
 		})
 		ids := []string{zones["zone-a"], zones["zone-b"], zones["zone-c"]}
 		slices.Sort(ids)
-		if fmt.Sprint(ids) != "[224.0.0.1 224.0.0.2 224.0.0.3]" {
-			t.Fatalf("cluster IDs by zone %v", zones)
-		}
-		if !s.peers["rr-autoscaler-mesh-default"] {
-			t.Fatalf("BGPPeers %v", s.peers)
-		}
+		require.EqualValuesf(t, "[224.0.0.1 224.0.0.2 224.0.0.3]", fmt.Sprint(ids), "cluster IDs by zone %v", zones)
+		require.Truef(t, s.peers["rr-autoscaler-mesh-default"], "BGPPeers %v", s.peers)
 		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.routeReflectors}/{.status.desiredRouteReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
-		if err != nil || out != "3/3/True" {
-			t.Fatalf("policy status %q %v", out, err)
-		}
+		require.Falsef(t, err != nil || out != "3/3/True", "policy status %q %v", out, err)
 		w.checkRouting(t, "after the 30-node join")
 	})
 
@@ -436,7 +414,7 @@ func TestServeOnRealAPIServer(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 		if after := counter("calico_rr_autoscaler_webhook_requests_total", nil); after != before {
-			t.Fatalf("%v webhook calls for 20 heartbeats", after-before)
+			require.Fail(t, fmt.Sprintf("%v webhook calls for 20 heartbeats", after-before))
 		}
 	})
 
@@ -451,9 +429,7 @@ func TestServeOnRealAPIServer(t *testing.T) {
 		})[0]
 		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", rr, "calico-route-reflector-")
 		want := fmt.Sprintf(`[min-route-reflectors] removing the route reflector label from %s would leave 2 route reflectors; policy "default" requires at least 3`, rr)
-		if err == nil || !strings.Contains(stderr, want) {
-			t.Fatalf("kubectl label: %v\n%s\nwant %s", err, stderr, want)
-		}
+		require.Falsef(t, err == nil || !strings.Contains(stderr, want), "kubectl label: %v\n%s\nwant %s", err, stderr, want)
 		t.Logf("kubectl: %s", strings.TrimSpace(stderr))
 	})
 
@@ -461,9 +437,7 @@ func TestServeOnRealAPIServer(t *testing.T) {
 		w.join("db-1", "zone-a", map[string]string{"role": "db"})
 		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", "db-1", "calico-route-reflector=")
 		want := `[forbidden-node] db-1 may not be a route reflector of policy "default": node matches the policy's forbiddenNodeSelector`
-		if err == nil || !strings.Contains(stderr, want) {
-			t.Fatalf("kubectl label: %v\n%s", err, stderr)
-		}
+		require.Falsef(t, err == nil || !strings.Contains(stderr, want), "kubectl label: %v\n%s", err, stderr)
 	})
 
 	t.Run("a hand edit of a managed BGPPeer is rejected", func(t *testing.T) {
@@ -472,9 +446,7 @@ func TestServeOnRealAPIServer(t *testing.T) {
 			{"delete", "bgppeers.crd.projectcalico.org", "rr-autoscaler-mesh-default"},
 		} {
 			_, stderr, err := w.kubectl(testenv.UserAlice, args...)
-			if err == nil || !strings.Contains(stderr, "[managed-bgppeer] BGPPeer rr-autoscaler-mesh-default is managed by calico-rr-autoscaler") {
-				t.Fatalf("kubectl %v: %v\n%s", args, err, stderr)
-			}
+			require.Falsef(t, err == nil || !strings.Contains(stderr, "[managed-bgppeer] BGPPeer rr-autoscaler-mesh-default is managed by calico-rr-autoscaler"), "kubectl %v: %v\n%s", args, err, stderr)
 		}
 	})
 
@@ -490,15 +462,11 @@ spec:
 `
 		_, stderr, err := w.env.KubectlStdin(t, testenv.UserAlice, bad, "apply", "-f", "-")
 		for _, want := range []string{"spec.minRouteReflectors", "must not be greater than maxRouteReflectors (2)", "spec.topology.clusterID", "must be an IPv4 address"} {
-			if err == nil || !strings.Contains(stderr, want) {
-				t.Fatalf("kubectl apply: %v\n%s\nwant %q", err, stderr, want)
-			}
+			require.Falsef(t, err == nil || !strings.Contains(stderr, want), "kubectl apply: %v\n%s\nwant %q", err, stderr, want)
 		}
 		overlap := strings.ReplaceAll(strings.ReplaceAll(policyYAML, "name: default", "name: second"), "removalDelay: 2s", "nodeSelector: {matchLabels: {topology.kubernetes.io/zone: zone-a}}")
 		_, stderr, err = w.env.KubectlStdin(t, testenv.UserAlice, overlap, "apply", "-f", "-")
-		if err == nil || !strings.Contains(stderr, "[policy-overlap]") || !strings.Contains(stderr, "spec.nodeSelector") {
-			t.Fatalf("overlapping policy: %v\n%s", err, stderr)
-		}
+		require.Falsef(t, err == nil || !strings.Contains(stderr, "[policy-overlap]") || !strings.Contains(stderr, "spec.nodeSelector"), "overlapping policy: %v\n%s", err, stderr)
 	})
 
 	t.Run("kubectl cordon of an RR: replacement first, demotion after removalDelay, no client ever orphaned", func(t *testing.T) {
@@ -528,7 +496,7 @@ spec:
 		}()
 		start := time.Now()
 		if _, stderr, err := w.kubectl(testenv.UserAdmin, "cordon", victim); err != nil {
-			t.Fatalf("cordon: %v %s", err, stderr)
+			require.Fail(t, fmt.Sprintf("cordon: %v %s", err, stderr))
 		}
 		var replacedAt time.Time
 		w.eventually("replacement promoted", 15*time.Second, func() error {
@@ -553,18 +521,16 @@ spec:
 		demotedAt := time.Now()
 		close(stop)
 		sampler.Wait()
-		if len(orphaned) > 0 {
-			t.Fatalf("clients without a route reflector during the handover: %v", orphaned)
-		}
+		require.Falsef(t, len(orphaned) > 0, "clients without a route reflector during the handover: %v", orphaned)
 		if d := demotedAt.Sub(start); d < 2*time.Second {
-			t.Fatalf("demoted %s after the cordon, before removalDelay (2s)", d)
+			require.Fail(t, fmt.Sprintf("demoted %s after the cordon, before removalDelay (2s)", d))
 		}
 		t.Logf("replacement after %s, demotion after %s", replacedAt.Sub(start).Round(10*time.Millisecond), demotedAt.Sub(start).Round(10*time.Millisecond))
 		w.eventually("settled", 20*time.Second, func() error { return w.snapshot().settled(3) })
 		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+victim, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
 		if !strings.Contains(out, "Demoted: cordoned; clients moved to ") || !strings.Contains(out, "Draining: cordoned") {
 			all, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-A", "-o", "wide")
-			t.Fatalf("events of %s: %q; all: %q", victim, out, all)
+			require.Fail(t, fmt.Sprintf("events of %s: %q; all: %q", victim, out, all))
 		}
 		w.checkRouting(t, "after the cordon handover")
 	})
@@ -578,9 +544,7 @@ spec:
 			}
 		}
 		_, stderr, err := w.kubectl(testenv.UserAlice, "delete", "node", victim)
-		if err != nil || !strings.Contains(stderr, "Warning: node "+victim+" is a route reflector of policy \"default\"") {
-			t.Fatalf("kubectl delete: %v\n%s", err, stderr)
-		}
+		require.Falsef(t, err != nil || !strings.Contains(stderr, "Warning: node "+victim+" is a route reflector of policy \"default\""), "kubectl delete: %v\n%s", err, stderr)
 		w.eventually("replaced", 20*time.Second, func() error {
 			s := w.snapshot()
 			if err := s.settled(3); err != nil {
@@ -599,12 +563,8 @@ spec:
 		w.rep.stop()
 		w.join("late-1", "zone-a", nil)
 		n, err := w.admin.CoreV1().Nodes().Get(ctx, "late-1", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n.Labels[extender.LabelPeeringSet] != "" {
-			t.Fatalf("late-1 got a role with the webhook server down: %v", n.Labels)
-		}
+		require.NoError(t, err)
+		require.Emptyf(t, n.Labels[extender.LabelPeeringSet], "late-1 got a role with the webhook server down: %v", n.Labels)
 		w.rep = w.start(w.port, true)
 		w.eventually("late-1 has its role", 30*time.Second, func() error {
 			s := w.snapshot()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -141,11 +142,9 @@ spec:
 			select {
 			case s := <-samples:
 				reconciles++
-				if s.err != nil {
-					t.Fatalf("reading the cluster after reconcile %d: %v", reconciles, s.err)
-				}
+				require.Falsef(t, s.err != nil, "reading the cluster after reconcile %d: %v", reconciles, s.err)
 				if s.missing > 0 {
-					t.Fatalf("switch to %s, reconcile %d (%v after the edit): %d node pairs miss each other's routes", step.wantStatus, reconciles, time.Since(start), s.missing)
+					require.Fail(t, fmt.Sprintf("switch to %s, reconcile %d (%v after the edit): %d node pairs miss each other's routes", step.wantStatus, reconciles, time.Since(start), s.missing))
 				}
 				maxDraining = max(maxDraining, s.draining)
 				ready, _, _ := w.kubectl(testenv.UserAdmin, "get", "rrp", "default", "-o",
@@ -153,13 +152,11 @@ spec:
 				gen, rest, _ := strings.Cut(ready, "/")
 				settled = strings.HasPrefix(rest, gen+"/") && strings.HasSuffix(rest, "/True") && s.draining == 0 && s.unwired == 0
 			case <-time.After(90 * time.Second):
-				t.Fatalf("switch to %s: not settled after %d reconciles", step.wantStatus, reconciles)
+				require.Fail(t, fmt.Sprintf("switch to %s: not settled after %d reconciles", step.wantStatus, reconciles))
 			}
 		}
 		out, _, err := w.kubectl(testenv.UserAdmin, "get", "rrp", "default", "-o", "jsonpath={.spec.topology.type} {.status.routes.meanPathsPerPrefix}")
-		if err != nil || !strings.HasPrefix(out, step.wantStatus) {
-			t.Fatalf("policy %q %v", out, err)
-		}
+		require.Falsef(t, err != nil || !strings.HasPrefix(out, step.wantStatus), "policy %q %v", out, err)
 		t.Logf("switch to %s settled in %v, %d reconciles (up to %d route reflectors draining), 0 missing pairs after each; status: %s",
 			step.wantStatus, time.Since(start).Round(time.Millisecond), reconciles, maxDraining, out)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -69,9 +70,7 @@ spec:
 
 	// Cluster IDs: each policy's route reflectors carry its label; no ID is in both.
 	list, err := w.admin.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	idsOf := map[string]map[string]bool{"a": {}, "b": {}}
 	for _, n := range list.Items {
 		id, ok := n.Annotations[extender.AnnotationClusterID]
@@ -79,21 +78,19 @@ spec:
 			continue
 		}
 		pool := n.Labels["pool"]
-		if pool == "" {
-			t.Fatalf("%s is in no policy but has a cluster ID", n.Name)
-		}
+		require.NotEmptyf(t, pool, "%s is in no policy but has a cluster ID", n.Name)
 		if _, own := n.Labels["rr-"+pool]; !own {
-			t.Fatalf("%s has a cluster ID but not its policy's route reflector label: %v", n.Name, n.Labels)
+			require.Fail(t, fmt.Sprintf("%s has a cluster ID but not its policy's route reflector label: %v", n.Name, n.Labels))
 		}
 		idsOf[pool][id] = true
 	}
 	for id := range idsOf["a"] {
 		if idsOf["b"][id] {
-			t.Fatalf("cluster ID %s used by both policies: a %v, b %v", id, idsOf["a"], idsOf["b"])
+			require.Fail(t, fmt.Sprintf("cluster ID %s used by both policies: a %v, b %v", id, idsOf["a"], idsOf["b"]))
 		}
 	}
 	if len(idsOf["a"]) == 0 || len(idsOf["b"]) == 0 {
-		t.Fatalf("route reflector cluster IDs: a %v, b %v", idsOf["a"], idsOf["b"])
+		require.Fail(t, fmt.Sprintf("route reflector cluster IDs: a %v, b %v", idsOf["a"], idsOf["b"]))
 	}
 
 	// A client moves from pool a to pool b.
@@ -105,7 +102,7 @@ spec:
 		}
 	}
 	if _, stderr, err := w.kubectl(testenv.UserAdmin, "label", "node", moved, "pool=b", "--overwrite"); err != nil {
-		t.Fatalf("relabel %s: %v %s", moved, err, stderr)
+		require.Fail(t, fmt.Sprintf("relabel %s: %v %s", moved, err, stderr))
 	}
 	w.eventually(moved+" peers with pool b's route reflectors", 30*time.Second, func() error {
 		n, err := w.admin.CoreV1().Nodes().Get(t.Context(), moved, metav1.GetOptions{})

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -40,15 +41,11 @@ func startProxy(t *testing.T, w *world, ports []int, replicas func() []*replica)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(w.caPEM)
 	cert, err := tls.LoadX509KeyPair(filepath.Join(w.certDir, "tls.crt"), filepath.Join(w.certDir, "tls.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := &serviceProxy{ports: ports, replicas: replicas, served: make([]atomic.Int64, len(ports)),
 		client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 64}}}
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = p.srv.Serve(l) }()
 	t.Cleanup(func() { _ = p.srv.Close() })
@@ -117,7 +114,7 @@ spec:
   removalDelay: 2s
 `
 	if _, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, policy, "apply", "-f", "-"); err != nil {
-		t.Fatalf("apply policy: %v %s", err, stderr)
+		require.Fail(t, fmt.Sprintf("apply policy: %v %s", err, stderr))
 	}
 
 	const nodes, inFlight = 200, 20
@@ -204,23 +201,17 @@ spec:
 	drains, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-A", "-o",
 		`jsonpath={range .items[?(@.reason=="RouteReflectorDraining")]}{.involvedObject.name}: {.message}{"\n"}{end}`)
 	if strings.TrimSpace(drains) != "" {
-		t.Fatalf("route reflectors drained during the burst:\n%s\nleader stopped at %s; role events:\n%s\nwho set the route reflector label:\n%s",
-			drains, killedAt.Format("15:04:05.000"), testenv.NodeEvents(t.Context(), w.admin, "RouteReflector"), labelWriters(t, w))
+		require.Fail(t, fmt.Sprintf("route reflectors drained during the burst:\n%s\nleader stopped at %s; role events:\n%s\nwho set the route reflector label:\n%s",
+			drains, killedAt.Format("15:04:05.000"), testenv.NodeEvents(t.Context(), w.admin, "RouteReflector"), labelWriters(t, w)))
 	}
 	if len(violations) > 0 {
-		t.Fatalf("cluster ID collisions: %v", violations[:min(5, len(violations))])
+		require.Fail(t, fmt.Sprintf("cluster ID collisions: %v", violations[:min(5, len(violations))]))
 	}
-	if maxActive > 6 {
-		t.Fatalf("%d active route reflectors at one time, the plan wants 6", maxActive)
-	}
+	require.Falsef(t, maxActive > 6, "%d active route reflectors at one time, the plan wants 6", maxActive)
 	t.Logf("admissions served: replica 1 %d, replica 2 %d; max active route reflectors %d", proxy.served[0].Load(), proxy.served[1].Load(), maxActive)
-	if proxy.served[1].Load() == 0 {
-		t.Fatal("the second replica served no admission")
-	}
+	require.NotZero(t, proxy.served[1].Load(), "the second replica served no admission")
 	for _, n := range w.snapshot().nodes {
-		if n.Labels[corev1.LabelTopologyZone] == "" {
-			t.Fatalf("node %s lost its zone", n.Name)
-		}
+		require.NotEmptyf(t, n.Labels[corev1.LabelTopologyZone], "node %s lost its zone", n.Name)
 	}
 }
 

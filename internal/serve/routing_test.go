@@ -3,10 +3,14 @@ package serve_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpverify"
 )
@@ -24,7 +28,7 @@ func (w *world) checkRouting(t *testing.T, when string) {
 			t.Logf("SKIPPED the confd/BIRD routing check %s: %v", when, err)
 			return
 		}
-		t.Fatal(err)
+		require.Fail(t, fmt.Sprint(err))
 	}
 	opts := bgpverify.Options{Speaker: bgpverify.SpeakerCalico}
 	if os.Getenv("RRA_TEST_VERBOSE") != "" {
@@ -34,13 +38,11 @@ func (w *world) checkRouting(t *testing.T, when string) {
 	defer cancel()
 	start := time.Now()
 	rep, err := bgpverify.VerifyCluster(ctx, w.env.Config, opts)
-	if err != nil {
-		t.Fatalf("routing check %s: %v", when, err)
-	}
+	require.NoErrorf(t, err, "routing check %s", when)
 	s := rep.Summary
 	if !s.Converged || s.MissingPairs != 0 || s.EstablishedSessions != s.Sessions || len(rep.ConfigDifferences) > 0 {
-		t.Errorf("routing check %s: converged %v, %d/%d sessions established, %d missing pairs (model %d), confd/model differences %v",
-			when, s.Converged, s.EstablishedSessions, s.Sessions, s.MissingPairs, s.ModelMissingPairs, rep.ConfigDifferences)
+		assert.Fail(t, fmt.Sprintf("routing check %s: converged %v, %d/%d sessions established, %d missing pairs (model %d), confd/model differences %v",
+			when, s.Converged, s.EstablishedSessions, s.Sessions, s.MissingPairs, s.ModelMissingPairs, rep.ConfigDifferences))
 	}
 	t.Logf("routing check %s (confd + BIRD, %v): %d nodes, %d sessions established, 0 missing pairs, busiest %d routes (model %.0f), converged in %.1fs",
 		when, time.Since(start).Round(100*time.Millisecond), s.Nodes, s.EstablishedSessions, s.MaxRoutesPerNode, s.ModelMaxRoutesPerNode, s.ConvergedSeconds)

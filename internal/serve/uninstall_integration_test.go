@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -53,40 +54,38 @@ spec:
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Fatalf("uninstall: %v\n%s", err, out.String())
+				require.Fail(t, fmt.Sprintf("uninstall: %v\n%s", err, out.String()))
 			}
 			released = true
 		case <-time.After(100 * time.Millisecond):
 		}
 		on, _ := w.meshEnabled()
 		if s := w.snapshot(); !on && len(s.rrs) < 3 {
-			t.Fatalf("a route reflector lost its role while the mesh was off: %v", s.roles())
+			require.Fail(t, fmt.Sprintf("a route reflector lost its role while the mesh was off: %v", s.roles()))
 		}
 	}
 	if on, err := w.meshEnabled(); !on || err != nil {
-		t.Fatalf("mesh not back on: %v", err)
+		require.Fail(t, fmt.Sprintf("mesh not back on: %v", err))
 	}
 	s := w.snapshot()
 	for name, n := range s.nodes {
 		for _, k := range extender.OwnedLabelKeys("calico-route-reflector") {
 			if _, ok := n.Labels[k]; ok {
-				t.Fatalf("%s still has label %s", name, k)
+				require.Fail(t, fmt.Sprintf("%s still has label %s", name, k))
 			}
 		}
 		for _, k := range extender.OwnedAnnotationKeys() {
 			if _, ok := n.Annotations[k]; ok {
-				t.Fatalf("%s still has annotation %s", name, k)
+				require.Fail(t, fmt.Sprintf("%s still has annotation %s", name, k))
 			}
 		}
 	}
-	if len(s.peers) > 0 {
-		t.Fatalf("BGPPeers left: %v", s.peers)
-	}
+	require.Falsef(t, len(s.peers) > 0, "BGPPeers left: %v", s.peers)
 	if got, _, _ := w.kubectl(testenv.UserAdmin, "get", "rrp", "-o", "name"); strings.TrimSpace(got) != "" {
-		t.Fatalf("policies left: %q", got)
+		require.Fail(t, fmt.Sprintf("policies left: %q", got))
 	}
 	if !strings.Contains(out.String(), "every RouteReflectorPolicy released") {
-		t.Fatalf("output: %s", out.String())
+		require.Fail(t, fmt.Sprintf("output: %s", out.String()))
 	}
 	t.Logf("uninstall:\n%s", out.String())
 }

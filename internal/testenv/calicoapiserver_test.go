@@ -1,8 +1,11 @@
 package testenv_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
@@ -18,22 +21,18 @@ func TestCalicoAPIServer(t *testing.T) {
 	}
 	env := testenv.Start(t, testenv.WithCalicoAPIServer())
 	dir, err := crds.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	testenv.InstallCRDs(t, env.Config, dir)
 	env.StartCalicoAPIServer(t)
 	peer := "apiVersion: projectcalico.org/v3\nkind: BGPPeer\nmetadata: {name: p1, labels: {a: b}}\nspec: {nodeSelector: all(), peerSelector: has(rr)}\n"
 	if _, stderr, err := env.KubectlStdin(t, testenv.UserAlice, peer, "create", "-f", "-"); err != nil {
-		t.Fatalf("creating a v3 BGPPeer: %v: %s", err, stderr)
+		require.Fail(t, fmt.Sprintf("creating a v3 BGPPeer: %v: %s", err, stderr))
 	}
 	out, stderr, err := env.Kubectl(t, testenv.UserAdmin, "get", "bgppeers.crd.projectcalico.org", "p1", "-o", "yaml", "--show-managed-fields")
-	if err != nil {
-		t.Fatalf("the CRD object: %v: %s", err, stderr)
-	}
+	require.Falsef(t, err != nil, "the CRD object: %v: %s", err, stderr)
 	if !strings.Contains(out, "has(rr)") || !strings.Contains(out, `projectcalico.org/metadata: '{"creationTimestamp"`) ||
 		!strings.Contains(out, `"labels":{"a":"b"}`) || strings.Contains(out, "\n  labels:") {
-		t.Fatalf("the CRD object does not hold the v3 spec, and the labels in projectcalico.org/metadata only:\n%s", out)
+		require.Fail(t, fmt.Sprintf("the CRD object does not hold the v3 spec, and the labels in projectcalico.org/metadata only:\n%s", out))
 	}
 	t.Logf("crd.projectcalico.org/v1 p1:\n%s", out)
 }

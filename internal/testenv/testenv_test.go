@@ -1,12 +1,15 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,23 +54,17 @@ func TestEnv(t *testing.T) {
 	ctx := t.Context()
 
 	admin, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
 	if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating node: %v", err)
+		require.Fail(t, fmt.Sprintf("creating node: %v", err))
 	}
 
 	// The real kubectl sees it, as the admin and as alice (cluster-admin).
 	for _, user := range []string{UserAdmin, UserAlice} {
 		out, stderr, err := env.Kubectl(t, user, "get", "nodes", "-o", "name")
-		if err != nil {
-			t.Fatalf("kubectl as %s: %v\n%s", user, err, stderr)
-		}
-		if !slices.Contains(strings.Fields(out), "node/node-1") {
-			t.Fatalf("kubectl get nodes as %s = %q, want node/node-1 listed", user, out)
-		}
+		require.Falsef(t, err != nil, "kubectl as %s: %v\n%s", user, err, stderr)
+		require.Truef(t, slices.Contains(strings.Fields(out), "node/node-1"), "kubectl get nodes as %s = %q, want node/node-1 listed", user, out)
 	}
 
 	// Identities as the apiserver sees them.
@@ -78,44 +75,32 @@ func TestEnv(t *testing.T) {
 		UserAdmin:          "system:masters",
 	} {
 		cs, err := kubernetes.NewForConfig(env.ConfigFor(user))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ssr, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("SelfSubjectReview as %s: %v", user, err)
-		}
+		require.NoErrorf(t, err, "SelfSubjectReview as %s", user)
 		ui := ssr.Status.UserInfo
-		if ui.Username != user || !slices.Contains(ui.Groups, wantGroup) {
-			t.Errorf("SelfSubjectReview as %s = %s %v, want groups to include %s", user, ui.Username, ui.Groups, wantGroup)
-		}
+		assert.Falsef(t, ui.Username != user || !slices.Contains(ui.Groups, wantGroup), "SelfSubjectReview as %s = %s %v, want groups to include %s", user, ui.Username, ui.Groups, wantGroup)
 	}
 
 	// The kubelet user may read nodes (cluster-admin binding), via kubectl.
 	if _, stderr, err := env.Kubectl(t, UserKubelet, "get", "node", "node-1"); err != nil {
-		t.Fatalf("kubectl as kubelet: %v\n%s", err, stderr)
+		require.Fail(t, fmt.Sprintf("kubectl as kubelet: %v\n%s", err, stderr))
 	}
 
 	// CRDs from a multi-document file, then a custom resource.
 	crdFile := filepath.Join(t.TempDir(), "crds.yaml")
-	if err := os.WriteFile(crdFile, []byte(widgetCRD), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(crdFile, []byte(widgetCRD), 0o600))
 	crds := InstallCRDs(t, env.Config, filepath.Dir(crdFile))
-	if len(crds) != 1 || crds[0].Name != "widgets.testenv.example.com" {
-		t.Fatalf("InstallCRDs = %d CRDs, want widgets.testenv.example.com", len(crds))
-	}
+	require.Falsef(t, len(crds) != 1 || crds[0].Name != "widgets.testenv.example.com", "InstallCRDs = %d CRDs, want widgets.testenv.example.com", len(crds))
 	dyn, err := dynamic.NewForConfig(env.ConfigFor(UserServiceAccount))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	w := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "testenv.example.com/v1", "kind": "Widget",
 		"metadata": map[string]any{"name": "w1"},
 	}}
 	gvr := schema.GroupVersionResource{Group: "testenv.example.com", Version: "v1", Resource: "widgets"}
 	if _, err := dyn.Resource(gvr).Create(ctx, w, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating widget: %v", err)
+		require.Fail(t, fmt.Sprintf("creating widget: %v", err))
 	}
 
 	// Pods need the namespace's default ServiceAccount.
@@ -125,7 +110,7 @@ func TestEnv(t *testing.T) {
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}},
 	}
 	if _, err := admin.CoreV1().Pods("pods").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating pod: %v", err)
+		require.Fail(t, fmt.Sprintf("creating pod: %v", err))
 	}
 
 	// Stop is idempotent and removes the directory.
@@ -133,6 +118,6 @@ func TestEnv(t *testing.T) {
 	env.Stop()
 	env.Stop()
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("after Stop, %s still exists (%v)", dir, err)
+		assert.Fail(t, fmt.Sprintf("after Stop, %s still exists (%v)", dir, err))
 	}
 }

@@ -22,6 +22,7 @@ import (
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	cmcontroller "github.com/cert-manager/cert-manager/pkg/controller"
 	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -102,7 +103,7 @@ func runCertManager(t *testing.T, env *testenv.Env) {
 		go func() {
 			defer wg.Done()
 			if err := c.Run(1, ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("cert-manager controller %s: %v", certManagerControllers[i], err)
+				assert.Fail(t, fmt.Sprintf("cert-manager controller %s: %v", certManagerControllers[i], err))
 			}
 		}()
 	}
@@ -129,7 +130,7 @@ func runCertManager(t *testing.T, env *testenv.Env) {
 	go func() {
 		defer wg.Done()
 		if err := mgr.Start(ctx); err != nil && ctx.Err() == nil {
-			t.Errorf("cainjector: %v", err)
+			assert.Fail(t, fmt.Sprintf("cainjector: %v", err))
 		}
 	}()
 }

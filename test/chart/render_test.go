@@ -9,12 +9,14 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
@@ -250,7 +252,7 @@ func TestValuesDocumented(t *testing.T) {
 			}
 		}
 		if !documented {
-			t.Errorf("values.yaml:%d: key without a comment: %s", i+1, tr)
+			assert.Fail(t, fmt.Sprintf("values.yaml:%d: key without a comment: %s", i+1, tr))
 		}
 	}
 	require.Greater(t, keys, 50)

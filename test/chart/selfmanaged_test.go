@@ -106,7 +106,7 @@ func TestSelfManagedCertsWithChartRBAC(t *testing.T) {
 	select {
 	case <-rot.Ready():
 	case <-time.After(20 * time.Second):
-		t.Fatal("certs not ready")
+		require.Fail(t, "certs not ready")
 	}
 	sec, err := cs.CoreV1().Secrets(ns).Get(ctx, fullname+"-tls", metav1.GetOptions{})
 	require.NoError(t, err)

@@ -121,7 +121,7 @@ func checkCommon(t *testing.T, r *rendered, ns, fullname string) (*appsv1.Deploy
 				return p.ContainerPort
 			}
 		}
-		t.Fatalf("no container port %q", name)
+		require.Fail(t, fmt.Sprintf("no container port %q", name))
 		return 0
 	}
 	require.Equal(t, fmt.Sprint(port("webhook")), fs.Lookup("webhook-port").Value.String())

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -53,9 +54,7 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 func directAdmissions(ctx context.Context, t *testing.T, p *product, admin kubernetes.Interface, rate float64, dur time.Duration) directResult {
 	t.Helper()
 	list, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// Old and new objects, encoded once: the generator must stay cheap next to the product.
 	type pair struct {
 		name     string
@@ -129,9 +128,7 @@ func directAdmissions(ctx context.Context, t *testing.T, p *product, admin kuber
 	}
 	// Warm the connections and the product's code paths, outside the measurement.
 	for i := range 200 {
-		if err := send(i); err != nil {
-			t.Fatalf("direct admission warm-up: %v", err)
-		}
+		require.NoErrorf(t, send(i), "direct admission warm-up")
 	}
 
 	before := p.scrape(t)
@@ -201,8 +198,6 @@ func directAdmissions(ctx context.Context, t *testing.T, p *product, admin kuber
 func mustJSON(t *testing.T, n *corev1.Node) []byte {
 	t.Helper()
 	b, err := json.Marshal(n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return b
 }

@@ -29,6 +29,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -69,9 +71,7 @@ func TestLoad(t *testing.T) {
 	admin := clientset(t, env.Config)
 	kubelet := clientset(t, env.ConfigFor(testenv.UserKubelet))
 	calicoCRDs, err := crds.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
 		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"), testenv.RepoPath(t, "policy/crd"))
 
@@ -79,7 +79,7 @@ func TestLoad(t *testing.T) {
 	p := startProduct(ctx, t, env)
 	awaitWebhooks(ctx, t, env)
 	if out, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, policyYAML, "apply", "-f", "-"); err != nil {
-		t.Fatalf("apply policy: %v\n%s%s", err, out, stderr)
+		require.Fail(t, fmt.Sprintf("apply policy: %v\n%s%s", err, out, stderr))
 	}
 	rssIdle := p.rss(t)
 	apiStart := scrapeAPIServer(ctx, t, admin)
@@ -180,8 +180,8 @@ func TestLoad(t *testing.T) {
 	after := p.scrape(t)
 	hbCalls := after.sum("calico_rr_autoscaler_webhook_requests_total", nil) - before.sum("calico_rr_autoscaler_webhook_requests_total", nil)
 	if hbCalls != 0 {
-		t.Errorf("%v webhook calls during %d heartbeats, want 0: %s", hbCalls, 2**nodeCount,
-			after.diff(before, "calico_rr_autoscaler_webhook_requests_total"))
+		assert.Fail(t, fmt.Sprintf("%v webhook calls during %d heartbeats, want 0: %s", hbCalls, 2**nodeCount,
+			after.diff(before, "calico_rr_autoscaler_webhook_requests_total")))
 	}
 
 	// 4. Relevant changes through the API server: the policy's preferred label toggled on nodes
@@ -243,7 +243,7 @@ feed:
 	apiAfter := scrapeAPIServer(ctx, t, admin)
 	rssLoaded := p.rss(t)
 	if f := failed.Load(); f > 0 {
-		t.Errorf("%d of %d label patches failed", f, sent.Load())
+		assert.Fail(t, fmt.Sprintf("%d of %d label patches failed", f, sent.Load()))
 	}
 
 	nodeHooks := func(l map[string]string) bool { return strings.HasSuffix(l["webhook"], "-v1-node") }
@@ -275,23 +275,19 @@ feed:
 	after = p.scrape(t)
 	unrelatedRec := after.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil))
 	unrelatedCalls := after.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks) - before.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks)
-	if unrelatedRec.count != 0 {
-		t.Errorf("%v reconciles after %d changes of a label no policy reads, want 0", unrelatedRec.count, len(unrelated))
-	}
+	assert.Zerof(t, unrelatedRec.count, "%v reconciles after %d changes of a label no policy reads, want 0", unrelatedRec.count, len(unrelated))
 
 	// 5. The admission path alone at the target rate, over HTTPS.
 	d := directAdmissions(ctx, t, p, admin, float64(*admissions), *loadFor)
-	if d.failed > 0 {
-		t.Errorf("%d of %d direct admissions failed", d.failed, d.sent)
-	}
+	assert.Falsef(t, d.failed > 0, "%d of %d direct admissions failed", d.failed, d.sent)
 	if got := float64(d.sent) / d.elapsed.Seconds(); got < 0.95*float64(*admissions) {
-		t.Errorf("direct admissions: %.0f/s offered, want %d/s", got, *admissions)
+		assert.Fail(t, fmt.Sprintf("direct admissions: %.0f/s offered, want %d/s", got, *admissions))
 	}
 	if p99 := d.product.quantile(0.99); p99 > 0.005 {
-		t.Errorf("webhook latency p99 at %d admissions/s %.2f ms, goal under 5 ms", *admissions, p99*1e3)
+		assert.Fail(t, fmt.Sprintf("webhook latency p99 at %d admissions/s %.2f ms, goal under 5 ms", *admissions, p99*1e3))
 	}
 	if rssSettled > 150<<20 {
-		t.Errorf("RSS at %d nodes %d MiB, goal under 150 MiB", *nodeCount, rssSettled>>20)
+		assert.Fail(t, fmt.Sprintf("RSS at %d nodes %d MiB, goal under 150 MiB", *nodeCount, rssSettled>>20))
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 
@@ -328,9 +324,7 @@ func clientset(t *testing.T, cfg *rest.Config) kubernetes.Interface {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = -1, 0 // no client-side limit
 	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return cs
 }
 
@@ -359,12 +353,9 @@ func parallel(ctx context.Context, t *testing.T, n int, items []string, f func(c
 	}
 	close(ch)
 	wg.Wait()
-	if err := firstErr.Load(); err != nil {
-		t.Fatal(err)
-	}
-	if ctx.Err() != nil {
-		t.Fatal(ctx.Err())
-	}
+	err, _ := firstErr.Load().(error)
+	require.NoError(t, err)
+	require.NoError(t, ctx.Err())
 }
 
 // product is the serve process.
@@ -383,16 +374,12 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/calico-rr-autoscaler")
 	build.Dir = testenv.RepoPath(t, ".")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		require.Fail(t, fmt.Sprintf("go build: %v\n%s", err, out))
 	}
 	certDir := filepath.Join(dir, "certs")
-	if err := os.Mkdir(certDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(certDir, 0o700))
 	caPEM, err := testenv.WriteWebhookCert(certDir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := &product{caPEM: caPEM, webhookPort: testenv.FreePort(t), log: filepath.Join(dir, "serve.log")}
 	// The chart first: it is the only source of the webhook configurations and of the service
 	// account's RBAC (serve reads the APIServices at start).
@@ -400,9 +387,7 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 	metricsPort, healthPort := testenv.FreePort(t), testenv.FreePort(t)
 	p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	logf, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p.cmd = exec.Command(bin, "serve",
 		"--kubeconfig="+env.KubeconfigPath(testenv.UserServiceAccount),
 		"--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(p.webhookPort),
@@ -410,9 +395,7 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", healthPort))
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.cmd.Start())
 	exited := make(chan struct{})
 	go func() { _ = p.cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
@@ -431,7 +414,7 @@ func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product 
 	testenv.Eventually(t, "serve ready", time.Minute, 200*time.Millisecond, func() error {
 		select {
 		case <-exited:
-			t.Fatalf("serve exited:\n%s", testenv.Tail(p.log, 40))
+			require.Fail(t, fmt.Sprintf("serve exited:\n%s", testenv.Tail(p.log, 40)))
 		default:
 		}
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
@@ -467,32 +450,26 @@ func (p *product) hwm(t *testing.T) int64 { return procStatus(t, p.cmd.Process.P
 func procStatus(t *testing.T, pid int, key string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatalf("reading the product's memory (%s): %v", key, err)
-	}
+	require.NoErrorf(t, err, "reading the product's memory (%s)", key)
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				t.Fatalf("reading the product's memory: %q: %v", line, err)
-			}
+			require.NoErrorf(t, err, "reading the product's memory: %q", line)
 			return kb << 10
 		}
 	}
-	t.Fatalf("reading the product's memory: no %s in /proc/%d/status", key, pid)
+	require.Fail(t, fmt.Sprintf("reading the product's memory: no %s in /proc/%d/status", key, pid))
 	return 0
 }
 
 func (p *product) scrape(t *testing.T) metricSet {
 	t.Helper()
 	resp, err := http.Get(p.metricsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		t.Fatal(err)
+		require.Fail(t, fmt.Sprint(err))
 	}
 	return parseMetrics(buf.Bytes())
 }
@@ -500,9 +477,7 @@ func (p *product) scrape(t *testing.T) metricSet {
 func scrapeAPIServer(ctx context.Context, t *testing.T, admin kubernetes.Interface) metricSet {
 	t.Helper()
 	raw, err := admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return parseMetrics(raw)
 }
 
