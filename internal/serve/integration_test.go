@@ -163,19 +163,7 @@ func (w *world) install(port int) {
 // awaitWebhooks waits until the API server calls the webhooks.
 func (w *world) awaitWebhooks() {
 	w.t.Helper()
-	// A policy only the webhook rejects (min > max passes the CRD schema).
-	probe := `apiVersion: routereflector.io/v1alpha1
-kind: RouteReflectorPolicy
-metadata: {name: probe}
-spec: {nodeSelector: {matchLabels: {probe: "1"}}, minRouteReflectors: 5, maxRouteReflectors: 2}
-`
-	w.eventually("webhooks registered", 30*time.Second, func() error {
-		_, stderr, err := w.env.KubectlStdin(w.t, testenv.UserAlice, probe, "apply", "--dry-run=server", "-f", "-")
-		if err == nil || !strings.Contains(stderr, "spec.minRouteReflectors") {
-			return fmt.Errorf("probe not rejected by the webhook yet: %v %s", err, stderr)
-		}
-		return nil
-	})
+	w.env.AwaitWebhooks(w.t, 30*time.Second)
 }
 
 func (w *world) eventually(what string, timeout time.Duration, f func() error) {
@@ -477,23 +465,12 @@ spec:
 				victim = name
 			}
 		}
-		stop := make(chan struct{})
 		var orphaned []string
-		var sampler sync.WaitGroup
-		sampler.Add(1)
-		go func() {
-			defer sampler.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(50 * time.Millisecond):
-				}
-				if o := w.snapshot().orphans(); len(o) > 0 {
-					orphaned = append(orphaned, o...)
-				}
+		stopSampling := testenv.Every(50*time.Millisecond, func() {
+			if o := w.snapshot().orphans(); len(o) > 0 {
+				orphaned = append(orphaned, o...)
 			}
-		}()
+		})
 		start := time.Now()
 		if _, stderr, err := w.kubectl(testenv.UserAdmin, "cordon", victim); err != nil {
 			require.Fail(t, fmt.Sprintf("cordon: %v %s", err, stderr))
@@ -519,9 +496,8 @@ spec:
 			return nil
 		})
 		demotedAt := time.Now()
-		close(stop)
-		sampler.Wait()
-		require.Falsef(t, len(orphaned) > 0, "clients without a route reflector during the handover: %v", orphaned)
+		stopSampling()
+		require.Emptyf(t, orphaned, "clients without a route reflector during the handover: %v", orphaned)
 		if d := demotedAt.Sub(start); d < 2*time.Second {
 			require.Fail(t, fmt.Sprintf("demoted %s after the cordon, before removalDelay (2s)", d))
 		}

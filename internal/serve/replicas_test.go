@@ -118,34 +118,23 @@ spec:
 	}
 
 	const nodes, inFlight = 200, 20
-	stop := make(chan struct{})
 	var violations []string
 	maxActive := 0
-	var sampler sync.WaitGroup
-	sampler.Add(1)
-	go func() {
-		defer sampler.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
+	stopSampling := testenv.Every(100*time.Millisecond, func() {
+		s := w.snapshot()
+		ids := map[string]string{}
+		active := 0
+		for name, id := range s.rrs {
+			if o, dup := ids[id]; dup {
+				violations = append(violations, fmt.Sprintf("%s and %s share cluster ID %s", o, name, id))
 			}
-			s := w.snapshot()
-			ids := map[string]string{}
-			active := 0
-			for name, id := range s.rrs {
-				if o, dup := ids[id]; dup {
-					violations = append(violations, fmt.Sprintf("%s and %s share cluster ID %s", o, name, id))
-				}
-				ids[id] = name
-				if s.nodes[name].Annotations[extender.AnnotationDrainingSince] == "" {
-					active++
-				}
+			ids[id] = name
+			if s.nodes[name].Annotations[extender.AnnotationDrainingSince] == "" {
+				active++
 			}
-			maxActive = max(maxActive, active)
 		}
-	}()
+		maxActive = max(maxActive, active)
+	})
 
 	jobs := make(chan int)
 	var joiners sync.WaitGroup
@@ -193,8 +182,7 @@ spec:
 		}
 		return s.settled(6)
 	})
-	close(stop)
-	sampler.Wait()
+	stopSampling()
 	// No role moves because of the order in which nodes turn Ready: a zone whose nodes are still
 	// on their way keeps its share (awaited nodes), so no route reflector is promoted early in
 	// one zone and demoted when the others fill up.

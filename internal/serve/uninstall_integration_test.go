@@ -80,7 +80,7 @@ spec:
 			}
 		}
 	}
-	require.Falsef(t, len(s.peers) > 0, "BGPPeers left: %v", s.peers)
+	require.Emptyf(t, s.peers, "BGPPeers left: %v", s.peers)
 	if got, _, _ := w.kubectl(testenv.UserAdmin, "get", "rrp", "-o", "name"); strings.TrimSpace(got) != "" {
 		require.Fail(t, fmt.Sprintf("policies left: %q", got))
 	}

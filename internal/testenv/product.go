@@ -28,7 +28,7 @@ spec: {nodeSelector: {matchLabels: {probe: "1"}}, minRouteReflectors: 5, maxRout
 func (e *Env) AwaitWebhooks(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	Eventually(t, "webhooks registered", timeout, 200*time.Millisecond, func() error {
-		_, stderr, err := e.KubectlStdin(t, UserAlice, webhookProbe, "apply", "--dry-run=server", "-f", "-")
+		_, stderr, err := e.KubectlStdin(t, UserAdmin, webhookProbe, "apply", "--dry-run=server", "-f", "-")
 		if err == nil || !strings.Contains(stderr, "spec.minRouteReflectors") {
 			return fmt.Errorf("probe not rejected by the webhook yet: %v %s", err, stderr)
 		}

@@ -71,14 +71,14 @@ func directAdmissions(ctx context.Context, t *testing.T, p *product, admin kuber
 		pairs[i] = pair{name: n.Name, old: mustJSON(t, n), cur: mustJSON(t, cur)}
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(p.caPEM)
+	pool.AppendCertsFromPEM(p.CAPEM)
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:   true, // as the API server's webhook client
 		MaxIdleConnsPerHost: 64,
 	}}
 	defer hc.CloseIdleConnections()
-	base := fmt.Sprintf("https://127.0.0.1:%d", p.webhookPort)
+	base := fmt.Sprintf("https://127.0.0.1:%d", p.WebhookPort)
 	send := func(i int) error {
 		pr := pairs[(i/2)%len(pairs)]
 		path := serve.PathMutateNode

@@ -17,7 +17,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -25,7 +24,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,8 +74,8 @@ func TestLoad(t *testing.T) {
 		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"), testenv.RepoPath(t, "policy/crd"))
 
 	// The product as a separate process of the built binary.
-	p := startProduct(ctx, t, env)
-	awaitWebhooks(ctx, t, env)
+	p := &product{env.StartProduct(t, true, "")}
+	env.AwaitWebhooks(t, 30*time.Second)
 	if out, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, policyYAML, "apply", "-f", "-"); err != nil {
 		require.Fail(t, fmt.Sprintf("apply policy: %v\n%s%s", err, out, stderr))
 	}
@@ -358,94 +356,12 @@ func parallel(ctx context.Context, t *testing.T, n int, items []string, f func(c
 	require.NoError(t, ctx.Err())
 }
 
-// product is the serve process.
-type product struct {
-	cmd         *exec.Cmd
-	webhookPort int
-	metricsURL  string
-	caPEM       []byte
-	log         string
-}
-
-func startProduct(ctx context.Context, t *testing.T, env *testenv.Env) *product {
-	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "calico-rr-autoscaler")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/calico-rr-autoscaler")
-	build.Dir = testenv.RepoPath(t, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		require.Fail(t, fmt.Sprintf("go build: %v\n%s", err, out))
-	}
-	certDir := filepath.Join(dir, "certs")
-	require.NoError(t, os.Mkdir(certDir, 0o700))
-	caPEM, err := testenv.WriteWebhookCert(certDir)
-	require.NoError(t, err)
-	p := &product{caPEM: caPEM, webhookPort: testenv.FreePort(t), log: filepath.Join(dir, "serve.log")}
-	// The chart first: it is the only source of the webhook configurations and of the service
-	// account's RBAC (serve reads the APIServices at start).
-	env.InstallChart(t, fmt.Sprintf("https://127.0.0.1:%d", p.webhookPort), p.caPEM, "")
-	metricsPort, healthPort := testenv.FreePort(t), testenv.FreePort(t)
-	p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
-	logf, err := os.Create(p.log)
-	require.NoError(t, err)
-	p.cmd = exec.Command(bin, "serve",
-		"--kubeconfig="+env.KubeconfigPath(testenv.UserServiceAccount),
-		"--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(p.webhookPort),
-		"--cert-dir="+certDir,
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", healthPort))
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	require.NoError(t, p.cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-exited
-		}
-		_ = logf.Close()
-		if t.Failed() {
-			t.Logf("serve log (tail):\n%s", testenv.Tail(p.log, 40))
-		}
-	})
-	testenv.Eventually(t, "serve ready", time.Minute, 200*time.Millisecond, func() error {
-		select {
-		case <-exited:
-			require.Fail(t, fmt.Sprintf("serve exited:\n%s", testenv.Tail(p.log, 40)))
-		default:
-		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz %d", resp.StatusCode)
-		}
-		return nil
-	})
-	return p
-}
-
-// awaitWebhooks waits until the API server calls the webhooks the chart registered (startProduct).
-func awaitWebhooks(ctx context.Context, t *testing.T, env *testenv.Env) {
-	t.Helper()
-	probe := "apiVersion: routereflector.io/v1alpha1\nkind: RouteReflectorPolicy\nmetadata: {name: probe}\nspec: {nodeSelector: {matchLabels: {probe: \"1\"}}, minRouteReflectors: 5, maxRouteReflectors: 2}\n"
-	testenv.Eventually(t, "webhooks registered", 30*time.Second, 200*time.Millisecond, func() error {
-		_, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, probe, "apply", "--dry-run=server", "-f", "-")
-		if err == nil || !strings.Contains(stderr, "spec.minRouteReflectors") {
-			return fmt.Errorf("probe not rejected by the webhook yet: %v %s", err, stderr)
-		}
-		return nil
-	})
-}
+// product is the serve process (testenv.Product), as the chart's Deployment runs it.
+type product struct{ *testenv.Product }
 
 // rss is the product's resident set (VmRSS), hwm its peak (VmHWM), in bytes.
-func (p *product) rss(t *testing.T) int64 { return procStatus(t, p.cmd.Process.Pid, "VmRSS:") }
-func (p *product) hwm(t *testing.T) int64 { return procStatus(t, p.cmd.Process.Pid, "VmHWM:") }
+func (p *product) rss(t *testing.T) int64 { return procStatus(t, p.Cmd.Process.Pid, "VmRSS:") }
+func (p *product) hwm(t *testing.T) int64 { return procStatus(t, p.Cmd.Process.Pid, "VmHWM:") }
 
 func procStatus(t *testing.T, pid int, key string) int64 {
 	t.Helper()
@@ -464,7 +380,7 @@ func procStatus(t *testing.T, pid int, key string) int64 {
 
 func (p *product) scrape(t *testing.T) metricSet {
 	t.Helper()
-	resp, err := http.Get(p.metricsURL)
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.MetricsPort))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var buf bytes.Buffer
