@@ -14,7 +14,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/report"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/report"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
 

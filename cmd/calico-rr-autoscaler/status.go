@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/discovery"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/clusterstatus"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/clusterstatus"
 )
 
 func runStatus(args []string, stdout io.Writer) error {

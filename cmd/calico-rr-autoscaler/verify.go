@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpverify"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/report"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/report"
 )
 
 func runVerify(args []string, stdout, stderr io.Writer) error {

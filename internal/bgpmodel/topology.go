@@ -5,9 +5,9 @@
 // distinct path, not only its best). It tells, for every node, which other nodes' blocks it learns
 // and how many paths it stores, for plans far larger than real speakers can run on one machine.
 //
-// Offline tool and cost measure: the plan, verify and status commands, bgpverify (the model it is
-// checked against), the reconciler and the policy webhook (status.routes, the ExpensiveTopology
-// condition and warning) call it.
+// Running product (the cost measure) and the tools: the reconciler and the policy webhook
+// (status.routes, the ExpensiveTopology condition and warning), the plan, verify and status
+// commands and bgpverify (the model it is checked against) call it.
 package bgpmodel
 
 import (

@@ -2,7 +2,7 @@
 // peerSelector: has(k), k == 'v', k in {'a','b'}, !has(k), all(), &&, ||) with Calico's own parser,
 // so that a selector means here exactly what it means to calico-node.
 //
-// Offline tool support: the graph model and the reconciler's adoption step call it.
+// Running product: the reconciler's adoption step and the graph model call it.
 package calicoselector
 
 import (

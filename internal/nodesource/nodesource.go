@@ -2,7 +2,8 @@
 // Node manifests (a NodeList, a List or a stream of Nodes, YAML or JSON), synthetic clusters, and
 // RouteReflectorPolicy files. Errors name the file and what was wrong, on one line.
 //
-// Offline tool: the plan and verify commands, the graph model and `make demo` call it.
+// Running product and tools: the graph model (sample clusters for the cost figures), the plan and
+// verify commands and `make demo` call it.
 package nodesource
 
 import (

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpverify"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
 )
 
 // checkRouting checks the cluster's own state on Calico's code: bgpverify.VerifyCluster reads the

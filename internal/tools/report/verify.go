@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpverify"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
 )
 
 // VerifyTable writes the outcome of a verify run: the figures of each convergence and, per node,

@@ -9,8 +9,8 @@
 // Calico's own confd renders each node's BIRD configuration from a kube-apiserver holding the
 // state the product writes, and each BIRD runs in a network namespace of its own (calico.go).
 //
-// Offline tool: the verify command and the tests of the plan's routing (here, the end-to-end
-// tests in internal/serve) call it.
+// Offline tool: the verify command and the end-to-end tests (internal/serve: the cluster's own
+// state on Calico's confd and BIRD) call it.
 package bgpverify
 
 import (
