@@ -119,16 +119,7 @@ spec:
 	victim := slices.Sorted(maps.Keys(s.rrs))[0]
 	start := time.Now()
 	w.cordon(victim)
-	w.eventually("handed over in etcd", 60*time.Second, func() error {
-		s, err := w.etcdState(calicoctl)
-		if err != nil {
-			return err
-		}
-		if _, ok := s.rrs[victim]; ok {
-			return fmt.Errorf("%s still a route reflector in etcd", victim)
-		}
-		return s.settled(3)
-	})
+	w.awaitHandedOverInEtcd(calicoctl, victim, 60*time.Second)
 	w.eventually("no CalicoNodeStatus left in etcd", 20*time.Second, func() error {
 		l, err := calicoctl.NodeStatuses().List(t.Context(), nil)
 		if err != nil || len(l) > 0 {

@@ -64,6 +64,25 @@ type etcdState struct {
 	missing int64 // the graph model's missing node pairs on the etcd state
 }
 
+// awaitHandedOverInEtcd waits until victim is no route reflector in etcd (no role label, no cluster
+// ID on its Calico Node) and the cluster has settled on 3 route reflectors.
+func (w *world) awaitHandedOverInEtcd(calicoctl *calicoetcd.Store, victim string, timeout time.Duration) {
+	w.t.Helper()
+	w.eventually("handed over in etcd", timeout, func() error {
+		s, err := w.etcdState(calicoctl)
+		if err != nil {
+			return err
+		}
+		if _, ok := s.rrs[victim]; ok {
+			return fmt.Errorf("%s still a route reflector in etcd", victim)
+		}
+		if c := s.calico[victim]; c.Spec.BGP.RouteReflectorClusterID != "" {
+			return fmt.Errorf("%s keeps cluster ID %s in etcd", victim, c.Spec.BGP.RouteReflectorClusterID)
+		}
+		return s.settled(3)
+	})
+}
+
 func (w *world) etcdState(c *calicoetcd.Store) (*etcdState, error) {
 	ctx := w.t.Context()
 	s := &etcdState{k8s: w.snapshot(), rrs: map[string]string{}, peers: map[string]*apiv3.BGPPeer{}}
@@ -207,19 +226,8 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 		})
 		victim := rrs[0]
 		w.cordon(victim)
-		w.eventually("handed over in etcd", 60*time.Second, func() error {
-			s, err := w.etcdState(calicoctl)
-			if err != nil {
-				return err
-			}
-			if _, ok := s.rrs[victim]; ok {
-				return fmt.Errorf("%s still a route reflector in etcd", victim)
-			}
-			if c := s.calico[victim]; c.Spec.BGP.RouteReflectorClusterID != "" {
-				return fmt.Errorf("%s keeps cluster ID %s in etcd", victim, c.Spec.BGP.RouteReflectorClusterID)
-			}
-			return s.settled(3)
-		})
+		w.awaitHandedOverInEtcd(calicoctl, victim, 60*time.Second)
+
 	})
 
 	t.Run("a hand edit of a Calico Node is reverted with an Event", func(t *testing.T) {
