@@ -37,9 +37,7 @@ func admitPolicy(t testing.TB, mut func(*v1alpha1.RouteReflectorPolicySpec)) *po
 		mut(&p.Spec)
 	}
 	r, errs := policy.Resolve(p)
-	if len(errs) > 0 {
-		require.Fail(t, fmt.Sprint(errs.ToAggregate()))
-	}
+	require.NoError(t, errs.ToAggregate())
 	return r
 }
 

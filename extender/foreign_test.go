@@ -34,9 +34,7 @@ func poolPolicy(t *testing.T, name string, topo v1alpha1.TopologyType) *policy.R
 		p.Spec.Topology.MaxRackSize = i32(10) // two racks per pool: a spine of its own
 	}
 	r, errs := policy.Resolve(p)
-	if len(errs) > 0 {
-		require.Fail(t, fmt.Sprint(errs.ToAggregate()))
-	}
+	require.NoError(t, errs.ToAggregate())
 	return r
 }
 

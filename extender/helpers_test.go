@@ -1,7 +1,6 @@
 package extender
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -60,9 +59,7 @@ func resolve(t testing.TB, spec v1alpha1.RouteReflectorPolicySpec) *policy.Resol
 		p.Spec.Topology = &topo
 	}
 	r, errs := policy.Resolve(p)
-	if len(errs) > 0 {
-		require.Fail(t, fmt.Sprintf("policy: %v", errs.ToAggregate()))
-	}
+	require.NoError(t, errs.ToAggregate(), "policy")
 	return r
 }
 

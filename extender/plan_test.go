@@ -460,9 +460,7 @@ func TestClientsNeverOnOneClusterID(t *testing.T) {
 		nodes = append(nodes, node(fmt.Sprintf("big-%02d", i), "zone-a", 10+i))
 	}
 	r := plan(t, p, nodes)
-	if bad := checkInvariants(p, nodes, r); len(bad) > 0 {
-		require.Fail(t, fmt.Sprint(bad))
-	}
+	require.Empty(t, checkInvariants(p, nodes, r))
 	ids := map[string]string{}
 	for _, rr := range r.RouteReflectors {
 		ids[rr.Node] = rr.ClusterID
@@ -499,7 +497,5 @@ func TestPerRRNewIDNotHeldByDemotion(t *testing.T) {
 		require.Falsef(t, rr.ClusterID == "224.0.0.1", "%s gets 224.0.0.1, which node-00001 still carries until its demotion", name)
 	}
 	require.Lenf(t, rrs, 3, "route reflectors %v, want 3", rrs)
-	if bad := checkInvariants(p, nodes, r); len(bad) > 0 {
-		require.Fail(t, fmt.Sprint(bad))
-	}
+	require.Empty(t, checkInvariants(p, nodes, r))
 }

@@ -331,9 +331,7 @@ func dualPlanePlan(t testing.TB, n, rackSize, planes int) (extender.Input, *exte
 	rs, red := int32(rackSize), int32(planes)
 	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: &rs, Redundancy: &red}
 	r, errs := policy.Resolve(p)
-	if len(errs) > 0 {
-		require.Fail(t, fmt.Sprint(errs.ToAggregate()))
-	}
+	require.NoError(t, errs.ToAggregate())
 	nodes, err := nodesource.Simulate(n, 3)
 	require.NoError(t, err)
 	in := extender.Input{Policy: r, Nodes: nodes, Now: nodesource.SimulationStart.Add(24 * 3600e9)}

@@ -25,9 +25,7 @@ func multiPlan(t testing.TB, n, rrs int, mode v1alpha1.ClusterIDMode) (extender.
 	p.Spec.MinRouteReflectors = &min
 	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster, ClusterIDs: mode}
 	r, errs := policy.Resolve(p)
-	if len(errs) > 0 {
-		require.Fail(t, fmt.Sprint(errs.ToAggregate()))
-	}
+	require.NoError(t, errs.ToAggregate())
 	nodes, err := nodesource.Simulate(n, 3)
 	require.NoError(t, err)
 	in := extender.Input{Policy: r, Nodes: nodes, Now: nodesource.SimulationStart}
