@@ -51,7 +51,7 @@ func TestPlanAndVerifyFromEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs etcd (hack/tools.sh)")
 	}
-	env := testenv.Start(t)
+	env := testenv.StartEtcd(t) // Calico's etcd datastore needs no API server
 	ctx := t.Context()
 	s, err := calicoetcd.New(calicoetcd.Config{Endpoints: env.EtcdURL})
 	require.NoError(t, err)
