@@ -96,10 +96,8 @@ func TestAdmitEmptyClusterPromotesOnePerZone(t *testing.T) {
 		}
 	}
 	want := map[string]string{"node-0000": "224.0.0.1", "node-0001": "224.0.0.2", "node-0002": "224.0.0.3"}
-	require.Falsef(t, fmt.Sprint(ids) != fmt.Sprint(want), "route reflectors %v, want %v", ids, want)
-	if st.RouteReflectors() != 3 {
-		require.Fail(t, fmt.Sprintf("state counts %d route reflectors", st.RouteReflectors()))
-	}
+	require.Equalf(t, fmt.Sprint(want), fmt.Sprint(ids), "route reflectors %v, want %v", ids, want)
+	require.Equal(t, 3, st.RouteReflectors(), "route reflectors the state counts")
 	for _, n := range all[3:] {
 		rrs := n.Annotations[extender.AnnotationRouteReflectors]
 		if rrs != "node-0000,node-0001,node-0002" || n.Labels[extender.LabelPeeringSet] == "" {
@@ -129,10 +127,10 @@ func assertNoOvershoot(t *testing.T, p *policy.Resolved, nodes []*corev1.Node, r
 		if !kept || rr.Draining {
 			assert.Fail(t, fmt.Sprintf("admitted route reflector %s (zone %s) is demoted by the full plan", node.Name, node.Labels[corev1.LabelTopologyZone]))
 		} else if p.Topology != v1alpha1.MultiCluster || p.ClusterIDMode == v1alpha1.PerRouteReflector {
-			assert.Falsef(t, rr.ClusterID != id, "%s: admitted cluster ID %s, plan %s", node.Name, id, rr.ClusterID)
+			assert.Equalf(t, id, rr.ClusterID, "%s: the plan's cluster ID against the admitted one", node.Name)
 		}
 	}
-	assert.Falsef(t, n > res.Summary.RouteReflectors, "%d route reflectors admitted, the plan wants %d", n, res.Summary.RouteReflectors)
+	assert.LessOrEqualf(t, n, res.Summary.RouteReflectors, "%d route reflectors admitted, the plan wants %d", n, res.Summary.RouteReflectors)
 }
 
 func TestAdmitBurstNeverOvershoots(t *testing.T) {
@@ -204,28 +202,30 @@ func TestAdmitIneligibleAndReadiness(t *testing.T) {
 	// A joining node that is not Ready yet has nobody to peer with: no decision.
 	n := admitNode(1, "zone-a", false)
 	a := st.Admit(n)
-	require.Falsef(t, a.Role != extender.AdmitNone || a.Eligible || a.Healthy, "not-ready joiner: %+v", a)
+	require.Equalf(t, extender.AdmitNone, a.Role, "not-ready joiner: %+v", a)
+	require.Falsef(t, a.Eligible || a.Healthy, "not-ready joiner: %+v", a)
 	st.Record(&a)
 	// Ready: promoted.
 	n.Status.Conditions[0].Status = corev1.ConditionTrue
 	a = st.Admit(n)
-	require.Falsef(t, a.Role != extender.AdmitRouteReflector || a.ClusterID != "224.0.0.1" || a.Reason != "zone zone-a below desired 1", "ready joiner: %+v", a)
+	require.Equalf(t, extender.AdmitRouteReflector, a.Role, "ready joiner: %+v", a)
+	require.Equal(t, "224.0.0.1", a.ClusterID, "ready joiner")
+	require.Equal(t, "zone zone-a below desired 1", a.Reason, "ready joiner")
 	undo := st.Record(&a)
-	if st.RouteReflectors() != 1 {
-		require.Fail(t, fmt.Sprintf("route reflectors %d", st.RouteReflectors()))
-	}
+	require.Equal(t, 1, st.RouteReflectors(), "route reflectors")
 	// A cordoned node becomes a client.
 	c := admitNode(2, "zone-b", true)
 	c.Spec.Unschedulable = true
 	a2 := st.Admit(c)
-	require.Falsef(t, a2.Role != extender.AdmitClient || a2.PeeringSet == "" || fmt.Sprint(a2.RouteReflectors) != "[node-0001]", "cordoned joiner: %+v", a2)
+	require.Equalf(t, extender.AdmitClient, a2.Role, "cordoned joiner: %+v", a2)
+	require.NotEmpty(t, a2.PeeringSet, "cordoned joiner's peering set")
+	require.Equal(t, []string{"node-0001"}, a2.RouteReflectors, "cordoned joiner's route reflectors")
 	state := a2.State(p)
-	require.Falsef(t, state.Annotations[extender.AnnotationRouteReflectors] != "node-0001" || state.Labels[extender.LabelPeeringSet] != a2.PeeringSet, "client state %+v", state)
+	require.Equalf(t, "node-0001", state.Annotations[extender.AnnotationRouteReflectors], "client state %+v", state)
+	require.Equalf(t, a2.PeeringSet, state.Labels[extender.LabelPeeringSet], "client state %+v", state)
 	// Undo takes the promotion back.
 	undo()
-	if st.RouteReflectors() != 0 {
-		require.Fail(t, fmt.Sprintf("after undo: %d route reflectors", st.RouteReflectors()))
-	}
+	require.Zero(t, st.RouteReflectors(), "route reflectors after undo")
 }
 
 func TestAdmitKnownNodeAnswersFromPlan(t *testing.T) {

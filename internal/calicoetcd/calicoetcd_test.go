@@ -69,7 +69,7 @@ func TestDiff(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := calicoetcd.Diff(tc.have, want)
-			require.Falsef(t, fmt.Sprint(got) != fmt.Sprint(tc.want), "got %q, want %q", got, tc.want)
+			require.Equalf(t, fmt.Sprint(tc.want), fmt.Sprint(got), "got %q, want %q", got, tc.want)
 		})
 	}
 }
