@@ -64,9 +64,8 @@ func TestPlanAndVerifyFromEtcd(t *testing.T) {
 		c := libapiv3.NewNode()
 		c.Name, c.Labels = n.Name, n.Labels
 		c.Spec.BGP = &libapiv3.NodeBGPSpec{IPv4Address: fmt.Sprintf("10.0.0.%d/24", i+1)}
-		if _, err := s.Client().Nodes().Create(ctx, c, options.SetOptions{}); err != nil {
-			require.Fail(t, fmt.Sprint(err))
-		}
+		_, err := s.Client().Nodes().Create(ctx, c, options.SetOptions{})
+		require.NoError(t, err)
 	}
 	for _, ns := range res.Nodes {
 		n := &metav1.ObjectMeta{Labels: ns.Labels, Annotations: ns.Annotations}
@@ -107,9 +106,8 @@ func TestPlanAndVerifyFromEtcd(t *testing.T) {
 		require.Fail(t, fmt.Sprintf("plan from etcd: %d missing pairs, %d route reflectors (want 0, %d)", missing, rrs, len(res.RouteReflectors)))
 	}
 	var out, errb bytes.Buffer
-	if err := runVerify(append(etcdArgs, "--speaker", "gobgp", "-o", "json"), &out, &errb); err != nil {
-		require.Fail(t, fmt.Sprintf("verify from etcd: %v\n%s", err, errb.String()))
-	}
+	err = runVerify(append(etcdArgs, "--speaker", "gobgp", "-o", "json"), &out, &errb)
+	require.NoError(t, err, "verify from etcd\n%s", errb.String())
 	if !strings.Contains(out.String(), `"missingPairs": 0`) {
 		require.Fail(t, fmt.Sprintf("verify from etcd: %s", out.String()))
 	}

@@ -24,18 +24,16 @@ func BenchmarkModel(b *testing.B) {
 			require.NoError(b, err)
 			b.Run(fmt.Sprintf("%s/%d/fromplan", layout, n), func(b *testing.B) {
 				for b.Loop() {
-					if _, err := FromPlan(in, res, Options{}); err != nil {
-						require.Fail(b, fmt.Sprint(err))
-					}
+					_, err := FromPlan(in, res, Options{})
+					require.NoError(b, err)
 				}
 			})
 			topo, err := FromPlan(in, res, Options{})
 			require.NoError(b, err)
 			b.Run(fmt.Sprintf("%s/%d/build", layout, n), func(b *testing.B) {
 				for b.Loop() {
-					if _, err := Build(topo.Nodes, res.BGPPeers, Options{}); err != nil {
-						require.Fail(b, fmt.Sprint(err))
-					}
+					_, err := Build(topo.Nodes, res.BGPPeers, Options{})
+					require.NoError(b, err)
 				}
 			})
 			propagate := func(name string, down []bool) {

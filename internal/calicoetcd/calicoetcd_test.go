@@ -94,9 +94,8 @@ func TestStoreOnRealEtcd(t *testing.T) {
 		n.Name = "node-1"
 		n.Labels = map[string]string{"topology.kubernetes.io/zone": "zone-a", extender.LabelPeeringSet: "old"}
 		n.Spec.BGP = &libapiv3.NodeBGPSpec{IPv4Address: "10.0.0.1/24"}
-		if _, err := other.Client().Nodes().Create(ctx, n, options.SetOptions{}); err != nil {
-			require.Fail(t, fmt.Sprint(err))
-		}
+		_, err := other.Client().Nodes().Create(ctx, n, options.SetOptions{})
+		require.NoError(t, err)
 		want := calicoetcd.Role{Labels: map[string]string{"calico-route-reflector": "", extender.LabelRouteReflectorID: "node-1"}, ClusterID: "224.0.0.1"}
 		require.NoError(t, s.SetRole(ctx, "node-1", owned, want))
 		got, err := other.Client().Nodes().Get(ctx, "node-1", options.GetOptions{})
@@ -168,9 +167,8 @@ func TestStoreOnRealEtcd(t *testing.T) {
 		cur, err := other.Client().CalicoNodeStatus().Get(ctx, obj.Name, options.GetOptions{})
 		require.NoError(t, err)
 		cur.Status.BGP.PeersV4 = []apiv3.CalicoNodePeer{{PeerIP: "10.0.0.2", State: apiv3.BGPSessionStateEstablished}}
-		if _, err := other.Client().CalicoNodeStatus().Update(ctx, cur, options.SetOptions{}); err != nil {
-			require.Fail(t, fmt.Sprint(err))
-		}
+		_, err = other.Client().CalicoNodeStatus().Update(ctx, cur, options.SetOptions{})
+		require.NoError(t, err)
 		got, err := st.List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
 		require.Falsef(t, err != nil || len(got) != 1 || len(got[0].Status.BGP.PeersV4) != 1 || got[0].Status.BGP.PeersV4[0].State != apiv3.BGPSessionStateEstablished, "listed %+v %v", got, err)
 		require.NoError(t, st.Delete(ctx, got[0]))
@@ -228,12 +226,10 @@ func TestTLSEtcd(t *testing.T) {
 	}
 	bin := testenv.RequireBinary(t, testenv.ToolEtcd)
 	dir := t.TempDir()
-	if _, err := testenv.WriteWebhookCert(filepath.Join(dir, "server")); err != nil {
-		require.Fail(t, fmt.Sprint(err))
-	}
-	if _, err := testenv.WriteWebhookCert(filepath.Join(dir, "other")); err != nil {
-		require.Fail(t, fmt.Sprint(err))
-	}
+	_, err := testenv.WriteWebhookCert(filepath.Join(dir, "server"))
+	require.NoError(t, err)
+	_, err = testenv.WriteWebhookCert(filepath.Join(dir, "other"))
+	require.NoError(t, err)
 	ports := make([]int, 2)
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -522,17 +522,15 @@ func benchSettled(b *testing.B, n int) {
 	for _, p := range res.BGPPeers {
 		require.NoError(b, h.client.Create(context.Background(), calico.BGPPeer(calico.CRD, p)))
 	}
-	if _, err := h.r.Reconcile(context.Background(), request("default")); err != nil {
-		require.Fail(b, fmt.Sprint(err))
-	}
+	_, err := h.r.Reconcile(context.Background(), request("default"))
+	require.NoError(b, err)
 	h.syncPolicies()
 	h.writes.Store(0)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := h.r.Reconcile(context.Background(), request("default")); err != nil {
-			require.Fail(b, fmt.Sprint(err))
-		}
+		_, err := h.r.Reconcile(context.Background(), request("default"))
+		require.NoError(b, err)
 	}
 	b.StopTimer()
 	if w := h.writes.Load(); w != 0 {

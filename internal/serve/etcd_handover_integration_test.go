@@ -94,10 +94,7 @@ func TestEtcdHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
 	w.awaitWebhooks()
 	calicoctl, err := calicoetcd.New(calicoetcd.Config{Endpoints: w.env.EtcdURL})
 	require.NoError(t, err)
-	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
-kind: RouteReflectorPolicy
-metadata: {name: default}
-spec:
+	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
   removalDelay: 10m
   handover: BGPSessions

@@ -50,9 +50,8 @@ func registerCalicoNode(t *testing.T, c *calicoetcd.Store, name, zone, ip string
 	n.Name = name
 	n.Labels = map[string]string{corev1.LabelTopologyZone: zone, corev1.LabelHostname: name}
 	n.Spec.BGP = &libapiv3.NodeBGPSpec{IPv4Address: ip + "/24"}
-	if _, err := c.Client().Nodes().Create(t.Context(), n, options.SetOptions{}); err != nil {
-		require.Fail(t, fmt.Sprintf("creating Calico Node %s: %v", name, err))
-	}
+	_, err := c.Client().Nodes().Create(t.Context(), n, options.SetOptions{})
+	require.NoError(t, err, "creating Calico Node %s", name)
 }
 
 // etcdState is the cluster as Calico's confd on etcd sees it, beside the Kubernetes Nodes.
@@ -176,12 +175,23 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 			registerCalicoNode(t, calicoctl, name(i), zone(i), fmt.Sprintf("10.0.0.%d", i+1))
 		}
 		w.joinCluster(30)
+		// The nodes join in any order, so a planned route reflector may be one of the last 3: it
+		// gets its role in etcd when calico-node registers it (the next step checks that).
 		w.eventually("27 Calico Nodes in etcd settled", 60*time.Second, func() error {
 			s, err := w.etcdState(calicoctl)
 			if err != nil {
 				return err
 			}
-			return s.settled(3)
+			if len(s.k8s.rrs) != 3 {
+				return fmt.Errorf("%d route reflectors on the Kubernetes Nodes %v, want 3", len(s.k8s.rrs), s.k8s.rrs)
+			}
+			registered := 0
+			for rr := range s.k8s.rrs {
+				if s.calico[rr] != nil {
+					registered++
+				}
+			}
+			return s.settled(registered)
 		})
 		for i := 27; i < 30; i++ {
 			registerCalicoNode(t, calicoctl, name(i), zone(i), fmt.Sprintf("10.0.0.%d", i+1))
@@ -244,9 +254,8 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 		require.NoError(t, err)
 		delete(n.Labels, rrLabel)
 		n.Spec.BGP.RouteReflectorClusterID = "10.9.9.9"
-		if _, err := calicoctl.Client().Nodes().Update(ctx, n, options.SetOptions{}); err != nil {
-			require.Fail(t, fmt.Sprint(err))
-		}
+		_, err = calicoctl.Client().Nodes().Update(ctx, n, options.SetOptions{})
+		require.NoError(t, err)
 		edited := time.Now()
 		w.eventually("Calico Node reverted", 15*time.Second, func() error {
 			n, err := calicoctl.Client().Nodes().Get(ctx, rr, options.GetOptions{})
@@ -330,9 +339,8 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 	t.Run("the mesh is read from etcd: deleting the policy with the mesh off there keeps the roles", func(t *testing.T) {
 		// The confd check left the default BGPConfiguration in etcd with the mesh off, by hand;
 		// the Kubernetes API has none (it would read as the mesh on, and the roles would go).
-		if _, stderr, err := w.kubectl(testenv.UserAdmin, "delete", "routereflectorpolicy", "default", "--wait=false"); err != nil {
-			require.Fail(t, fmt.Sprintf("delete policy: %v %s", err, stderr))
-		}
+		_, stderr, err := w.kubectl(testenv.UserAdmin, "delete", "routereflectorpolicy", "default", "--wait=false")
+		require.NoError(t, err, "delete policy %s", stderr)
 		w.eventually("policy gone", 30*time.Second, func() error {
 			if _, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default"); err == nil {
 				return errors.New("still there")

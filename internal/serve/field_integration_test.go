@@ -32,10 +32,7 @@ func (w *world) setCondition(name string, typ corev1.NodeConditionType, status c
 // reflector under pressure keeps its role; and a leader change keeps the scale-down window.
 func TestFieldCasesOnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
-	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
-kind: RouteReflectorPolicy
-metadata: {name: default}
-spec:
+	w.applyDefaultPolicy(`
   topology: {type: MultiCluster, clusterIDs: PerRouteReflector}
   scaling: {ratio: "0.1"}
   removalDelay: 2s

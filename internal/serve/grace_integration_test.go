@@ -21,10 +21,7 @@ import (
 // back and loses the draining mark; its replacement drains instead.
 func TestNotReadyGraceOnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
-	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
-kind: RouteReflectorPolicy
-metadata: {name: default}
-spec:
+	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
   notReadyGracePeriod: 40s
   removalDelay: 2s
@@ -82,10 +79,7 @@ spec:
 	t.Logf("%s replaced and demoted %v after going NotReady (grace 40 s)", victim, time.Since(start).Round(time.Second))
 
 	// Ready again before the replacement takes over (removalDelay 5m): the role comes back.
-	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
-kind: RouteReflectorPolicy
-metadata: {name: default}
-spec:
+	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
   notReadyGracePeriod: 40s
   removalDelay: 5m

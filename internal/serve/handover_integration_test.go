@@ -177,16 +177,21 @@ func (w *world) createBGPConfiguration(mesh bool) {
 		"metadata": map[string]any{"name": "default"},
 		"spec":     map[string]any{"nodeToNodeMeshEnabled": mesh, "asNumber": int64(64512)},
 	}}
-	if _, err := w.dyn.Resource(bgpConfigGVR).Create(w.t.Context(), cfg, metav1.CreateOptions{}); err != nil {
-		require.Fail(w.t, fmt.Sprint(err))
-	}
+	_, err := w.dyn.Resource(bgpConfigGVR).Create(w.t.Context(), cfg, metav1.CreateOptions{})
+	require.NoError(w.t, err)
 }
 
 func (w *world) applyPolicy(yaml string) {
 	w.t.Helper()
-	if out, stderr, err := w.env.KubectlStdin(w.t, testenv.UserAdmin, yaml, "apply", "-f", "-"); err != nil {
-		require.Fail(w.t, fmt.Sprintf("apply policy: %v\n%s%s", err, out, stderr))
-	}
+	out, stderr, err := w.env.KubectlStdin(w.t, testenv.UserAdmin, yaml, "apply", "-f", "-")
+	require.NoError(w.t, err, "apply policy\n%s%s", out, stderr)
+}
+
+// applyDefaultPolicy applies the policy named default with the given spec (the YAML lines under
+// "spec:", each indented by two spaces).
+func (w *world) applyDefaultPolicy(spec string) {
+	w.t.Helper()
+	w.applyPolicy("apiVersion: routereflector.io/v1alpha1\nkind: RouteReflectorPolicy\nmetadata: {name: default}\nspec:" + spec)
 }
 
 func (w *world) joinCluster(n int) {
@@ -219,19 +224,15 @@ func (w *world) waitHandedOver(what, victim string) {
 func (w *world) cordon(names ...string) {
 	w.t.Helper()
 	for _, n := range names {
-		if _, stderr, err := w.kubectl(testenv.UserAdmin, "cordon", n); err != nil {
-			require.Fail(w.t, fmt.Sprintf("cordon %s: %v %s", n, err, stderr))
-		}
+		_, stderr, err := w.kubectl(testenv.UserAdmin, "cordon", n)
+		require.NoError(w.t, err, "cordon %s %s", n, stderr)
 	}
 }
 
 func TestHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
 	// removalDelay is long: a role can only move by the sessions.
-	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
-kind: RouteReflectorPolicy
-metadata: {name: default}
-spec:
+	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
   minRouteReflectors: 9
   removalDelay: 10m
@@ -294,10 +295,7 @@ spec:
 // only), a cordoned route reflector hands over by its sessions, long before removalDelay (10m).
 func TestHandoverBGPSessionsIPv6OnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
-	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
-kind: RouteReflectorPolicy
-metadata: {name: default}
-spec:
+	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
   removalDelay: 10m
   handover: BGPSessions
@@ -325,10 +323,7 @@ spec:
 
 func TestHandoverBGPSessionsTimeoutOnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
-	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
-kind: RouteReflectorPolicy
-metadata: {name: default}
-spec:
+	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
   removalDelay: 4s
   handover: BGPSessions

@@ -101,9 +101,8 @@ spec:
 			break
 		}
 	}
-	if _, stderr, err := w.kubectl(testenv.UserAdmin, "label", "node", moved, "pool=b", "--overwrite"); err != nil {
-		require.Fail(t, fmt.Sprintf("relabel %s: %v %s", moved, err, stderr))
-	}
+	_, stderr, err := w.kubectl(testenv.UserAdmin, "label", "node", moved, "pool=b", "--overwrite")
+	require.NoError(t, err, "relabel %s %s", moved, stderr)
 	w.eventually(moved+" peers with pool b's route reflectors", 30*time.Second, func() error {
 		n, err := w.admin.CoreV1().Nodes().Get(t.Context(), moved, metav1.GetOptions{})
 		if err != nil {

@@ -113,9 +113,8 @@ spec:
   topology: {clusterIDs: PerRouteReflector}
   removalDelay: 2s
 `
-	if _, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, policy, "apply", "-f", "-"); err != nil {
-		require.Fail(t, fmt.Sprintf("apply policy: %v %s", err, stderr))
-	}
+	_, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, policy, "apply", "-f", "-")
+	require.NoError(t, err, "apply policy %s", stderr)
 
 	const nodes, inFlight = 200, 20
 	var violations []string

@@ -31,10 +31,7 @@ func (w *world) meshEnabled() (bool, error) {
 // policy with it.
 func TestUninstallOnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
-	w.applyPolicy(`apiVersion: routereflector.io/v1alpha1
-kind: RouteReflectorPolicy
-metadata: {name: default}
-spec:
+	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
   removalDelay: 2s
   migrateFromNodeMesh: true

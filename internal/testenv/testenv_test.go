@@ -56,9 +56,8 @@ func TestEnv(t *testing.T) {
 	admin, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
-	if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		require.Fail(t, fmt.Sprintf("creating node: %v", err))
-	}
+	_, err = admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	require.NoError(t, err, "creating node")
 
 	// The real kubectl sees it, as the admin and as alice (cluster-admin).
 	for _, user := range []string{UserAdmin, UserAlice} {
@@ -99,9 +98,8 @@ func TestEnv(t *testing.T) {
 		"metadata": map[string]any{"name": "w1"},
 	}}
 	gvr := schema.GroupVersionResource{Group: "testenv.example.com", Version: "v1", Resource: "widgets"}
-	if _, err := dyn.Resource(gvr).Create(ctx, w, metav1.CreateOptions{}); err != nil {
-		require.Fail(t, fmt.Sprintf("creating widget: %v", err))
-	}
+	_, err = dyn.Resource(gvr).Create(ctx, w, metav1.CreateOptions{})
+	require.NoError(t, err, "creating widget")
 
 	// Pods need the namespace's default ServiceAccount.
 	env.CreateNamespace(t, "pods")
@@ -109,9 +107,8 @@ func TestEnv(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "pods"},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}},
 	}
-	if _, err := admin.CoreV1().Pods("pods").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		require.Fail(t, fmt.Sprintf("creating pod: %v", err))
-	}
+	_, err = admin.CoreV1().Pods("pods").Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err, "creating pod")
 
 	// Stop is idempotent and removes the directory.
 	dir := env.Dir

@@ -76,9 +76,8 @@ func TestLoad(t *testing.T) {
 	// The product as a separate process of the built binary.
 	p := &product{env.StartProduct(t, true, "")}
 	env.AwaitWebhooks(t, 30*time.Second)
-	if out, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, policyYAML, "apply", "-f", "-"); err != nil {
-		require.Fail(t, fmt.Sprintf("apply policy: %v\n%s%s", err, out, stderr))
-	}
+	out, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, policyYAML, "apply", "-f", "-")
+	require.NoError(t, err, "apply policy\n%s%s", out, stderr)
 	rssIdle := p.rss(t)
 	apiStart := scrapeAPIServer(ctx, t, admin)
 
@@ -384,9 +383,8 @@ func (p *product) scrape(t *testing.T) metricSet {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		require.Fail(t, fmt.Sprint(err))
-	}
+	_, err = buf.ReadFrom(resp.Body)
+	require.NoError(t, err)
 	return parseMetrics(buf.Bytes())
 }
 

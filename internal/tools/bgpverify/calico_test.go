@@ -55,13 +55,11 @@ func calicoScratch(t *testing.T, needNetns bool) *Scratch {
 			}
 			require.Fail(t, fmt.Sprint(err))
 		}
-		if _, err := FindBIRD(""); err != nil {
-			require.Fail(t, fmt.Sprint(err))
-		}
+		_, err := FindBIRD("")
+		require.NoError(t, err)
 	}
-	if _, err := FindConfd(""); err != nil {
-		require.Fail(t, fmt.Sprint(err))
-	}
+	_, err := FindConfd("")
+	require.NoError(t, err)
 	shared.once.Do(func() {
 		start := time.Now()
 		shared.scratch, shared.err = StartScratch(context.Background())

@@ -111,9 +111,8 @@ func ensureBIRD(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real BGP speakers (port 179 on 127.x addresses, BIRD processes) run without -short")
 	}
-	if _, err := FindBIRD(""); err != nil {
-		require.Fail(t, fmt.Sprintf("the BIRD backend needs BIRD 1.6: %v", err))
-	}
+	_, err := FindBIRD("")
+	require.NoError(t, err, "the BIRD backend needs BIRD 1.6")
 }
 
 func TestBIRDMatchesModel(t *testing.T) {
