@@ -49,7 +49,8 @@ func TestEnsureLifecycle(t *testing.T) {
 	// Valid: nothing changes.
 	m2, ren, err := ensure(m, o, t0.Add(5*time.Hour))
 	require.NoError(t, err)
-	require.False(t, ren.CA || ren.Cert)
+	require.False(t, ren.CA, "CA renewed")
+	require.False(t, ren.Cert, "certificate renewed")
 	require.True(t, m2.equal(m))
 
 	// Less than a third of the serving certificate's life left: a new one

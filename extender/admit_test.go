@@ -203,7 +203,8 @@ func TestAdmitIneligibleAndReadiness(t *testing.T) {
 	n := admitNode(1, "zone-a", false)
 	a := st.Admit(n)
 	require.Equalf(t, extender.AdmitNone, a.Role, "not-ready joiner: %+v", a)
-	require.Falsef(t, a.Eligible || a.Healthy, "not-ready joiner: %+v", a)
+	require.False(t, a.Eligible, "not-ready joiner: %+v", a)
+	require.False(t, a.Healthy, "not-ready joiner: %+v", a)
 	st.Record(&a)
 	// Ready: promoted.
 	n.Status.Conditions[0].Status = corev1.ConditionTrue
@@ -241,7 +242,8 @@ func TestAdmitKnownNodeAnswersFromPlan(t *testing.T) {
 		a := st.Admit(n)
 		want := res.Nodes[i]
 		got := a.State(p)
-		require.Falsef(t, fmt.Sprint(got.Labels, got.Annotations) != fmt.Sprint(want.Labels, want.Annotations) || a.Reason != "planned", "%s: admitted %+v (%s), planned %+v", n.Name, got, a.Reason, want)
+		require.Equal(t, fmt.Sprint(want.Labels, want.Annotations), fmt.Sprint(got.Labels, got.Annotations), "%s: admitted as planned", n.Name)
+		require.Equal(t, "planned", a.Reason, "%s", n.Name)
 	}
 }
 
@@ -265,7 +267,10 @@ func TestAdmitSingleClusterZoneIDs(t *testing.T) {
 			ids[z][id] = true
 		}
 	}
-	require.Falsef(t, len(ids) != 2 || len(ids["zone-a"]) != 1 || len(ids["zone-b"]) != 1 || fmt.Sprint(ids["zone-a"]) == fmt.Sprint(ids["zone-b"]), "cluster IDs per zone: %v", ids)
+	require.Len(t, ids, 2, "cluster IDs per zone: %v", ids)
+	require.Len(t, ids["zone-a"], 1, "cluster IDs per zone: %v", ids)
+	require.Len(t, ids["zone-b"], 1, "cluster IDs per zone: %v", ids)
+	require.NotEqual(t, fmt.Sprint(ids["zone-a"]), fmt.Sprint(ids["zone-b"]), "the zones share a cluster ID")
 	for _, n := range all {
 		if _, ok := rrOf(p, n); ok {
 			continue

@@ -44,7 +44,8 @@ func TestAwaitedZoneKeepsItsShare(t *testing.T) {
 	if got := zoneRRs(r); fmt.Sprint(got) != "map[zone-c:1]" {
 		require.Fail(t, fmt.Sprintf("zones a and b have nodes on their way: zone-c must keep to its share, got %v", got))
 	}
-	require.Falsef(t, len(r.Conditions) != 1 || r.Conditions[0].Reason != ReasonWaitingForNodes, "conditions %+v, want one %s", r.Conditions, ReasonWaitingForNodes)
+	require.Len(t, r.Conditions, 1, "conditions %+v", r.Conditions)
+	require.Equal(t, ReasonWaitingForNodes, r.Conditions[0].Reason)
 	if want := created.Add(p.NotReadyGrace); !r.RecheckAt.Equal(want) {
 		require.Fail(t, fmt.Sprintf("RecheckAt %s, want %s (the end of the wait)", r.RecheckAt, want))
 	}
@@ -60,14 +61,16 @@ func TestAwaitedZoneKeepsItsShare(t *testing.T) {
 	ni := NewNodeInfo(fresh, p)
 	ni.Now = now
 	RunFilters(DefaultFilters(), p, ni)
-	require.Falsef(t, !ni.Awaited || ni.Eligible, "a node being created: awaited %v eligible %v", ni.Awaited, ni.Eligible)
+	require.True(t, ni.Awaited, "a node being created is awaited")
+	require.False(t, ni.Eligible, "a node being created is not eligible yet")
 	// Awaited only when NotReady is the only reason: a cordoned joiner is not.
 	cordonedJoiner := joining("a-3", "zone-a", created)
 	cordonedJoiner.Spec.Unschedulable = true
 	ni = NewNodeInfo(cordonedJoiner, p)
 	ni.Now = now
 	RunFilters(DefaultFilters(), p, ni)
-	require.Falsef(t, ni.Awaited || ni.Reason != ReasonNotReady, "a cordoned joiner: awaited %v reason %q", ni.Awaited, ni.Reason)
+	require.False(t, ni.Awaited, "a cordoned joiner is not awaited")
+	require.Equal(t, ReasonNotReady, ni.Reason, "a cordoned joiner")
 }
 
 // TestJoinOrderMovesNoRole: nine nodes join three zones at once and turn Ready in a random order;

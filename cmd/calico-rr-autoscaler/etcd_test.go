@@ -38,7 +38,8 @@ func TestDatastoreFlagsBadInputOneLine(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out bytes.Buffer
 			err := runPlan(tc.args, &out)
-			require.Falsef(t, err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n"), "got %v, want one line containing %q", err, tc.want)
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "\n", "want one line")
 		})
 	}
 }
@@ -99,7 +100,10 @@ func TestPlanAndVerifyFromEtcd(t *testing.T) {
 			Etcd *etcdFigures `json:"etcd"`
 		}
 		require.NoError(t, json.Unmarshal(out.Bytes(), &got))
-		require.Falsef(t, got.Etcd == nil || got.Etcd.Nodes != 15 || got.Etcd.Mesh || got.Summary.Nodes != 15, "plan from etcd: %+v %+v", got.Summary, got.Etcd)
+		require.NotNil(t, got.Etcd, "plan from etcd: no etcd section")
+		require.EqualValues(t, 15, got.Etcd.Nodes, "plan from etcd: %+v", got.Etcd)
+		require.False(t, got.Etcd.Mesh, "plan from etcd: %+v", got.Etcd)
+		require.EqualValues(t, 15, got.Summary.Nodes, "plan from etcd: %+v", got.Summary)
 		return got.Etcd.MissingPairs, got.Summary.RouteReflectors
 	}
 	if missing, rrs := planMissing(); missing != 0 || rrs != len(res.RouteReflectors) {

@@ -58,6 +58,9 @@ func TestVerifyGoBGPJSON(t *testing.T) {
 			assert.Fail(t, fmt.Sprintf("summary has no %q: %v", k, rep.Summary))
 		}
 	}
-	assert.Falsef(t, rep.Summary["nodes"] != 15.0 || rep.Summary["missingPairs"] != 0.0 || rep.Summary["sessions"] != rep.Summary["establishedSessions"], "summary: %v", rep.Summary)
-	assert.Falsef(t, len(rep.AfterFailure.Down) != 5 || rep.AfterFailure.Summary["missingPairs"] != 0.0, "after failure: %+v", rep.AfterFailure)
+	assert.EqualValues(t, 15, rep.Summary["nodes"], "summary: %v", rep.Summary)
+	assert.EqualValues(t, 0, rep.Summary["missingPairs"], "summary: %v", rep.Summary)
+	assert.Equal(t, rep.Summary["sessions"], rep.Summary["establishedSessions"], "summary: %v", rep.Summary)
+	assert.Len(t, rep.AfterFailure.Down, 5, "after failure: %+v", rep.AfterFailure)
+	assert.EqualValues(t, 0, rep.AfterFailure.Summary["missingPairs"], "after failure: %+v", rep.AfterFailure)
 }

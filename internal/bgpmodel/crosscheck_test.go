@@ -509,7 +509,10 @@ func TestFromPlanMatchesOverlay(t *testing.T) {
 			ann := extender.ApplyOwned(n.Annotations, extender.OwnedAnnotationKeys(), st.Annotations)
 			want := NodeFromObject(st.Name, labels, ann, in.Policy.ZoneLabel)
 			got := topo.Nodes[i]
-			require.Falsef(t, got.Name != want.Name || got.Zone != want.Zone || got.ClusterID != want.ClusterID || fmt.Sprint(got.Labels) != fmt.Sprint(want.Labels), "%s: node %d: got %+v, want %+v", order, i, got, want)
+			require.Equal(t, want.Name, got.Name, "%s: node %d", order, i)
+			require.Equal(t, want.Zone, got.Zone, "%s: node %d", order, i)
+			require.Equal(t, want.ClusterID, got.ClusterID, "%s: node %d", order, i)
+			require.Equal(t, fmt.Sprint(want.Labels), fmt.Sprint(got.Labels), "%s: node %d", order, i)
 		}
 		if ref, err := buildExact(topo.Nodes, res.BGPPeers, Options{}); err != nil || !slices.Equal(ref.Sessions, topo.Sessions) {
 			require.Fail(t, fmt.Sprintf("%s: sessions differ from the original Build (%v)", order, err))

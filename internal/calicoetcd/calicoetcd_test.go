@@ -49,7 +49,8 @@ func TestValidate(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			require.Falsef(t, err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n"), "got %v, want one line containing %q", err, tc.want)
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "\n", "want one line")
 		})
 	}
 }
@@ -103,9 +104,11 @@ func TestStoreOnRealEtcd(t *testing.T) {
 		if r := calicoetcd.RoleOfCalicoNode(owned, got); !r.Equal(want) {
 			require.Fail(t, fmt.Sprintf("role %+v, want %+v", r, want))
 		}
-		require.Falsef(t, got.Labels["topology.kubernetes.io/zone"] != "zone-a" || got.Spec.BGP.IPv4Address != "10.0.0.1/24", "foreign fields lost: %+v %+v", got.Labels, got.Spec.BGP)
+		require.Equal(t, "zone-a", got.Labels["topology.kubernetes.io/zone"], "foreign label lost")
+		require.Equal(t, "10.0.0.1/24", got.Spec.BGP.IPv4Address, "foreign field lost")
 		k := calicoetcd.KubernetesShape(got)
-		require.Falsef(t, k.Annotations[extender.AnnotationClusterID] != "224.0.0.1" || k.Annotations[extender.AnnotationCalicoIPv4] != "10.0.0.1/24", "kubernetes shape %+v", k.Annotations)
+		require.Equal(t, "224.0.0.1", k.Annotations[extender.AnnotationClusterID], "kubernetes shape %+v", k.Annotations)
+		require.Equal(t, "10.0.0.1/24", k.Annotations[extender.AnnotationCalicoIPv4], "kubernetes shape %+v", k.Annotations)
 		// Back to a client: the label and the ID go.
 		require.NoError(t, s.SetRole(ctx, "node-1", owned, calicoetcd.Role{Labels: map[string]string{extender.LabelPeeringSet: "s1"}}))
 		roles, err := other.Roles(ctx, owned)
@@ -135,9 +138,13 @@ func TestStoreOnRealEtcd(t *testing.T) {
 			require.Fail(t, fmt.Sprintf("second create: %v", err))
 		}
 		got, err := other.Peers().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
-		require.Falsef(t, err != nil || len(got) != 1 || got[0].Name != p.Name || got[0].Spec.PeerSelector != p.Spec.PeerSelector, "managed list %v %v", got, err)
+		require.NoError(t, err)
+		require.Len(t, got, 1, "managed list %v", got)
+		require.Equal(t, p.Name, got[0].Name)
+		require.Equal(t, p.Spec.PeerSelector, got[0].Spec.PeerSelector)
 		all, err := other.Peers().List(ctx, nil)
-		require.Falsef(t, err != nil || len(all) != 2, "all %v %v", all, err)
+		require.NoError(t, err)
+		require.Len(t, all, 2, "all %v", all)
 		stale := got[0].DeepCopy()
 		got[0].Spec.PeerSelector = "has(calico-route-reflector)"
 		require.NoError(t, peers.Update(ctx, got[0]))
@@ -170,7 +177,10 @@ func TestStoreOnRealEtcd(t *testing.T) {
 		_, err = other.Client().CalicoNodeStatus().Update(ctx, cur, options.SetOptions{})
 		require.NoError(t, err)
 		got, err := st.List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
-		require.Falsef(t, err != nil || len(got) != 1 || len(got[0].Status.BGP.PeersV4) != 1 || got[0].Status.BGP.PeersV4[0].State != apiv3.BGPSessionStateEstablished, "listed %+v %v", got, err)
+		require.NoError(t, err)
+		require.Len(t, got, 1, "listed %+v", got)
+		require.Len(t, got[0].Status.BGP.PeersV4, 1, "listed %+v", got)
+		require.Equal(t, apiv3.BGPSessionStateEstablished, got[0].Status.BGP.PeersV4[0].State)
 		require.NoError(t, st.Delete(ctx, got[0]))
 		if err := st.Delete(ctx, got[0]); !apierrors.IsNotFound(err) {
 			require.Fail(t, fmt.Sprintf("second delete: %v", err))
@@ -188,7 +198,9 @@ func TestStoreOnRealEtcd(t *testing.T) {
 			require.Fail(t, fmt.Sprint(err))
 		}
 		orig, err := other.Configs().Get(ctx, "default")
-		require.Falsef(t, err != nil || orig.Annotations["a"] != "b" || *orig.Spec.NodeToNodeMeshEnabled, "got %+v %v", orig, err)
+		require.NoError(t, err)
+		require.Equal(t, "b", orig.Annotations["a"], "got %+v", orig)
+		require.False(t, *orig.Spec.NodeToNodeMeshEnabled, "got %+v", orig)
 		on := orig.DeepCopy()
 		on.Spec.NodeToNodeMeshEnabled = new(bool)
 		*on.Spec.NodeToNodeMeshEnabled = true

@@ -362,7 +362,8 @@ func TestEtcdMigrateMeshAndDeletePolicy(t *testing.T) {
 	}
 	h.reconcile()
 	for name, r := range f.roles {
-		require.Falsef(t, len(r.Labels) != 0 || r.ClusterID != "", "%s keeps %+v in etcd", name, r)
+		require.Emptyf(t, r.Labels, "%s keeps %+v in etcd", name, r)
+		require.Emptyf(t, r.ClusterID, "%s keeps %+v in etcd", name, r)
 	}
 	require.Emptyf(t, f.peers, "BGPPeers left in etcd: %d", len(f.peers))
 	if err := h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol); !apierrors.IsNotFound(err) {

@@ -37,7 +37,8 @@ func TestPlanNodeStatuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			create, del := planNodeStatuses(tc.want, tc.have, tc.bound)
-			require.Falsef(t, fmt.Sprint(create) != fmt.Sprint(tc.create) || fmt.Sprint(del) != fmt.Sprint(tc.del), "create %v del %v, want %v %v", create, del, tc.create, tc.del)
+			require.Equal(t, fmt.Sprint(tc.create), fmt.Sprint(create), "create")
+			require.Equal(t, fmt.Sprint(tc.del), fmt.Sprint(del), "del")
 			if n := len(tc.have) - len(del) + len(create); n > tc.bound {
 				require.Fail(t, fmt.Sprintf("%d objects after the change", n))
 			}
@@ -115,7 +116,9 @@ func TestStripNodeKeepsBGPAddress(t *testing.T) {
 			{Type: corev1.NodeInternalIP, Address: "10.1.0.1"}, {Type: corev1.NodeExternalIP, Address: "1.2.3.4"}}},
 	}
 	s := state.StripNode(n.DeepCopy())
-	require.Falsef(t, fmt.Sprint(s.Annotations) != "map[projectcalico.org/IPv4Address:192.168.0.5/24]" || len(s.Status.Addresses) != 1 || s.Status.Addresses[0].Address != "10.1.0.1", "stripped: %v %v", s.Annotations, s.Status.Addresses)
+	require.Equal(t, "map[projectcalico.org/IPv4Address:192.168.0.5/24]", fmt.Sprint(s.Annotations), "stripped annotations")
+	require.Len(t, s.Status.Addresses, 1, "stripped addresses")
+	require.Equal(t, "10.1.0.1", s.Status.Addresses[0].Address, "stripped addresses")
 	delete(s.Annotations, extender.AnnotationCalicoIPv4)
 	if got := fmt.Sprint(nodeIPs(s)); got != "[10.1.0.1]" {
 		require.Fail(t, fmt.Sprint(got))
@@ -161,7 +164,8 @@ func TestMeshReady(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, why := meshReady(p, tc.view, tc.others)
-			require.Falsef(t, ok != tc.ok || why != tc.why, "%v %q, want %v %q", ok, why, tc.ok, tc.why)
+			require.Equal(t, tc.ok, ok, "ok")
+			require.Equal(t, tc.why, why, "why")
 		})
 	}
 }
@@ -284,7 +288,10 @@ func TestHandoverBGPSessionsTimeout(t *testing.T) {
 	pol := &v1alpha1.RouteReflectorPolicy{}
 	_ = h.client.Get(context.Background(), client.ObjectKey{Name: "default"}, pol)
 	c := findCondition(pol.Status.Conditions, ConditionDegraded)
-	require.Falsef(t, c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonHandoverTimeout || !strings.Contains(c.Message, "node-07, node-13"), "Degraded %+v", c)
+	require.NotNil(t, c, "no Degraded condition")
+	require.Equal(t, metav1.ConditionTrue, c.Status, "Degraded %+v", c)
+	require.Equal(t, ReasonHandoverTimeout, c.Reason, "Degraded %+v", c)
+	require.Contains(t, c.Message, "node-07, node-13", "Degraded %+v", c)
 }
 
 func TestHandoverBGPSessionsBounded(t *testing.T) {

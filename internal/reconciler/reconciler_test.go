@@ -272,7 +272,12 @@ func TestReconcileBootstrapsAndSettles(t *testing.T) {
 	pol := &v1alpha1.RouteReflectorPolicy{}
 	_ = h.client.Get(context.Background(), client.ObjectKey{Name: "default"}, pol)
 	s := pol.Status
-	require.Falsef(t, s.Nodes != 30 || s.HealthyNodes != 30 || s.DesiredRouteReflectors != 3 || s.RouteReflectors != 3 || len(s.Zones) != 3 || s.LastScaleTime == nil, "status %+v", s)
+	require.EqualValues(t, 30, s.Nodes, "status %+v", s)
+	require.EqualValues(t, 30, s.HealthyNodes, "status %+v", s)
+	require.EqualValues(t, 3, s.DesiredRouteReflectors, "status %+v", s)
+	require.EqualValues(t, 3, s.RouteReflectors, "status %+v", s)
+	require.Len(t, s.Zones, 3, "status %+v", s)
+	require.NotNil(t, s.LastScaleTime, "status %+v", s)
 	if c := findCondition(s.Conditions, ConditionReady); c == nil || c.Status != "True" {
 		require.Fail(t, fmt.Sprintf("conditions %+v", s.Conditions))
 	}
@@ -308,8 +313,11 @@ func TestReconcileCordonHandsOver(t *testing.T) {
 	requeue := h.reconcile()
 	rrs := h.rrs()
 	// node-01 keeps its role, draining; node-04 (zone-b, next oldest) is promoted into its group.
-	require.Falsef(t, rrs["node-04"] != "224.0.0.2" || rrs["node-01"] != "224.0.0.2" || h.node("node-01").Annotations[extender.AnnotationDrainingSince] == "", "after cordon: %v", rrs)
-	require.Falsef(t, requeue <= 0 || requeue > 3*time.Second, "requeue after %s, want about the removal delay", requeue)
+	require.Equal(t, "224.0.0.2", rrs["node-04"], "after cordon: %v", rrs)
+	require.Equal(t, "224.0.0.2", rrs["node-01"], "after cordon: %v", rrs)
+	require.NotEmpty(t, h.node("node-01").Annotations[extender.AnnotationDrainingSince], "after cordon: node-01 is not draining")
+	require.Positive(t, requeue, "want a requeue after about the removal delay")
+	require.LessOrEqual(t, requeue, 3*time.Second, "want a requeue after about the removal delay")
 	h.checkClients()
 	ev := strings.Join(h.events(), "\n")
 	for _, want := range []string{"RouteReflectorPromoted Promoted to route reflector: zone zone-b below desired 1", "RouteReflectorDraining Draining: cordoned; clients moving to node-04"} {
@@ -333,7 +341,8 @@ func TestReconcileCordonHandsOver(t *testing.T) {
 		require.Fail(t, fmt.Sprintf("events:\n%s", ev))
 	}
 	n := h.node("node-01")
-	require.Falsef(t, n.Annotations[extender.AnnotationDrainingSince] != "" || n.Labels[extender.LabelPeeringSet] == "", "demoted node keeps %v %v", n.Labels, n.Annotations)
+	require.Empty(t, n.Annotations[extender.AnnotationDrainingSince], "the demoted node keeps its draining mark")
+	require.NotEmpty(t, n.Labels[extender.LabelPeeringSet], "the demoted node has no peering set: %v", n.Labels)
 }
 
 func TestReconcileDeletedRouteReflectorReplaced(t *testing.T) {
@@ -342,7 +351,8 @@ func TestReconcileDeletedRouteReflectorReplaced(t *testing.T) {
 	require.NoError(t, h.client.Delete(context.Background(), h.node("node-02")))
 	h.reconcile()
 	rrs := h.rrs()
-	require.Falsef(t, len(rrs) != 3 || rrs["node-05"] != "224.0.0.3", "after delete: %v", rrs)
+	require.Len(t, rrs, 3, "after delete: %v", rrs)
+	require.Equal(t, "224.0.0.3", rrs["node-05"], "after delete: %v", rrs)
 	h.reconcile()
 	h.checkClients()
 }
@@ -368,7 +378,8 @@ func TestReconcileRepairsDuplicateClusterID(t *testing.T) {
 		}
 		ids[id] = n
 	}
-	require.Falsef(t, len(after) != 3 || after["node-00"] != before["node-00"], "route reflectors %v, were %v: the higher-ranked holder keeps its ID, no promotion", after, before)
+	require.Len(t, after, 3, "route reflectors %v, were %v: no promotion", after, before)
+	require.Equal(t, before["node-00"], after["node-00"], "the higher-ranked holder keeps its ID")
 	want := fmt.Sprintf("Normal RouteReflectorClusterIDChanged Cluster ID %s repaired to %s: %s is also held by node-00",
 		before["node-00"], after["node-01"], before["node-00"])
 	if ev := strings.Join(h.events(), "\n"); !strings.Contains(ev, want) {
@@ -407,7 +418,8 @@ func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
 	ni.Now = h.now
 	extender.RunFilters(extender.DefaultFilters(), m.Resolved, ni)
 	a, ok := h.r.Ledger.Admit(m, ni, state.Change{Object: state.StripNode(joiner.DeepCopy()), Create: true})
-	require.Falsef(t, !ok || a.Role != extender.AdmitClient, "admission %+v %v", a, ok)
+	require.True(t, ok, "no admission recorded")
+	require.Equal(t, extender.AdmitClient, a.Role, "admission %+v", a)
 	// The full plan sees the admitted node (not in the cache) through the ledger.
 	h.sync()
 	all, _ := h.r.Ledger.Overlay(h.r.Nodes.List())

@@ -78,7 +78,8 @@ func TestEnv(t *testing.T) {
 		ssr, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		require.NoErrorf(t, err, "SelfSubjectReview as %s", user)
 		ui := ssr.Status.UserInfo
-		assert.Falsef(t, ui.Username != user || !slices.Contains(ui.Groups, wantGroup), "SelfSubjectReview as %s = %s %v, want groups to include %s", user, ui.Username, ui.Groups, wantGroup)
+		assert.Equal(t, user, ui.Username, "SelfSubjectReview")
+		assert.Contains(t, ui.Groups, wantGroup, "SelfSubjectReview as %s", user)
 	}
 
 	// The kubelet user may read nodes (cluster-admin binding), via kubectl.
@@ -90,7 +91,8 @@ func TestEnv(t *testing.T) {
 	crdFile := filepath.Join(t.TempDir(), "crds.yaml")
 	require.NoError(t, os.WriteFile(crdFile, []byte(widgetCRD), 0o600))
 	crds := InstallCRDs(t, env.Config, filepath.Dir(crdFile))
-	require.Falsef(t, len(crds) != 1 || crds[0].Name != "widgets.testenv.example.com", "InstallCRDs = %d CRDs, want widgets.testenv.example.com", len(crds))
+	require.Len(t, crds, 1, "InstallCRDs")
+	require.Equal(t, "widgets.testenv.example.com", crds[0].Name, "InstallCRDs")
 	dyn, err := dynamic.NewForConfig(env.ConfigFor(UserServiceAccount))
 	require.NoError(t, err)
 	w := &unstructured.Unstructured{Object: map[string]any{
