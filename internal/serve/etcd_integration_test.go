@@ -221,7 +221,8 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 		require.Lenf(t, zones, 3, "route reflectors %v in zones %v, want one per zone", s.rrs, zones)
 		require.NotEmpty(t, s.peers, "no BGPPeer in etcd")
 		kube, err := w.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
-		require.Falsef(t, err != nil || len(kube.Items) != 0, "BGPPeers in the Kubernetes API: %d %v", len(kube.Items), err)
+		require.NoError(t, err)
+		require.Empty(t, kube.Items, "BGPPeers in the Kubernetes API")
 	})
 
 	t.Run("a cordon hands over in etcd", func(t *testing.T) {
@@ -279,7 +280,8 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 
 	t.Run("a hand edit and a deletion of a BGPPeer in etcd are reverted with Events", func(t *testing.T) {
 		managed, err := calicoctl.Peers().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue})
-		require.Falsef(t, err != nil || len(managed) == 0, "managed BGPPeers %d %v", len(managed), err)
+		require.NoError(t, err)
+		require.NotEmpty(t, managed, "no managed BGPPeer")
 		edit, gone := managed[0].DeepCopy(), managed[len(managed)-1].DeepCopy()
 		wantSel := edit.Spec.PeerSelector
 		edit.Spec.PeerSelector = "has(nothing)"
@@ -352,7 +354,9 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 		}
 		s, err := w.etcdState(calicoctl)
 		require.NoError(t, err)
-		require.Falsef(t, len(s.rrs) != 3 || len(s.peers) == 0 || s.missing != 0, "after the policy's deletion, etcd has %d route reflectors, %d BGPPeers, %d missing pairs", len(s.rrs), len(s.peers), s.missing)
+		require.Len(t, s.rrs, 3, "after the policy's deletion: route reflectors in etcd")
+		require.NotEmpty(t, s.peers, "after the policy's deletion: BGPPeers in etcd")
+		require.Zero(t, s.missing, "after the policy's deletion: missing pairs")
 	})
 }
 
@@ -382,7 +386,9 @@ func TestEtcdUnreachableNotReady(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "etcd-client.crt")
 		_, err := serve.New(t.Context(), serve.Options{RestConfig: w.env.Config, Datastore: calicoetcd.EtcdV3,
 			Etcd: calicoetcd.Config{Endpoints: dead, CertFile: missing, KeyFile: missing}})
-		require.Falsef(t, err == nil || !strings.HasPrefix(err.Error(), "--etcd-cert-file "+missing) || strings.Contains(err.Error(), "\n"), "got %v", err)
+		require.Error(t, err)
+		require.True(t, strings.HasPrefix(err.Error(), "--etcd-cert-file "+missing), "got %v", err)
+		require.NotContains(t, err.Error(), "\n", "want one line")
 	})
 
 	t.Run("unreachable: running and not ready", func(t *testing.T) {

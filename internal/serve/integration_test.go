@@ -390,7 +390,8 @@ func TestServeOnRealAPIServer(t *testing.T) {
 		require.EqualValuesf(t, "[224.0.0.1 224.0.0.2 224.0.0.3]", fmt.Sprint(ids), "cluster IDs by zone %v", zones)
 		require.Truef(t, s.peers["rr-autoscaler-mesh-default"], "BGPPeers %v", s.peers)
 		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.routeReflectors}/{.status.desiredRouteReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
-		require.Falsef(t, err != nil || out != "3/3/True", "policy status %q %v", out, err)
+		require.NoError(t, err)
+		require.Equal(t, "3/3/True", out, "policy status")
 		w.checkRouting(t, "after the 30-node join")
 	})
 
@@ -417,7 +418,8 @@ func TestServeOnRealAPIServer(t *testing.T) {
 		})[0]
 		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", rr, "calico-route-reflector-")
 		want := fmt.Sprintf(`[min-route-reflectors] removing the route reflector label from %s would leave 2 route reflectors; policy "default" requires at least 3`, rr)
-		require.Falsef(t, err == nil || !strings.Contains(stderr, want), "kubectl label: %v\n%s\nwant %s", err, stderr, want)
+		require.Error(t, err, "kubectl label was not refused")
+		require.Contains(t, stderr, want, "kubectl label")
 		t.Logf("kubectl: %s", strings.TrimSpace(stderr))
 	})
 
@@ -425,7 +427,8 @@ func TestServeOnRealAPIServer(t *testing.T) {
 		w.join("db-1", "zone-a", map[string]string{"role": "db"})
 		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", "db-1", "calico-route-reflector=")
 		want := `[forbidden-node] db-1 may not be a route reflector of policy "default": node matches the policy's forbiddenNodeSelector`
-		require.Falsef(t, err == nil || !strings.Contains(stderr, want), "kubectl label: %v\n%s", err, stderr)
+		require.Error(t, err, "kubectl label was not refused")
+		require.Contains(t, stderr, want, "kubectl label")
 	})
 
 	t.Run("a hand edit of a managed BGPPeer is rejected", func(t *testing.T) {
@@ -434,7 +437,8 @@ func TestServeOnRealAPIServer(t *testing.T) {
 			{"delete", "bgppeers.crd.projectcalico.org", "rr-autoscaler-mesh-default"},
 		} {
 			_, stderr, err := w.kubectl(testenv.UserAlice, args...)
-			require.Falsef(t, err == nil || !strings.Contains(stderr, "[managed-bgppeer] BGPPeer rr-autoscaler-mesh-default is managed by calico-rr-autoscaler"), "kubectl %v: %v\n%s", args, err, stderr)
+			require.Error(t, err, "kubectl %v was not refused", args)
+			require.Contains(t, stderr, "[managed-bgppeer] BGPPeer rr-autoscaler-mesh-default is managed by calico-rr-autoscaler", "kubectl %v", args)
 		}
 	})
 
@@ -450,11 +454,14 @@ spec:
 `
 		_, stderr, err := w.env.KubectlStdin(t, testenv.UserAlice, bad, "apply", "-f", "-")
 		for _, want := range []string{"spec.minRouteReflectors", "must not be greater than maxRouteReflectors (2)", "spec.topology.clusterID", "must be an IPv4 address"} {
-			require.Falsef(t, err == nil || !strings.Contains(stderr, want), "kubectl apply: %v\n%s\nwant %q", err, stderr, want)
+			require.Error(t, err, "kubectl apply was not refused")
+			require.Contains(t, stderr, want, "kubectl apply")
 		}
 		overlap := strings.ReplaceAll(strings.ReplaceAll(policyYAML, "name: default", "name: second"), "removalDelay: 2s", "nodeSelector: {matchLabels: {topology.kubernetes.io/zone: zone-a}}")
 		_, stderr, err = w.env.KubectlStdin(t, testenv.UserAlice, overlap, "apply", "-f", "-")
-		require.Falsef(t, err == nil || !strings.Contains(stderr, "[policy-overlap]") || !strings.Contains(stderr, "spec.nodeSelector"), "overlapping policy: %v\n%s", err, stderr)
+		require.Error(t, err, "the overlapping policy was not refused")
+		require.Contains(t, stderr, "[policy-overlap]", "overlapping policy")
+		require.Contains(t, stderr, "spec.nodeSelector", "overlapping policy")
 	})
 
 	t.Run("kubectl cordon of an RR: replacement first, demotion after removalDelay, no client ever orphaned", func(t *testing.T) {
@@ -520,7 +527,8 @@ spec:
 			}
 		}
 		_, stderr, err := w.kubectl(testenv.UserAlice, "delete", "node", victim)
-		require.Falsef(t, err != nil || !strings.Contains(stderr, "Warning: node "+victim+" is a route reflector of policy \"default\""), "kubectl delete: %v\n%s", err, stderr)
+		require.NoError(t, err, "kubectl delete")
+		require.Contains(t, stderr, "Warning: node "+victim+" is a route reflector of policy \"default\"", "kubectl delete")
 		w.eventually("replaced", 20*time.Second, func() error {
 			s := w.snapshot()
 			if err := s.settled(3); err != nil {

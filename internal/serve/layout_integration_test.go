@@ -156,7 +156,8 @@ spec:
 			}
 		}
 		out, _, err := w.kubectl(testenv.UserAdmin, "get", "rrp", "default", "-o", "jsonpath={.spec.topology.type} {.status.routes.meanPathsPerPrefix}")
-		require.Falsef(t, err != nil || !strings.HasPrefix(out, step.wantStatus), "policy %q %v", out, err)
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(out, step.wantStatus), "policy %q, want %q first", out, step.wantStatus)
 		t.Logf("switch to %s settled in %v, %d reconciles (up to %d route reflectors draining), 0 missing pairs after each; status: %s",
 			step.wantStatus, time.Since(start).Round(time.Millisecond), reconciles, maxDraining, out)
 	}

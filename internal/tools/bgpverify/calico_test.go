@@ -149,11 +149,13 @@ func TestCalicoFailureDrills(t *testing.T) {
 	s := calicoScratch(t, true)
 	in, res := samplePlan(t, "MultiCluster", 60)
 	rep := runCalicoPlan(t, s, in, res, Options{FailZone: "zone-a"})
-	require.Falsef(t, rep.AfterFailure == nil || rep.AfterFailure.Summary.Nodes != 40, "after failure: %+v", rep.AfterFailure)
+	require.NotNil(t, rep.AfterFailure, "no after-failure report")
+	require.EqualValues(t, 40, rep.AfterFailure.Summary.Nodes, "after failure: %+v", rep.AfterFailure)
 	calicoMatchesModel(t, "calico without zone-a", in, res, rep, rep.AfterFailure)
 	assert.Zerof(t, rep.MissingPairs(), "missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
 	rep = runCalicoPlan(t, s, in, res, Options{FailRR: []string{"1"}})
-	require.Falsef(t, rep.AfterFailure == nil || len(rep.AfterFailure.Down) != 1, "after losing a route reflector: %+v", rep.AfterFailure)
+	require.NotNil(t, rep.AfterFailure, "no after-failure report")
+	require.Len(t, rep.AfterFailure.Down, 1, "after losing a route reflector: %+v", rep.AfterFailure)
 	calicoMatchesModel(t, "calico without "+rep.AfterFailure.Down[0], in, res, rep, rep.AfterFailure)
 	assert.Zerof(t, rep.MissingPairs(), "missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
 }
@@ -177,7 +179,10 @@ func TestVerifyClusterReadsTheClusterState(t *testing.T) {
 	rep, err := VerifyCluster(t.Context(), cluster.Config(), o)
 	require.NoError(t, err)
 	noConfigDifferences(t, "live", rep.ConfigDifferences)
-	assert.Falsef(t, rep.Summary.Nodes != 30 || rep.MissingPairs() != 0 || !rep.Summary.Converged || rep.Summary.EstablishedSessions != rep.Summary.Sessions, "live cluster: %+v", rep.Summary)
+	assert.EqualValues(t, 30, rep.Summary.Nodes, "live cluster: %+v", rep.Summary)
+	assert.Zero(t, rep.MissingPairs(), "live cluster: %+v", rep.Summary)
+	assert.True(t, rep.Summary.Converged, "live cluster: %+v", rep.Summary)
+	assert.Equal(t, rep.Summary.Sessions, rep.Summary.EstablishedSessions, "live cluster: %+v", rep.Summary)
 	// The mesh: every two clients peer, plus each client's route reflectors, plus the RR mesh.
 	if want := topo.SessionCount(nil); rep.Summary.Sessions != want {
 		assert.Fail(t, fmt.Sprintf("%d sessions, the model with the mesh has %d", rep.Summary.Sessions, want))
@@ -312,12 +317,16 @@ protocol bgp Mesh_100_64_0_3 from bgp_template {
 		{name: "Node_100_64_0_2", neighbor: mustAddr("100.64.0.2"), as: 64512, rrClient: true, clusterID: "224.0.0.1"},
 		{name: "Mesh_100_64_0_3", neighbor: mustAddr("100.64.0.3"), as: 64513, passive: true},
 	}
-	assert.Falsef(t, rc.routerID != "100.64.0.1" || !slices.Equal(rc.protocols, want) || !strings.Contains(rc.template, "add paths on;"), "parsed %+v", rc)
+	assert.Equal(t, "100.64.0.1", rc.routerID, "parsed %+v", rc)
+	assert.Equal(t, want, rc.protocols, "parsed %+v", rc)
+	assert.Contains(t, rc.template, "add paths on;", "parsed %+v", rc)
 }
 
 func TestRewriteDest(t *testing.T) {
 	out, n := rewriteDest("[template]\nsrc = \"bird.cfg.template\"\ndest = \"/etc/calico/confd/config/bird.cfg\"\nprefix = \"/calico/\"\n", "/tmp/x/n3")
-	assert.Falsef(t, n != 1 || !strings.Contains(out, "dest = \"/tmp/x/n3/bird.cfg\"\n") || !strings.Contains(out, "src = \"bird.cfg.template\""), "%d: %s", n, out)
+	assert.EqualValues(t, 1, n, "%s", out)
+	assert.Contains(t, out, "dest = \"/tmp/x/n3/bird.cfg\"\n")
+	assert.Contains(t, out, "src = \"bird.cfg.template\"")
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

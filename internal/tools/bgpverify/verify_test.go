@@ -97,11 +97,14 @@ func TestGoBGPMatchesModel(t *testing.T) {
 func TestGoBGPFailureDrills(t *testing.T) {
 	in, res := samplePlan(t, "MultiCluster", 30)
 	rep := run(t, SpeakerGoBGP, in, res, Options{FailZone: "zone-b"})
-	require.Falsef(t, rep.AfterFailure == nil || rep.AfterFailure.Summary.Nodes != 20, "after failure: %+v", rep.AfterFailure)
+	require.NotNil(t, rep.AfterFailure, "no after-failure report")
+	require.EqualValues(t, 20, rep.AfterFailure.Summary.Nodes, "after failure: %+v", rep.AfterFailure)
 	sameRoutes(t, "gobgp without zone-b", in, res, rep, rep.AfterFailure)
 	assert.Zerof(t, rep.MissingPairs(), "missing pairs: %d / %d", rep.Summary.MissingPairs, rep.AfterFailure.Summary.MissingPairs)
 	rep = run(t, SpeakerGoBGP, in, res, Options{FailRR: []string{"1"}})
-	require.Falsef(t, rep.AfterFailure == nil || len(rep.AfterFailure.Down) != 1 || rep.AfterFailure.Summary.MissingPairs != 0, "after losing a route reflector: %+v", rep.AfterFailure)
+	require.NotNil(t, rep.AfterFailure, "no after-failure report")
+	require.Len(t, rep.AfterFailure.Down, 1, "after losing a route reflector: %+v", rep.AfterFailure)
+	require.Zero(t, rep.AfterFailure.Summary.MissingPairs, "after losing a route reflector: %+v", rep.AfterFailure)
 }
 
 // ensureBIRD fails the test when bird is missing: the BIRD backend is never skipped silently, and
