@@ -57,12 +57,11 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 	ni := extender.NewNodeInfo(node, p)
 	ni.Now = m.now()
 	extender.RunFilters(extender.DefaultFilters(), p, ni)
-	// The node before the update, read once: its role, and whether it was eligible (without a
-	// decision time: no grace period and no awaiting apply to what it was).
+	// The node before the update, read once: its role here, its eligibility below only when the
+	// decision needs it (wasEligible).
 	var was *extender.NodeInfo
 	if old != nil {
 		was = extender.NewNodeInfo(old, p)
-		extender.RunFilters(extender.DefaultFilters(), p, was)
 	}
 	if p.Mode != v1alpha1.Enforce {
 		return Allowed(m.wouldDo(mp, node, was, ni)...), nil
@@ -96,7 +95,7 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 		// reconciler decides what the node becomes.
 	default:
 		hasSet := node.Labels[extender.LabelPeeringSet] != ""
-		becameEligible := ni.Eligible && (was == nil || !was.Eligible)
+		becameEligible := ni.Eligible && (was == nil || !wasEligible(was, mp))
 		if hasSet && !becameEligible {
 			break
 		}
@@ -127,6 +126,13 @@ func (m *NodeMutator) now() time.Time {
 		return m.Now()
 	}
 	return time.Now()
+}
+
+// wasEligible runs the planner's filters on the node as it was before the update, without a
+// decision time: no grace period and no awaiting apply to what it was.
+func wasEligible(was *extender.NodeInfo, mp state.Managed) bool {
+	extender.RunFilters(extender.DefaultFilters(), mp.Resolved, was)
+	return was.Eligible
 }
 
 // wouldDo says what Enforce would do to the node, for a policy in Observe or Paused mode: the
