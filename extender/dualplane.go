@@ -204,9 +204,10 @@ func (pl *planner) isRackRR(n *NodeInfo) bool {
 }
 
 // selectPlaneSpine picks one spine member per plane: the current one when it is still eligible,
-// else the best-ranked eligible node of the zone with the fewest spine members, from a rack with
-// eligible nodes to spare (a rack route reflector only when nothing else is left), so that the
-// planes spread over the zones.
+// else the best-ranked eligible node of the zone with the fewest spine members (another zone comes
+// before everything else: a spine in one zone loses every cross-zone route with it), then not a
+// rack route reflector, then from a rack with eligible nodes to spare, so that the planes spread
+// over the zones.
 func (pl *planner) selectPlaneSpine(spineOf []*NodeInfo, taken map[*NodeInfo]bool) {
 	base := pl.spineID
 	planes := len(spineOf) - 1
@@ -235,11 +236,11 @@ func (pl *planner) selectPlaneSpine(spineOf []*NodeInfo, taken map[*NodeInfo]boo
 			if best == nil {
 				return true
 			}
-			if a, b := pl.isRackRR(n), pl.isRackRR(best); a != b {
-				return !a
-			}
 			if a, b := perZone[n.Zone], perZone[best.Zone]; a != b {
 				return a < b
+			}
+			if a, b := pl.isRackRR(n), pl.isRackRR(best); a != b {
+				return !a
 			}
 			if a, b := spare[pl.dec[n.index].rack] > 0, spare[pl.dec[best.index].rack] > 0; a != b {
 				return a

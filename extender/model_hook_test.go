@@ -2,62 +2,40 @@ package extender_test
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 )
 
-func init() { extender.ModelDrills = modelDrills }
+func init() {
+	extender.ModelDrills = modelDrills
+	extender.PlanDrills = bgpmodel.PlanDrills
+}
 
-// rrDrillSample bounds the route reflector drills beyond 5,000 nodes.
-const rrDrillSample = 12
-
+// modelDrills checks a plan on the graph model with every node up and, with drills, runs its
+// failure drills (bgpmodel's, as the planner and the plan command run them).
 func modelDrills(in extender.Input, res *extender.Result, drills bool) []string {
 	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{})
 	if err != nil {
 		return []string{"graph model: " + err.Error()}
 	}
-	var bad []string
-	check := func(what string, down []bool) {
-		m, err := topo.Propagate(down)
-		if err != nil {
-			bad = append(bad, fmt.Sprintf("graph model, %s: %v", what, err))
-			return
-		}
-		if m.Summary.MissingPairs > 0 {
-			bad = append(bad, fmt.Sprintf("graph model, %s: %d node pairs missing, e.g. %v", what, m.Summary.MissingPairs, m.MissingPairs(3)))
-		}
+	m, err := topo.Propagate(nil)
+	if err != nil {
+		return []string{"graph model, every node up: " + err.Error()}
 	}
-	check("every node up", nil)
+	if m.Summary.MissingPairs > 0 {
+		return []string{fmt.Sprintf("graph model, every node up: %d node pairs missing, e.g. %v", m.Summary.MissingPairs, m.MissingPairs(3))}
+	}
 	if !drills {
-		return bad
+		return nil
 	}
-	var zones []string
-	for _, n := range topo.Nodes {
-		if !slices.Contains(zones, n.Zone) {
-			zones = append(zones, n.Zone)
-		}
+	ds, err := topo.Drills()
+	if err != nil {
+		return []string{"graph model drills: " + err.Error()}
 	}
-	slices.Sort(zones)
-	if len(zones) > 1 {
-		for _, z := range zones {
-			check("zone "+z+" lost", topo.ZoneDown(z))
-		}
-	}
-	var rrs []string
-	for _, rr := range res.RouteReflectors {
-		if !rr.Draining {
-			rrs = append(rrs, rr.Node)
-		}
-	}
-	step := 1
-	if len(topo.Nodes) > 5000 && len(rrs) > rrDrillSample {
-		step = (len(rrs) + rrDrillSample - 1) / rrDrillSample
-	}
-	for i := 0; i < len(rrs); i += step {
-		down, _ := topo.NamesDown(rrs[i])
-		check("route reflector "+rrs[i]+" lost", down)
+	var bad []string
+	for _, d := range extender.FailedDrills(ds) {
+		bad = append(bad, "graph model, "+d.String())
 	}
 	return bad
 }

@@ -40,6 +40,9 @@ type Input struct {
 	// Filters and Scores default to DefaultFilters and DefaultScores.
 	Filters []FilterPlugin
 	Scores  []ScorePlugin
+	// Drills, when set, runs the failure drills on the plan: the planner then prefers a plan that
+	// passes them (see safest) and puts them on the result.
+	Drills DrillFunc
 }
 
 // Degraded reasons.
@@ -99,8 +102,17 @@ type decision struct {
 
 type condition struct{ reason, message string }
 
-// Plan computes the route reflector plan.
+// Plan computes the route reflector plan: the stable one (current roles kept where the policy
+// allows), or with Input.Drills the safest (see safest).
 func Plan(in Input) *Result {
+	res := planOnce(in)
+	if in.Drills == nil {
+		return res
+	}
+	return safest(in, res)
+}
+
+func planOnce(in Input) *Result {
 	pl := newPlanner(in)
 	switch pl.p.Topology {
 	case v1alpha1.SingleCluster:

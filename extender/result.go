@@ -31,6 +31,10 @@ type Result struct {
 	// RecheckAt is when a decision of this plan changes by the clock alone (a route reflector's
 	// NotReady grace period ends); zero when none does.
 	RecheckAt time.Time `json:"-"`
+	// Drills are the failure drills of this plan when the input had a DrillFunc (nil otherwise);
+	// DrillsErr says why they could not run.
+	Drills    []Drill `json:"-"`
+	DrillsErr error   `json:"-"`
 
 	// facts[i] is what the planner read of node Nodes[i], for NewAdmitState.
 	facts []nodeFacts

@@ -1,0 +1,172 @@
+package extender
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// life is a cluster living through events: each step plans (with the graph model's drills, as the
+// reconciler does) and applies the plan to the nodes.
+type life struct {
+	t     *testing.T
+	p     *policy.Resolved
+	nodes []*corev1.Node
+	now   time.Time
+	recs  []Recommendation
+	res   *Result
+}
+
+func newLife(t *testing.T, p *policy.Resolved, nodes []*corev1.Node) *life {
+	t.Helper()
+	require.NotNil(t, PlanDrills, "the graph model's drills are wired by model_hook_test.go")
+	l := &life{t: t, p: p, nodes: nodes, now: t0.Add(240 * time.Hour)}
+	l.step(0)
+	return l
+}
+
+func (l *life) input() Input {
+	return Input{Policy: l.p, Nodes: l.nodes, Now: l.now, Recommendations: l.recs, Drills: PlanDrills}
+}
+
+// step lets d pass, plans and applies the plan.
+func (l *life) step(d time.Duration) *Result {
+	l.now = l.now.Add(d)
+	l.res = Plan(l.input())
+	require.NoError(l.t, l.res.DrillsErr)
+	apply(l.p, l.nodes, l.res)
+	l.recs = l.res.Recommendations
+	return l.res
+}
+
+// settle takes n steps of d.
+func (l *life) settle(d time.Duration, n int) {
+	for range n {
+		l.step(d)
+	}
+}
+
+func (l *life) node(name string) *corev1.Node {
+	i := slices.IndexFunc(l.nodes, func(n *corev1.Node) bool { return n.Name == name })
+	require.GreaterOrEqual(l.t, i, 0, name)
+	return l.nodes[i]
+}
+
+// spine returns the plan's active spine members, by plane.
+func (l *life) spine() map[int]RouteReflector {
+	out := map[int]RouteReflector{}
+	for _, rr := range l.res.RouteReflectors {
+		if rr.Spine && !rr.Draining {
+			out[rr.Plane] = rr
+		}
+	}
+	return out
+}
+
+// requireSafe: the spine's planes in distinct zones and every drill of the plan passes, and the
+// drills agree with a fresh plan of the same nodes where that one passes.
+func (l *life) requireSafe(what string) {
+	l.t.Helper()
+	require.Empty(l.t, FailedDrills(l.res.Drills), "%s: failed drills", what)
+	zones := map[string]bool{}
+	for _, rr := range l.spine() {
+		require.False(l.t, zones[rr.Zone], "%s: two spine members in zone %s: %v", what, rr.Zone, l.spine())
+		zones[rr.Zone] = true
+	}
+	require.NotEmpty(l.t, l.res.Drills, "%s: drills ran", what)
+}
+
+func setReady(n *corev1.Node, ready bool, at time.Time) {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			n.Status.Conditions[i].Status = st
+			n.Status.Conditions[i].LastTransitionTime = metav1.NewTime(at)
+		}
+	}
+}
+
+func zoneNodes(nodes []*corev1.Node, zone string) []*corev1.Node {
+	var out []*corev1.Node
+	for _, n := range nodes {
+		if n.Labels[corev1.LabelTopologyZone] == zone {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func dualSpec(rack int32) v1alpha1.RouteReflectorPolicySpec {
+	return v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: i32(rack)}}
+}
+
+// TestLifeZoneOutageAndRecovery: a zone NotReady past the grace period and Ready again leaves the
+// spine's planes in distinct zones and every drill passing (it used to leave both spine members in
+// the other zone for good: losing that zone then cut every cross-zone pair).
+func TestLifeZoneOutageAndRecovery(t *testing.T) {
+	p := resolve(t, dualSpec(20))
+	l := newLife(t, p, cluster(120, 2))
+	l.settle(time.Minute, 10)
+	l.requireSafe("fresh")
+	for _, n := range zoneNodes(l.nodes, "zone-b") {
+		setReady(n, false, l.now)
+	}
+	l.settle(time.Minute, 10)
+	for _, n := range zoneNodes(l.nodes, "zone-b") {
+		setReady(n, true, l.now)
+	}
+	l.settle(time.Minute, 20)
+	l.requireSafe("after zone-b's outage and recovery")
+}
+
+// TestLifeSpineReplacementPrefersAnotherZone: with few eligible nodes outside one zone, a lost
+// spine member's successor comes from another zone rather than from a node that is not a rack
+// route reflector of the same zone; a spine member relabelled into the other's zone gets the
+// spread back.
+func TestLifeSpineReplacementPrefersAnotherZone(t *testing.T) {
+	spec := dualSpec(50)
+	spec.ForbiddenNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"no-rr": "true"}}
+	p := resolve(t, spec)
+	var nodes []*corev1.Node
+	for i := range 200 {
+		zone := []string{"zone-a", "zone-a", "zone-b", "zone-c"}[i%4]
+		n := node(fmt.Sprintf("node-%05d", i+1), zone, i)
+		nodes = append(nodes, n)
+	}
+	eligibleOut := map[string]int{}
+	for _, n := range nodes {
+		z := n.Labels[corev1.LabelTopologyZone]
+		if z != "zone-a" {
+			if eligibleOut[z] >= 2 {
+				n.Labels["no-rr"] = "true"
+			}
+			eligibleOut[z]++
+		}
+	}
+	l := newLife(t, p, nodes)
+	l.settle(time.Minute, 10)
+	l.requireSafe("fresh")
+	for plane := 1; plane <= 2; plane++ {
+		gone := l.spine()[plane].Node
+		l.nodes = slices.DeleteFunc(l.nodes, func(n *corev1.Node) bool { return n.Name == gone })
+		l.settle(time.Minute, 10)
+		l.requireSafe("spine member " + gone + " deleted")
+	}
+	// Relabel a spine member into the other's zone.
+	sp := l.spine()
+	moved := l.node(sp[2].Node)
+	moved.Labels[corev1.LabelTopologyZone] = sp[1].Zone
+	l.settle(time.Minute, 20)
+	l.requireSafe("spine member " + moved.Name + " relabelled into " + sp[1].Zone)
+}

@@ -1,0 +1,112 @@
+package bgpmodel
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+// ExactDrillNodes is the cluster size up to which every route reflector gets its own drill; above
+// it, one drill runs per class of route reflectors (see rrClasses).
+var ExactDrillNodes = 5000
+
+// Drills runs the failure drills on a plan's topology: every zone lost (when there are two zones
+// or more) and every route reflector lost, each a propagation of the graph model with those nodes
+// down. The drills come in a stable order: zones by name, then route reflectors by name.
+func (t *Topology) Drills() ([]extender.Drill, error) {
+	var out []extender.Drill
+	var zones []string
+	for _, n := range t.Nodes {
+		if !slices.Contains(zones, n.Zone) {
+			zones = append(zones, n.Zone)
+		}
+	}
+	slices.Sort(zones)
+	if len(zones) > 1 {
+		for _, z := range zones {
+			m, err := t.Propagate(t.ZoneDown(z))
+			if err != nil {
+				return nil, fmt.Errorf("zone %s drill: %w", z, err)
+			}
+			out = append(out, extender.Drill{Kind: extender.DrillZone, Name: z, MissingPairs: m.Summary.MissingPairs})
+		}
+	}
+	for _, class := range t.rrClasses() {
+		down := make([]bool, len(t.Nodes))
+		down[class[0]] = true
+		m, err := t.Propagate(down)
+		if err != nil {
+			return nil, fmt.Errorf("route reflector %s drill: %w", t.Nodes[class[0]].Name, err)
+		}
+		d := extender.Drill{Kind: extender.DrillRouteReflector, Name: t.Nodes[class[0]].Name, MissingPairs: m.Summary.MissingPairs}
+		if len(class) > 1 {
+			d.Represents = len(class)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// rrClasses groups the route reflectors whose loss is the same drill. Up to ExactDrillNodes every
+// route reflector is its own class. Above, route reflectors with the same standing in the layout
+// form one: the same number of peers that share their cluster ID, of route reflector peers with
+// other IDs, and of client peers, and the same number of route reflectors sharing their ID (a
+// rack's planes, or the spine). Classes and their members are in name order; the first member
+// runs the drill.
+func (t *Topology) rrClasses() [][]int {
+	var rrs []int
+	for i := range t.Nodes {
+		if t.IsRR(i) {
+			rrs = append(rrs, i)
+		}
+	}
+	slices.SortFunc(rrs, func(a, b int) int { return strings.Compare(t.Nodes[a].Name, t.Nodes[b].Name) })
+	if len(t.Nodes) <= ExactDrillNodes {
+		out := make([][]int, len(rrs))
+		for k, i := range rrs {
+			out[k] = []int{i}
+		}
+		return out
+	}
+	idSize := map[string]int{}
+	for _, i := range rrs {
+		idSize[t.Nodes[i].ClusterID]++
+	}
+	type key struct{ same, otherRR, clients, idSize int }
+	index := map[key]int{}
+	var out [][]int
+	for _, i := range rrs {
+		k := key{idSize: idSize[t.Nodes[i].ClusterID]}
+		for _, j := range t.adj[i] {
+			switch {
+			case t.Nodes[j].ClusterID == t.Nodes[i].ClusterID:
+				k.same++
+			case t.IsRR(int(j)):
+				k.otherRR++
+			default:
+				k.clients++
+			}
+		}
+		c, ok := index[k]
+		if !ok {
+			c = len(out)
+			index[k] = c
+			out = append(out, nil)
+		}
+		out[c] = append(out[c], i)
+	}
+	return out
+}
+
+// PlanDrills builds a plan's topology and runs its drills: the planner's extender.DrillFunc.
+func PlanDrills(in extender.Input, res *extender.Result) ([]extender.Drill, error) {
+	topo, err := FromPlan(in, res, Options{})
+	if err != nil {
+		return nil, err
+	}
+	return topo.Drills()
+}
+
+var _ extender.DrillFunc = PlanDrills
