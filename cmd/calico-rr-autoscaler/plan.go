@@ -82,7 +82,9 @@ func (in *planInputs) load() (extender.Input, error) {
 			return out, usageError{fmt.Errorf("--now: %q is not an RFC 3339 time", in.now)}
 		}
 	}
-	return extender.Input{Policy: resolved, Nodes: nodes, Now: now}, nil
+	// The plan is the one the reconciler would commit: it prefers a layout that survives its failure
+	// drills (the graph model's).
+	return extender.Input{Policy: resolved, Nodes: nodes, Now: now, Drills: bgpmodel.PlanDrills}, nil
 }
 
 func runPlan(args []string, stdout io.Writer) error {
@@ -139,7 +141,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	}
 	if figures != nil {
 		fmt.Fprintln(stdout)
-		if err := report.RouteFigures(stdout, figures.Summary, figures.Cost); err != nil {
+		if err := report.RouteFigures(stdout, figures.Summary, figures.Cost, figures.Drills); err != nil {
 			return err
 		}
 		if figures.Suggestion != "" {
@@ -160,6 +162,8 @@ type routeFigures struct {
 	Cost         bgpmodel.Cost          `json:"cost"`
 	Alternatives []bgpmodel.Alternative `json:"alternatives,omitempty"`
 	Suggestion   string                 `json:"suggestion,omitempty"`
+	// Drills are the plan's failure drills: each zone lost, each route reflector lost.
+	Drills []extender.Drill `json:"drills"`
 }
 
 // evaluateRoutes runs the graph model on the plan and on the default layout's plan for the same
@@ -174,7 +178,15 @@ func evaluateRoutes(in extender.Input, res *extender.Result, alternatives bool) 
 	if err != nil {
 		return nil, fmt.Errorf("route model: %w", err)
 	}
-	f := &routeFigures{Summary: m.Summary, Cost: cost}
+	f := &routeFigures{Summary: m.Summary, Cost: cost, Drills: res.Drills}
+	if res.DrillsErr != nil {
+		return nil, fmt.Errorf("failure drills: %w", res.DrillsErr)
+	}
+	if in.Drills == nil {
+		if f.Drills, err = bgpmodel.PlanDrills(in, res); err != nil {
+			return nil, fmt.Errorf("failure drills: %w", err)
+		}
+	}
 	if cost.Expensive() {
 		f.Suggestion = fmt.Sprintf("The default layout (%s) would store %.1f paths per prefix on the mean node instead of %.1f (%.1f instead of %.1f on the busiest) for the same nodes.",
 			cost.DefaultLayout, cost.DefaultMean, cost.MeanPaths, cost.DefaultBusiest, cost.BusiestPaths)

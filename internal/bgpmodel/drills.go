@@ -2,8 +2,12 @@ package bgpmodel
 
 import (
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
@@ -110,3 +114,78 @@ func PlanDrills(in extender.Input, res *extender.Result) ([]extender.Drill, erro
 }
 
 var _ extender.DrillFunc = PlanDrills
+
+// DrillMemo is a DrillFunc that remembers the last outcome per policy: a plan of the same shape
+// (the nodes with their zones, each node's planned labels and annotations, the BGPPeers) gets it
+// back without running the model again, so the reconciler pays for the drills only when the
+// layout changes. Safe for concurrent use.
+type DrillMemo struct {
+	mu   sync.Mutex
+	last map[string]drillMemoEntry
+}
+
+type drillMemoEntry struct {
+	key    uint64
+	drills []extender.Drill
+	err    error
+}
+
+// Drills is the memo's extender.DrillFunc.
+func (m *DrillMemo) Drills(in extender.Input, res *extender.Result) ([]extender.Drill, error) {
+	key := planShape(in, res)
+	m.mu.Lock()
+	e, ok := m.last[res.Policy]
+	m.mu.Unlock()
+	if ok && e.key == key {
+		return e.drills, e.err
+	}
+	drills, err := PlanDrills(in, res)
+	m.mu.Lock()
+	if m.last == nil {
+		m.last = map[string]drillMemoEntry{}
+	}
+	m.last[res.Policy] = drillMemoEntry{key: key, drills: drills, err: err}
+	m.mu.Unlock()
+	return drills, err
+}
+
+// planShape hashes everything a plan's topology is built from.
+func planShape(in extender.Input, res *extender.Result) uint64 {
+	h := fnv.New64a()
+	w := func(s string) { h.Write([]byte(s)); h.Write([]byte{0}) }
+	zoneKey := corev1.LabelTopologyZone
+	if in.Policy != nil {
+		zoneKey = in.Policy.ZoneLabel
+	}
+	for _, n := range in.Nodes {
+		if n != nil {
+			w(n.Name)
+			w(n.Labels[zoneKey])
+		}
+	}
+	w("")
+	var keys []string
+	for _, st := range res.Nodes {
+		w(st.Name)
+		for _, m := range []map[string]string{st.Labels, st.Annotations} {
+			keys = keys[:0]
+			for k := range m {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				w(k)
+				w(m[k])
+			}
+			w("")
+		}
+	}
+	for _, p := range res.BGPPeers {
+		w(p.Name)
+		w(p.Spec.Node)
+		w(p.Spec.NodeSelector)
+		w(p.Spec.PeerSelector)
+		w(p.Spec.PeerIP)
+	}
+	return h.Sum64()
+}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -19,6 +20,14 @@ const (
 	ReasonMoreThanTwiceDefault = "MoreThanTwiceTheDefault"
 	ReasonWithinTwiceDefault   = "WithinTwiceTheDefault"
 	ReasonModelFailed          = "ModelFailed"
+)
+
+// ConditionResilient is True when the plan survives every failure drill (each zone lost, each
+// route reflector lost, by the graph model), False naming the drills that lose routes.
+const (
+	ConditionResilient = "Resilient"
+	ReasonDrillsPass   = "EveryDrillPasses"
+	ReasonDrillsFail   = "DrillsLoseRoutes"
 )
 
 // costMemo is the graph model's cost of the last plan shape, per policy: the model runs again only
@@ -78,10 +87,54 @@ func (r *Reconciler) setCost(st *State, s *v1alpha1.RouteReflectorPolicyStatus, 
 			DefaultMeanPathsPerPrefix:    fmt.Sprintf("%.1f", c.DefaultMean),
 			MissingPairs:                 c.MissingPairs,
 		}
+		setDrills(s.Routes, st.Result)
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonWithinTwiceDefault, c.String()
 		if c.Expensive() {
 			cond.Status, cond.Reason = metav1.ConditionTrue, ReasonMoreThanTwiceDefault
 		}
 	}
 	meta.SetStatusCondition(&s.Conditions, cond)
+	if c := resilience(st.Result, gen); c != nil {
+		meta.SetStatusCondition(&s.Conditions, *c)
+	}
+}
+
+// setDrills records the plan's failure drills in the route figures.
+func setDrills(rc *v1alpha1.RouteCost, res *extender.Result) {
+	for _, d := range res.Drills {
+		rc.DrillsRun += max(1, d.Represents)
+		if d.MissingPairs > 0 {
+			rc.FailedDrills = append(rc.FailedDrills, v1alpha1.FailedDrill{Kind: d.Kind, Name: d.Name, MissingPairs: d.MissingPairs})
+		}
+	}
+}
+
+// resilience is the Resilient condition of a plan (nil when its drills did not run).
+func resilience(res *extender.Result, gen int64) *metav1.Condition {
+	c := &metav1.Condition{Type: ConditionResilient, ObservedGeneration: gen}
+	failed := extender.FailedDrills(res.Drills)
+	switch {
+	case res.DrillsErr != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonModelFailed, "failure drills: "+res.DrillsErr.Error()
+	case res.Drills == nil:
+		return nil
+	case len(failed) == 0:
+		zones, rrs := 0, 0
+		for _, d := range res.Drills {
+			if d.Kind == extender.DrillZone {
+				zones++
+			} else {
+				rrs += max(1, d.Represents)
+			}
+		}
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonDrillsPass
+		c.Message = fmt.Sprintf("every node keeps every route after the loss of any of %d zones and of any of %d route reflectors", zones, rrs)
+	default:
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonDrillsFail
+		c.Message = failed[0].String()
+		if len(failed) > 1 {
+			c.Message += fmt.Sprintf(" (and %d more failing drills)", len(failed)-1)
+		}
+	}
+	return c
 }

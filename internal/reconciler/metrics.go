@@ -52,6 +52,14 @@ var (
 		Name: "calico_rr_autoscaler_bgppeer_writes_total",
 		Help: "BGPPeer creations, updates and deletions.",
 	}, []string{"policy", "op"})
+	drillsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "calico_rr_autoscaler_failure_drills",
+		Help: "Failure drills run on the current plan (each zone lost, each route reflector lost), per policy, kind (zone, routeReflector) and result (pass, fail).",
+	}, []string{"policy", "kind", "result"})
+	drillMissing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "calico_rr_autoscaler_failure_drill_missing_pairs",
+		Help: "Most node pairs one failure drill of the kind loses on the current plan (0: every drill of the kind passes), per policy and kind.",
+	}, []string{"policy", "kind"})
 	reconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_reconcile_errors_total",
 		Help: "Reconciles that failed, by step.",
@@ -60,7 +68,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
-		plansTotal, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors)
+		plansTotal, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing)
 }
 
 // metrics exports the desired and current route reflectors per zone.
@@ -77,6 +85,27 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 	for _, z := range st.Result.Zones {
 		desiredGauge.WithLabelValues(st.Name, z.Zone).Set(float64(z.Desired))
 		currentGauge.WithLabelValues(st.Name, z.Zone).Set(current[z.Zone])
+	}
+	drillsGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
+	drillMissing.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
+	if st.Result.Drills != nil {
+		for _, kind := range []string{extender.DrillZone, extender.DrillRouteReflector} {
+			pass, fail, worst := 0, 0, int64(0)
+			for _, d := range st.Result.Drills {
+				if d.Kind != kind {
+					continue
+				}
+				if d.MissingPairs > 0 {
+					fail += max(1, d.Represents)
+				} else {
+					pass += max(1, d.Represents)
+				}
+				worst = max(worst, d.MissingPairs)
+			}
+			drillsGauge.WithLabelValues(st.Name, kind, "pass").Set(float64(pass))
+			drillsGauge.WithLabelValues(st.Name, kind, "fail").Set(float64(fail))
+			drillMissing.WithLabelValues(st.Name, kind).Set(float64(worst))
+		}
 	}
 	return nil
 }

@@ -33,6 +33,10 @@ type Ledger struct {
 	seq     uint64
 	entries map[string]*entry
 	states  map[string]*planState
+
+	// Drills runs the failure drills on every plan the leader computes (Plan): the planner then
+	// prefers a plan that survives them. nil plans without drills.
+	Drills extender.DrillFunc
 }
 
 type planState struct {
@@ -396,7 +400,7 @@ func (l *Ledger) Plan(valid []Managed, cache []*corev1.Node, m Managed, now time
 	nodes := Partition(valid, all)[m.Policy.Name]
 	in = extender.Input{Policy: m.Resolved, Nodes: nodes, Now: now, Recommendations: history,
 		ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes), CrossPolicy: len(valid) > 1,
-		OutsideSelector: OutsideSelector(valid, all)}
+		OutsideSelector: OutsideSelector(valid, all), Drills: l.Drills}
 	res = extender.Plan(in)
 	return in, res, l.Commit(m.Policy.Generation, in, res, seq)
 }

@@ -335,6 +335,23 @@ type RouteCost struct {
 	DefaultMeanPathsPerPrefix string `json:"defaultMeanPathsPerPrefix"`
 	// MissingPairs counts node pairs where a node does not learn the other's block.
 	MissingPairs int64 `json:"missingPairs"`
+	// DrillsRun counts the failure drills run on the plan: each zone lost, each route reflector
+	// lost (a drill that stands for a class of route reflectors counts once per member).
+	// +optional
+	DrillsRun int `json:"drillsRun,omitempty"`
+	// FailedDrills are the failure drills that lose routes, with the node pairs each loses.
+	// +optional
+	FailedDrills []FailedDrill `json:"failedDrills,omitempty"`
+}
+
+// FailedDrill is a failure drill that loses routes.
+type FailedDrill struct {
+	// Kind is zone or routeReflector.
+	Kind string `json:"kind"`
+	// Name is the zone's or the route reflector's.
+	Name string `json:"name"`
+	// MissingPairs counts the surviving node pairs that no longer learn each other's routes.
+	MissingPairs int64 `json:"missingPairs"`
 }
 
 // ZoneStatus holds the counts of one zone.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
 )
@@ -62,8 +63,8 @@ func phase(tw *tabwriter.Writer, _ string, s bgpverify.Summary, nodes []bgpverif
 
 // RouteFigures writes the graph model's figures for a plan: routes on the busiest node and paths
 // per prefix (with Calico's ADD-PATH every distinct path is stored), and whether every node learns
-// every other node's block.
-func RouteFigures(w io.Writer, s bgpmodel.Summary, c bgpmodel.Cost) error {
+// every other node's block; then the failure drills (each zone, each route reflector lost).
+func RouteFigures(w io.Writer, s bgpmodel.Summary, c bgpmodel.Cost, drills []extender.Drill) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	rows := [][2]string{
 		{"Routes on the busiest node", fmt.Sprintf("%s (%s)", num(s.MaxRoutesPerNode), s.BusiestNode)},
@@ -73,10 +74,33 @@ func RouteFigures(w io.Writer, s bgpmodel.Summary, c bgpmodel.Cost) error {
 		{"Missing routes (node pairs)", fmt.Sprint(s.MissingPairs)},
 		{"BGP sessions", fmt.Sprint(s.Sessions)},
 	}
+	rows = append(rows, drillRows(drills)...)
 	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t| %s\n", row[0], row[1])
 	}
 	return tw.Flush()
+}
+
+// drillRows are the failure drills' rows: how many of each kind pass, then each failing drill.
+func drillRows(drills []extender.Drill) [][2]string {
+	if len(drills) == 0 {
+		return nil
+	}
+	pass := map[string]int{}
+	all := map[string]int{}
+	var failing [][2]string
+	for _, d := range drills {
+		n := max(1, d.Represents)
+		all[d.Kind] += n
+		if d.MissingPairs == 0 {
+			pass[d.Kind] += n
+		} else {
+			failing = append(failing, [2]string{"FAILING DRILL", d.String()})
+		}
+	}
+	rows := [][2]string{{"Failure drills passed (zones / route reflectors)", fmt.Sprintf("%d of %d / %d of %d",
+		pass[extender.DrillZone], all[extender.DrillZone], pass[extender.DrillRouteReflector], all[extender.DrillRouteReflector])}}
+	return append(rows, failing...)
 }
 
 // num prints a route count: an integer below a billion, else in scientific notation.
