@@ -31,8 +31,10 @@ type churnStats struct {
 }
 
 // TestChurn replays random traces of joins, deletions, cordons, uncordons, NotReady flips, label
-// changes and policy edits through the planner, applying each plan as the reconciler does, and
-// checks the invariants after every event. It reports the role changes and BGPPeer writes per
+// changes, policy edits, zone outages and recoveries, zone relabels and deletions and cordons of
+// spine members through the planner (with the graph model's drills, as the leader plans), applying
+// each plan as the reconciler does, and checks the invariants after every event, and that no
+// failure drill fails where a fresh plan of the same nodes passes. It reports the role changes and BGPPeer writes per
 // event kind, and fails when a client-only event that leaves the desired count alone changes a
 // role, or when a lost route reflector costs more than one promotion.
 func TestChurn(t *testing.T) {
@@ -72,6 +74,8 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 	recs := r.Recommendations
 	stats := map[string]*churnStats{}
 	missing := 0 // events after which the graph model found missing node pairs
+	unsafe := 0  // events after which a drill failed that a fresh plan survives
+	var unsafeSince time.Time
 	for ev := 0; ev < events; ev++ {
 		now = now.Add(time.Duration(rng.IntN(30)+1) * time.Second)
 		kind, target, isRR := churnEvent(rng, p, &nodes, &next, maxNodes, now)
@@ -81,10 +85,35 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 			p = resolve(t, spec2)
 		}
 		prev := r
-		r = Plan(Input{Policy: p, Nodes: nodes, Now: now, Recommendations: recs})
+		r = Plan(Input{Policy: p, Nodes: nodes, Now: now, Recommendations: recs, Drills: PlanDrills})
 		if ev%*churnCheck == 0 {
 			if bad := checkInvariants(p, nodes, r); len(bad) > 0 {
 				require.Fail(t, fmt.Sprintf("event %d (%s %s): %s", ev, kind, target, strings.Join(bad[:min(3, len(bad))], "\n")))
+			}
+			// The failure drills: none fails where a fresh plan of the same nodes passes, once a
+			// handover that began for failure safety has had removalDelay (and a minute of events)
+			// to complete.
+			if failed := FailedDrills(r.Drills); len(failed) > 0 {
+				fin := Input{Policy: p, Nodes: withoutRoles(Input{Policy: p, Nodes: nodes}), Now: now}
+				fd, err := PlanDrills(fin, Plan(fin))
+				require.NoError(t, err)
+				if len(FailedDrills(fd)) == 0 {
+					if unsafeSince.IsZero() {
+						unsafeSince = now
+					}
+					if now.Sub(unsafeSince) > p.RemovalDelay+time.Minute {
+						unsafe++
+						// Promised for the default layout (DualPlane); the other topologies report
+						// the count in the log (see the layout-life issue's closing note).
+						if top == dual {
+							assert.Fail(t, fmt.Sprintf("event %d (%s %s): %s since %s, which a fresh plan of the same nodes survives", ev, kind, target, failed[0], unsafeSince))
+						}
+					}
+				} else {
+					unsafeSince = time.Time{}
+				}
+			} else {
+				unsafeSince = time.Time{}
 			}
 			// The graph model on the cluster as this plan leaves it (draining route reflectors
 			// included): every node learns every other node's routes.
@@ -110,8 +139,13 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 		st.clientMoves += moves
 		// A promotion that fills a shortfall of the previous plan (a new DualPlane rack gets its
 		// route reflectors from the nodes that join it) is expected.
+		// So is a handover for failure safety (HandedOver), a zone's share coming back as its
+		// nodes return from an outage (the desired count per zone changes), and a change the
+		// previous plan said the clock alone would make (RecheckAt: a NotReady grace ended).
 		short := prev.Summary.RouteReflectors < prev.Summary.DesiredRouteReflectors
-		sameDesired := prev.Summary.DesiredRouteReflectors == r.Summary.DesiredRouteReflectors && !short
+		clock := !prev.RecheckAt.IsZero() && !now.Before(prev.RecheckAt)
+		sameDesired := prev.Summary.DesiredRouteReflectors == r.Summary.DesiredRouteReflectors && !short && r.HandedOver == nil &&
+			slices.Equal(zoneDesired(prev), zoneDesired(r)) && !clock
 		if !isRR && sameDesired && kind != "policy edit" && promotions(prev, r) > 0 {
 			st.unexpected++
 			assert.Fail(t, fmt.Sprintf("event %d: %s of client %s promoted %d route reflectors with the desired count unchanged", ev, kind, target, promotions(prev, r)))
@@ -129,7 +163,7 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 	}
 	sort.Strings(kinds)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d events, up to %d nodes, %d at the end, %d route reflectors, %d events with missing node pairs in the graph model\n", events, maxNodes, len(nodes), r.Summary.RouteReflectors, missing)
+	fmt.Fprintf(&b, "%d events, up to %d nodes, %d at the end, %d route reflectors, %d events with missing node pairs in the graph model, %d with a failing drill a fresh plan survives\n", events, maxNodes, len(nodes), r.Summary.RouteReflectors, missing, unsafe)
 	fmt.Fprintf(&b, "%-34s %7s %14s %16s %14s\n", "event", "count", "roles/event", "BGPPeers/event", "moves/event")
 	for _, k := range kinds {
 		s := stats[k]
@@ -186,6 +220,49 @@ func churnEvent(rng *rand.Rand, p *policy.Resolved, nodes *[]*corev1.Node, next 
 		return "unrelated label", n.Name, rr
 	case k < 87:
 		return "policy edit", "", false
+	case k < 89:
+		z := fmt.Sprintf("zone-%c", 'a'+rng.IntN(3))
+		for _, n := range zoneNodes(ns, z) {
+			setReady(n, false, now)
+		}
+		return "zone outage", z, false
+	case k < 91:
+		z := fmt.Sprintf("zone-%c", 'a'+rng.IntN(3))
+		for _, n := range zoneNodes(ns, z) {
+			if !IsReady(n) {
+				setReady(n, true, now)
+			}
+		}
+		return "zone recovery", z, false
+	case k < 92:
+		n := pick()
+		n.Labels[corev1.LabelTopologyZone] = fmt.Sprintf("zone-%c", 'a'+rng.IntN(3))
+		return "zone relabel", n.Name, isRRNode(n)
+	case k < 94:
+		// A spine member (the holder of the policy's first cluster ID), else any route reflector.
+		var rrs []*corev1.Node
+		for _, n := range ns {
+			if isRRNode(n) && n.Annotations[AnnotationClusterID] == policy.ClusterIDString(p.BaseClusterID) {
+				rrs = append(rrs, n)
+			}
+		}
+		if len(rrs) == 0 {
+			for _, n := range ns {
+				if isRRNode(n) {
+					rrs = append(rrs, n)
+				}
+			}
+		}
+		if len(rrs) == 0 || len(ns) <= 10 {
+			return "time passes", "", false
+		}
+		n := rrs[rng.IntN(len(rrs))]
+		if rng.IntN(2) == 0 {
+			*nodes = slices.DeleteFunc(ns, func(x *corev1.Node) bool { return x == n })
+			return "delete spine member", n.Name, true
+		}
+		n.Spec.Unschedulable = true
+		return "cordon spine member", n.Name, true
 	default:
 		return "time passes", "", false
 	}
@@ -232,6 +309,15 @@ func planDiff(a, b *Result) (roles, peerWrites, moves int) {
 		}
 	}
 	return roles, peerWrites, moves
+}
+
+// zoneDesired lists each zone's desired route reflectors.
+func zoneDesired(r *Result) []string {
+	var out []string
+	for _, z := range r.Zones {
+		out = append(out, fmt.Sprintf("%s=%d", z.Zone, z.Desired))
+	}
+	return out
 }
 
 func promotions(a, b *Result) int {

@@ -2,7 +2,8 @@ package extender
 
 import (
 	"fmt"
-	"time"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -51,9 +52,10 @@ func FailedDrills(drills []Drill) []Drill {
 
 // safest is the planner's preference for a plan that survives its drills (Input.Drills set): the
 // stable plan when it passes; else the plan that hands the current route reflectors the fresh
-// plan of the same nodes would not choose (or would put in another tier: spine or rack) over to the
-// ones it would (they drain as usual, so no
-// route is lost on the way), when that plan passes; else the stable plan. Its drills go on the
+// plan of the same nodes would not give the same place over to the ones it would (the HandedOver
+// filter: they drain as usual, so no route is lost on the way), when its drills lose fewer node
+// pairs (the handover's own plan still carries the draining route reflectors; once they are gone,
+// it passes where the fresh plan does); else the stable plan. Its drills go on the
 // result either way (Result.Drills; DrillsErr when the model failed).
 func safest(in Input, stable *Result) *Result {
 	drills, err := in.Drills(in, stable)
@@ -63,26 +65,71 @@ func safest(in Input, stable *Result) *Result {
 	}
 	fresh := planOnce(Input{Policy: in.Policy, Nodes: withoutRoles(in), Now: in.Now, ForeignClusterIDs: in.ForeignClusterIDs,
 		CrossPolicy: in.CrossPolicy, OutsideSelector: in.OutsideSelector, Filters: in.Filters, Scores: in.Scores})
-	// The route reflectors that keep their place: the fresh plan has them in the same tier.
-	spine := map[string]bool{}
+	kept := keptPlaces(stable, fresh)
+	moved := map[string]bool{}
 	for _, rr := range stable.RouteReflectors {
-		spine[rr.Node] = rr.Spine
-	}
-	keep := map[string]bool{}
-	for _, rr := range fresh.RouteReflectors {
-		if s, ok := spine[rr.Node]; ok && s == rr.Spine {
-			keep[rr.Node] = true
+		if !rr.Draining && !kept[rr.Node] {
+			moved[rr.Node] = true
 		}
 	}
 	handover := in
-	handover.Nodes = retiring(in, keep)
+	if handover.Filters == nil {
+		handover.Filters = DefaultFilters()
+	}
+	handover.Filters = append(slices.Clone(handover.Filters), NewHandedOver(moved))
 	safer := planOnce(handover)
 	sd, err := in.Drills(handover, safer)
-	if err != nil || len(FailedDrills(sd)) > 0 {
+	if err != nil || missingPairs(sd) >= missingPairs(drills) {
 		return stable
 	}
-	safer.Drills = sd
+	safer.Drills, safer.HandedOver = sd, slices.Sorted(maps.Keys(moved))
 	return safer
+}
+
+// missingPairs sums the node pairs the drills lose.
+func missingPairs(drills []Drill) int64 {
+	var n int64
+	for _, d := range drills {
+		n += d.MissingPairs
+	}
+	return n
+}
+
+// keptPlaces returns the route reflectors of stable that hold the same place in fresh: a route
+// reflector of both, in the same tier (spine or not), sharing its cluster ID with the same others
+// among them (cluster IDs are compared by who shares them, not by value: the fresh plan may number
+// them differently).
+func keptPlaces(stable, fresh *Result) map[string]bool {
+	type place struct {
+		spine bool
+		id    string
+	}
+	was := map[string]place{}
+	for _, rr := range stable.RouteReflectors {
+		if !rr.Draining {
+			was[rr.Node] = place{rr.Spine, rr.ClusterID}
+		}
+	}
+	will := map[string]place{}
+	var both []string
+	for _, rr := range fresh.RouteReflectors {
+		if w, ok := was[rr.Node]; ok && w.spine == rr.Spine {
+			will[rr.Node] = place{rr.Spine, rr.ClusterID}
+			both = append(both, rr.Node)
+		}
+	}
+	keep := map[string]bool{}
+	for _, x := range both {
+		same := true
+		for _, y := range both {
+			if (was[x].id == was[y].id) != (will[x].id == will[y].id) {
+				same = false
+				break
+			}
+		}
+		keep[x] = same
+	}
+	return keep
 }
 
 // withoutRoles copies the input's nodes without the route reflector role, its plane and its
@@ -99,25 +146,6 @@ func withoutRoles(in Input) []*corev1.Node {
 		for _, k := range []string{AnnotationClusterID, AnnotationPlane, AnnotationDrainingSince, AnnotationDrainingReason} {
 			delete(c.Annotations, k)
 		}
-		out[i] = c
-	}
-	return out
-}
-
-// retiring copies the input's nodes, marking every active route reflector not in keep as
-// draining since the input's Now: the planner then picks their successors and hands them over.
-func retiring(in Input, keep map[string]bool) []*corev1.Node {
-	out := make([]*corev1.Node, len(in.Nodes))
-	for i, n := range in.Nodes {
-		out[i] = n
-		if n == nil || keep[n.Name] || !IsActiveRouteReflector(n, in.Policy) {
-			continue
-		}
-		c := n.DeepCopy()
-		if c.Annotations == nil {
-			c.Annotations = map[string]string{}
-		}
-		c.Annotations[AnnotationDrainingSince] = in.Now.UTC().Format(time.RFC3339)
 		out[i] = c
 	}
 	return out

@@ -184,7 +184,7 @@ func (pl *planner) planDualPlane() {
 		case d.role == roleDraining:
 			// Still connected while its clients move: the spine, else its rack.
 			if len(spine) > 0 {
-				pl.setPeers(i, slices.Clone(spine))
+				pl.setPeers(i, pl.withDrainingTwins(i, slices.Clone(spine)))
 			} else {
 				pl.setPeers(i, slices.Clone(rackSet[d.rack]))
 			}

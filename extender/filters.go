@@ -16,10 +16,12 @@ const (
 	TaintTolerationName   = "TaintToleration"
 	NotForbiddenName      = "NotForbidden"
 	NodeConditionsName    = "NodeConditions"
+	HandedOverName        = "HandedOver"
 	ReasonNotReady        = "node is not Ready"
 	ReasonUnschedulable   = "node is cordoned (spec.unschedulable)"
 	ReasonDeleting        = "node is being deleted"
 	ReasonForbidden       = "node matches the policy's forbiddenNodeSelector"
+	ReasonHandedOver      = "node's route reflector role is handed over: the layout survives its failure drills only without it in that place"
 
 	// The rules under which the node validator refuses to make a node a route reflector that a
 	// filter rejects (FilterPlugin.Rule).
@@ -29,6 +31,7 @@ const (
 	RuleUntoleratedTaint   = "untolerated-taint"
 	RuleForbiddenNode      = "forbidden-node"
 	RuleNodeCondition      = "node-condition"
+	RuleHandedOverNode     = "handed-over-node"
 	reasonUntoleratedTaint = "node has taint %s=%s:%s that the route reflector does not tolerate"
 	reasonCondition        = "node condition %s is True"
 )
@@ -179,6 +182,30 @@ func (*NotForbidden) Rule() string { return RuleForbiddenNode }
 func (*NotForbidden) Filter(p *policy.Resolved, n *NodeInfo) string {
 	if p.Forbidden.Matches(labelSet(n.Node.Labels)) {
 		return ReasonForbidden
+	}
+	return ""
+}
+
+// HandedOver rejects the route reflectors whose role is being handed over so that the layout
+// survives its failure drills (see safest): they drain like any route reflector the plan no longer
+// selects. The planner adds it only to the plan that replaces one failing its drills.
+type HandedOver struct{ nodes map[string]bool }
+
+var _ FilterPlugin = &HandedOver{}
+
+// NewHandedOver returns the HandedOver filter for the named nodes.
+func NewHandedOver(nodes map[string]bool) *HandedOver { return &HandedOver{nodes: nodes} }
+
+// Name implements FilterPlugin.
+func (*HandedOver) Name() string { return HandedOverName }
+
+// Rule implements FilterPlugin.
+func (*HandedOver) Rule() string { return RuleHandedOverNode }
+
+// Filter implements FilterPlugin.
+func (f *HandedOver) Filter(_ *policy.Resolved, n *NodeInfo) string {
+	if f.nodes[n.Name] {
+		return ReasonHandedOver
 	}
 	return ""
 }

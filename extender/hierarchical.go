@@ -126,6 +126,8 @@ func (pl *planner) planHierarchical() {
 				peers = pl.drainingNodes()
 			}
 			pl.setPeers(i, peers)
+		case d.role == roleDraining && d.id == base:
+			pl.setPeers(i, pl.withDrainingTwins(i, slices.Clone(spineIdx)))
 		default: // spine, rack and draining route reflectors all peer with the spine
 			pl.setPeers(i, slices.Clone(spineIdx))
 		}

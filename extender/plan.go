@@ -338,6 +338,19 @@ func (pl *planner) retire() {
 	}
 }
 
+// withDrainingTwins appends to the peers of draining route reflector i the other draining route
+// reflectors with its cluster ID. Two of them that share the spine's ID and peer only with the
+// spine would never learn each other's routes: the spine treats both as non-clients and reflects
+// nothing between them (found by the churn test: two spine members cordoned in a row).
+func (pl *planner) withDrainingTwins(i int, peers []int) []int {
+	for j := range pl.dec {
+		if j != i && pl.dec[j].role == roleDraining && pl.dec[j].id == pl.dec[i].id {
+			peers = append(peers, j)
+		}
+	}
+	return peers
+}
+
 // usedIDs returns the cluster IDs held by draining route reflectors.
 func (pl *planner) drainingIDs() map[uint32]bool {
 	m := map[uint32]bool{}

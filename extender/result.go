@@ -35,6 +35,9 @@ type Result struct {
 	// DrillsErr says why they could not run.
 	Drills    []Drill `json:"-"`
 	DrillsErr error   `json:"-"`
+	// HandedOver are the route reflectors this plan hands over because the stable plan failed its
+	// drills and this one fails fewer (see safest), sorted; nil otherwise.
+	HandedOver []string `json:"-"`
 
 	// facts[i] is what the planner read of node Nodes[i], for NewAdmitState.
 	facts []nodeFacts
