@@ -48,7 +48,8 @@ clean:
 
 
 
-demo: tools ## The main command: a real API server, the chart, serve, 300 nodes, a cordon and a denial
+demo: ## The main command: a real API server, the chart, serve, 300 nodes, a cordon and a denial
+	hack/tools.sh kube-apiserver etcd kubectl helm
 	source $(TOOLS_ENV) && $(GO) run ./test/demo
 
 .PHONY: load

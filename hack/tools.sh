@@ -298,7 +298,9 @@ if [[ ${#tools[@]} -eq 0 ]]; then
   tools=("${ALL_TOOLS[@]}")
 fi
 for t in "${tools[@]}"; do version_of "$t" >/dev/null; done
+log "hack/tools.sh: ${tools[*]}"
 for t in "${tools[@]}"; do ensure_tool "$t"; done
+log "hack/tools.sh: ${tools[*]} ready in ${SECONDS}s"
 
 env_tmp="$BIN/.env.sh.tmp.$$"
 TMPFILES+=("$env_tmp")
