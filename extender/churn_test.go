@@ -320,11 +320,13 @@ func zoneDesired(r *Result) []string {
 	return out
 }
 
+// promotions counts the route reflectors of b that a does not have; a standby for a NotReady
+// spine member is not counted (it is the promised answer to the member's state, not a choice).
 func promotions(a, b *Result) int {
 	ra := rrNames(a)
 	n := 0
-	for name := range rrNames(b) {
-		if _, ok := ra[name]; !ok {
+	for name, rr := range rrNames(b) {
+		if _, ok := ra[name]; !ok && rr.StandbyFor == "" {
 			n++
 		}
 	}

@@ -38,8 +38,10 @@ func (pl *planner) planDualPlane() {
 	// The spine, when there are two racks or more.
 	spineOf := make([]*NodeInfo, planes+1) // by plane, 1-based
 	taken := map[*NodeInfo]bool{}
+	standbyOf := make([]*NodeInfo, planes+1) // by plane: a standby for a NotReady member
 	if len(racks) > 1 {
 		pl.selectPlaneSpine(spineOf, taken)
+		pl.selectStandbys(spineOf, standbyOf, taken)
 	}
 	// Rack route reflectors: plane by plane over all racks, so that a cap leaves each rack one.
 	rackRR := make(map[string][]*NodeInfo, len(racks)) // rack -> by plane (1-based), nil when none
@@ -65,7 +67,7 @@ func (pl *planner) planDualPlane() {
 		}
 	}
 	spineCount := 0
-	for _, n := range spineOf[1:] {
+	for _, n := range slices.Concat(spineOf[1:], standbyOf[1:]) {
 		if n != nil {
 			spineCount++
 		}
@@ -112,8 +114,11 @@ func (pl *planner) planDualPlane() {
 	if capped {
 		pl.degrade(ReasonMaxRouteReflectors, fmt.Sprintf("%d racks need %d route reflectors but maxRouteReflectors is %d", len(racks), len(racks)*planes+spineCount, p.Max))
 	}
-	if len(racks) > 1 && spineCount < planes {
+	if len(racks) > 1 && spineCount-countSet(standbyOf) < planes {
 		pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d eligible nodes for a spine of %d route reflectors", spineCount, planes))
+	}
+	if z, ok := sharedZone(spineOf); ok && len(pl.zones) > 1 {
+		pl.degrade(ReasonSpineInOneZone, fmt.Sprintf("the spine's planes share zone %s: no eligible node of another zone can take one (losing %s would cut the others' racks apart)", z, z))
 	}
 	if planned < p.Min && planned < pl.eligibleCount() {
 		pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d route reflectors planned, policy requires at least %d", planned, p.Min))
@@ -128,6 +133,11 @@ func (pl *planner) planDualPlane() {
 		d := &pl.dec[n.index]
 		d.spine, d.plane = true, k
 		pl.zoneWant[n.Zone]++
+		if sb := standbyOf[k]; sb != nil {
+			pl.activate(sb, base)
+			d := &pl.dec[sb.index]
+			d.spine, d.plane, d.standbyFor = true, k, n.Name
+		}
 	}
 	byRack := make(map[string][]*NodeInfo, len(racks))
 	for _, r := range racks {
@@ -146,10 +156,20 @@ func (pl *planner) planDualPlane() {
 
 	// Sessions.
 	var spine []int
-	for _, n := range spineOf {
+	for _, n := range slices.Concat(spineOf, standbyOf) {
 		if n != nil {
 			spine = append(spine, n.index)
 		}
+	}
+	// A plane's spine route reflectors: its member, and its standby while the member is NotReady.
+	planeSpine := func(k int) []int {
+		var out []int
+		for _, n := range []*NodeInfo{spineOf[k], standbyOf[k]} {
+			if n != nil {
+				out = append(out, n.index)
+			}
+		}
+		return out
 	}
 	rackSet := make(map[string][]int, len(racks))
 	for _, r := range racks {
@@ -159,7 +179,7 @@ func (pl *planner) planDualPlane() {
 			case rackRR[r][k] != nil:
 				set = append(set, rackRR[r][k].index)
 			case spineOf[k] != nil:
-				set = append(set, spineOf[k].index)
+				set = append(set, planeSpine(k)...)
 			}
 		}
 		if len(set) == 0 {
@@ -175,8 +195,8 @@ func (pl *planner) planDualPlane() {
 			pl.setPeers(i, slices.Clone(spine))
 		case d.role == roleActive:
 			pl.setPeers(i, slices.Clone(rackSet[d.rack]))
-			if up := spineOf[d.plane]; up != nil {
-				d.uplinks = []int{up.index}
+			if up := planeSpine(d.plane); len(up) > 0 {
+				d.uplinks = up
 			} else {
 				d.uplinks = slices.Clone(spine)
 			}
@@ -219,39 +239,23 @@ func (pl *planner) selectPlaneSpine(spineOf []*NodeInfo, taken map[*NodeInfo]boo
 		spare[r] -= planes
 	}
 	perZone := map[string]int{}
-	for _, n := range pl.ranked {
-		k := n.Plane
-		if n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID == base && k >= 1 && k < len(spineOf) && spineOf[k] == nil {
-			spineOf[k] = n
-			taken[n] = true
-			perZone[n.Zone]++
+	// Current members keep their plane; a standby takes its plane only when the member is gone.
+	for _, standby := range []bool{false, true} {
+		for _, n := range pl.ranked {
+			k := n.Plane
+			if (n.StandbyFor != "") == standby && n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID == base &&
+				k >= 1 && k < len(spineOf) && spineOf[k] == nil {
+				spineOf[k] = n
+				taken[n] = true
+				perZone[n.Zone]++
+			}
 		}
 	}
 	for k := 1; k < len(spineOf); k++ {
 		if spineOf[k] != nil {
 			continue
 		}
-		var best *NodeInfo
-		better := func(n *NodeInfo) bool {
-			if best == nil {
-				return true
-			}
-			if a, b := perZone[n.Zone], perZone[best.Zone]; a != b {
-				return a < b
-			}
-			if a, b := pl.isRackRR(n), pl.isRackRR(best); a != b {
-				return !a
-			}
-			if a, b := spare[pl.dec[n.index].rack] > 0, spare[pl.dec[best.index].rack] > 0; a != b {
-				return a
-			}
-			return n.rank < best.rank
-		}
-		for _, n := range pl.ranked {
-			if !taken[n] && better(n) {
-				best = n
-			}
-		}
+		best := pl.bestSpineCandidate(taken, perZone, spare, func(*NodeInfo) bool { return true })
 		if best == nil {
 			return
 		}
@@ -260,6 +264,105 @@ func (pl *planner) selectPlaneSpine(spineOf []*NodeInfo, taken map[*NodeInfo]boo
 		perZone[best.Zone]++
 		spare[pl.dec[best.index].rack]--
 	}
+}
+
+// bestSpineCandidate returns the eligible node not taken that ok accepts, best for the spine: in
+// the zone with the fewest spine members (perZone), then not a rack route reflector, then from a
+// rack with eligible nodes to spare, then by rank; nil when there is none.
+func (pl *planner) bestSpineCandidate(taken map[*NodeInfo]bool, perZone, spare map[string]int, ok func(*NodeInfo) bool) *NodeInfo {
+	var best *NodeInfo
+	better := func(n *NodeInfo) bool {
+		if best == nil {
+			return true
+		}
+		if a, b := perZone[n.Zone], perZone[best.Zone]; a != b {
+			return a < b
+		}
+		if a, b := pl.isRackRR(n), pl.isRackRR(best); a != b {
+			return !a
+		}
+		if a, b := spare[pl.dec[n.index].rack] > 0, spare[pl.dec[best.index].rack] > 0; a != b {
+			return a
+		}
+		return n.rank < best.rank
+	}
+	for _, n := range pl.ranked {
+		if !taken[n] && ok(n) && better(n) {
+			best = n
+		}
+	}
+	return best
+}
+
+// selectStandbys gives every plane whose spine member is NotReady (within its grace period: it
+// keeps its role) a standby, so that the cluster does not hang on the other plane alone for the
+// grace period: the current standby for that member when it is still eligible and Ready, else the
+// best Ready candidate (bestSpineCandidate). When the member is Ready again the standby is no
+// longer selected and drains; when the member is drained, the standby takes its plane
+// (selectPlaneSpine).
+func (pl *planner) selectStandbys(spineOf, standbyOf []*NodeInfo, taken map[*NodeInfo]bool) {
+	perZone, spare := map[string]int{}, map[string]int{}
+	for _, n := range pl.ranked {
+		spare[pl.dec[n.index].rack]++
+	}
+	for r := range spare {
+		spare[r] -= len(spineOf) - 1
+	}
+	for _, n := range spineOf {
+		if n != nil {
+			perZone[n.Zone]++
+		}
+	}
+	for k := 1; k < len(spineOf); k++ {
+		m := spineOf[k]
+		if m == nil || m.Ready {
+			continue
+		}
+		for _, n := range pl.ranked {
+			if !taken[n] && n.Ready && n.StandbyFor == m.Name && n.Plane == k && n.CurrentRR && !n.Draining() &&
+				n.HasClusterID && n.ClusterID == pl.spineID {
+				standbyOf[k] = n
+				break
+			}
+		}
+		if standbyOf[k] == nil {
+			// The standby stands where the member would: its zone counts without the member.
+			perZone[m.Zone]--
+			standbyOf[k] = pl.bestSpineCandidate(taken, perZone, spare, func(n *NodeInfo) bool { return n.Ready })
+			perZone[m.Zone]++
+		}
+		if sb := standbyOf[k]; sb != nil {
+			taken[sb] = true
+			perZone[sb.Zone]++
+			spare[pl.dec[sb.index].rack]--
+		}
+	}
+}
+
+// sharedZone returns a zone that holds two spine members, if any.
+func sharedZone(spineOf []*NodeInfo) (string, bool) {
+	seen := map[string]bool{}
+	for _, n := range spineOf {
+		if n == nil {
+			continue
+		}
+		if seen[n.Zone] {
+			return n.Zone, true
+		}
+		seen[n.Zone] = true
+	}
+	return "", false
+}
+
+// countSet counts the non-nil entries.
+func countSet(ns []*NodeInfo) int {
+	c := 0
+	for _, n := range ns {
+		if n != nil {
+			c++
+		}
+	}
+	return c
 }
 
 func (pl *planner) sortPeers(peers []int) {

@@ -35,6 +35,10 @@ const (
 	AnnotationRack = "routereflector.io/rack"
 	// AnnotationPlane is a DualPlane route reflector's plane, 1 to redundancy (kept while it is one).
 	AnnotationPlane = "routereflector.io/plane"
+	// AnnotationStandbyFor marks a DualPlane spine route reflector promoted while its plane's
+	// member (named in the value) is NotReady within its grace period: it is released when the
+	// member is Ready again, and takes the member's place when the member is drained.
+	AnnotationStandbyFor = "routereflector.io/standby-for"
 	// LabelUplinkSet names the spine route reflectors a DualPlane rack route reflector peers with
 	// (its plane's); one BGPPeer per set, named UplinkBGPPeerPrefix and the set.
 	LabelUplinkSet = "routereflector.io/uplink-set"
@@ -99,5 +103,5 @@ func WatchedAnnotationKeys() []string {
 
 // OwnedAnnotationKeys returns the node annotation keys this product writes.
 func OwnedAnnotationKeys() []string {
-	return []string{AnnotationClusterID, AnnotationRouteReflectors, AnnotationDrainingSince, AnnotationDrainingReason, AnnotationRack, AnnotationPlane}
+	return []string{AnnotationClusterID, AnnotationRouteReflectors, AnnotationDrainingSince, AnnotationDrainingReason, AnnotationRack, AnnotationPlane, AnnotationStandbyFor}
 }

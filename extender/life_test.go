@@ -60,11 +60,11 @@ func (l *life) node(name string) *corev1.Node {
 	return l.nodes[i]
 }
 
-// spine returns the plan's active spine members, by plane.
+// spine returns the plan's active spine members (not their standbys), by plane.
 func (l *life) spine() map[int]RouteReflector {
 	out := map[int]RouteReflector{}
 	for _, rr := range l.res.RouteReflectors {
-		if rr.Spine && !rr.Draining {
+		if rr.Spine && !rr.Draining && rr.StandbyFor == "" {
 			out[rr.Plane] = rr
 		}
 	}
@@ -169,4 +169,53 @@ func TestLifeSpineReplacementPrefersAnotherZone(t *testing.T) {
 	moved.Labels[corev1.LabelTopologyZone] = sp[1].Zone
 	l.settle(time.Minute, 20)
 	l.requireSafe("spine member " + moved.Name + " relabelled into " + sp[1].Zone)
+}
+
+// TestLifeSpineMemberNotReadyGetsAStandby: a spine member NotReady gets a standby for its plane at
+// once (not after the grace period), in a zone other than the other plane's member; every drill
+// passes meanwhile. A blip ends with the original member and costs one promotion and one demotion;
+// a member that stays NotReady past the grace is replaced by its standby with no other promotion.
+func TestLifeSpineMemberNotReadyGetsAStandby(t *testing.T) {
+	for _, blip := range []bool{true, false} {
+		t.Run(fmt.Sprintf("blip=%v", blip), func(t *testing.T) {
+			p := resolve(t, dualSpec(20))
+			l := newLife(t, p, cluster(180, 3))
+			l.settle(time.Minute, 5)
+			before := l.spine()
+			member := l.node(before[2].Node)
+			setReady(member, false, l.now)
+			l.step(time.Second)
+			var sb RouteReflector
+			for _, rr := range l.res.RouteReflectors {
+				if rr.StandbyFor == member.Name {
+					sb = rr
+				}
+			}
+			require.NotEmpty(t, sb.Node, "a standby for %s at once: %v", member.Name, l.res.RouteReflectors)
+			require.Equal(t, 2, sb.Plane)
+			require.NotEqual(t, before[1].Zone, sb.Zone, "the standby is not in the other plane's zone")
+			require.Empty(t, FailedDrills(l.res.Drills))
+			l.settle(time.Second, 3)
+			require.Equal(t, member.Name, l.spine()[2].Node, "the member keeps its plane within the grace")
+			rrs := rrNames(l.res)
+			if blip {
+				setReady(member, true, l.now)
+				l.step(time.Second)
+				require.True(t, rrNames(l.res)[sb.Node].Draining, "the standby drains once the member is Ready")
+				l.settle(p.RemovalDelay/10+time.Second, 11)
+				require.Equal(t, member.Name, l.spine()[2].Node, "the original member after the blip")
+				_, still := rrNames(l.res)[sb.Node]
+				require.False(t, still, "the standby %s is released", sb.Node)
+			} else {
+				l.settle(30*time.Second, 10)
+				require.Equal(t, sb.Node, l.spine()[2].Node, "the standby takes the plane")
+				require.Empty(t, l.spine()[2].StandbyFor)
+				for name := range rrNames(l.res) {
+					_, was := rrs[name]
+					require.True(t, was, "no other promotion: %s", name)
+				}
+			}
+			l.requireSafe("after the member's outage")
+		})
+	}
 }

@@ -39,6 +39,9 @@ type NodeInfo struct {
 	CurrentRRs    []string  // a client's route reflectors
 	Rack          string
 	Plane         int // a DualPlane route reflector's plane (1..), 0 when none
+	// StandbyFor: a DualPlane spine route reflector standing in for its plane's NotReady member
+	// (AnnotationStandbyFor), "" otherwise.
+	StandbyFor string
 
 	// Filled by the pipeline.
 	Eligible  bool
@@ -85,6 +88,7 @@ func NewNodeInfo(n *corev1.Node, p *policy.Resolved) *NodeInfo {
 		if k, err := strconv.Atoi(s); err == nil && k > 0 {
 			ni.Plane = k
 		}
+		ni.StandbyFor = n.Annotations[AnnotationStandbyFor]
 	}
 	return ni
 }

@@ -52,6 +52,7 @@ const (
 	ReasonMaxRouteReflectors     = "MaxRouteReflectorsReached"
 	ReasonMaxClients             = "MaxClientsPerRouteReflectorExceeded"
 	ReasonWaitingForNodes        = "WaitingForNodes"
+	ReasonSpineInOneZone         = "SpineInOneZone"
 )
 
 type role uint8
@@ -97,7 +98,9 @@ type decision struct {
 	rack    string
 	plane   int // DualPlane: the route reflector's plane (1..redundancy)
 	spine   bool
-	since   time.Time
+	// standbyFor: a DualPlane spine standby, the NotReady member it stands in for.
+	standbyFor string
+	since      time.Time
 }
 
 type condition struct{ reason, message string }

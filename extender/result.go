@@ -79,12 +79,14 @@ type Summary struct {
 
 // RouteReflector is one route reflector of the plan.
 type RouteReflector struct {
-	Node        string `json:"node"`
-	Zone        string `json:"zone"`
-	ClusterID   string `json:"clusterID"`
-	Rack        string `json:"rack,omitempty"`
-	Spine       bool   `json:"spine,omitempty"`
-	Plane       int    `json:"plane,omitempty"`
+	Node      string `json:"node"`
+	Zone      string `json:"zone"`
+	ClusterID string `json:"clusterID"`
+	Rack      string `json:"rack,omitempty"`
+	Spine     bool   `json:"spine,omitempty"`
+	Plane     int    `json:"plane,omitempty"`
+	// StandbyFor names the NotReady spine member this spine route reflector stands in for.
+	StandbyFor  string `json:"standbyFor,omitempty"`
 	Draining    bool   `json:"draining,omitempty"`
 	Clients     int    `json:"clients"`
 	Connections int    `json:"connections"`
@@ -216,7 +218,7 @@ func (pl *planner) result() *Result {
 		st := NodeState{Name: n.Name, Labels: make(map[string]string, 4), Annotations: make(map[string]string, 4)}
 		id := policy.ClusterIDString(d.id)
 		rr := RouteReflector{Node: n.Name, Zone: n.Zone, ClusterID: id, Spine: d.spine, Draining: d.role == roleDraining,
-			Clients: clients[i], Connections: clients[i] + rrPeers[i], Plane: d.plane}
+			Clients: clients[i], Connections: clients[i] + rrPeers[i], Plane: d.plane, StandbyFor: d.standbyFor}
 		if pl.racked() {
 			rr.Rack = d.rack
 		}
@@ -253,6 +255,9 @@ func (pl *planner) result() *Result {
 		}
 		if d.plane > 0 && d.role == roleActive {
 			st.Annotations[AnnotationPlane] = strconv.Itoa(d.plane)
+			if d.standbyFor != "" {
+				st.Annotations[AnnotationStandbyFor] = d.standbyFor
+			}
 		}
 		if len(d.peers) > 0 {
 			ps := memo.get(pl, d.peers)

@@ -180,4 +180,5 @@ webhooks whatever webhooks.node.watchedAnnotations says.
 - routereflector.io/draining-reason
 - routereflector.io/rack
 - routereflector.io/plane
+- routereflector.io/standby-for
 {{- end }}
