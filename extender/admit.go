@@ -671,13 +671,18 @@ func (s *AdmitState) chooseRackSet(a *Admission, n *corev1.Node) {
 	a.Reason = "client of rack " + rack
 }
 
-// chooseZoneRack (DualPlane): the emptiest rack of the node's zone that has room, as the planner
-// places a node without a rack, and its peering set. A zone without racks, or whose racks are
+// chooseZoneRack (DualPlane): the emptiest rack of the node's zone that has room (the one rack of a
+// cluster planned as one), as the planner places a node without a rack, and its peering set. A zone without racks, or whose racks are
 // full (it must split), waits for the reconciler.
 func (s *AdmitState) chooseZoneRack(a *Admission) {
+	// The node's zone's racks; in a cluster planned as one rack across its zones, that rack.
+	zone := a.Zone
+	if _, one := s.racks[ZoneRackName("", 1)]; one && len(s.racks) == 1 {
+		zone = ""
+	}
 	var idx []int
 	for name := range s.racks {
-		if j, ok := zoneRackIndex(a.Zone, name); ok && s.racks[name].members < s.Policy.MaxRackSize {
+		if j, ok := zoneRackIndex(zone, name); ok && s.racks[name].members < s.Policy.MaxRackSize {
 			idx = append(idx, j)
 		}
 	}
@@ -687,9 +692,9 @@ func (s *AdmitState) chooseZoneRack(a *Admission) {
 	slices.Sort(idx)
 	fill := make([]int, len(idx))
 	for k, j := range idx {
-		fill[k] = s.racks[ZoneRackName(a.Zone, j)].members
+		fill[k] = s.racks[ZoneRackName(zone, j)].members
 	}
-	rack := ZoneRackName(a.Zone, idx[emptiestRack(fill)])
+	rack := ZoneRackName(zone, idx[emptiestRack(fill)])
 	set := s.racks[rack].set
 	if !s.validSet(set) {
 		return

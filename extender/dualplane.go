@@ -8,7 +8,9 @@ import (
 	"strings"
 )
 
-// planDualPlane: every zone is split into racks of at most maxRackSize nodes; each rack has
+// planDualPlane: a cluster that fits in one rack is one rack across its zones; a larger one has
+// every zone split into racks of at most maxRackSize nodes (smaller when minRouteReflectors needs
+// more racks); each rack has
 // `redundancy` route reflectors that share the rack's cluster ID, one in each plane; a spine of one
 // route reflector per plane (sharing the first cluster ID, spread over the zones) links the racks
 // once there are two or more. Sessions:
@@ -86,7 +88,14 @@ func (pl *planner) planDualPlane() {
 			if rackRR[r][k] != nil {
 				continue
 			}
-			i := slices.IndexFunc(eligible[r], func(n *NodeInfo) bool { return !taken[n] })
+			// A node of a zone none of the rack's route reflectors is in, else any (a rack that
+			// spans zones keeps its planes apart).
+			i := slices.IndexFunc(eligible[r], func(n *NodeInfo) bool {
+				return !taken[n] && !slices.ContainsFunc(rackRR[r][1:], func(x *NodeInfo) bool { return x != nil && x.Zone == n.Zone })
+			})
+			if i < 0 {
+				i = slices.IndexFunc(eligible[r], func(n *NodeInfo) bool { return !taken[n] })
+			}
 			if i < 0 {
 				continue
 			}
@@ -415,10 +424,19 @@ func ZoneRacks(n, cur, maxRackSize int) int {
 // A zone splits into more racks only when it outgrows them (the new racks fill with the nodes that
 // join; no node moves) and merges its smallest racks away only beyond the margin.
 func (pl *planner) assignZoneRacks() []string {
-	size := pl.p.MaxRackSize
 	byZone := map[string][]int{}
 	for i, n := range pl.nodes {
 		byZone[n.Zone] = append(byZone[n.Zone], i)
+	}
+	size := pl.rackSize(byZone)
+	if pl.oneRack(size) {
+		// The cluster fits in one rack: one rack across the zones, its route reflectors in
+		// distinct zones, no spine.
+		rack := ZoneRackName("", 1)
+		for i := range pl.nodes {
+			pl.dec[i].rack = rack
+		}
+		return []string{rack}
 	}
 	var racks []string
 	for _, z := range pl.zones {
@@ -473,6 +491,47 @@ func (pl *planner) assignZoneRacks() []string {
 	}
 	slices.Sort(racks)
 	return racks
+}
+
+// rackSize is the largest rack size up to maxRackSize that gives the racks minRouteReflectors
+// needs (each rack has `redundancy` route reflectors, the spine as many more once there are two
+// racks or more): a policy's minimum is met with smaller racks, not by breaking the layout.
+func (pl *planner) rackSize(byZone map[string][]int) int {
+	size, planes := pl.p.MaxRackSize, pl.p.Redundancy
+	if planes < 1 || pl.p.Min <= planes {
+		return size
+	}
+	need := max(2, (pl.p.Min-planes+planes-1)/planes) // racks, with a spine
+	racks := func(s int) int {
+		n := 0
+		for _, idx := range byZone {
+			n += (len(idx) + s - 1) / s
+		}
+		return n
+	}
+	for size > 1 && racks(size) < need {
+		size--
+	}
+	return size
+}
+
+// oneRack reports whether the whole cluster is planned as one rack: it has at most size nodes,
+// and either it is one rack already (or has no racks yet), or it has shrunk a margin below size.
+func (pl *planner) oneRack(size int) bool {
+	n := len(pl.nodes)
+	if n > size {
+		return false
+	}
+	single, racked := 0, 0
+	for _, x := range pl.nodes {
+		if x.Rack != "" {
+			racked++
+			if x.Rack == ZoneRackName("", 1) {
+				single++
+			}
+		}
+	}
+	return racked == 0 || 2*single > racked || n <= size-rackMargin(size)
 }
 
 // emptiestRack returns the position of the rack with the fewest nodes (fill, in rack index

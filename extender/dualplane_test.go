@@ -63,7 +63,7 @@ func TestDualPlaneDefaultLayout(t *testing.T) {
 // single route reflector.
 func TestDualPlaneInvariantsCatchBrokenWiring(t *testing.T) {
 	p := policy.MustResolve(policy.Default("default"))
-	nodes, err := nodesource.Simulate(300, 3)
+	nodes, err := nodesource.Simulate(1500, 3) // racks and a spine (300 nodes are one rack)
 	require.NoError(t, err)
 	res := extender.Plan(extender.Input{Policy: p, Nodes: nodes, Now: nodesource.SimulationStart})
 	require.Empty(t, extender.CheckInvariants(p, nodes, res))

@@ -225,7 +225,7 @@ func dualPlaneInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []
 	for _, st := range r.Nodes {
 		rack := st.Annotations[AnnotationRack]
 		size[rack]++
-		if z, ok := rackZone[rack]; ok && z != zoneOf[st.Name] {
+		if z, ok := rackZone[rack]; ok && z != zoneOf[st.Name] && rack != ZoneRackName("", 1) {
 			fail("rack %s spans zones %q and %q", rack, z, zoneOf[st.Name])
 		}
 		rackZone[rack] = zoneOf[st.Name]

@@ -219,3 +219,67 @@ func TestLifeSpineMemberNotReadyGetsAStandby(t *testing.T) {
 		})
 	}
 }
+
+// TestDualPlaneSizeFits: a cluster that fits in one rack gets `redundancy` route reflectors in
+// distinct zones, whatever its zone count; minRouteReflectors is met with smaller racks.
+func TestDualPlaneSizeFits(t *testing.T) {
+	tests := []struct {
+		nodes, zones int
+		min          int32
+		want         int // route reflectors; 0: at least min
+	}{
+		{10, 3, 0, 2}, {24, 12, 0, 2}, {100, 10, 0, 2}, {300, 3, 0, 2},
+		{300, 3, 10, 0}, {300, 1, 7, 0},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d nodes in %d zones, min %d", tt.nodes, tt.zones, tt.min), func(t *testing.T) {
+			spec := v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Type: v1alpha1.DualPlane}}
+			if tt.min > 0 {
+				spec.MinRouteReflectors = i32(tt.min)
+			}
+			p := resolve(t, spec)
+			nodes := cluster(tt.nodes, tt.zones)
+			r := Plan(Input{Policy: p, Nodes: nodes, Now: t0.Add(time.Hour), Drills: PlanDrills})
+			require.Empty(t, r.Conditions, "not Degraded")
+			require.Empty(t, checkInvariants(p, nodes, r))
+			if tt.want > 0 {
+				require.Len(t, r.RouteReflectors, tt.want)
+				zones := map[string]bool{}
+				for _, rr := range r.RouteReflectors {
+					zones[rr.Zone] = true
+				}
+				require.Len(t, zones, min(tt.want, tt.zones), "route reflectors in distinct zones: %v", r.RouteReflectors)
+			} else {
+				require.GreaterOrEqual(t, len(r.RouteReflectors), int(tt.min))
+			}
+			require.Empty(t, FailedDrills(r.Drills))
+		})
+	}
+}
+
+// TestDualPlaneGrowsOutOfOneRack: nodes join one at a time across the one-rack boundary and back
+// down: every plan keeps every route with all nodes up, and the drills pass once settled.
+func TestDualPlaneGrowsOutOfOneRack(t *testing.T) {
+	p := resolve(t, dualSpec(50))
+	l := newLife(t, p, cluster(40, 3))
+	check := func(what string) {
+		t.Helper()
+		require.Empty(t, ModelDrills(Input{Policy: p, Nodes: l.nodes}, l.res, false), what)
+	}
+	for i := 41; i <= 80; i++ {
+		l.nodes = append(l.nodes, node(fmt.Sprintf("node-%05d", i), fmt.Sprintf("zone-%c", 'a'+i%3), i))
+		l.step(10 * time.Second)
+		check(fmt.Sprintf("join %d", i))
+	}
+	l.settle(time.Minute, 10)
+	require.Greater(t, len(l.spine()), 0, "racks and a spine at 80 nodes")
+	l.requireSafe("grown to 80 nodes")
+	for len(l.nodes) > 30 {
+		l.nodes = l.nodes[:len(l.nodes)-1]
+		l.step(10 * time.Second)
+		check(fmt.Sprintf("shrink to %d", len(l.nodes)))
+	}
+	l.settle(time.Minute, 10)
+	require.Empty(t, l.spine(), "one rack again at 30 nodes")
+	require.Empty(t, FailedDrills(l.res.Drills))
+}

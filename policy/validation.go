@@ -42,6 +42,10 @@ func Validate(p *v1alpha1.RouteReflectorPolicy) field.ErrorList {
 	}
 	errs = append(errs, validateScaling(s.Scaling, spec.Child("scaling"))...)
 	errs = append(errs, validateTopology(s.Topology, maxRR, spec.Child("topology"))...)
+	if need := minForTopology(s); maxRR >= 1 && maxRR < need {
+		errs = append(errs, field.Invalid(spec.Child("maxRouteReflectors"), maxRR,
+			fmt.Sprintf("must be at least %d: the DualPlane layout has one route reflector per plane (topology.redundancy) however small the cluster", need)))
+	}
 
 	if l := s.RouteReflectorLabel; l != nil {
 		p := spec.Child("routeReflectorLabel")
@@ -138,6 +142,19 @@ func validateScaling(sc *v1alpha1.Scaling, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Forbidden(p, "set exactly one of ratio, steps and clientsPerRouteReflector"))
 	}
 	return errs
+}
+
+// minForTopology is the fewest route reflectors the spec's topology plans on any cluster of two
+// nodes or more: DualPlane's planes (its redundancy); 1 for the others.
+func minForTopology(s *v1alpha1.RouteReflectorPolicySpec) int32 {
+	if topologyOf(s) != v1alpha1.DualPlane {
+		return 1
+	}
+	_, _, red, _ := countDefaults(s)
+	if s.Topology != nil && s.Topology.Redundancy != nil {
+		red = *s.Topology.Redundancy
+	}
+	return max(red, 1)
 }
 
 func validateTopology(t *v1alpha1.Topology, maxRR int32, p *field.Path) field.ErrorList {
