@@ -58,6 +58,9 @@ type Admission struct {
 	RouteReflectors []string
 	PeeringSet      string
 	Rack            string
+	// Plane and UplinkSet of a new DualPlane rack route reflector (its PeeringSet is its rack's).
+	Plane     int
+	UplinkSet string
 	// Reason says why, for Events and logs ("zone zone-b below desired 4").
 	Reason string
 	// Healthy, Eligible and Awaited (see NodeInfo.Awaited) are the facts the decision was taken
@@ -78,6 +81,13 @@ func (a *Admission) State(p *policy.Resolved) NodeState {
 	switch a.Role {
 	case AdmitRouteReflector:
 		st = clientState("", "", a.Rack)
+		if a.Plane > 0 {
+			st.Annotations[AnnotationPlane] = strconv.Itoa(a.Plane)
+			st.Labels[LabelPeeringSet] = a.PeeringSet
+			if a.UplinkSet != "" {
+				st.Labels[LabelUplinkSet] = a.UplinkSet
+			}
+		}
 		st.Labels[p.RRLabelKey] = p.RRLabelValue
 		st.Labels[LabelRouteReflectorID] = RouteReflectorID(a.Node)
 		if a.topLevel {
@@ -119,6 +129,7 @@ type AdmitState struct {
 	crossPolicy bool
 	clients     int
 	racks       map[string]*admitRack
+	spineID     uint32 // the racked topologies' spine cluster ID (as the planner's)
 }
 
 type admitZone struct {
@@ -137,6 +148,7 @@ type admitNode struct {
 	id                uint32
 	set               string
 	rack              string
+	plane             int // a DualPlane route reflector's plane
 	planned           *NodeState // the plan's state of the node (nil for a recorded decision)
 }
 
@@ -154,7 +166,11 @@ type admitSet struct {
 
 type admitRack struct {
 	set     string
-	members int
+	members int // clients and route reflectors
+	// rrs: the rack's active route reflectors by plane (DualPlane; the spine's are not a rack's),
+	// id their cluster ID.
+	rrs map[int]string
+	id  uint32
 }
 
 // NewAdmitState builds the state of a plan from its input and result.
@@ -200,6 +216,7 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 			rack:     st.Annotations[AnnotationRack],
 			planned:  st,
 		}
+		f.plane, _ = strconv.Atoi(st.Annotations[AnnotationPlane])
 		want, wantsID := st.Annotations[AnnotationClusterID]
 		var wantID uint32
 		if wantsID {
@@ -227,6 +244,10 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 			}
 		}
 	})
+	s.spineID = p.BaseClusterID
+	for s.reserved[s.spineID] {
+		s.spineID++
+	}
 	// Route reflectors first, so that clients find them.
 	for name, f := range s.nodes {
 		if f.role == AdmitRouteReflector || f.draining {
@@ -301,6 +322,20 @@ func (s *AdmitState) contribute(name string, f admitNode, sign int) {
 			s.rrs[name] = rr
 		}
 		rr.zone, rr.id, rr.active = f.zone, f.id, sign > 0
+		if f.rack != "" && s.Policy.Topology == v1alpha1.DualPlane {
+			rk := s.rack(f.rack)
+			rk.members += sign // a rack's size counts every node in it, as the planner's
+			switch {
+			case f.plane == 0 || f.id == s.spineID:
+			case sign > 0:
+				rk.rrs[f.plane], rk.id = name, f.id
+				if f.set != "" {
+					rk.set = f.set
+				}
+			case rk.rrs[f.plane] == name:
+				delete(rk.rrs, f.plane)
+			}
+		}
 	case f.role == AdmitClient && f.set != "":
 		s.clients += sign
 		if set := s.sets[f.set]; set != nil {
@@ -312,17 +347,22 @@ func (s *AdmitState) contribute(name string, f admitNode, sign int) {
 			}
 		}
 		if f.rack != "" {
-			rk := s.racks[f.rack]
-			if rk == nil {
-				rk = &admitRack{}
-				s.racks[f.rack] = rk
-			}
+			rk := s.rack(f.rack)
 			rk.members += sign
 			if rk.set == "" && sign > 0 {
 				rk.set = f.set
 			}
 		}
 	}
+}
+
+func (s *AdmitState) rack(name string) *admitRack {
+	rk := s.racks[name]
+	if rk == nil {
+		rk = &admitRack{rrs: map[int]string{}}
+		s.racks[name] = rk
+	}
+	return rk
 }
 
 // Record adds a decision to the state, so that later decisions count it, and returns the function
@@ -332,12 +372,14 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 		return func() {}
 	}
 	prev, known := s.nodes[a.Node]
-	f := admitNode{zone: a.Zone, healthy: a.Healthy, eligible: a.Eligible, awaited: a.Awaited, role: a.Role, set: a.PeeringSet, rack: a.Rack}
+	f := admitNode{zone: a.Zone, healthy: a.Healthy, eligible: a.Eligible, awaited: a.Awaited, role: a.Role, set: a.PeeringSet, rack: a.Rack, plane: a.Plane}
 	if a.Role == AdmitRouteReflector {
 		f.id, _ = policy.ParseClusterID(a.ClusterID)
-		f.set = ""
+		if a.Plane == 0 {
+			f.set = ""
+		}
 	}
-	if a.Role == AdmitClient && s.sets[a.PeeringSet] == nil {
+	if a.PeeringSet != "" && s.sets[a.PeeringSet] == nil {
 		s.sets[a.PeeringSet] = &admitSet{rrs: slices.Clone(a.RouteReflectors)}
 	}
 	if known {
@@ -417,8 +459,8 @@ func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission {
 		eligible[prev.zone] -= b2i(prev.eligible)
 		awaited[prev.zone] -= b2i(prev.awaited)
 	}
-	// Racked topologies promote in the reconciler only: a new rack route reflector changes its
-	// rack's peering set, which the rack's other nodes carry.
+	// Racked topologies promote by rack (DualPlane: promoteRackRR; Hierarchical in the reconciler
+	// only): a new rack route reflector changes its rack's peering set.
 	racked := p.Topology == v1alpha1.Hierarchical || p.Topology == v1alpha1.DualPlane
 	if a.Eligible && !racked && s.active < p.Max {
 		if want, ok := s.promotion(a.Zone, healthy, zoneHealthy, eligible, awaited); ok {
@@ -435,6 +477,9 @@ func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission {
 	case v1alpha1.Hierarchical:
 		s.chooseRackSet(&a, n)
 	case v1alpha1.DualPlane:
+		if a.Eligible && s.active < p.Max && s.promoteRackRR(&a, ni) {
+			return a
+		}
 		s.chooseZoneRack(&a)
 	default:
 		s.chooseMultiSet(&a)
@@ -671,30 +716,14 @@ func (s *AdmitState) chooseRackSet(a *Admission, n *corev1.Node) {
 	a.Reason = "client of rack " + rack
 }
 
-// chooseZoneRack (DualPlane): the emptiest rack of the node's zone that has room (the one rack of a
-// cluster planned as one), as the planner places a node without a rack, and its peering set. A zone without racks, or whose racks are
-// full (it must split), waits for the reconciler.
+// chooseZoneRack (DualPlane): the node's rack (roomyZoneRack) and its peering set, as a client. A
+// zone without racks, or whose racks are full (it must split), gets its route reflectors from
+// promoteRackRR, or waits for the reconciler.
 func (s *AdmitState) chooseZoneRack(a *Admission) {
-	// The node's zone's racks; in a cluster planned as one rack across its zones, that rack.
-	zone := a.Zone
-	if _, one := s.racks[ZoneRackName("", 1)]; one && len(s.racks) == 1 {
-		zone = ""
-	}
-	var idx []int
-	for name := range s.racks {
-		if j, ok := zoneRackIndex(zone, name); ok && s.racks[name].members < s.Policy.MaxRackSize {
-			idx = append(idx, j)
-		}
-	}
-	if len(idx) == 0 {
+	rack, ok := s.roomyZoneRack(a.Zone)
+	if !ok {
 		return
 	}
-	slices.Sort(idx)
-	fill := make([]int, len(idx))
-	for k, j := range idx {
-		fill[k] = s.racks[ZoneRackName(zone, j)].members
-	}
-	rack := ZoneRackName(zone, idx[emptiestRack(fill)])
 	set := s.racks[rack].set
 	if !s.validSet(set) {
 		return
