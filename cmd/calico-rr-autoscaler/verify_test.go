@@ -40,7 +40,7 @@ func TestVerifyGoBGPJSON(t *testing.T) {
 		t.Skip("real BGP speakers (port 179 on 127.x addresses) run without -short")
 	}
 	var out, errb bytes.Buffer
-	err := runVerify([]string{"--simulate", "15", "--fail-zone", "zone-c", "-o", "json"}, &out, &errb)
+	err := runVerify([]string{"--simulate", "15", "--speaker", "gobgp", "--fail-zone", "zone-c", "-o", "json"}, &out, &errb)
 	if err != nil {
 		require.Fail(t, fmt.Sprintf("verify: %v\n%s", err, errb.String()))
 	}

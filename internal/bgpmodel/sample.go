@@ -32,7 +32,9 @@ func LayoutTopology(layout string) (v1alpha1.TopologyType, v1alpha1.ClusterIDMod
 }
 
 // SamplePlan plans n simulated nodes over zones under the default policy with the named layout
-// (one of Layouts). Tests and benchmarks use it.
+// (one of Layouts). Tests and benchmarks use it. A DualPlane sample of at most 2,000 nodes has
+// racks of at most n/(2*zones) nodes (10 at least), so that it has racks and a spine, which the
+// default's one rack for a small cluster would not show.
 func SamplePlan(layout string, n, zones int) (extender.Input, *extender.Result, error) {
 	p := policy.Default("sample")
 	t, mode, err := LayoutTopology(layout)
@@ -40,6 +42,11 @@ func SamplePlan(layout string, n, zones int) (extender.Input, *extender.Result, 
 		return extender.Input{}, nil, err
 	}
 	topo := &v1alpha1.Topology{Type: t, ClusterIDs: mode}
+	if t == v1alpha1.DualPlane && n <= 2000 && zones > 0 {
+		// Racks and a spine at every sample size: the default would plan a small sample as one rack.
+		rs := int32(max(10, (n+2*zones-1)/(2*zones)))
+		topo.MaxRackSize = &rs
+	}
 	p.Spec.Topology = topo
 	resolved, errs := policy.Resolve(p)
 	if len(errs) > 0 {
