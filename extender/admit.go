@@ -148,7 +148,7 @@ type admitNode struct {
 	id                uint32
 	set               string
 	rack              string
-	plane             int // a DualPlane route reflector's plane
+	plane             int        // a DualPlane route reflector's plane
 	planned           *NodeState // the plan's state of the node (nil for a recorded decision)
 }
 
