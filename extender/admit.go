@@ -275,10 +275,16 @@ func readFacts(in Input, res *Result) []nodeFacts {
 	for _, n := range res.Ineligible {
 		ineligible[n.Node] = true
 	}
+	filters := in.Filters
+	if filters == nil {
+		filters = DefaultFilters()
+	}
 	out := make([]nodeFacts, len(res.Nodes))
 	for i := range res.Nodes {
 		if n := byName[res.Nodes[i].Name]; n != nil {
 			ni := NewNodeInfo(n, in.Policy)
+			ni.Now = in.Now
+			RunFilters(filters, in.Policy, ni) // Awaited: a NotReady node within its grace
 			ni.Eligible = !ineligible[n.Name]
 			out[i] = factsOf(ni)
 		}

@@ -94,7 +94,7 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 			// handover that began for failure safety has had removalDelay (and a minute of events)
 			// to complete.
 			if failed := FailedDrills(r.Drills); len(failed) > 0 {
-				fin := Input{Policy: p, Nodes: withoutRoles(Input{Policy: p, Nodes: nodes}), Now: now}
+				fin := Input{Policy: p, Nodes: withoutRoles(Input{Policy: p, Nodes: nodes}, nil), Now: now}
 				fd, err := PlanDrills(fin, Plan(fin))
 				require.NoError(t, err)
 				if len(FailedDrills(fd)) == 0 {

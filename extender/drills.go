@@ -63,16 +63,28 @@ func safest(in Input, stable *Result) *Result {
 	if err != nil || len(FailedDrills(drills)) == 0 {
 		return stable
 	}
-	fresh := planOnce(Input{Policy: in.Policy, Nodes: withoutRoles(in), Now: in.Now, ForeignClusterIDs: in.ForeignClusterIDs,
+	fresh := planOnce(Input{Policy: in.Policy, Nodes: withoutRoles(in, nil), Now: in.Now, ForeignClusterIDs: in.ForeignClusterIDs,
 		CrossPolicy: in.CrossPolicy, OutsideSelector: in.OutsideSelector, Filters: in.Filters, Scores: in.Scores})
+	// Route reflectors the fresh plan keeps in their place stay; those it puts in another place (a
+	// rack route reflector it makes a spine member, another cluster-ID group) are planned as if
+	// they had no role, so that the planner may give them the new one; the others are handed over.
 	kept := keptPlaces(stable, fresh)
-	moved := map[string]bool{}
+	inFresh := map[string]bool{}
+	for _, rr := range fresh.RouteReflectors {
+		inFresh[rr.Node] = true
+	}
+	moved, replaced := map[string]bool{}, map[string]bool{}
 	for _, rr := range stable.RouteReflectors {
-		if !rr.Draining && !kept[rr.Node] {
+		switch {
+		case rr.Draining || kept[rr.Node]:
+		case inFresh[rr.Node]:
+			replaced[rr.Node] = true
+		default:
 			moved[rr.Node] = true
 		}
 	}
 	handover := in
+	handover.Nodes = withoutRoles(in, replaced)
 	if handover.Filters == nil {
 		handover.Filters = DefaultFilters()
 	}
@@ -83,6 +95,9 @@ func safest(in Input, stable *Result) *Result {
 		return stable
 	}
 	safer.Drills, safer.HandedOver = sd, slices.Sorted(maps.Keys(moved))
+	// Admission reads the nodes as they are, not as this plan's input pretended (roles stripped,
+	// route reflectors filtered out).
+	safer.facts = readFacts(in, safer)
 	return safer
 }
 
@@ -132,18 +147,19 @@ func keptPlaces(stable, fresh *Result) map[string]bool {
 	return keep
 }
 
-// withoutRoles copies the input's nodes without the route reflector role, its plane and its
-// handover marks (racks stay: they are where a node is, not what it does): the nodes a fresh plan
-// would see.
-func withoutRoles(in Input) []*corev1.Node {
+// withoutRoles copies the input's nodes (only those in names, unless names is nil) without the
+// route reflector role, its plane and its handover marks (racks stay: they are where a node is,
+// not what it does): with nil, the nodes a fresh plan would see.
+func withoutRoles(in Input, names map[string]bool) []*corev1.Node {
 	out := make([]*corev1.Node, len(in.Nodes))
 	for i, n := range in.Nodes {
-		if n == nil {
+		out[i] = n
+		if n == nil || names != nil && !names[n.Name] {
 			continue
 		}
 		c := n.DeepCopy()
 		delete(c.Labels, in.Policy.RRLabelKey)
-		for _, k := range []string{AnnotationClusterID, AnnotationPlane, AnnotationDrainingSince, AnnotationDrainingReason} {
+		for _, k := range []string{AnnotationClusterID, AnnotationPlane, AnnotationStandbyFor, AnnotationDrainingSince, AnnotationDrainingReason} {
 			delete(c.Annotations, k)
 		}
 		out[i] = c

@@ -43,7 +43,6 @@ func (pl *planner) planDualPlane() {
 	standbyOf := make([]*NodeInfo, planes+1) // by plane: a standby for a NotReady member
 	if len(racks) > 1 {
 		pl.selectPlaneSpine(spineOf, taken)
-		pl.selectStandbys(spineOf, standbyOf, taken)
 	}
 	// Rack route reflectors: plane by plane over all racks, so that a cap leaves each rack one.
 	rackRR := make(map[string][]*NodeInfo, len(racks)) // rack -> by plane (1-based), nil when none
@@ -68,12 +67,7 @@ func (pl *planner) planDualPlane() {
 			}
 		}
 	}
-	spineCount := 0
-	for _, n := range slices.Concat(spineOf[1:], standbyOf[1:]) {
-		if n != nil {
-			spineCount++
-		}
-	}
+	spineCount := countSet(spineOf[1:])
 	budget := p.Max - spineCount
 	for _, r := range racks {
 		for k := 1; k <= planes; k++ {
@@ -82,7 +76,21 @@ func (pl *planner) planDualPlane() {
 			}
 		}
 	}
+	// Kept route reflectors beyond maxRouteReflectors (the spine grew, or the policy's max went
+	// down) give way from the highest plane and the last rack, so that each rack keeps one longest.
 	capped := false
+	for k := planes; k >= 1 && budget < 0; k-- {
+		for _, r := range slices.Backward(racks) {
+			if budget >= 0 {
+				break
+			}
+			if n := rackRR[r][k]; n != nil {
+				rackRR[r][k], taken[n] = nil, false
+				budget++
+				capped = true
+			}
+		}
+	}
 	for k := 1; k <= planes; k++ {
 		for _, r := range racks {
 			if rackRR[r][k] != nil {
@@ -116,6 +124,11 @@ func (pl *planner) planDualPlane() {
 			}
 		}
 	}
+	// Standbys for NotReady spine members, within maxRouteReflectors.
+	if len(racks) > 1 {
+		pl.selectStandbys(spineOf, standbyOf, taken, p.Max-planned)
+		planned += countSet(standbyOf)
+	}
 	pl.desired = planned
 	if len(racks) > 1 {
 		pl.desired = max(pl.desired, len(racks)*planes+planes)
@@ -123,11 +136,16 @@ func (pl *planner) planDualPlane() {
 	if capped {
 		pl.degrade(ReasonMaxRouteReflectors, fmt.Sprintf("%d racks need %d route reflectors but maxRouteReflectors is %d", len(racks), len(racks)*planes+spineCount, p.Max))
 	}
-	if len(racks) > 1 && spineCount-countSet(standbyOf) < planes {
+	if len(racks) > 1 && spineCount < planes {
 		pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d eligible nodes for a spine of %d route reflectors", spineCount, planes))
 	}
-	if z, ok := sharedZone(spineOf); ok && len(pl.zones) > 1 {
-		pl.degrade(ReasonSpineInOneZone, fmt.Sprintf("the spine's planes share zone %s: no eligible node of another zone can take one (losing %s would cut the others' racks apart)", z, z))
+	if z, ok := sharedZone(spineOf); ok && len(pl.zones) > 1 && !pl.eligibleOutside(z, taken) {
+		pl.degrade(ReasonPlanesInOneZone, fmt.Sprintf("the spine's planes share zone %s: no eligible node of another zone can take one (losing %s would cut the others' racks apart)", z, z))
+	}
+	if len(racks) == 1 && racks[0] == ZoneRackName("", 1) && len(pl.zones) > 1 {
+		if z, ok := sharedZone(rackRR[racks[0]]); ok && !pl.eligibleOutside(z, taken) {
+			pl.degrade(ReasonPlanesInOneZone, fmt.Sprintf("the route reflectors of the cluster's one rack share zone %s: no eligible node of another zone can take one (losing %s would leave the other zones' nodes without one)", z, z))
+		}
 	}
 	if planned < p.Min && planned < pl.eligibleCount() {
 		pl.degrade(ReasonNotEnoughEligibleNodes, fmt.Sprintf("%d route reflectors planned, policy requires at least %d", planned, p.Min))
@@ -212,10 +230,13 @@ func (pl *planner) planDualPlane() {
 			pl.sortPeers(d.uplinks)
 		case d.role == roleDraining:
 			// Still connected while its clients move: the spine, else its rack.
-			if len(spine) > 0 {
+			switch {
+			case len(spine) > 0:
 				pl.setPeers(i, pl.withDrainingTwins(i, slices.Clone(spine)))
-			} else {
+			case len(rackSet[d.rack]) > 0:
 				pl.setPeers(i, slices.Clone(rackSet[d.rack]))
+			default: // nothing active to hand over to: the draining route reflectors mesh
+				pl.setPeers(i, slices.DeleteFunc(pl.drainingNodes(), func(j int) bool { return j == i }))
 			}
 		default:
 			peers := slices.Clone(rackSet[d.rack])
@@ -308,8 +329,9 @@ func (pl *planner) bestSpineCandidate(taken map[*NodeInfo]bool, perZone, spare m
 // grace period: the current standby for that member when it is still eligible and Ready, else the
 // best Ready candidate (bestSpineCandidate). When the member is Ready again the standby is no
 // longer selected and drains; when the member is drained, the standby takes its plane
-// (selectPlaneSpine).
-func (pl *planner) selectStandbys(spineOf, standbyOf []*NodeInfo, taken map[*NodeInfo]bool) {
+// (selectPlaneSpine). Standbys are chosen after the rack route reflectors, within budget (what
+// maxRouteReflectors leaves).
+func (pl *planner) selectStandbys(spineOf, standbyOf []*NodeInfo, taken map[*NodeInfo]bool, budget int) {
 	perZone, spare := map[string]int{}, map[string]int{}
 	for _, n := range pl.ranked {
 		spare[pl.dec[n.index].rack]++
@@ -322,7 +344,7 @@ func (pl *planner) selectStandbys(spineOf, standbyOf []*NodeInfo, taken map[*Nod
 			perZone[n.Zone]++
 		}
 	}
-	for k := 1; k < len(spineOf); k++ {
+	for k := 1; k < len(spineOf) && countSet(standbyOf) < budget; k++ {
 		m := spineOf[k]
 		if m == nil || m.Ready {
 			continue
@@ -361,6 +383,11 @@ func sharedZone(spineOf []*NodeInfo) (string, bool) {
 		seen[n.Zone] = true
 	}
 	return "", false
+}
+
+// eligibleOutside reports whether an eligible node of another zone than z is free (not taken).
+func (pl *planner) eligibleOutside(z string, taken map[*NodeInfo]bool) bool {
+	return slices.ContainsFunc(pl.ranked, func(n *NodeInfo) bool { return n.Zone != z && !taken[n] })
 }
 
 // countSet counts the non-nil entries.

@@ -37,7 +37,7 @@ func FuzzPlan(f *testing.F) {
 		now := t0.Add(240 * time.Hour)
 		var recs []Recommendation
 		for step := 0; step < 4; step++ {
-			r := Plan(Input{Policy: resolved, Nodes: nodes, Now: now, Recommendations: recs})
+			r := Plan(Input{Policy: resolved, Nodes: nodes, Now: now, Recommendations: recs, Drills: PlanDrills})
 			if bad := checkInvariants(resolved, nodes, r); len(bad) > 0 {
 				require.Fail(t, fmt.Sprintf("step %d, policy %s: %s", step, describe(p), strings.Join(bad[:min(len(bad), 5)], "\n")))
 			}
@@ -48,13 +48,13 @@ func FuzzPlan(f *testing.F) {
 			if fast, slow := NewAdmitState(in, r), NewAdmitState(in, &bare); !reflect.DeepEqual(fast, slow) {
 				require.Fail(t, fmt.Sprintf("step %d, policy %s: the admission state from the plan's facts differs from the one read from the nodes", step, describe(p)))
 			}
-			again := Plan(Input{Policy: resolved, Nodes: nodes, Now: now, Recommendations: recs})
+			again := Plan(Input{Policy: resolved, Nodes: nodes, Now: now, Recommendations: recs, Drills: PlanDrills})
 			a, _ := json.Marshal(r)
 			b, _ := json.Marshal(again)
 			require.Falsef(t, string(a) != string(b), "step %d: the same input gave two plans", step)
 			apply(resolved, nodes, r)
 			recs = r.Recommendations
-			churn(rng, nodes)
+			churn(rng, nodes, now)
 			now = now.Add(time.Duration(rng.IntN(600)) * time.Second)
 		}
 	})
@@ -133,7 +133,23 @@ func mutate(rng *rand.Rand, n *corev1.Node) {
 }
 
 // churn changes a few nodes: conditions flip, labels change, nodes leave and join.
-func churn(rng *rand.Rand, nodes []*corev1.Node) {
+func churn(rng *rand.Rand, nodes []*corev1.Node, now time.Time) {
+	// Now and then a whole zone goes NotReady, comes back, or a node moves to another zone.
+	z := fmt.Sprintf("zone-%c", 'a'+rng.IntN(3))
+	switch rng.IntN(8) {
+	case 0:
+		for _, n := range zoneNodes(nodes, z) {
+			setReady(n, false, now)
+		}
+	case 1:
+		for _, n := range zoneNodes(nodes, z) {
+			setReady(n, true, now)
+		}
+	case 2:
+		if len(nodes) > 0 {
+			nodes[rng.IntN(len(nodes))].Labels[corev1.LabelTopologyZone] = z
+		}
+	}
 	for k := rng.IntN(4); k >= 0 && len(nodes) > 0; k-- {
 		n := nodes[rng.IntN(len(nodes))]
 		n.Status.Conditions[0].Status = corev1.ConditionTrue

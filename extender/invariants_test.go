@@ -235,11 +235,20 @@ func dualPlaneInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []
 			fail("rack %s has %d nodes, more than maxRackSize %d", rack, n, p.MaxRackSize)
 		}
 	}
-	if ModelDrills != nil && len(bad) == 0 {
+	if ModelDrills != nil && len(bad) == 0 && len(r.RouteReflectors) > 0 {
+		// (A plan without any route reflector leaves the routes to Calico's node-to-node mesh.)
 		// Survival of a lost zone or route reflector is promised with two planes or more and a
-		// plan that is not Degraded (a spine short of members is).
+		// plan that is not Degraded (a spine short of members is), wherever a fresh plan of the
+		// same nodes survives it (a cluster whose eligible nodes all sit in one zone cannot).
 		drills := p.Redundancy >= 2 && !degraded
-		bad = append(bad, ModelDrills(Input{Policy: p, Nodes: nodes}, r, drills)...)
+		failed := ModelDrills(Input{Policy: p, Nodes: nodes}, r, drills)
+		if drills && len(failed) > 0 && PlanDrills != nil {
+			fin := Input{Policy: p, Nodes: withoutRoles(Input{Policy: p, Nodes: nodes}, nil), Now: r.now}
+			if fd, err := PlanDrills(fin, Plan(fin)); err == nil && len(FailedDrills(fd)) > 0 {
+				failed = ModelDrills(Input{Policy: p, Nodes: nodes}, r, false)
+			}
+		}
+		bad = append(bad, failed...)
 	}
 	return bad
 }

@@ -52,7 +52,7 @@ const (
 	ReasonMaxRouteReflectors     = "MaxRouteReflectorsReached"
 	ReasonMaxClients             = "MaxClientsPerRouteReflectorExceeded"
 	ReasonWaitingForNodes        = "WaitingForNodes"
-	ReasonSpineInOneZone         = "SpineInOneZone"
+	ReasonPlanesInOneZone        = "PlanesInOneZone"
 )
 
 type role uint8

@@ -79,7 +79,7 @@ func (pl *planner) planSingle() {
 // other zone holds it, else the lowest free one.
 func (pl *planner) assignZoneIDs() {
 	count := map[string]map[uint32]int{}
-	owner := map[uint32]string{}
+	owned := map[uint32]bool{} // (by a zone; the zone of unlabelled nodes is "")
 	for i, n := range pl.nodes {
 		if pl.dec[i].role == roleClient || !n.HasClusterID {
 			continue
@@ -101,12 +101,12 @@ func (pl *planner) assignZoneIDs() {
 	used := map[uint32]bool{}
 	var fresh []string
 	for _, z := range zones {
-		best, ok := mostCarried(count[z], func(id uint32) bool { return owner[id] == "" })
+		best, ok := mostCarried(count[z], func(id uint32) bool { return !owned[id] })
 		if !ok {
 			fresh = append(fresh, z)
 			continue
 		}
-		owner[best] = z
+		owned[best] = true
 		zoneID[z] = best
 		used[best] = true
 	}
