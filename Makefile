@@ -8,7 +8,7 @@ CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CO
 TOOLS_ENV := $${RRA_CACHE:-$$HOME/.cache/calico-rr-autoscaler}/bin/env.sh
 IMAGE ?= calico-rr-autoscaler:dev
 
-.PHONY: all build test test-short lint generate tools bench fuzz image demo clean
+.PHONY: all build test test-all test-short lint generate tools bench fuzz image demo clean
 
 all: lint build test
 
@@ -25,6 +25,9 @@ tools: ## Build (or reuse the cached) kube-apiserver, etcd, kubectl and helm
 
 test: tools ## Run every test: unit, fuzz seeds, integration on a real kube-apiserver
 	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m ./...
+
+test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller); .ci/run runs it after make test
+	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 40m -run 'Large$$' ./...
 
 test-short: ## Unit tests only (no cluster binaries needed)
 	$(GO) test -short ./...

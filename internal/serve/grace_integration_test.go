@@ -14,7 +14,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
-// TestNotReadyGraceOnRealAPIServer: a route reflector NotReady for 30 s (a kubelet blip, reported
+// TestNotReadyGraceOnRealAPIServer: a route reflector NotReady for 12 s (a kubelet blip, reported
 // through nodes/status as a kubelet does) and Ready again keeps its role, with no draining mark and
 // no role-change Event; NotReady past notReadyGracePeriod it is replaced, then demoted. Another
 // one, NotReady past the grace period and Ready again before its removalDelay ends, takes its role
@@ -23,7 +23,7 @@ func TestNotReadyGraceOnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
-  notReadyGracePeriod: 40s
+  notReadyGracePeriod: 20s
   removalDelay: 2s
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
 `)
@@ -38,10 +38,10 @@ func TestNotReadyGraceOnRealAPIServer(t *testing.T) {
 	before := roleEvents()
 
 	w.ready(victim, false)
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
 		s := w.snapshot()
 		if _, ok := s.rrs[victim]; !ok {
-			require.Fail(t, fmt.Sprintf("%s lost its role %v into a 30 s NotReady blip", victim, time.Until(end)))
+			require.Fail(t, fmt.Sprintf("%s lost its role %v before the end of a 12 s NotReady blip", victim, time.Until(end)))
 		}
 		if d := s.nodes[victim].Annotations[extender.AnnotationDrainingSince]; d != "" {
 			require.Fail(t, fmt.Sprintf("%s marked draining (%s) within the grace period", victim, d))
@@ -69,19 +69,19 @@ func TestNotReadyGraceOnRealAPIServer(t *testing.T) {
 		}
 		return nil
 	})
-	if took := time.Since(start); took < 40*time.Second {
-		require.Fail(t, fmt.Sprintf("%s demoted %v after going NotReady, within the 40 s grace period", victim, took.Round(time.Second)))
+	if took := time.Since(start); took < 20*time.Second {
+		require.Fail(t, fmt.Sprintf("%s demoted %v after going NotReady, within the 20 s grace period", victim, took.Round(time.Second)))
 	}
 	ev := roleEvents()
 	for _, want := range []string{"RouteReflectorDraining", "RouteReflectorDemoted"} {
 		require.Truef(t, strings.Contains(ev, want), "events of %s: %q, want %s", victim, ev, want)
 	}
-	t.Logf("%s replaced and demoted %v after going NotReady (grace 40 s)", victim, time.Since(start).Round(time.Second))
+	t.Logf("%s replaced and demoted %v after going NotReady (grace 20 s)", victim, time.Since(start).Round(time.Second))
 
 	// Ready again before the replacement takes over (removalDelay 5m): the role comes back.
 	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
-  notReadyGracePeriod: 40s
+  notReadyGracePeriod: 20s
   removalDelay: 5m
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
 `)

@@ -15,6 +15,19 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
+// EnvAll is the environment variable `make test-all` sets: the slow proofs run too.
+const EnvAll = "RRA_TEST_ALL"
+
+// SlowProof skips the calling test unless `make test-all` runs it (RRA_TEST_ALL set). A slow
+// proof is a larger size of a proof that `make test` already runs at the size that shows its
+// failure modes; `.ci/run` runs both targets, so every proof still runs on every change.
+func SlowProof(t testing.TB) {
+	t.Helper()
+	if os.Getenv(EnvAll) == "" {
+		t.Skip("a slow proof: make test-all runs it (" + EnvAll + "=1)")
+	}
+}
+
 // RepoRoot is the module root (the directory holding go.mod), found from the working directory up.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()

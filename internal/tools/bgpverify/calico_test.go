@@ -23,6 +23,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
 // The scratch API server the calico tests share (tests of a package run one at a time).
@@ -108,12 +109,22 @@ func noConfigDifferences(t *testing.T, name string, diffs []string) {
 	}
 }
 
-// Every layout at 50 and 100 nodes: confd configures the sessions the model derives, and BIRD
-// running confd's configurations learns what the model says, route counts within 10%.
-func TestCalicoMatchesModel(t *testing.T) {
+// Every layout at 50 nodes (DualPlane in racks of 10 under a spine): confd configures the sessions
+// the model derives, and BIRD running confd's configurations learns what the model says, route
+// counts within 10%.
+func TestCalicoMatchesModel(t *testing.T) { calicoMatchesModelAt(t, 50) }
+
+// TestCalicoMatchesModelLarge: the same at 100 nodes (make test-all): more racks and chains of
+// route reflectors, the same failure modes as at 50.
+func TestCalicoMatchesModelLarge(t *testing.T) {
+	testenv.SlowProof(t)
+	calicoMatchesModelAt(t, 100)
+}
+
+func calicoMatchesModelAt(t *testing.T, sizes ...int) {
 	s := calicoScratch(t, true)
 	for _, layout := range bgpmodel.Layouts {
-		for _, n := range []int{50, 100} {
+		for _, n := range sizes {
 			in, res := samplePlan(t, layout, n)
 			rep := runCalicoPlan(t, s, in, res, Options{})
 			name := fmt.Sprintf("calico %s/%d", layout, n)
