@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -22,10 +24,12 @@ import (
 const (
 	// Finalizer keeps a deleted policy until its roles, labels and BGPPeers are taken back.
 	Finalizer = "routereflector.io/cleanup"
-	// AnnotationMeshDisabledBy marks the BGPConfiguration whose node-to-node mesh a policy turned
-	// off (migrateFromNodeMesh), with the policy's name: deleting that policy turns it back on.
+	// AnnotationMeshDisabledBy marks the BGPConfiguration whose node-to-node mesh policies turned
+	// off (migrateFromNodeMesh), with their names, comma-separated (see meshowners.go): the mesh
+	// comes back on when the last of them is deleted.
 	AnnotationMeshDisabledBy = "routereflector.io/mesh-disabled-by"
-	// AnnotationMeshRestoredAt marks a deleted policy with when it turned the mesh back on.
+	// AnnotationMeshRestoredAt marks a deleted policy, and the BGPConfiguration, with when the mesh
+	// came back on: roles go removalDelay later.
 	AnnotationMeshRestoredAt = "routereflector.io/mesh-restored-at"
 
 	EventMeshRestored        = "NodeToNodeMeshRestored"
@@ -49,11 +53,18 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, pol *v1alpha1.RouteRef
 
 // cleanup takes a deleted policy's work back without leaving a node without routes:
 //
-//  1. If the policy turned Calico's node-to-node mesh off, it turns it back on and waits
-//     removalDelay, so that every node has its mesh sessions before it loses its route reflectors.
-//  2. If the mesh is off and the policy did not turn it off, the nodes have no other routes: the
-//     roles, labels and BGPPeers stay (a Warning Event says so) and only the finalizer goes.
-//  3. Otherwise the route reflectors lose their role first (a node without a cluster ID joins the
+//  1. If policies turned Calico's node-to-node mesh off (migrateFromNodeMesh, meshowners.go) and
+//     no live one still asks for it, the mesh comes back on first, and every policy being deleted
+//     waits removalDelay, so that every node has its mesh sessions before it loses its route
+//     reflectors.
+//  2. If live policies keep the mesh off, the policy leaves the mesh's owners and releases its
+//     nodes once that loses no route: the graph model of the cluster without its roles and
+//     BGPPeers (the other policies' top-level route reflectors take the nodes no live policy
+//     selects) finds every pair; until then its nodes keep their roles.
+//  3. If the mesh is off and no policy turned it off (a person did), the nodes have no other
+//     routes: the roles, labels and BGPPeers stay (a Warning Event says so) and only the
+//     finalizer goes.
+//  4. Then the route reflectors lose their role first (a node without a cluster ID joins the
 //     mesh), then the clients their peering sets, then the policy's BGPPeers go, then the finalizer.
 func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	pol := st.Policy
@@ -65,31 +76,63 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("reading BGPConfiguration default: %w", err)
 	}
-	meshOff := err == nil && cfg.Spec.NodeToNodeMeshEnabled != nil && !*cfg.Spec.NodeToNodeMeshEnabled
+	if err != nil {
+		cfg = nil
+	}
+	meshOff := cfg != nil && cfg.Spec.NodeToNodeMeshEnabled != nil && !*cfg.Spec.NodeToNodeMeshEnabled
+	owners, ours := meshOwners(cfg)
 	switch {
-	case meshOff && cfg.Annotations[AnnotationMeshDisabledBy] == pol.Name:
+	case meshOff && ours && len(meshKeepers(r.Policies.Valid(), pol.Name)) == 0:
+		// No live policy keeps the mesh off any more: it comes back on first, and every policy
+		// being deleted waits removalDelay for the mesh sessions before it releases a role.
+		now := state.CeilSecond(st.Now).Format(time.RFC3339)
 		orig := cfg.DeepCopy()
 		cfg.Spec.NodeToNodeMeshEnabled = kptr.To(true)
 		delete(cfg.Annotations, AnnotationMeshDisabledBy)
+		cfg.Annotations[AnnotationMeshRestoredAt] = now
 		if err := r.configs().Patch(ctx, orig, cfg); err != nil {
 			return fmt.Errorf("turning the node-to-node mesh back on: %w", err)
 		}
-		if err := r.markPolicy(ctx, pol, AnnotationMeshRestoredAt, state.CeilSecond(st.Now).Format(time.RFC3339)); err != nil {
+		if err := r.markPolicy(ctx, pol, AnnotationMeshRestoredAt, now); err != nil {
 			return err
 		}
 		r.Recorder.Eventf(pol, corev1.EventTypeNormal, EventMeshRestored,
 			"node-to-node mesh turned back on in BGPConfiguration default; the route reflectors go in %s", delay)
 		st.requeue(delay + 100*time.Millisecond)
 		return nil
+	case meshOff && ours:
+		// Other policies keep the mesh off: this one leaves its owners and releases its nodes
+		// once the others' top-level route reflectors give them routes (they take the nodes no
+		// live policy selects as clients).
+		if slices.Contains(owners, pol.Name) {
+			orig := cfg.DeepCopy()
+			setMeshOwners(cfg, slices.DeleteFunc(slices.Clone(owners), func(o string) bool { return o == pol.Name }))
+			if err := r.configs().Patch(ctx, orig, cfg); err != nil {
+				return fmt.Errorf("leaving the node-to-node mesh's owners: %w", err)
+			}
+		}
+		lost, err := r.releaseLosesRoutes(ctx, st)
+		if err != nil {
+			return err
+		}
+		if lost != "" {
+			r.Log.Info("policy deleted: its nodes keep their roles until other policies' route reflectors take them", "policy", pol.Name, "missing", lost)
+			st.requeue(handoverRetry)
+			return nil
+		}
 	case meshOff:
 		r.Recorder.Eventf(pol, corev1.EventTypeWarning, EventRouteReflectorsKept,
-			"the node-to-node mesh is off and this policy did not turn it off: its route reflectors, labels and BGPPeers stay, or its nodes would lose their routes; remove them by hand once the nodes have other peers")
+			"the node-to-node mesh is off and no policy turned it off: its route reflectors, labels and BGPPeers stay, or its nodes would lose their routes; remove them by hand once the nodes have other peers")
 		return r.dropFinalizer(ctx, pol)
 	}
-	if at, err := time.Parse(time.RFC3339, pol.Annotations[AnnotationMeshRestoredAt]); err == nil {
-		if wait := at.Add(delay).Sub(st.Now); wait > 0 {
-			st.requeue(wait + 100*time.Millisecond)
-			return nil
+	// The mesh is on: each role goes removalDelay after it came back, so that the mesh sessions
+	// are up first.
+	for _, mark := range []string{pol.Annotations[AnnotationMeshRestoredAt], cfgAnnotation(cfg, AnnotationMeshRestoredAt)} {
+		if at, err := time.Parse(time.RFC3339, mark); err == nil && !meshOff {
+			if wait := at.Add(delay).Sub(st.Now); wait > 0 {
+				st.requeue(wait + 100*time.Millisecond)
+				return nil
+			}
 		}
 	}
 	// Route reflectors first, then clients: each phase finishes before the next.
@@ -166,4 +209,55 @@ func (r *Reconciler) dropFinalizer(ctx context.Context, pol *v1alpha1.RouteRefle
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
 	return nil
+}
+
+func cfgAnnotation(cfg *apiv3.BGPConfiguration, key string) string {
+	if cfg == nil {
+		return ""
+	}
+	return cfg.Annotations[key]
+}
+
+// releaseLosesRoutes runs the graph model on the cluster as it would be without the policy's roles,
+// labels and BGPPeers, the mesh off, and says what it loses ("" when nothing).
+func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State) (string, error) {
+	p := st.Managed.Resolved
+	var nodes []*corev1.Node
+	for _, n := range r.Nodes.List() {
+		if p.NodeSelector.Matches(labels.Set(n.Labels)) {
+			c := n.DeepCopy()
+			for _, k := range extender.OwnedLabelKeys(p.RRLabelKey) {
+				delete(c.Labels, k)
+			}
+			for _, k := range extender.OwnedAnnotationKeys() {
+				delete(c.Annotations, k)
+			}
+			n = c
+		}
+		nodes = append(nodes, n)
+	}
+	all, err := r.peers().List(ctx, nil)
+	if err != nil {
+		return "", fmt.Errorf("listing BGPPeers: %w", err)
+	}
+	mine := managedPeers(st.Name)
+	var peers []apiv3.BGPPeer
+	for _, b := range all {
+		if b.Labels[extender.LabelManagedBy] == mine[extender.LabelManagedBy] && b.Labels[extender.LabelPolicy] == st.Name {
+			continue
+		}
+		peers = append(peers, *b)
+	}
+	topo, err := bgpmodel.FromCluster(nodes, peers, p.ZoneLabel, bgpmodel.Options{})
+	if err != nil {
+		return "", fmt.Errorf("graph model of the cluster without policy %s: %w", st.Name, err)
+	}
+	m, err := topo.Propagate(nil)
+	if err != nil {
+		return "", fmt.Errorf("graph model of the cluster without policy %s: %w", st.Name, err)
+	}
+	if m.Summary.MissingPairs == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("%d node pairs, e.g. %v", m.Summary.MissingPairs, m.MissingPairs(2)), nil
 }

@@ -76,7 +76,7 @@ func TestPolicyDeletionMeshOffByHand(t *testing.T) {
 	require.Equal(t, rrs, h.rrs())
 	require.NotEmpty(t, h.peers())
 	require.Zero(t, h.modelMissingMesh(false))
-	require.Contains(t, h.events(), "Warning "+EventRouteReflectorsKept+" the node-to-node mesh is off and this policy did not turn it off: its route reflectors, labels and BGPPeers stay, or its nodes would lose their routes; remove them by hand once the nodes have other peers")
+	require.Contains(t, h.events(), "Warning "+EventRouteReflectorsKept+" the node-to-node mesh is off and no policy turned it off: its route reflectors, labels and BGPPeers stay, or its nodes would lose their routes; remove them by hand once the nodes have other peers")
 	err := h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol)
 	require.True(t, apierrors.IsNotFound(err), "the policy is gone: %v", err)
 }

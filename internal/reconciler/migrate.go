@@ -33,8 +33,8 @@ func (r *Reconciler) meshPending(st *State, m *handoverMemo) bool {
 }
 
 // migrateMesh sets nodeToNodeMeshEnabled: false in the default BGPConfiguration (created when
-// missing), marked with the policy's name (AnnotationMeshDisabledBy: deleting the policy turns the
-// mesh back on), once every client has its route reflector sessions: with BGPSessions, every Ready
+// missing), with the policy among its owners (AnnotationMeshDisabledBy, see meshowners.go: the
+// mesh comes back on when the last owner is deleted), once every client has its route reflector sessions: with BGPSessions, every Ready
 // client seen Established by each of its route reflectors; else removalDelay after every client
 // was first seen with its peering set and route reflectors in place. Any moment a client lacks
 // route reflectors starts that wait again; the mesh is never turned off before.
@@ -84,15 +84,23 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	case err != nil:
 		return fmt.Errorf("reading BGPConfiguration default: %w", err)
 	case cfg.Spec.NodeToNodeMeshEnabled != nil && !*cfg.Spec.NodeToNodeMeshEnabled:
+		// Off already: by another policy (this one joins its owners, so that the mesh stays off
+		// while either asks for it), or by a person (theirs: not claimed).
+		if owners, ours := meshOwners(cfg); ours && !slices.Contains(owners, st.Name) {
+			orig := cfg.DeepCopy()
+			setMeshOwners(cfg, append(owners, st.Name))
+			if err := r.configs().Patch(ctx, orig, cfg); err != nil {
+				return fmt.Errorf("patching BGPConfiguration default: %w", err)
+			}
+		}
 		m.meshOff = true
 		return nil
 	default:
 		orig := cfg.DeepCopy()
 		cfg.Spec.NodeToNodeMeshEnabled = kptr.To(false)
-		if cfg.Annotations == nil {
-			cfg.Annotations = map[string]string{}
-		}
-		cfg.Annotations[AnnotationMeshDisabledBy] = st.Name
+		owners, _ := meshOwners(cfg)
+		setMeshOwners(cfg, append(owners, st.Name))
+		delete(cfg.Annotations, AnnotationMeshRestoredAt)
 		if err := r.configs().Patch(ctx, orig, cfg); err != nil {
 			return fmt.Errorf("patching BGPConfiguration default: %w", err)
 		}

@@ -1,0 +1,139 @@
+package serve_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/uninstall"
+)
+
+// TestPoliciesDeletionOnRealAPIServer: two or three policies over node pools, migrateFromNodeMesh on
+// for one, two or all of them, deleted in every order, one by one or all at once through
+// `calico-rr-autoscaler uninstall` (the chart's pre-delete hook). Every case ends with the mesh back
+// on and no owned label, annotation or BGPPeer left, and the cluster's own nodes and BGPPeers fed to
+// the graph model (with the mesh as the BGPConfiguration says) lose no pair at any moment sampled
+// during the deletion. It used to leave a pool's roles and BGPPeers behind for good when the policy
+// that had not turned the mesh off ran its cleanup while the mesh was still off. Each case starts
+// its own API server: what it proves is the order of real finalizers and reconciles, which a faster
+// fake could not show.
+func TestPoliciesDeletionOnRealAPIServer(t *testing.T) {
+	cases := []struct {
+		name    string
+		pools   string // one letter per policy
+		migrate string // the pools with migrateFromNodeMesh
+		order   []string
+	}{
+		{"two, both migrate, all at once", "ab", "ab", nil},
+		{"two, both migrate, a then b", "ab", "ab", []string{"a", "b"}},
+		{"two, both migrate, b then a", "ab", "ab", []string{"b", "a"}},
+		{"two, a migrates, b then a", "ab", "a", []string{"b", "a"}},
+		{"two, a migrates, a then b", "ab", "a", []string{"a", "b"}},
+		{"three, all migrate, all at once", "abc", "abc", nil},
+		{"three, two migrate, c b a", "abc", "ab", []string{"c", "b", "a"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			for _, pool := range tc.pools {
+				w.applyPolicy(fmt.Sprintf(`apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: pool-%[1]c}
+spec:
+  nodeSelector: {matchLabels: {pool: %[1]c}}
+  topology: {maxRackSize: 10}
+  routeReflectorLabel: {key: rr-%[1]c}
+  removalDelay: 2s
+  migrateFromNodeMesh: %[2]v
+`, pool, strings.ContainsRune(tc.migrate, pool)))
+			}
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 10)
+			n := 12 * len(tc.pools)
+			for i := range n {
+				pool := string(tc.pools[i%len(tc.pools)])
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					w.join(fmt.Sprintf("%s-%02d", pool, i/len(tc.pools)), fmt.Sprintf("zone-%c", 'a'+i%3), map[string]string{"pool": pool})
+				}()
+			}
+			wg.Wait()
+			w.eventually("mesh off and every pool routed", 90*time.Second, func() error {
+				if on, err := w.meshEnabled(); on || err != nil {
+					return fmt.Errorf("mesh on (%v)", err)
+				}
+				if missing, _, _, err := w.routingState(); err != nil || missing > 0 {
+					return fmt.Errorf("%d missing pairs (%v)", missing, err)
+				}
+				return nil
+			})
+			// The routes while the policies go: sampled every 100 ms with the mesh as it is.
+			check := func() {
+				t.Helper()
+				on, _ := w.meshEnabled()
+				missing, _, _, err := w.routingStateWith(bgpmodel.Options{NodeToNodeMesh: on})
+				require.NoError(t, err)
+				require.Zerof(t, missing, "missing pairs with the mesh %v: %s", map[bool]string{true: "on", false: "off"}[on], w.snapshot().roles())
+			}
+			waitGone := func(done func() bool) {
+				t.Helper()
+				for end := time.Now().Add(90 * time.Second); !done(); time.Sleep(100 * time.Millisecond) {
+					require.True(t, time.Now().Before(end), "deletion did not end in 90 s: %s", w.snapshot().roles())
+					check()
+				}
+			}
+			if tc.order == nil {
+				var out bytes.Buffer
+				errc := make(chan error, 1)
+				go func() { errc <- uninstall.Run(t.Context(), w.env.ConfigFor(testenv.UserAdmin), 90*time.Second, &out) }()
+				var err error
+				waitGone(func() bool {
+					select {
+					case err = <-errc:
+						return true
+					default:
+						return false
+					}
+				})
+				require.NoError(t, err, out.String())
+			} else {
+				for _, pool := range tc.order {
+					_, stderr, err := w.kubectl(testenv.UserAdmin, "delete", "rrp", "pool-"+pool, "--wait=false")
+					require.NoError(t, err, stderr)
+					waitGone(func() bool {
+						out, _, _ := w.kubectl(testenv.UserAdmin, "get", "rrp", "pool-"+pool, "-o", "name", "--ignore-not-found")
+						return strings.TrimSpace(out) == ""
+					})
+				}
+			}
+			on, err := w.meshEnabled()
+			require.NoError(t, err)
+			require.True(t, on, "the mesh is back on")
+			s := w.snapshot()
+			for name, n := range s.nodes {
+				for _, pool := range tc.pools {
+					for _, k := range extender.OwnedLabelKeys("rr-" + string(pool)) {
+						require.NotContains(t, n.Labels, k, "%s keeps label %s", name, k)
+					}
+				}
+				for _, k := range extender.OwnedAnnotationKeys() {
+					require.NotContains(t, n.Annotations, k, "%s keeps annotation %s", name, k)
+				}
+			}
+			require.Emptyf(t, s.peers, "BGPPeers left: %v", s.peers)
+			missing, _, _, err := w.routingStateWith(bgpmodel.Options{NodeToNodeMesh: true})
+			require.NoError(t, err)
+			require.Zero(t, missing)
+		})
+	}
+}
