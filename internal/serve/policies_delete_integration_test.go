@@ -26,20 +26,33 @@ import (
 // its own API server: what it proves is the order of real finalizers and reconciles, which a faster
 // fake could not show.
 func TestPoliciesDeletionOnRealAPIServer(t *testing.T) {
-	cases := []struct {
-		name    string
-		pools   string // one letter per policy
-		migrate string // the pools with migrateFromNodeMesh
-		order   []string
-	}{
+	policiesDeletion(t, []deletionCase{
 		{"two, both migrate, all at once", "ab", "ab", nil},
-		{"two, both migrate, a then b", "ab", "ab", []string{"a", "b"}},
 		{"two, both migrate, b then a", "ab", "ab", []string{"b", "a"}},
 		{"two, a migrates, b then a", "ab", "a", []string{"b", "a"}},
+	})
+}
+
+// TestPoliciesDeletionOnRealAPIServerLarge: the other orders and three policies (make test-all).
+func TestPoliciesDeletionOnRealAPIServerLarge(t *testing.T) {
+	testenv.SlowProof(t)
+	policiesDeletion(t, []deletionCase{
+		{"two, both migrate, a then b", "ab", "ab", []string{"a", "b"}},
 		{"two, a migrates, a then b", "ab", "a", []string{"a", "b"}},
 		{"three, all migrate, all at once", "abc", "abc", nil},
 		{"three, two migrate, c b a", "abc", "ab", []string{"c", "b", "a"}},
-	}
+		{"three, one migrates, b a c", "abc", "c", []string{"b", "a", "c"}},
+	})
+}
+
+type deletionCase struct {
+	name    string
+	pools   string // one letter per policy
+	migrate string // the pools with migrateFromNodeMesh
+	order   []string
+}
+
+func policiesDeletion(t *testing.T, cases []deletionCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
