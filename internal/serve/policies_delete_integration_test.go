@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -56,31 +55,8 @@ func policiesDeletion(t *testing.T, cases []deletionCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
-			for _, pool := range tc.pools {
-				w.applyPolicy(fmt.Sprintf(`apiVersion: routereflector.io/v1alpha1
-kind: RouteReflectorPolicy
-metadata: {name: pool-%[1]c}
-spec:
-  nodeSelector: {matchLabels: {pool: %[1]c}}
-  topology: {maxRackSize: 10}
-  routeReflectorLabel: {key: rr-%[1]c}
-  removalDelay: 2s
-  migrateFromNodeMesh: %[2]v
-`, pool, strings.ContainsRune(tc.migrate, pool)))
-			}
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 10)
-			n := 12 * len(tc.pools)
-			for i := range n {
-				pool := string(tc.pools[i%len(tc.pools)])
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer func() { <-sem; wg.Done() }()
-					w.join(fmt.Sprintf("%s-%02d", pool, i/len(tc.pools)), fmt.Sprintf("zone-%c", 'a'+i%3), map[string]string{"pool": pool})
-				}()
-			}
-			wg.Wait()
+			w.applyPoolPolicies(tc.pools, tc.migrate)
+			w.joinPools(tc.pools, 12*len(tc.pools), 0)
 			w.eventually("mesh off and every pool routed", 90*time.Second, func() error {
 				if on, err := w.meshEnabled(); on || err != nil {
 					return fmt.Errorf("mesh on (%v)", err)

@@ -15,32 +15,35 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
-// TestTwoPoliciesOnRealAPIServer: two policies (the default layout, DualPlane) over two node pools
-// with different route reflector labels, Calico's node-to-node mesh off. The cluster's own nodes
-// and BGPPeers fed to the graph model show 0 missing pairs, across the pools too; no cluster ID is
-// used by both policies; nodes in no policy keep every route too (with the mesh off and on); a
-// client relabelled from one pool to the other is handed over to the other policy's route
-// reflectors, with 0 missing pairs again.
-func TestTwoPoliciesOnRealAPIServer(t *testing.T) {
-	w := newWorld(t)
-	for _, pool := range []string{"a", "b"} {
+// applyPoolPolicies applies one policy per pool letter, pool-<l> over the nodes labelled pool=<l>,
+// DualPlane in racks of 10 with route reflector label rr-<l>, removalDelay 2s; the pools in
+// migrate also migrate from the node-to-node mesh.
+func (w *world) applyPoolPolicies(pools, migrate string) {
+	w.t.Helper()
+	for _, pool := range pools {
 		w.applyPolicy(fmt.Sprintf(`apiVersion: routereflector.io/v1alpha1
 kind: RouteReflectorPolicy
-metadata: {name: pool-%[1]s}
+metadata: {name: pool-%[1]c}
 spec:
-  nodeSelector: {matchLabels: {pool: %[1]s}}
+  nodeSelector: {matchLabels: {pool: %[1]c}}
   topology: {maxRackSize: 10}
-  routeReflectorLabel: {key: rr-%[1]s}
+  routeReflectorLabel: {key: rr-%[1]c}
   removalDelay: 2s
-`, pool))
+  migrateFromNodeMesh: %[2]v
+`, pool, strings.ContainsRune(migrate, pool)))
 	}
+}
+
+// joinPools joins n nodes round-robin over the pools (named <pool>-NN) and the three zones, ten at
+// a time, then outside nodes in no policy (x-NN).
+func (w *world) joinPools(pools string, n, outside int) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 10)
-	for i := range 64 {
-		pool := string(rune('a' + i%2))
-		name, labels := fmt.Sprintf("%s-%02d", pool, i/2), map[string]string{"pool": pool}
-		if i >= 60 { // in no policy
-			name, labels = fmt.Sprintf("x-%02d", i-60), nil
+	for i := range n + outside {
+		pool := string(pools[i%len(pools)])
+		name, labels := fmt.Sprintf("%s-%02d", pool, i/len(pools)), map[string]string{"pool": pool}
+		if i >= n {
+			name, labels = fmt.Sprintf("x-%02d", i-n), nil
 		}
 		wg.Add(1)
 		sem <- struct{}{}
@@ -50,6 +53,18 @@ spec:
 		}()
 	}
 	wg.Wait()
+}
+
+// TestTwoPoliciesOnRealAPIServer: two policies (the default layout, DualPlane) over two node pools
+// with different route reflector labels, Calico's node-to-node mesh off. The cluster's own nodes
+// and BGPPeers fed to the graph model show 0 missing pairs, across the pools too; no cluster ID is
+// used by both policies; nodes in no policy keep every route too (with the mesh off and on); a
+// client relabelled from one pool to the other is handed over to the other policy's route
+// reflectors, with 0 missing pairs again.
+func TestTwoPoliciesOnRealAPIServer(t *testing.T) {
+	w := newWorld(t)
+	w.applyPoolPolicies("ab", "")
+	w.joinPools("ab", 60, 4)
 	settled := func(what string) {
 		w.t.Helper()
 		w.eventually(what, 60*time.Second, func() error {
