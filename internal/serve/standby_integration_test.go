@@ -72,6 +72,13 @@ func TestSpineStandbyOnRealAPIServer(t *testing.T) {
 		return s.settled(8)
 	})
 	require.Equal(t, rrsBefore, slices.Sorted(maps.Keys(w.snapshot().rrs)), "the same route reflectors after the blip")
+	// Events are recorded asynchronously: wait for the demotion's, then count.
+	w.eventually("the standby's role Events", 10*time.Second, func() error {
+		if n := len(w.events("Node", standby, "RouteReflectorDemoted")); n == 0 {
+			return fmt.Errorf("no demotion Event for %s yet", standby)
+		}
+		return nil
+	})
 	require.Len(t, w.events("Node", standby, "RouteReflectorPromoted"), 1, "one promotion")
 	require.Len(t, w.events("Node", standby, "RouteReflectorDemoted"), 1, "one demotion")
 }
