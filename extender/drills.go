@@ -51,12 +51,13 @@ func FailedDrills(drills []Drill) []Drill {
 }
 
 // safest is the planner's preference for a plan that survives its drills (Input.Drills set): the
-// stable plan when it passes; else the plan that hands the current route reflectors the fresh
-// plan of the same nodes would not give the same place over to the ones it would (the HandedOver
-// filter: they drain as usual, so no route is lost on the way), when its drills lose fewer node
-// pairs (the handover's own plan still carries the draining route reflectors; once they are gone,
-// it passes where the fresh plan does); else the stable plan. Its drills go on the
-// result either way (Result.Drills; DrillsErr when the model failed).
+// stable plan when it passes; else a handover toward the fresh plan of the same nodes (no current
+// roles): the route reflectors the fresh plan keeps in their place stay, those it puts in another
+// place are planned as if they had no role, and those it does not choose go through the HandedOver
+// filter (they drain as usual, so no route is lost on the way); that plan is taken when its drills
+// lose fewer node pairs (it still carries the draining route reflectors; once they are gone, it
+// passes where the fresh plan does); else the stable plan. Its drills go on the result either way
+// (Result.Drills; DrillsErr when the model failed).
 func safest(in Input, stable *Result) *Result {
 	drills, err := in.Drills(in, stable)
 	stable.Drills, stable.DrillsErr = drills, err
