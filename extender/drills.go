@@ -50,6 +50,25 @@ func FailedDrills(drills []Drill) []Drill {
 	return out
 }
 
+// DrillTally counts the drills of one kind that pass and all of them; a drill run for a class of
+// route reflectors counts once per member.
+type DrillTally struct{ Pass, All int }
+
+// TallyDrills counts the drills by kind (DrillZone, DrillRouteReflector).
+func TallyDrills(drills []Drill) map[string]DrillTally {
+	out := map[string]DrillTally{}
+	for _, d := range drills {
+		n := max(1, d.Represents)
+		t := out[d.Kind]
+		t.All += n
+		if d.MissingPairs == 0 {
+			t.Pass += n
+		}
+		out[d.Kind] = t
+	}
+	return out
+}
+
 // safest is the planner's preference for a plan that survives its drills (Input.Drills set): the
 // stable plan when it passes; else a handover toward the fresh plan of the same nodes (no current
 // roles): the route reflectors the fresh plan keeps in their place stay, those it puts in another

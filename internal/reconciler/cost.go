@@ -101,11 +101,11 @@ func (r *Reconciler) setCost(st *State, s *v1alpha1.RouteReflectorPolicyStatus, 
 
 // setDrills records the plan's failure drills in the route figures.
 func setDrills(rc *v1alpha1.RouteCost, res *extender.Result) {
-	for _, d := range res.Drills {
-		rc.DrillsRun += max(1, d.Represents)
-		if d.MissingPairs > 0 {
-			rc.FailedDrills = append(rc.FailedDrills, v1alpha1.FailedDrill{Kind: d.Kind, Name: d.Name, MissingPairs: d.MissingPairs})
-		}
+	for _, t := range extender.TallyDrills(res.Drills) {
+		rc.DrillsRun += t.All
+	}
+	for _, d := range extender.FailedDrills(res.Drills) {
+		rc.FailedDrills = append(rc.FailedDrills, v1alpha1.FailedDrill{Kind: d.Kind, Name: d.Name, MissingPairs: d.MissingPairs})
 	}
 }
 
@@ -119,16 +119,10 @@ func resilience(res *extender.Result, gen int64) *metav1.Condition {
 	case res.Drills == nil:
 		return nil
 	case len(failed) == 0:
-		zones, rrs := 0, 0
-		for _, d := range res.Drills {
-			if d.Kind == extender.DrillZone {
-				zones++
-			} else {
-				rrs += max(1, d.Represents)
-			}
-		}
+		t := extender.TallyDrills(res.Drills)
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonDrillsPass
-		c.Message = fmt.Sprintf("every node keeps every route after the loss of any of %d zones and of any of %d route reflectors", zones, rrs)
+		c.Message = fmt.Sprintf("every node keeps every route after the loss of any of %d zones and of any of %d route reflectors",
+			t[extender.DrillZone].All, t[extender.DrillRouteReflector].All)
 	default:
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonDrillsFail
 		c.Message = failed[0].String()

@@ -89,21 +89,17 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 	drillsGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	drillMissing.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	if st.Result.Drills != nil {
+		tally := extender.TallyDrills(st.Result.Drills)
 		for _, kind := range []string{extender.DrillZone, extender.DrillRouteReflector} {
-			pass, fail, worst := 0, 0, int64(0)
+			var worst int64
 			for _, d := range st.Result.Drills {
-				if d.Kind != kind {
-					continue
+				if d.Kind == kind {
+					worst = max(worst, d.MissingPairs)
 				}
-				if d.MissingPairs > 0 {
-					fail += max(1, d.Represents)
-				} else {
-					pass += max(1, d.Represents)
-				}
-				worst = max(worst, d.MissingPairs)
 			}
-			drillsGauge.WithLabelValues(st.Name, kind, "pass").Set(float64(pass))
-			drillsGauge.WithLabelValues(st.Name, kind, "fail").Set(float64(fail))
+			t := tally[kind]
+			drillsGauge.WithLabelValues(st.Name, kind, "pass").Set(float64(t.Pass))
+			drillsGauge.WithLabelValues(st.Name, kind, "fail").Set(float64(t.All - t.Pass))
 			drillMissing.WithLabelValues(st.Name, kind).Set(float64(worst))
 		}
 	}

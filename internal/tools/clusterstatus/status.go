@@ -87,7 +87,10 @@ type RouteFigures struct {
 	MissingPairs int64   `json:"missingPairs"`
 	BusiestPaths float64 `json:"busiestPathsPerPrefix"`
 	MeanPaths    float64 `json:"meanPathsPerPrefix"`
-	Error        string  `json:"error,omitempty"`
+	// Drills are the failure drills on the cluster as it is: each zone lost, each route
+	// reflector lost.
+	Drills []extender.Drill `json:"drills"`
+	Error  string           `json:"error,omitempty"`
 }
 
 // Calico holds the Calico objects status reads from Calico's datastore when that is not the
@@ -238,6 +241,9 @@ func routeFigures(nodes []*corev1.Node, peers []apiv3.BGPPeer, mesh bool) RouteF
 	if n := float64(m.Summary.Nodes); n > 0 {
 		f.BusiestPaths, f.MeanPaths = m.Summary.MaxRoutesPerNode/n, m.Summary.TotalRoutes/n/n
 	}
+	if f.Drills, err = topo.Drills(); err != nil {
+		f.Error = "failure drills: " + err.Error()
+	}
 	return f
 }
 
@@ -287,6 +293,12 @@ func Table(w io.Writer, r *Report) error {
 	} else {
 		fmt.Fprintf(tw, "Routes (graph model, %d nodes as they are): %d node pairs missing; paths per prefix %.1f on the busiest node, %.1f on the mean\n",
 			r.Routes.Nodes, r.Routes.MissingPairs, r.Routes.BusiestPaths, r.Routes.MeanPaths)
+		t := extender.TallyDrills(r.Routes.Drills)
+		z, rr := t[extender.DrillZone], t[extender.DrillRouteReflector]
+		fmt.Fprintf(tw, "Failure drills (the cluster as it is): zones %d of %d pass, route reflectors %d of %d pass\n", z.Pass, z.All, rr.Pass, rr.All)
+		for _, d := range extender.FailedDrills(r.Routes.Drills) {
+			fmt.Fprintf(tw, "  FAILING: %s\n", d)
+		}
 	}
 	return tw.Flush()
 }

@@ -86,21 +86,13 @@ func drillRows(drills []extender.Drill) [][2]string {
 	if len(drills) == 0 {
 		return nil
 	}
-	pass := map[string]int{}
-	all := map[string]int{}
-	var failing [][2]string
-	for _, d := range drills {
-		n := max(1, d.Represents)
-		all[d.Kind] += n
-		if d.MissingPairs == 0 {
-			pass[d.Kind] += n
-		} else {
-			failing = append(failing, [2]string{"FAILING DRILL", d.String()})
-		}
+	t := extender.TallyDrills(drills)
+	z, r := t[extender.DrillZone], t[extender.DrillRouteReflector]
+	rows := [][2]string{{"Failure drills passed (zones / route reflectors)", fmt.Sprintf("%d of %d / %d of %d", z.Pass, z.All, r.Pass, r.All)}}
+	for _, d := range extender.FailedDrills(drills) {
+		rows = append(rows, [2]string{"FAILING DRILL", d.String()})
 	}
-	rows := [][2]string{{"Failure drills passed (zones / route reflectors)", fmt.Sprintf("%d of %d / %d of %d",
-		pass[extender.DrillZone], all[extender.DrillZone], pass[extender.DrillRouteReflector], all[extender.DrillRouteReflector])}}
-	return append(rows, failing...)
+	return rows
 }
 
 // num prints a route count: an integer below a billion, else in scientific notation.
