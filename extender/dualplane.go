@@ -198,6 +198,7 @@ func (pl *planner) planDualPlane() {
 		}
 		return out
 	}
+	borrowed := pl.borrowRackRRs(racks, rackRR)
 	rackSet := make(map[string][]int, len(racks))
 	for _, r := range racks {
 		var set []int
@@ -205,6 +206,8 @@ func (pl *planner) planDualPlane() {
 			switch {
 			case rackRR[r][k] != nil:
 				set = append(set, rackRR[r][k].index)
+			case borrowed[r][k] != nil:
+				set = append(set, borrowed[r][k].index)
 			case spineOf[k] != nil:
 				set = append(set, planeSpine(k)...)
 			}
@@ -246,6 +249,59 @@ func (pl *planner) planDualPlane() {
 			pl.setPeers(i, peers)
 		}
 	}
+}
+
+// borrowRackRRs gives a rack without a route reflector in a plane (too few eligible nodes) that
+// plane's route reflector of another rack of its zone with room (in name order), never a spine
+// member, so that one spine member does not serve every short rack's clients; room is
+// maxClientsPerRouteReflector (0: no bound) over the clients the route reflector already serves.
+// Not from another zone: a rack whose two planes both depend on another zone (its own plane's
+// uplink and the borrowed one) is cut off when that zone dies (the life tests show it). A rack
+// that finds none keeps the plane's spine member. It returns, per rack, the borrowed route
+// reflector by plane.
+func (pl *planner) borrowRackRRs(racks []string, rackRR map[string][]*NodeInfo) map[string][]*NodeInfo {
+	planes := pl.p.Redundancy
+	size, zone := map[string]int{}, map[string]string{}
+	for i, n := range pl.nodes {
+		r := pl.dec[i].rack
+		zone[r] = n.Zone
+		if pl.dec[i].role == roleClient {
+			size[r]++
+		}
+	}
+	load := map[*NodeInfo]int{}
+	for _, r := range racks {
+		for _, n := range rackRR[r][1:] {
+			if n != nil {
+				load[n] += size[r]
+			}
+		}
+	}
+	out := make(map[string][]*NodeInfo, len(racks))
+	for _, r := range racks {
+		out[r] = make([]*NodeInfo, planes+1)
+		for k := 1; k <= planes; k++ {
+			if rackRR[r][k] != nil || size[r] == 0 {
+				continue
+			}
+			var best *NodeInfo
+			for _, r2 := range racks {
+				b := rackRR[r2][k]
+				if best != nil || r2 == r || b == nil || zone[r2] != zone[r] {
+					continue
+				}
+				if pl.p.MaxClientsPerRR == 0 || load[b]+size[r] <= pl.p.MaxClientsPerRR {
+					best = b
+				}
+			}
+			if best == nil {
+				continue
+			}
+			out[r][k] = best
+			load[best] += size[r]
+		}
+	}
+	return out
 }
 
 // isRackRR reports whether n is an active rack route reflector now (not a spine member).

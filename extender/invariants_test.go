@@ -208,9 +208,16 @@ func dualPlaneInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []
 		if r.Summary.RouteReflectors > 0 && len(c.RouteReflectors) < min(want, r.Summary.RouteReflectors) {
 			fail("client %s has %d route reflectors %v, want %d", c.Node, len(c.RouteReflectors), c.RouteReflectors, want)
 		}
+		// Another rack's route reflector only for a plane the client's rack has none in (borrowed).
+		own := map[int]bool{}
+		for _, rr := range r.RouteReflectors {
+			if rr.Rack == c.Rack && !rr.Spine && !rr.Draining {
+				own[rr.Plane] = true
+			}
+		}
 		for _, name := range c.RouteReflectors {
-			if rr := rrs[name]; !rr.Spine && !rr.Draining && rr.Rack != c.Rack {
-				fail("client %s of rack %s peers with %s of rack %s", c.Node, c.Rack, name, rr.Rack)
+			if rr := rrs[name]; !rr.Spine && !rr.Draining && rr.Rack != c.Rack && own[rr.Plane] {
+				fail("client %s of rack %s peers with %s of rack %s, plane %d, which its rack has", c.Node, c.Rack, name, rr.Rack, rr.Plane)
 			}
 		}
 	}

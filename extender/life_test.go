@@ -283,3 +283,35 @@ func TestDualPlaneGrowsOutOfOneRack(t *testing.T) {
 	require.Empty(t, l.spine(), "one rack again at 30 nodes")
 	require.Empty(t, FailedDrills(l.res.Drills))
 }
+
+// TestDualPlaneShortRackBorrows: a rack whose nodes may not be route reflectors takes its planes'
+// route reflectors from another rack of its zone with room, not from the spine; every drill passes.
+func TestDualPlaneShortRackBorrows(t *testing.T) {
+	spec := dualSpec(30)
+	spec.MaxClientsPerRouteReflector = i32(100)
+	spec.ForbiddenNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"no-rr": "true"}}
+	p := resolve(t, spec)
+	l := newLife(t, p, cluster(180, 3)) // 60 per zone: two racks of 30 each
+	l.settle(time.Minute, 3)
+	short := "zone-a-rack-2"
+	for _, n := range l.nodes {
+		if n.Annotations[AnnotationRack] == short {
+			n.Labels["no-rr"] = "true"
+		}
+	}
+	l.settle(time.Minute, 10)
+	l.requireSafe("a rack without eligible nodes")
+	rrs := rrNames(l.res)
+	for _, c := range l.res.Clients {
+		if c.Rack != short {
+			continue
+		}
+		require.Len(t, c.RouteReflectors, 2, c.Node)
+		for _, name := range c.RouteReflectors {
+			rr := rrs[name]
+			require.False(t, rr.Spine, "%s of the short rack peers with spine member %s", c.Node, name)
+			require.Equal(t, "zone-a-rack-1", rr.Rack, "%s borrows from its zone's other rack", c.Node)
+		}
+	}
+	require.LessOrEqual(t, l.res.Summary.MaxClientsPerRouteReflector, 100)
+}

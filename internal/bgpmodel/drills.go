@@ -12,9 +12,14 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
 
-// ExactDrillNodes is the cluster size up to which every route reflector gets its own drill; above
-// it, one drill runs per class of route reflectors (see rrClasses).
-var ExactDrillNodes = 5000
+// ExactDrillNodes and ExactDrillRRs bound the clusters in which every route reflector gets its own
+// drill; beyond either, one drill runs per class of route reflectors (see rrClasses), so that the
+// drills of a layout with very many route reflectors (racks of a few nodes under many planes) stay
+// a few propagations.
+var (
+	ExactDrillNodes = 5000
+	ExactDrillRRs   = 100
+)
 
 // Drills runs the failure drills on a plan's topology: every zone lost (when there are two zones
 // or more) and every route reflector lost, each a propagation of the graph model with those nodes
@@ -53,8 +58,8 @@ func (t *Topology) Drills() ([]extender.Drill, error) {
 	return out, nil
 }
 
-// rrClasses groups the route reflectors whose loss is the same drill. Up to ExactDrillNodes every
-// route reflector is its own class. Above, route reflectors with the same standing in the layout
+// rrClasses groups the route reflectors whose loss is the same drill. Up to ExactDrillNodes nodes
+// and ExactDrillRRs route reflectors every route reflector is its own class. Above, route reflectors with the same standing in the layout
 // form one: the same number of peers that share their cluster ID, of route reflector peers with
 // other IDs, and of client peers, and the same number of route reflectors sharing their ID (a
 // rack's planes, or the spine). Classes and their members are in name order; the first member
@@ -67,7 +72,7 @@ func (t *Topology) rrClasses() [][]int {
 		}
 	}
 	slices.SortFunc(rrs, func(a, b int) int { return strings.Compare(t.Nodes[a].Name, t.Nodes[b].Name) })
-	if len(t.Nodes) <= ExactDrillNodes {
+	if len(t.Nodes) <= ExactDrillNodes && len(rrs) <= ExactDrillRRs {
 		out := make([][]int, len(rrs))
 		for k, i := range rrs {
 			out[k] = []int{i}

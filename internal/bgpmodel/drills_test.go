@@ -58,10 +58,10 @@ func TestDrillClassesAgreeWithExact(t *testing.T) {
 				}
 				byClass, err := bgpmodel.PlanDrills(in, &r)
 				require.NoError(t, err)
-				old := bgpmodel.ExactDrillNodes
-				bgpmodel.ExactDrillNodes = 1 << 30
+				oldN, oldR := bgpmodel.ExactDrillNodes, bgpmodel.ExactDrillRRs
+				bgpmodel.ExactDrillNodes, bgpmodel.ExactDrillRRs = 1<<30, 1<<30
 				exact, err := bgpmodel.PlanDrills(in, &r)
-				bgpmodel.ExactDrillNodes = old
+				bgpmodel.ExactDrillNodes, bgpmodel.ExactDrillRRs = oldN, oldR
 				require.NoError(t, err)
 				got := map[string]int64{}
 				for _, d := range exact {
