@@ -316,14 +316,7 @@ func (pl *planner) isRackRR(n *NodeInfo) bool {
 // over the zones.
 func (pl *planner) selectPlaneSpine(spineOf []*NodeInfo, taken map[*NodeInfo]bool) {
 	base := pl.spineID
-	planes := len(spineOf) - 1
-	spare := map[string]int{} // eligible nodes per rack beyond its planes
-	for _, n := range pl.ranked {
-		spare[pl.dec[n.index].rack]++
-	}
-	for r := range spare {
-		spare[r] -= planes
-	}
+	spare := pl.spareByRack(len(spineOf) - 1)
 	perZone := map[string]int{}
 	// Current members keep their plane; a standby takes its plane only when the member is gone.
 	for _, standby := range []bool{false, true} {
@@ -350,6 +343,18 @@ func (pl *planner) selectPlaneSpine(spineOf []*NodeInfo, taken map[*NodeInfo]boo
 		perZone[best.Zone]++
 		spare[pl.dec[best.index].rack]--
 	}
+}
+
+// spareByRack counts each rack's eligible nodes beyond its planes (bestSpineCandidate's spare).
+func (pl *planner) spareByRack(planes int) map[string]int {
+	spare := map[string]int{}
+	for _, n := range pl.ranked {
+		spare[pl.dec[n.index].rack]++
+	}
+	for r := range spare {
+		spare[r] -= planes
+	}
+	return spare
 }
 
 // bestSpineCandidate returns the eligible node not taken that ok accepts, best for the spine: in
@@ -388,13 +393,7 @@ func (pl *planner) bestSpineCandidate(taken map[*NodeInfo]bool, perZone, spare m
 // (selectPlaneSpine). Standbys are chosen after the rack route reflectors, within budget (what
 // maxRouteReflectors leaves).
 func (pl *planner) selectStandbys(spineOf, standbyOf []*NodeInfo, taken map[*NodeInfo]bool, budget int) {
-	perZone, spare := map[string]int{}, map[string]int{}
-	for _, n := range pl.ranked {
-		spare[pl.dec[n.index].rack]++
-	}
-	for r := range spare {
-		spare[r] -= len(spineOf) - 1
-	}
+	perZone, spare := map[string]int{}, pl.spareByRack(len(spineOf)-1)
 	for _, n := range spineOf {
 		if n != nil {
 			perZone[n.Zone]++
@@ -426,7 +425,8 @@ func (pl *planner) selectStandbys(spineOf, standbyOf []*NodeInfo, taken map[*Nod
 	}
 }
 
-// sharedZone returns a zone that holds two spine members, if any.
+// sharedZone returns a zone that holds two of the route reflectors (a spine's members, a rack's),
+// if any.
 func sharedZone(spineOf []*NodeInfo) (string, bool) {
 	seen := map[string]bool{}
 	for _, n := range spineOf {
