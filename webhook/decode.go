@@ -147,6 +147,7 @@ func decodeObject(raw []byte, what string, out any) error {
 // answers 400 (never a panic) when the body or its objects are malformed, and records metrics.
 func Serve(name string, h Handler) http.Handler {
 	log := ctrl.Log.WithName("webhook").WithName(name)
+	initMetrics(name)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		review, err := DecodeReview(r)

@@ -41,6 +41,15 @@ func init() {
 	metrics.Registry.MustRegister(requestsTotal, denialsTotal, requestDuration, decisionsTotal)
 }
 
+// initMetrics exports every result of webhook name at 0 before its first request, so that an alert
+// on the increase of errors sees the first one, and its latency histogram.
+func initMetrics(name string) {
+	for _, r := range []string{resultAllowed, resultPatched, resultDenied, resultMalformed, resultError} {
+		requestsTotal.WithLabelValues(name, r)
+	}
+	requestDuration.WithLabelValues(name)
+}
+
 func observe(name, result string, start time.Time) {
 	requestsTotal.WithLabelValues(name, result).Inc()
 	requestDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())

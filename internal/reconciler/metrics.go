@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -62,17 +63,83 @@ var (
 	}, []string{"policy", "kind"})
 	reconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_reconcile_errors_total",
-		Help: "Reconciles that failed, by step.",
+		Help: "Reconciles that failed, by step (every step of a reconciled policy is exported, 0 until it fails: an alert on its increase sees the first error).",
 	}, []string{"policy", "step"})
+	conditionGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: PolicyConditionMetric,
+		Help: "Conditions of the policy status (Ready, Degraded, Resilient, ...): 1 for the condition's current status (True, False, Unknown), 0 for the other two, per policy and type.",
+	}, []string{"policy", "type", "status"})
+	pathsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: PathsPerPrefixMetric,
+		Help: "Paths per prefix the nodes store by the graph model (status.routes), per policy, figure (busiest: the node storing the most; mean) and layout (plan: the current plan; default: the default layout on the same nodes).",
+	}, []string{"policy", "figure", "layout"})
+	missingPairsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: MissingPairsMetric,
+		Help: "Node pairs without a route between them in the current plan by the graph model (status.routes.missingPairs; 0 when every node reaches every other), per policy.",
+	}, []string{"policy"})
+)
+
+// Names of the metrics the chart's alerts and dashboard read that a test finds by name.
+const (
+	// PolicyConditionMetric: 1 for each policy condition's current status, as kube-state-metrics
+	// exports conditions (the Degraded alert reads type="Degraded",status="True").
+	PolicyConditionMetric = "calico_rr_autoscaler_policy_condition"
+	// PathsPerPrefixMetric: the route figures of status.routes, as numbers.
+	PathsPerPrefixMetric = "calico_rr_autoscaler_paths_per_prefix"
+	// MissingPairsMetric: status.routes.missingPairs.
+	MissingPairsMetric = "calico_rr_autoscaler_missing_pairs"
 )
 
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
-		plansTotal, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing)
+		plansTotal, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
+		conditionGauge, pathsGauge, missingPairsGauge)
 }
 
-// metrics exports the desired and current route reflectors per zone.
+// conditionStatuses are the values of a condition's status, each a series of the condition gauge.
+var conditionStatuses = []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown}
+
+// conditionMetrics exports the conditions of a policy status: for each type, 1 on its status and
+// 0 on the other two; types no longer in the status are dropped.
+func conditionMetrics(policy string, conds []metav1.Condition) {
+	conditionGauge.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	for _, c := range conds {
+		for _, s := range conditionStatuses {
+			v := 0.0
+			if c.Status == s {
+				v = 1
+			}
+			conditionGauge.WithLabelValues(policy, c.Type, string(s)).Set(v)
+		}
+	}
+}
+
+// costMetrics exports the route figures of the policy's last graph-model run (setCost's memo);
+// none while the model failed.
+func (r *Reconciler) costMetrics(policy string) {
+	pathsGauge.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	missingPairsGauge.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	r.mu.Lock()
+	m := r.costs[policy]
+	r.mu.Unlock()
+	if m == nil || m.err != nil {
+		return
+	}
+	c := m.cost
+	pathsGauge.WithLabelValues(policy, "busiest", "plan").Set(c.BusiestPaths)
+	pathsGauge.WithLabelValues(policy, "mean", "plan").Set(c.MeanPaths)
+	pathsGauge.WithLabelValues(policy, "busiest", "default").Set(c.DefaultBusiest)
+	pathsGauge.WithLabelValues(policy, "mean", "default").Set(c.DefaultMean)
+	missingPairsGauge.WithLabelValues(policy).Set(float64(c.MissingPairs))
+}
+
+// metrics exports the desired and current route reflectors per zone, the failure drills, the
+// route figures, and a zero error count for every step.
 func (r *Reconciler) metrics(_ context.Context, st *State) error {
+	for _, s := range r.steps {
+		reconcileErrors.WithLabelValues(st.Name, s.Name)
+	}
+	r.costMetrics(st.Name)
 	desiredGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	currentGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	p := st.Managed.Resolved
@@ -106,7 +173,10 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 	return nil
 }
 
+// forgetMetrics drops the series of a deleted policy.
 func forgetMetrics(policy string) {
-	desiredGauge.DeletePartialMatch(prometheus.Labels{"policy": policy})
-	currentGauge.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	for _, v := range []*prometheus.MetricVec{desiredGauge.MetricVec, currentGauge.MetricVec, drillsGauge.MetricVec,
+		drillMissing.MetricVec, conditionGauge.MetricVec, pathsGauge.MetricVec, missingPairsGauge.MetricVec, reconcileErrors.MetricVec} {
+		v.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	}
 }

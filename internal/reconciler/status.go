@@ -124,7 +124,9 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	return r.writeStatus(ctx, st, pol)
 }
 
+// writeStatus patches the policy status when it changed, and exports its conditions.
 func (r *Reconciler) writeStatus(ctx context.Context, st *State, pol *v1alpha1.RouteReflectorPolicy) error {
+	conditionMetrics(st.Name, pol.Status.Conditions)
 	if equality.Semantic.DeepEqual(st.Policy.Status, pol.Status) {
 		return nil
 	}

@@ -314,9 +314,9 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		if err := s.catchUp(ctx, mgr.GetAPIReader(), takeover); err != nil {
 			return nil // stopping
 		}
-		s.Ledger.SetLeader(true)
+		s.setLeader(true)
 		<-ctx.Done()
-		s.Ledger.SetLeader(false)
+		s.setLeader(false)
 		return nil
 	})); err != nil {
 		return nil, err
