@@ -13,13 +13,14 @@
 #
 # It also installs Debian's bird package (BIRD 1.6, what `verify --speaker
 # bird|calico` and their tests run) when bird is missing: apt-get install -y
-# bird, as root.
+# bird, as root; and Debian's prometheus package for its promtool (the chart's
+# alert tests) when promtool is missing.
 #
-# Usage: hack/tools.sh [kube-apiserver] [kubectl] [etcd] [helm] [confd] [calico-apiserver] [bird]
+# Usage: hack/tools.sh [kube-apiserver] [kubectl] [etcd] [helm] [confd] [calico-apiserver] [bird] [promtool]
 #   (no arguments = all tools). Safe to call repeatedly and concurrently; it
 #   is fast when everything is cached. At the end it writes
 #   ${cache}/bin/env.sh exporting KUBE_APISERVER, ETCD, KUBECTL, HELM, CONFD,
-#   CALICO_APISERVER and BIRD.
+#   CALICO_APISERVER, BIRD and PROMTOOL.
 #
 # The first build takes ~10 minutes on 2 cores (confd about 2 more). Versions
 # can be overridden with K8S_VERSION, ETCD_VERSION, HELM_VERSION,
@@ -47,7 +48,7 @@ export GOWORK=off
 export GONOSUMDB="${GONOSUMDB:-github.com/projectcalico}"
 export GO111MODULE=on
 
-ALL_TOOLS=(kube-apiserver kubectl etcd helm confd calico-apiserver bird)
+ALL_TOOLS=(kube-apiserver kubectl etcd helm confd calico-apiserver bird promtool)
 
 log() { printf '%s\n' "$*" >&2; }
 die() { log "hack/tools.sh: $*"; exit 1; }
@@ -61,6 +62,7 @@ version_of() {
     helm) echo "$HELM_VERSION" ;;
     confd|calico-apiserver) echo "$CALICO_VERSION" ;;
     bird) echo "1.6" ;;
+    promtool) echo "debian" ;;
     *) die "unknown tool '$1' (known: ${ALL_TOOLS[*]})" ;;
   esac
 }
@@ -234,40 +236,56 @@ build_tool() {
 }
 
 # bird is not built: Debian's package bird is BIRD 1.6.8, the version Calico's
-# fork of BIRD derives from. Installed with apt-get when missing (as root).
+# fork of BIRD derives from. promtool (the chart's alert rules: promtool check
+# rules, promtool test rules) comes with Debian's package prometheus. Both are
+# installed with apt-get when missing (as root).
 bird_path() { command -v bird 2>/dev/null || true; }
+promtool_path() { command -v promtool 2>/dev/null || true; }
 
-ensure_bird() {
-  local p
-  p="$(bird_path)"
+# ensure_apt CMD PACKAGE WHAT: installs Debian's PACKAGE (without its
+# recommendations) when CMD is not on PATH; WHAT says what needs it.
+ensure_apt() {
+  local cmd="$1" pkg="$2" what="$3" p
+  p="$(command -v "$cmd" 2>/dev/null || true)"
   if [[ -n "$p" ]]; then
-    log "using installed bird ($p)"
+    log "using installed $cmd ($p)"
     return
   fi
   if [[ "$(id -u)" != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-    log "bird is missing: install BIRD 1.6 (Debian: apt-get install -y bird) for verify --speaker bird|calico and its tests"
+    log "$cmd is missing: install it (Debian: apt-get install -y $pkg) for $what"
     return
   fi
   exec 8>"$CACHE/.apt.lock"
   command -v flock >/dev/null 2>&1 && flock 8
-  if [[ -z "$(bird_path)" ]]; then
-    log "installing Debian's bird (BIRD 1.6) with apt-get..."
+  if [[ -z "$(command -v "$cmd" 2>/dev/null || true)" ]]; then
+    log "installing Debian's $pkg ($cmd) with apt-get..."
     local start=$SECONDS
     export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y -q bird >/dev/null 2>&1; then
+    if ! apt-get install -y -q --no-install-recommends "$pkg" >/dev/null 2>&1; then
       apt-get update -q >/dev/null 2>&1 || true
-      apt-get install -y -q bird >/dev/null 2>&1 || log "apt-get install -y bird failed"
+      apt-get install -y -q --no-install-recommends "$pkg" >/dev/null 2>&1 || log "apt-get install -y $pkg failed"
     fi
-    p="$(bird_path)"
-    [[ -n "$p" ]] && log "installed bird in $((SECONDS - start))s -> $p"
+    p="$(command -v "$cmd" 2>/dev/null || true)"
+    [[ -n "$p" ]] && log "installed $pkg in $((SECONDS - start))s -> $p"
   fi
   exec 8>&-
 }
+
+ensure_bird() { ensure_apt bird bird "verify --speaker bird|calico and its tests"; }
+
+# The prometheus package also installs a Prometheus server service; in a
+# container without an init system it is not started (policy-rc.d), and only
+# promtool is used.
+ensure_promtool() { ensure_apt promtool prometheus "the chart's alert tests (promtool check rules, promtool test rules)"; }
 
 ensure_tool() {
   local tool="$1" ver dest
   if [[ "$tool" == bird ]]; then
     ensure_bird
+    return
+  fi
+  if [[ "$tool" == promtool ]]; then
+    ensure_promtool
     return
   fi
   ver="$(version_of "$tool")"
@@ -315,6 +333,9 @@ TMPFILES+=("$env_tmp")
   if [[ -n "$(bird_path)" ]]; then
     echo "export BIRD='$(bird_path)'"
   fi
+  if [[ -n "$(promtool_path)" ]]; then
+    echo "export PROMTOOL='$(promtool_path)'"
+  fi
 } >"$env_tmp"
 mv -f "$env_tmp" "$BIN/env.sh"
 
@@ -330,5 +351,10 @@ if [[ -n "$(bird_path)" ]]; then
   echo "BIRD=$(bird_path)"
 else
   echo "BIRD= (not installed: apt-get install -y bird)"
+fi
+if [[ -n "$(promtool_path)" ]]; then
+  echo "PROMTOOL=$(promtool_path)"
+else
+  echo "PROMTOOL= (not installed: apt-get install -y prometheus)"
 fi
 echo "env: source $BIN/env.sh"
