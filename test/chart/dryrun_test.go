@@ -94,8 +94,8 @@ replicaCount: 1
 			require.NoError(t, err)
 			applied, skipped := 0, 0
 			for _, o := range r.Objects {
-				if o.GetKind() == "ServiceMonitor" && !crds.serviceMonitor {
-					t.Logf("skipping ServiceMonitor %s: no CRD", o.GetName())
+				if o.GetKind() == "ServiceMonitor" && !crds.serviceMonitor || o.GetKind() == "PrometheusRule" && !crds.prometheusRule {
+					t.Logf("skipping %s %s: no CRD", o.GetKind(), o.GetName())
 					skipped++
 					continue
 				}

@@ -65,11 +65,11 @@ type moduleError struct{ mod, msg string }
 func (e *moduleError) Error() string { return e.mod + ": " + strings.TrimSpace(e.msg) }
 
 // crdSet says which optional CRDs were installed.
-type crdSet struct{ serviceMonitor bool }
+type crdSet struct{ serviceMonitor, prometheusRule bool }
 
 // installCRDs installs the chart's CRD, cert-manager's (from its module),
 // Calico's crd.projectcalico.org CRDs (from its module) and, when its module
-// can be fetched, prometheus-operator's ServiceMonitor.
+// can be fetched, prometheus-operator's ServiceMonitor and PrometheusRule.
 func installCRDs(t *testing.T, env *testenv.Env) crdSet {
 	t.Helper()
 	start := time.Now()
@@ -85,10 +85,11 @@ func installCRDs(t *testing.T, env *testenv.Env) crdSet {
 	paths = append(paths, calicoCRDs...)
 	var set crdSet
 	if po, err := moduleDir(t, prometheusOperatorModule); err == nil {
-		paths = append(paths, filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml"))
-		set.serviceMonitor = true
+		paths = append(paths, filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml"),
+			filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_prometheusrules.yaml"))
+		set.serviceMonitor, set.prometheusRule = true, true
 	} else {
-		t.Logf("ServiceMonitor CRD unavailable, ServiceMonitors are not applied: %v", err)
+		t.Logf("prometheus-operator CRDs unavailable, ServiceMonitors and PrometheusRules are not applied: %v", err)
 	}
 	crds := testenv.InstallCRDs(t, env.Config, paths...)
 	t.Logf("installed %d CRDs in %s", len(crds), time.Since(start).Round(time.Millisecond))

@@ -2,6 +2,8 @@ package chart
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -20,8 +23,8 @@ import (
 )
 
 // nonDefaultValues changes most things a user would: self-managed TLS, three
-// replicas, a ServiceMonitor, other ports and failure policies, and a custom
-// policy.
+// replicas, a ServiceMonitor, the alerts and the dashboard, other ports and
+// failure policies, and a custom policy.
 const nonDefaultValues = `
 fullnameOverride: rra
 replicaCount: 3
@@ -36,6 +39,14 @@ metrics:
     enabled: true
     labels: {release: prometheus}
     interval: 15s
+prometheusRule:
+  enabled: true
+  labels: {release: prometheus}
+  additionalAlertLabels: {team: network}
+  roleChurn: {threshold: 40, window: 2h}
+grafanaDashboard:
+  enabled: true
+  annotations: {grafana_folder: Networking}
 certManager:
   enabled: false
 selfManagedCerts:
@@ -405,6 +416,28 @@ func TestRenderNonDefault(t *testing.T) {
 	require.True(t, sel.Matches(labels.Set(msvc.Labels)), "ServiceMonitor selects the metrics Service")
 	require.False(t, sel.Matches(labels.Set(typed[corev1.Service](t, r.get(t, "Service", fullname)).Labels)), "not the webhook Service")
 	require.EqualValues(t, 10080, msvc.Spec.Ports[0].Port)
+
+	// The alerts and the dashboard with their values.
+	pr := r.get(t, "PrometheusRule", fullname)
+	require.Equal(t, "prometheus", pr.GetLabels()["release"])
+	rules, _, err := unstructured.NestedSlice(pr.Object, "spec", "groups")
+	require.NoError(t, err)
+	require.Len(t, rules, 1)
+	for _, rule := range rules[0].(map[string]any)["rules"].([]any) {
+		rule := rule.(map[string]any)
+		require.Equal(t, "network", rule["labels"].(map[string]any)["team"], rule["alert"])
+		if rule["alert"] == "CalicoRRAutoscalerRoleChurn" {
+			require.Contains(t, rule["expr"], "[2h])) > 40")
+		}
+	}
+	dash := r.get(t, "ConfigMap", fullname+"-dashboard")
+	require.Equal(t, "1", dash.GetLabels()["grafana_dashboard"])
+	require.Equal(t, "Networking", dash.GetAnnotations()["grafana_folder"])
+	data, _, err := unstructured.NestedString(dash.Object, "data", "calico-rr-autoscaler.json")
+	require.NoError(t, err)
+	file, err := os.ReadFile(filepath.Join(chartDir(t), "dashboards", "calico-rr-autoscaler.json"))
+	require.NoError(t, err)
+	require.JSONEq(t, string(file), data, "the ConfigMap carries dashboards/calico-rr-autoscaler.json")
 
 	// The custom policy.
 	p := typed[v1alpha1.RouteReflectorPolicy](t, r.get(t, "RouteReflectorPolicy", "bgp-pool"))
