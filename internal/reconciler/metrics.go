@@ -63,7 +63,7 @@ var (
 	}, []string{"policy", "kind"})
 	reconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_reconcile_errors_total",
-		Help: "Reconciles that failed, by step (every step of a reconciled policy is exported, 0 until it fails: an alert on its increase sees the first error).",
+		Help: "Reconciles that failed, by step (every step of a reconciled policy is exported, 0 until it fails).",
 	}, []string{"policy", "step"})
 	conditionGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: PolicyConditionMetric,
@@ -134,11 +134,16 @@ func (r *Reconciler) costMetrics(policy string) {
 }
 
 // metrics exports the desired and current route reflectors per zone, the failure drills, the
-// route figures, and a zero error count for every step.
+// route figures, and the policy's counters at 0 before their first increment (each step's errors,
+// each kind of role change, node patches): a rate or increase sees the first one.
 func (r *Reconciler) metrics(_ context.Context, st *State) error {
 	for _, s := range r.steps {
 		reconcileErrors.WithLabelValues(st.Name, s.Name)
 	}
+	for _, k := range []ChangeKind{KindPromoted, KindDraining, KindDemoted, KindClusterIDChanged} {
+		roleChanges.WithLabelValues(st.Name, string(k))
+	}
+	nodePatches.WithLabelValues(st.Name)
 	r.costMetrics(st.Name)
 	desiredGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	currentGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
@@ -176,7 +181,8 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 // forgetMetrics drops the series of a deleted policy.
 func forgetMetrics(policy string) {
 	for _, v := range []*prometheus.MetricVec{desiredGauge.MetricVec, currentGauge.MetricVec, drillsGauge.MetricVec,
-		drillMissing.MetricVec, conditionGauge.MetricVec, pathsGauge.MetricVec, missingPairsGauge.MetricVec, reconcileErrors.MetricVec} {
+		drillMissing.MetricVec, conditionGauge.MetricVec, pathsGauge.MetricVec, missingPairsGauge.MetricVec, reconcileErrors.MetricVec,
+		roleChanges.MetricVec, nodePatches.MetricVec} {
 		v.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	}
 }

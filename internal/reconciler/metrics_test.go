@@ -82,7 +82,8 @@ func TestCostMetrics(t *testing.T) {
 	require.Empty(t, seriesOf(t, missingPairsGauge, pol))
 }
 
-// Every step of a reconciled policy has an error count, 0 before its first error.
+// Every step of a reconciled policy has an error count, 0 before its first error; so do its role
+// changes of each kind and its node patches.
 func TestErrorCountsStartAtZero(t *testing.T) {
 	const pol = "errors-metrics-test"
 	r := &Reconciler{}
@@ -97,6 +98,9 @@ func TestErrorCountsStartAtZero(t *testing.T) {
 	}
 	require.Len(t, got, len(steps))
 	require.True(t, slices.Contains(steps, "bgppeers"))
+	require.Equal(t, map[string]float64{"Promoted": 0, "Draining": 0, "Demoted": 0, "ClusterIDChanged": 0}, seriesOf(t, roleChanges, pol))
+	require.Equal(t, map[string]float64{"": 0}, seriesOf(t, nodePatches, pol))
 	forgetMetrics(pol)
 	require.Empty(t, seriesOf(t, reconcileErrors, pol))
+	require.Empty(t, seriesOf(t, roleChanges, pol))
 }
