@@ -67,7 +67,9 @@ func TestLoad(t *testing.T) {
 	env := testenv.Start(t, testenv.WithChartRBAC(), testenv.WithAPIServerFlags("--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"))
 	env.CreateNamespace(t, testenv.ChartNamespace)
 	admin := clientset(t, env.Config)
-	kubelet := clientset(t, env.ConfigFor(testenv.UserKubelet))
+	kubeletCfg := env.ConfigFor(testenv.UserKubelet)
+	kubeletCfg.UserAgent = loadFieldManager
+	kubelet := clientset(t, kubeletCfg)
 	calicoCRDs, err := crds.Dir()
 	require.NoError(t, err)
 	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
@@ -139,6 +141,7 @@ func TestLoad(t *testing.T) {
 		return nil
 	})
 	rssSettled := p.rss(t)
+	admitted, roles, owners := roleOwners(ctx, t, admin)
 	// Admissions the API server gave up on (timeout or error; failurePolicy Ignore lets the node
 	// through without the product's patch): a cause of a role the reconciler must then give.
 	apiJoined := scrapeAPIServer(ctx, t, admin)
@@ -283,6 +286,9 @@ feed:
 	if p99 := d.product.quantile(0.99); p99 > 0.005 {
 		assert.Fail(t, fmt.Sprintf("webhook latency p99 at %d admissions/s %.2f ms, goal under 5 ms", *admissions, p99*1e3))
 	}
+	if float64(admitted) < 0.95*float64(roles) {
+		assert.Fail(t, fmt.Sprintf("%d of %d role labels set by admission (field managers %v), goal 95%%", admitted, roles, owners))
+	}
 	if rssSettled > 150<<20 {
 		assert.Fail(t, fmt.Sprintf("RSS at %d nodes %d MiB, goal under 150 MiB", *nodeCount, rssSettled>>20))
 	}
@@ -294,6 +300,7 @@ feed:
 	row("nodes / zones / route reflectors", "%d / %d / %d", *nodeCount, zones, rrs)
 	row("join (create + Ready), settled after", "%s, %s", joined.Round(time.Millisecond), settled.Round(time.Millisecond))
 	row("role changes during the join: promoted / drained or demoted", "%v / %v", promoted, drained)
+	row("role labels set by the admission of the join", "%.1f%% (%d of %d; field managers %v)", 100*float64(admitted)/float64(max(1, roles)), admitted, roles, owners)
 	row("admissions failed open by the API server during the join", "%v", failOpen)
 	row("heartbeat status patches / time", "%d / %s", 2**nodeCount, hbTime.Round(time.Millisecond))
 	row("webhook calls caused by heartbeats", "%v", hbCalls)
@@ -587,4 +594,40 @@ func (h hist) quantile(q float64) float64 {
 		prevBound, prevCount = b, c
 	}
 	return prevBound
+}
+
+// loadFieldManager is the field manager (user agent) of the requests that create and ready the nodes.
+const loadFieldManager = "load-kubelet"
+
+// roleOwners counts the nodes whose role label (the route-reflector label of a route reflector, the
+// peering set of a client) is owned by the request that created or readied the node, the load
+// test's kubelet client: the admission response set it. The product's own patches (the reconciler)
+// are the other field manager; owners counts the role labels per manager.
+func roleOwners(ctx context.Context, t *testing.T, admin kubernetes.Interface) (admitted, roles int, owners map[string]int) {
+	t.Helper()
+	list, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	owners = map[string]int{}
+	for i := range list.Items {
+		n := &list.Items[i]
+		key := extender.LabelPeeringSet
+		if _, rr := n.Labels["calico-route-reflector"]; rr {
+			key = "calico-route-reflector"
+		}
+		if _, ok := n.Labels[key]; !ok {
+			continue
+		}
+		roles++
+		owner := ""
+		for _, mf := range n.ManagedFields {
+			if mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), fmt.Sprintf("%q", "f:"+key)) {
+				owner = mf.Manager
+			}
+		}
+		owners[owner]++
+		if owner == loadFieldManager {
+			admitted++
+		}
+	}
+	return admitted, roles, owners
 }

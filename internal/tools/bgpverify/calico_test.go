@@ -109,10 +109,30 @@ func noConfigDifferences(t *testing.T, name string, diffs []string) {
 	}
 }
 
+// TestCalico runs the proofs on Calico's own confd one after another (they share one scratch API
+// server), beside the other speakers' tests: it and they are parallel tests, so the package's wall
+// time is the longer of the two chains rather than their sum (both mostly wait on BGP timers).
+func TestCalico(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"MatchesModel", testCalicoMatchesModel},
+		{"FailureDrills", testCalicoFailureDrills},
+		{"SharedClusterIDLosesRoutes", testCalicoSharedClusterIDLosesRoutes},
+		{"VerifyClusterReadsTheClusterState", testVerifyClusterReadsTheClusterState},
+		{"ConfdSessionsMatchModelWithMesh", testConfdSessionsMatchModelWithMesh},
+		{"BIRDConfigMatchesConfd", testBIRDConfigMatchesConfd},
+	} {
+		t.Run(c.name, c.f)
+	}
+}
+
 // Every layout at 50 nodes (DualPlane in racks of 10 under a spine): confd configures the sessions
 // the model derives, and BIRD running confd's configurations learns what the model says, route
 // counts within 10%.
-func TestCalicoMatchesModel(t *testing.T) { calicoMatchesModelAt(t, 50) }
+func testCalicoMatchesModel(t *testing.T) { calicoMatchesModelAt(t, 50) }
 
 // TestCalicoMatchesModelLarge: the same at 100 nodes (make test-all): more racks and chains of
 // route reflectors, the same failure modes as at 50.
@@ -140,7 +160,7 @@ func calicoMatchesModelAt(t *testing.T, sizes ...int) {
 
 // projectcalico/calico#2735 on Calico's own configuration: one cluster ID shared by every route
 // reflector while clients peer with their own zone's only. BIRD misses the pairs the model says.
-func TestCalicoSharedClusterIDLosesRoutes(t *testing.T) {
+func testCalicoSharedClusterIDLosesRoutes(t *testing.T) {
 	s := calicoScratch(t, true)
 	in, res := samplePlan(t, "SingleCluster", 60)
 	for _, st := range res.Nodes {
@@ -156,7 +176,7 @@ func TestCalicoSharedClusterIDLosesRoutes(t *testing.T) {
 	t.Logf("shared cluster ID: %+v", rep.Summary)
 }
 
-func TestCalicoFailureDrills(t *testing.T) {
+func testCalicoFailureDrills(t *testing.T) {
 	s := calicoScratch(t, true)
 	in, res := samplePlan(t, "MultiCluster", 60)
 	rep := runCalicoPlan(t, s, in, res, Options{FailZone: "zone-a"})
@@ -174,7 +194,7 @@ func TestCalicoFailureDrills(t *testing.T) {
 // VerifyCluster on a cluster's own state: a plan written to one API server (the "cluster") as the
 // product writes it, with the node-to-node mesh left at Calico's default (on), read back and
 // checked on a scratch API server of its own.
-func TestVerifyClusterReadsTheClusterState(t *testing.T) {
+func testVerifyClusterReadsTheClusterState(t *testing.T) {
 	cluster := calicoScratch(t, true)
 	in, res := samplePlan(t, "MultiCluster", 30)
 	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{NodeToNodeMesh: true})
@@ -227,7 +247,7 @@ func planStateFor(t *testing.T, in extender.Input, res *extender.Result, mesh bo
 
 // confd renders the sessions and options the model derives, with the node-to-node mesh on too
 // (clients mesh, route reflectors leave the mesh).
-func TestConfdSessionsMatchModelWithMesh(t *testing.T) {
+func testConfdSessionsMatchModelWithMesh(t *testing.T) {
 	s := calicoScratch(t, false)
 	for _, layout := range bgpmodel.Layouts {
 		in, res := samplePlan(t, layout, 40)
@@ -243,7 +263,7 @@ func TestConfdSessionsMatchModelWithMesh(t *testing.T) {
 // cluster id` where confd writes them, `passive on` only where confd writes it (node-specific
 // peers have none in Calico's template; mesh peers toward a higher address), and the same
 // bgp_template statements.
-func TestBIRDConfigMatchesConfd(t *testing.T) {
+func testBIRDConfigMatchesConfd(t *testing.T) {
 	s := calicoScratch(t, false)
 	for _, c := range []struct {
 		layout string

@@ -13,83 +13,223 @@ import (
 	apb "google.golang.org/protobuf/types/known/anypb"
 )
 
-// gobgpFleet runs one in-process GoBGP server per node.
+// How GoBGP is made to carry routes as BIRD does with Calico's configuration (the graph model's
+// rules, internal/bgpmodel/model.go):
+//
+//   - BIRD prepends its cluster ID to every route it reflects and drops looped routes on its
+//     rr-client sessions; GoBGP prepends and checks the cluster list only on sessions configured
+//     as rr-client. A route reflector therefore treats all its iBGP peers as clients here,
+//     same-cluster ones included, so that routes reflected between same-cluster route reflectors
+//     carry the ID as they do in BIRD (configured as Calico writes it, GoBGP passes them on again,
+//     projectcalico/calico#2735 does not show and the paths per prefix explode).
+//   - BIRD sends a node's own block with no cluster list; GoBGP tags every route it sends on an
+//     rr-client session, its own included, so a route reflector's own block would carry its
+//     cluster ID to the other route reflectors and be dropped by every route reflector of that ID
+//     (DualPlane's racks of one plane share an ID: GoBGP lost 446 pairs where BIRD lost none).
+//     So a route reflector does not send its own block to route reflectors: an origin speaker
+//     beside it (its "shadow", on its own address, with the route reflector's router ID so that
+//     ORIGINATOR_ID is the route reflector's and the route reflector drops its block coming back)
+//     sends it untagged to each of them over a session configured as theirs to the route
+//     reflector; the shadow accepts nothing and stops when its route reflector stops.
+//   - GoBGP sends at most 255 paths of one prefix to a peer (a uint8).
+//
+// A same-cluster route reflector may store a few more paths than BIRD (it reflects its peer's own
+// block to its same-cluster peers, which store it and pass it no further); which blocks arrive is
+// BIRD's (TestSpeakersAgree).
+
+// gobgpFleet runs one in-process GoBGP server per node, and one shadow per route reflector that
+// peers with route reflectors.
 type gobgpFleet struct {
 	nodes   []speakerNode
 	opts    Options
 	mu      sync.Mutex
 	servers []*server.BgpServer
+	shadows []*server.BgpServer // by node index; nil for nodes without one
 }
 
 func newGoBGPFleet(nodes []speakerNode, opts Options) (fleet, error) {
-	return &gobgpFleet{nodes: nodes, opts: opts, servers: make([]*server.BgpServer, len(nodes))}, nil
+	if len(nodes) > shadowBase {
+		return nil, inputErr("gobgp: at most %d nodes (the shadow speakers take the upper half of the address plan)", shadowBase)
+	}
+	return &gobgpFleet{nodes: nodes, opts: opts, servers: make([]*server.BgpServer, len(nodes)), shadows: make([]*server.BgpServer, len(nodes))}, nil
 }
 
 var ipv4Unicast = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
 
+// shadowBase is the first node index of the shadows' addresses: node i's shadow is at
+// Address(net, shadowBase+i).
+const shadowBase = 0x7f00
+
+func shadowAddr(net, i int) netip.Addr { return Address(net, shadowBase+i) }
+
+// rrPeers are the peers of node i that are route reflectors (they forward what they learn).
+func (f *gobgpFleet) rrPeers(i int) []speakerPeer {
+	if f.nodes[i].clusterID == "" {
+		return nil
+	}
+	var out []speakerPeer
+	for _, p := range f.nodes[i].peers {
+		if f.nodes[p.idx].clusterID != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (f *gobgpFleet) newServer(ctx context.Context, name string, routerID, listen netip.Addr) (*server.BgpServer, error) {
+	s := server.NewBgpServer(server.LoggerOption(quietLogger{}))
+	go s.Serve()
+	err := s.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
+		Asn: f.opts.ASN, RouterId: routerID.String(), ListenPort: int32(f.opts.Port), ListenAddresses: []string{listen.String()},
+	}})
+	if err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("gobgp %s on %s:%d: %v (binding port %d needs root or CAP_NET_BIND_SERVICE)", name, listen, f.opts.Port, err, f.opts.Port)
+	}
+	return s, nil
+}
+
 func (f *gobgpFleet) start(ctx context.Context) error {
 	// Every server listens before any connects.
 	for i, nd := range f.nodes {
-		s := server.NewBgpServer(server.LoggerOption(quietLogger{}))
-		go s.Serve()
+		s, err := f.newServer(ctx, nd.name, nd.addr, nd.addr)
+		if err != nil {
+			return err
+		}
 		f.mu.Lock()
 		f.servers[i] = s
 		f.mu.Unlock()
-		err := s.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
-			Asn: f.opts.ASN, RouterId: nd.addr.String(), ListenPort: int32(f.opts.Port), ListenAddresses: []string{nd.addr.String()},
-		}})
-		if err != nil {
-			return fmt.Errorf("gobgp %s on %s:%d: %v (binding port %d needs root or CAP_NET_BIND_SERVICE)", nd.name, nd.addr, f.opts.Port, err, f.opts.Port)
+		if len(f.rrPeers(i)) > 0 {
+			sh, err := f.newServer(ctx, nd.name+" (shadow)", nd.addr, shadowAddr(f.opts.Net, i))
+			if err != nil {
+				return err
+			}
+			f.mu.Lock()
+			f.shadows[i] = sh
+			f.mu.Unlock()
 		}
 	}
 	for i, nd := range f.nodes {
 		s := f.servers[i]
 		for _, p := range nd.peers {
-			peer := &api.Peer{
-				Conf:      &api.PeerConf{NeighborAddress: p.addr.String(), PeerAsn: f.opts.ASN},
-				Transport: &api.Transport{LocalAddress: nd.addr.String(), PassiveMode: p.passive, RemotePort: uint32(f.opts.Port)},
-				Timers:    &api.Timers{Config: &api.TimersConfig{ConnectRetry: 5, HoldTime: 90, KeepaliveInterval: 30}},
-				AfiSafis: []*api.AfiSafi{{
-					Config:   &api.AfiSafiConfig{Family: ipv4Unicast, Enabled: true},
-					AddPaths: &api.AddPaths{Config: &api.AddPathsConfig{Receive: true, SendMax: 255}},
-				}},
+			// As Calico configures it, but a route reflector treats every peer as a client (see
+			// the top of this file).
+			if err := f.addPeer(ctx, s, nd.addr, p.addr, p.passive, p.rrClient || nd.clusterID != "", nd.clusterID); err != nil {
+				return fmt.Errorf("gobgp %s: %v", nd.name, err)
 			}
-			// GoBGP prepends and checks the cluster list only on rr-client sessions, while BIRD
-			// (Calico's daemon) prepends its cluster ID to every route it reflects and drops
-			// looped routes on its rr-client sessions. A route reflector therefore treats all its
-			// iBGP peers as clients here, same-cluster ones included, so that routes reflected
-			// between same-cluster route reflectors carry the ID as they do in BIRD; configured
-			// as Calico writes it, GoBGP passes them on again, projectcalico/calico#2735 does not
-			// show and the paths per prefix explode. Which blocks arrive is then BIRD's for every
-			// plan whose clients peer with all route reflectors of a cluster ID (every plan of the
-			// planner); where they do not, GoBGP also tags a route reflector's own block with its
-			// ID toward same-cluster peers and loses a superset of BIRD's routes. A same-cluster
-			// route reflector may store more paths than BIRD (it gets its peers' own routes).
-			// GoBGP sends at most 255 paths of one prefix to a peer (a uint8).
-			if p.rrClient || nd.clusterID != "" {
-				peer.RouteReflector = &api.RouteReflector{RouteReflectorClient: true, RouteReflectorClusterId: nd.clusterID}
-			}
-			if err := s.AddPeer(ctx, &api.AddPeerRequest{Peer: peer}); err != nil {
-				return fmt.Errorf("gobgp %s: peer %s: %v", nd.name, p.addr, err)
+			if sh := f.shadows[p.idx]; sh != nil && f.nodes[p.idx].clusterID != "" && nd.clusterID != "" {
+				// The peer's shadow brings its block: this node takes it as it takes the
+				// peer's routes; the shadow connects.
+				if err := f.addPeer(ctx, s, nd.addr, shadowAddr(f.opts.Net, p.idx), true, true, nd.clusterID); err != nil {
+					return fmt.Errorf("gobgp %s: %v", nd.name, err)
+				}
 			}
 		}
-		nlri, _ := apb.New(&api.IPAddressPrefix{Prefix: nd.block.Addr().String(), PrefixLen: uint32(nd.block.Bits())})
-		origin, _ := apb.New(&api.OriginAttribute{Origin: 0})
-		nh, _ := apb.New(&api.NextHopAttribute{NextHop: nd.addr.String()})
-		_, err := s.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: &api.Path{
-			Family: ipv4Unicast, Nlri: nlri, Pattrs: []*apb.Any{origin, nh},
-		}})
-		if err != nil {
-			return fmt.Errorf("gobgp %s: originate %s: %v", nd.name, nd.block, err)
+		if err := f.originate(ctx, s, nd); err != nil {
+			return err
+		}
+		if sh := f.shadows[i]; sh != nil {
+			if err := f.startShadow(ctx, s, sh, i); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+func (f *gobgpFleet) addPeer(ctx context.Context, s *server.BgpServer, local, remote netip.Addr, passive, rrClient bool, clusterID string) error {
+	peer := &api.Peer{
+		Conf:      &api.PeerConf{NeighborAddress: remote.String(), PeerAsn: f.opts.ASN},
+		Transport: &api.Transport{LocalAddress: local.String(), PassiveMode: passive, RemotePort: uint32(f.opts.Port)},
+		Timers:    &api.Timers{Config: &api.TimersConfig{ConnectRetry: 5, HoldTime: 90, KeepaliveInterval: 30}},
+		AfiSafis: []*api.AfiSafi{{
+			Config:   &api.AfiSafiConfig{Family: ipv4Unicast, Enabled: true},
+			AddPaths: &api.AddPaths{Config: &api.AddPathsConfig{Receive: true, SendMax: 255}},
+		}},
+	}
+	if rrClient {
+		peer.RouteReflector = &api.RouteReflector{RouteReflectorClient: true, RouteReflectorClusterId: clusterID}
+	}
+	if err := s.AddPeer(ctx, &api.AddPeerRequest{Peer: peer}); err != nil {
+		return fmt.Errorf("peer %s: %v", remote, err)
+	}
+	return nil
+}
+
+func (f *gobgpFleet) originate(ctx context.Context, s *server.BgpServer, nd speakerNode) error {
+	nlri, _ := apb.New(&api.IPAddressPrefix{Prefix: nd.block.Addr().String(), PrefixLen: uint32(nd.block.Bits())})
+	origin, _ := apb.New(&api.OriginAttribute{Origin: 0})
+	nh, _ := apb.New(&api.NextHopAttribute{NextHop: nd.addr.String()})
+	_, err := s.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: &api.Path{
+		Family: ipv4Unicast, Nlri: nlri, Pattrs: []*apb.Any{origin, nh},
+	}})
+	if err != nil {
+		return fmt.Errorf("gobgp %s: originate %s: %v", nd.name, nd.block, err)
+	}
+	return nil
+}
+
+// startShadow makes node i's route reflector keep its own block from its route-reflector peers,
+// and its shadow send it to them instead, accepting nothing.
+func (f *gobgpFleet) startShadow(ctx context.Context, s, sh *server.BgpServer, i int) error {
+	nd := f.nodes[i]
+	var rrs []string
+	for _, p := range f.rrPeers(i) {
+		rrs = append(rrs, p.addr.String()+"/32")
+	}
+	const set, pol = "route-reflectors", "own-block-by-shadow"
+	err := s.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: set, List: rrs}})
+	if err == nil {
+		err = s.AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: pol, Statements: []*api.Statement{{
+			Name:       pol,
+			Conditions: &api.Conditions{NeighborSet: &api.MatchSet{Type: api.MatchSet_ANY, Name: set}, RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+			Actions:    &api.Actions{RouteAction: api.RouteAction_REJECT},
+		}}}})
+	}
+	if err == nil {
+		err = s.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: api.PolicyDirection_EXPORT, Policies: []*api.Policy{{Name: pol}}, DefaultAction: api.RouteAction_ACCEPT,
+		}})
+	}
+	// The shadow keeps its own block only (a global import policy also sees local paths).
+	const deaf = "learn-nothing"
+	if err == nil {
+		err = sh.AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: deaf, Statements: []*api.Statement{{
+			Name:       deaf,
+			Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_INTERNAL},
+			Actions:    &api.Actions{RouteAction: api.RouteAction_REJECT},
+		}}}})
+	}
+	if err == nil {
+		err = sh.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: api.PolicyDirection_IMPORT, Policies: []*api.Policy{{Name: deaf}}, DefaultAction: api.RouteAction_ACCEPT,
+		}})
+	}
+	if err != nil {
+		return fmt.Errorf("gobgp %s: own-block policy: %v", nd.name, err)
+	}
+	for _, p := range f.rrPeers(i) {
+		if err := f.addPeer(ctx, sh, shadowAddr(f.opts.Net, i), p.addr, false, false, ""); err != nil {
+			return fmt.Errorf("gobgp %s (shadow): %v", nd.name, err)
+		}
+	}
+	return f.originate(ctx, sh, nd)
 }
 
 func (f *gobgpFleet) server(i int) *server.BgpServer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.servers[i]
+}
+
+// isShadow says whether addr is a shadow's (its sessions are not the plan's).
+func (f *gobgpFleet) isShadow(addr string) bool {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	b := a.As4()
+	return int(b[2])<<8|int(b[3]) > shadowBase
 }
 
 func (f *gobgpFleet) poll(ctx context.Context, i int) (nodeState, error) {
@@ -108,7 +248,7 @@ func (f *gobgpFleet) poll(ctx context.Context, i int) (nodeState, error) {
 		return st, err
 	}
 	err = s.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
-		if p.State != nil && p.State.SessionState == api.PeerState_ESTABLISHED {
+		if p.State != nil && p.State.SessionState == api.PeerState_ESTABLISHED && !f.isShadow(p.State.NeighborAddress) {
 			st.established++
 		}
 	})
@@ -117,15 +257,16 @@ func (f *gobgpFleet) poll(ctx context.Context, i int) (nodeState, error) {
 
 func (f *gobgpFleet) stop(i int) error {
 	f.mu.Lock()
-	s := f.servers[i]
-	f.servers[i] = nil
+	s, sh := f.servers[i], f.shadows[i]
+	f.servers[i], f.shadows[i] = nil, nil
 	f.mu.Unlock()
-	if s != nil {
-		s.Stop()
+	for _, srv := range []*server.BgpServer{sh, s} {
+		if srv != nil {
+			srv.Stop()
+		}
 	}
 	return nil
 }
-
 func (f *gobgpFleet) close() { stopAll(len(f.nodes), f.stop) }
 
 // stopAll stops the speakers 0..n-1 of a fleet in parallel and waits for all of them.

@@ -84,6 +84,7 @@ func sameRoutes(t *testing.T, name string, in extender.Input, res *extender.Resu
 }
 
 func TestGoBGPMatchesModel(t *testing.T) {
+	t.Parallel()
 	for _, layout := range bgpmodel.Layouts {
 		in, res := samplePlan(t, layout, 24)
 		rep := run(t, SpeakerGoBGP, in, res, Options{})
@@ -95,6 +96,7 @@ func TestGoBGPMatchesModel(t *testing.T) {
 }
 
 func TestGoBGPFailureDrills(t *testing.T) {
+	t.Parallel()
 	in, res := samplePlan(t, "MultiCluster", 30)
 	rep := run(t, SpeakerGoBGP, in, res, Options{FailZone: "zone-b"})
 	require.NotNil(t, rep.AfterFailure, "no after-failure report")
@@ -119,6 +121,7 @@ func ensureBIRD(t *testing.T) {
 }
 
 func TestBIRDMatchesModel(t *testing.T) {
+	t.Parallel()
 	ensureBIRD(t)
 	for _, c := range []struct {
 		layout string
@@ -139,17 +142,16 @@ func TestBIRDMatchesModel(t *testing.T) {
 // projectcalico/calico#2735: one shared cluster ID with clients on only their zone's route
 // reflectors loses the routes between zones; BIRD and the model agree on which.
 func TestBIRDSharedClusterIDLosesRoutes(t *testing.T) {
+	t.Parallel()
 	ensureBIRD(t)
 	sharedClusterID(t, SpeakerBIRD)
 }
 
-// GoBGP also reports the broken plan, with more missing pairs than BIRD: configured with BIRD's
-// loop prevention (see gobgp.go) it puts its cluster ID on its own routes toward same-cluster
-// route reflectors, which BIRD does not, so a route reflector's own block does not reach the
-// clients of its same-cluster peers either.
+// GoBGP misses the same blocks as BIRD and the model on the broken plan, node by node (before the
+// shadow speakers of gobgp.go it missed more: a route reflector's own block carried its cluster ID).
 func TestGoBGPSharedClusterIDLosesRoutes(t *testing.T) {
-	rep := sharedClusterIDRun(t, SpeakerGoBGP)
-	assert.Falsef(t, int64(rep.Summary.MissingPairs) < rep.Summary.ModelMissingPairs || rep.Summary.ModelMissingPairs == 0, "missing pairs: gobgp %d, model %d", rep.Summary.MissingPairs, rep.Summary.ModelMissingPairs)
+	t.Parallel()
+	sharedClusterID(t, SpeakerGoBGP)
 }
 
 func sharedClusterID(t *testing.T, speaker string) {
@@ -171,8 +173,7 @@ func sharedClusterIDRun(t *testing.T, speaker string) planReport {
 			st.Annotations[extender.AnnotationClusterID] = "224.0.0.1"
 		}
 	}
-	// GoBGP loses more routes than the model says and never looks converged: a short bound. BIRD
-	// converges to the model's routes; its sessions take longer to come up (no passive side).
+	// BIRD's sessions take longer to come up (no passive side).
 	timeout := 20 * time.Second
 	if speaker == SpeakerBIRD {
 		timeout = time.Minute
@@ -183,6 +184,7 @@ func sharedClusterIDRun(t *testing.T, speaker string) planReport {
 }
 
 func TestBIRDFailZone(t *testing.T) {
+	t.Parallel()
 	ensureBIRD(t)
 	in, res := samplePlan(t, "SingleCluster", 30)
 	rep := run(t, SpeakerBIRD, in, res, Options{FailZone: "zone-a"})
