@@ -200,6 +200,7 @@ func (pl *planner) planDualPlane() {
 	}
 	borrowed := pl.borrowRackRRs(racks, rackRR)
 	rackSet := make(map[string][]int, len(racks))
+	onSpine := map[int][]string{} // plane -> racks whose clients peer with its spine member
 	for _, r := range racks {
 		var set []int
 		for k := 1; k <= planes; k++ {
@@ -210,6 +211,7 @@ func (pl *planner) planDualPlane() {
 				set = append(set, borrowed[r][k].index)
 			case spineOf[k] != nil:
 				set = append(set, planeSpine(k)...)
+				onSpine[k] = append(onSpine[k], r)
 			}
 		}
 		if len(set) == 0 {
@@ -217,6 +219,7 @@ func (pl *planner) planDualPlane() {
 		}
 		rackSet[r] = set
 	}
+	pl.degradeRacksOnSpine(onSpine, spineOf)
 	draining := pl.drainingNodes()
 	for i := range pl.dec {
 		d := &pl.dec[i]
@@ -302,6 +305,39 @@ func (pl *planner) borrowRackRRs(racks []string, rackRR map[string][]*NodeInfo) 
 		}
 	}
 	return out
+}
+
+// degradeRacksOnSpine says which racks found no route reflector of a plane in themselves nor one to
+// borrow in their zone (too few eligible nodes): their clients peer with the plane's spine member,
+// which then reflects for them as well as for the other route reflectors (more clients, more paths
+// per prefix on the busiest node). The policy is Degraded with the racks, the member and its
+// clients, so that the operator knows which zone needs eligible nodes.
+func (pl *planner) degradeRacksOnSpine(onSpine map[int][]string, spineOf []*NodeInfo) {
+	clients := map[string]int{}
+	for i := range pl.dec {
+		if pl.dec[i].role == roleClient {
+			clients[pl.dec[i].rack]++
+		}
+	}
+	for k := 1; k < len(spineOf); k++ {
+		n := 0
+		var racks []string
+		for _, r := range onSpine[k] {
+			if clients[r] > 0 {
+				n += clients[r]
+				racks = append(racks, r)
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		msg := fmt.Sprintf("racks %s have no eligible node for plane %d and none to borrow in their zone: their %d clients peer with spine member %s",
+			strings.Join(racks, ", "), k, n, spineOf[k].Name)
+		if pl.p.MaxClientsPerRR > 0 {
+			msg += fmt.Sprintf(" (maxClientsPerRouteReflector %d)", pl.p.MaxClientsPerRR)
+		}
+		pl.degrade(ReasonRacksOnSpine, msg)
+	}
 }
 
 // isRackRR reports whether n is an active rack route reflector now (not a spine member).

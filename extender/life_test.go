@@ -315,3 +315,27 @@ func TestDualPlaneShortRackBorrows(t *testing.T) {
 	}
 	require.LessOrEqual(t, l.res.Summary.MaxClientsPerRouteReflector, 100)
 }
+
+// TestDualPlaneShortZoneIsDegraded: a zone of 867 nodes with only 2 eligible nodes (one per rack)
+// cannot give its racks a second plane, and its other zones' rack route reflectors have no room
+// (maxClientsPerRouteReflector 500): the racks' clients peer with the plane's spine member. The
+// plan stays safe (every drill passes) and says so: Degraded, reason RacksShortOfRouteReflectors,
+// naming the racks and the member, not a bare "a route reflector has 865 clients".
+func TestDualPlaneShortZoneIsDegraded(t *testing.T) {
+	spec := v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Type: v1alpha1.DualPlane}}
+	spec.ForbiddenNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"no-rr": "true"}}
+	nodes := cluster(3000, 3)[:2600]
+	for i, n := range zoneNodes(nodes, "zone-a") {
+		if i >= 2 {
+			n.Labels["no-rr"] = "true"
+		}
+	}
+	l := newLife(t, resolve(t, spec), nodes)
+	l.settle(time.Minute, 3)
+	l.requireSafe("a zone with two eligible nodes")
+	c := l.res.Degraded()
+	require.NotNil(t, c, "not Degraded")
+	require.Equal(t, ReasonRacksOnSpine, c.Reason, c.Message)
+	require.Contains(t, c.Message, "zone-a-rack-1, zone-a-rack-2")
+	require.Contains(t, c.Message, "spine member "+l.spine()[2].Node)
+}

@@ -53,6 +53,7 @@ const (
 	ReasonMaxClients             = "MaxClientsPerRouteReflectorExceeded"
 	ReasonWaitingForNodes        = "WaitingForNodes"
 	ReasonPlanesInOneZone        = "PlanesInOneZone"
+	ReasonRacksOnSpine           = "RacksShortOfRouteReflectors"
 )
 
 type role uint8
