@@ -173,6 +173,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# group_of names the module source a tool is built from: one build job per source.
+group_of() {
+  case "$1" in
+    kube-apiserver|kubectl) echo kubernetes ;;
+    confd|calico-apiserver) echo calico ;;
+    *) echo "$1" ;;
+  esac
+}
+
 build_tool() {
   local tool="$1" ver dest dir pkg ldflags tmp
   ver="$(version_of "$tool")"
@@ -294,8 +303,10 @@ ensure_tool() {
     log "using cached $tool $ver ($dest)"
     return
   fi
-  # Serialise builds across concurrent callers; re-check after the wait.
-  exec 9>"$CACHE/.build.lock"
+  # Serialise the builds from one module source (kube-apiserver and kubectl share Kubernetes',
+  # confd and calico-apiserver Calico's) across this script's jobs and concurrent callers;
+  # re-check after the wait.
+  exec 9>"$CACHE/.build-$(group_of "$tool").lock"
   if command -v flock >/dev/null 2>&1; then
     if ! flock -n 9; then
       log "waiting for another hack/tools.sh build to finish..."
@@ -317,7 +328,21 @@ if [[ ${#tools[@]} -eq 0 ]]; then
 fi
 for t in "${tools[@]}"; do version_of "$t" >/dev/null; done
 log "hack/tools.sh: ${tools[*]}"
-for t in "${tools[@]}"; do ensure_tool "$t"; done
+# One job per module source, all at once: go build already uses every core for the compile,
+# and the jobs fill each other's downloads, links and apt-get waits.
+declare -A jobs=()
+for t in "${tools[@]}"; do jobs[$(group_of "$t")]+="$t "; done
+pids=()
+for g in "${!jobs[@]}"; do
+  (
+    trap cleanup EXIT
+    for t in ${jobs[$g]}; do ensure_tool "$t"; done
+  ) &
+  pids+=($!)
+done
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+[[ $failed == 0 ]] || die "a tool could not be built or installed (see above)"
 log "hack/tools.sh: ${tools[*]} ready in ${SECONDS}s"
 
 env_tmp="$BIN/.env.sh.tmp.$$"
