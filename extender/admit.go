@@ -112,15 +112,18 @@ type AdmitState struct {
 	// the plan's time, and the caller moves it on before each Admit.
 	Now time.Time
 
-	desired  int // the plan's desired count (MultiCluster, Hierarchical)
-	healthy  int
-	active   int
-	zones    map[string]*admitZone
-	nodes    map[string]admitNode
-	rrs      map[string]*admitRR
-	sets     map[string]*admitSet
-	ids      map[uint32]int // active route reflectors per cluster ID
-	draining map[uint32]int // draining route reflectors per cluster ID
+	desired int // the plan's desired count (MultiCluster, Hierarchical)
+	// registered is the plan's CalicoNodeRegistered filter (the etcd datastore), nil without one:
+	// the node webhooks read nodes through the default filters only.
+	registered *CalicoNodeRegistered
+	healthy    int
+	active     int
+	zones      map[string]*admitZone
+	nodes      map[string]admitNode
+	rrs        map[string]*admitRR
+	sets       map[string]*admitSet
+	ids        map[uint32]int // active route reflectors per cluster ID
+	draining   map[uint32]int // draining route reflectors per cluster ID
 	// releasing counts cluster IDs that nodes still carry but the plan takes from them.
 	releasing map[uint32]int
 	reserved  map[uint32]bool // other policies' cluster IDs (Input.ForeignClusterIDs)
@@ -189,6 +192,11 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 		draining:    map[uint32]int{},
 		releasing:   map[uint32]int{},
 		racks:       map[string]*admitRack{},
+	}
+	for _, f := range in.Filters {
+		if r, ok := f.(*CalicoNodeRegistered); ok {
+			s.registered = r
+		}
 	}
 	for _, z := range res.Zones {
 		s.zone(z.Zone).desired = z.Desired
@@ -431,6 +439,13 @@ func (s *AdmitState) Admit(n *corev1.Node) Admission {
 // state (state.Ledger.Admit) to here. It does not change the state (see Record).
 func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission {
 	p := s.Policy
+	if ni.Eligible && s.registered != nil {
+		if r := s.registered.Filter(p, ni); r != "" {
+			c := *ni
+			c.Eligible, c.Reason, c.Rule = false, r, s.registered.Rule()
+			ni = &c
+		}
+	}
 	n := ni.Node
 	a := Admission{Node: n.Name, Zone: ni.Zone, Healthy: ni.Healthy(), Eligible: ni.Eligible, Awaited: ni.Awaited}
 	prev, known := s.nodes[n.Name]

@@ -299,3 +299,60 @@ func BenchmarkAdmit5000(b *testing.B) {
 		require.False(b, a.Role == extender.AdmitNone, "no decision")
 	}
 }
+
+// TestCalicoNodeRegistered: with the etcd datastore's registered Calico Nodes, neither the plan nor
+// an admission makes a node calico-node has not registered a route reflector while registered
+// eligible nodes exist; a current route reflector keeps its role when its name is missing (the
+// watch lags).
+func TestCalicoNodeRegistered(t *testing.T) {
+	p := admitPolicy(t, nil)
+	var nodes []*corev1.Node
+	for i := range 12 {
+		nodes = append(nodes, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
+	}
+	registered := map[string]bool{}
+	for _, n := range nodes[3:] { // the oldest three (the plan's first choice) are not registered
+		registered[n.Name] = true
+	}
+	in := extender.Input{Policy: p, Nodes: nodes, Now: admitT0.Add(time.Hour),
+		Filters: append(extender.DefaultFilters(), extender.NewCalicoNodeRegistered(registered))}
+	res := extender.Plan(in)
+	require.NotEmpty(t, res.RouteReflectors)
+	for _, rr := range res.RouteReflectors {
+		require.Truef(t, registered[rr.Node], "%s is planned as a route reflector without a Calico Node", rr.Node)
+	}
+	for _, ie := range res.Ineligible {
+		require.Equal(t, extender.RuleUnregisteredNode, ie.Rule, ie.Node)
+	}
+	require.Len(t, res.Ineligible, 3)
+
+	t.Run("admission", func(t *testing.T) {
+		st := extender.NewAdmitState(extender.Input{Policy: p, Now: admitT0.Add(time.Hour), Filters: in.Filters}, extender.Plan(extender.Input{Policy: p, Now: admitT0.Add(time.Hour)}))
+		a := st.Admit(nodes[0])
+		require.NotEqual(t, extender.AdmitRouteReflector, a.Role, "%s without a Calico Node promoted at admission", nodes[0].Name)
+		require.False(t, a.Eligible)
+		b := st.Admit(nodes[3])
+		require.Equal(t, extender.AdmitRouteReflector, b.Role, "%s with its Calico Node: %+v", nodes[3].Name, b)
+	})
+
+	t.Run("a current route reflector keeps its role", func(t *testing.T) {
+		for _, st := range res.Nodes {
+			for _, n := range nodes {
+				if n.Name == st.Name {
+					applyState(p, n, st)
+				}
+			}
+		}
+		delete(registered, res.RouteReflectors[0].Node)
+		again := extender.Plan(extender.Input{Policy: p, Nodes: nodes, Now: admitT0.Add(2 * time.Hour), Filters: in.Filters})
+		require.ElementsMatch(t, rrNodes(res), rrNodes(again))
+	})
+}
+
+func rrNodes(r *extender.Result) []string {
+	var out []string
+	for _, rr := range r.RouteReflectors {
+		out = append(out, rr.Node)
+	}
+	return out
+}

@@ -17,10 +17,12 @@ const (
 	NotForbiddenName      = "NotForbidden"
 	NodeConditionsName    = "NodeConditions"
 	HandedOverName        = "HandedOver"
+	CalicoNodeName        = "CalicoNodeRegistered"
 	ReasonNotReady        = "node is not Ready"
 	ReasonUnschedulable   = "node is cordoned (spec.unschedulable)"
 	ReasonDeleting        = "node is being deleted"
 	ReasonForbidden       = "node matches the policy's forbiddenNodeSelector"
+	ReasonUnregistered    = "node has no Calico Node in the datastore yet (calico-node has not started on it)"
 	ReasonHandedOver      = "node's route reflector role is handed over: the layout survives its failure drills only without it in that place"
 
 	// The rules under which the node validator refuses to make a node a route reflector that a
@@ -32,6 +34,7 @@ const (
 	RuleForbiddenNode      = "forbidden-node"
 	RuleNodeCondition      = "node-condition"
 	RuleHandedOverNode     = "handed-over-node"
+	RuleUnregisteredNode   = "unregistered-node"
 	reasonUntoleratedTaint = "node has taint %s=%s:%s that the route reflector does not tolerate"
 	reasonCondition        = "node condition %s is True"
 )
@@ -208,4 +211,31 @@ func (f *HandedOver) Filter(_ *policy.Resolved, n *NodeInfo) string {
 		return ReasonHandedOver
 	}
 	return ""
+}
+
+// CalicoNodeRegistered (the etcd datastore) rejects a node whose Calico Node calico-node has not
+// registered yet, so that a route reflector is never a node where Calico does not run; a current
+// route reflector keeps its role (the set comes from a watch that may lag). The shared state adds it
+// with the names the watch has seen, when it has seen any: with none, every node passes.
+type CalicoNodeRegistered struct{ names map[string]bool }
+
+var _ FilterPlugin = &CalicoNodeRegistered{}
+
+// NewCalicoNodeRegistered returns the CalicoNodeRegistered filter for the registered names.
+func NewCalicoNodeRegistered(names map[string]bool) *CalicoNodeRegistered {
+	return &CalicoNodeRegistered{names: names}
+}
+
+// Name implements FilterPlugin.
+func (*CalicoNodeRegistered) Name() string { return CalicoNodeName }
+
+// Rule implements FilterPlugin.
+func (*CalicoNodeRegistered) Rule() string { return RuleUnregisteredNode }
+
+// Filter implements FilterPlugin.
+func (f *CalicoNodeRegistered) Filter(_ *policy.Resolved, n *NodeInfo) string {
+	if f.names[n.Name] || (n.CurrentRR && !n.Draining()) {
+		return ""
+	}
+	return ReasonUnregistered
 }

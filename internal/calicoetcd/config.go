@@ -90,6 +90,8 @@ type Store struct {
 	endpoints string
 	// Timeout bounds each call [10s].
 	Timeout time.Duration
+
+	registered registry // the Calico Nodes WatchChanges has seen
 }
 
 // New validates c and builds Calico's client. It does not wait for etcd: Check says whether it

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,13 +171,24 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 	zone := func(i int) string { return fmt.Sprintf("zone-%c", 'a'+i%3) }
 
 	t.Run("30 nodes across 3 zones get their roles in etcd", func(t *testing.T) {
-		// calico-node has started on 27 of them; the last 3 register later.
-		for i := range 27 {
+		// calico-node has started on 27 of them; the first 3 (the oldest, one per zone: the
+		// planner's first choice) register later.
+		for i := 3; i < 30; i++ {
 			registerCalicoNode(t, calicoctl, name(i), zone(i), fmt.Sprintf("10.0.0.%d", i+1))
 		}
-		w.joinCluster(30)
-		// The nodes join in any order, so a planned route reflector may be one of the last 3: it
-		// gets its role in etcd when calico-node registers it (the next step checks that).
+		// The unregistered 3 join first (without the filter, admission would make each its zone's
+		// route reflector), then the others at once.
+		for i := range 3 {
+			w.joinIP(name(i), zone(i), fmt.Sprintf("10.0.0.%d", i+1))
+		}
+		var wg sync.WaitGroup
+		for i := 3; i < 30; i++ {
+			wg.Go(func() { w.joinIP(name(i), zone(i), fmt.Sprintf("10.0.0.%d", i+1)) })
+		}
+		wg.Wait()
+		// A route reflector is never one of the first 3 while
+		// registered eligible nodes exist (the CalicoNodeRegistered filter, fed by the watch of
+		// Calico Nodes): at admission and in every plan.
 		w.eventually("27 Calico Nodes in etcd settled", 60*time.Second, func() error {
 			s, err := w.etcdState(calicoctl)
 			if err != nil {
@@ -185,15 +197,14 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 			if len(s.k8s.rrs) != 3 {
 				return fmt.Errorf("%d route reflectors on the Kubernetes Nodes %v, want 3", len(s.k8s.rrs), s.k8s.rrs)
 			}
-			registered := 0
 			for rr := range s.k8s.rrs {
-				if s.calico[rr] != nil {
-					registered++
+				if s.calico[rr] == nil {
+					require.Fail(t, fmt.Sprintf("%s is a route reflector but calico-node has not registered it", rr))
 				}
 			}
-			return s.settled(registered)
+			return s.settled(3)
 		})
-		for i := 27; i < 30; i++ {
+		for i := range 3 {
 			registerCalicoNode(t, calicoctl, name(i), zone(i), fmt.Sprintf("10.0.0.%d", i+1))
 		}
 		var s *etcdState
@@ -204,7 +215,7 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 			if len(s.calico) != 30 {
 				return fmt.Errorf("%d Calico Nodes", len(s.calico))
 			}
-			for i := 27; i < 30; i++ {
+			for i := range 3 {
 				if c := s.calico[name(i)]; c.Labels[extender.LabelPeeringSet] == "" && s.rrs[name(i)] == "" {
 					return fmt.Errorf("late node %s has no role in etcd", name(i))
 				}

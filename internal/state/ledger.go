@@ -37,6 +37,10 @@ type Ledger struct {
 	// Drills runs the failure drills on every plan the leader computes (Plan): the planner then
 	// prefers a plan that survives them. nil plans without drills.
 	Drills extender.DrillFunc
+	// Registered returns the nodes Calico has registered (the etcd datastore's Calico Nodes, from
+	// the reconciler's watch), nil when unknown: a plan then keeps other nodes from new route
+	// reflector roles (extender.CalicoNodeRegistered). nil for the Kubernetes datastore.
+	Registered func() map[string]bool
 }
 
 type planState struct {
@@ -401,6 +405,11 @@ func (l *Ledger) Plan(valid []Managed, cache []*corev1.Node, m Managed, now time
 	in = extender.Input{Policy: m.Resolved, Nodes: nodes, Now: now, Recommendations: history,
 		ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes), CrossPolicy: len(valid) > 1,
 		OutsideSelector: OutsideSelector(valid, all), Drills: l.Drills}
+	if l.Registered != nil {
+		if names := l.Registered(); len(names) > 0 {
+			in.Filters = append(extender.DefaultFilters(), extender.NewCalicoNodeRegistered(names))
+		}
+	}
 	res = extender.Plan(in)
 	return in, res, l.Commit(m.Policy.Generation, in, res, seq)
 }
