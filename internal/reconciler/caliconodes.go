@@ -36,6 +36,14 @@ func (r *Reconciler) syncCalicoNodes(ctx context.Context, st *State) error {
 	return r.writeCalicoRoles(ctx, st, true)
 }
 
+// releaseCalicoRoles (a deleted policy, the mesh back on) takes the roles off the policy's Calico
+// Nodes: route reflectors first (without a cluster ID a node joins the mesh), then clients, as the
+// cleanup does on the Kubernetes Nodes. The plan's order (clients before demotions) would leave
+// clients with neither their peering set nor mesh sessions to the route reflectors meanwhile.
+func (r *Reconciler) releaseCalicoRoles(ctx context.Context, st *State) error {
+	return r.writeCalicoRolesOrdered(ctx, st, false, true)
+}
+
 type calicoWrite struct {
 	name       string
 	have, want calicoetcd.Role
@@ -43,6 +51,10 @@ type calicoWrite struct {
 }
 
 func (r *Reconciler) writeCalicoRoles(ctx context.Context, st *State, report bool) error {
+	return r.writeCalicoRolesOrdered(ctx, st, report, false)
+}
+
+func (r *Reconciler) writeCalicoRolesOrdered(ctx context.Context, st *State, report, demoteFirst bool) error {
 	owned := extender.OwnedLabelKeys(st.Managed.Resolved.RRLabelKey)
 	have, err := r.CalicoNodes.Roles(ctx, owned)
 	if err != nil {
@@ -68,6 +80,8 @@ func (r *Reconciler) writeCalicoRoles(ctx context.Context, st *State, report boo
 		phase := 1
 		switch {
 		case want.ClusterID != "":
+			phase = 0
+		case cur.ClusterID != "" && demoteFirst:
 			phase = 0
 		case cur.ClusterID != "":
 			phase = 2

@@ -65,7 +65,9 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, pol *v1alpha1.RouteRef
 //     routes: the roles, labels and BGPPeers stay (a Warning Event says so) and only the
 //     finalizer goes.
 //  4. Then the route reflectors lose their role first (a node without a cluster ID joins the
-//     mesh), then the clients their peering sets, then the policy's BGPPeers go, then the finalizer.
+//     mesh), then the clients their peering sets (in etcd too, in that order), then the policy's
+//     BGPPeers go once the graph model finds every pair without them (other policies being
+//     deleted may still have route reflectors that only they reach), then the finalizer.
 func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	pol := st.Policy
 	if !slices.Contains(pol.Finalizers, Finalizer) {
@@ -111,7 +113,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 				return fmt.Errorf("leaving the node-to-node mesh's owners: %w", err)
 			}
 		}
-		lost, err := r.releaseLosesRoutes(ctx, st)
+		lost, err := r.releaseLosesRoutes(ctx, st, false)
 		if err != nil {
 			return err
 		}
@@ -166,12 +168,26 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		// those whose Kubernetes Node an earlier attempt already released.
 		maps.Copy(matching, st.View)
 		release := &State{Name: st.Name, Managed: st.Managed, View: matching}
-		if err := r.writeCalicoRoles(ctx, release, false); err != nil {
+		if err := r.releaseCalicoRoles(ctx, release); err != nil {
 			return err
 		}
 		if release.Requeue > 0 {
+			// A Calico Node not written yet keeps its role: the BGPPeers stay until it is.
 			st.requeue(release.Requeue)
+			return nil
 		}
+	}
+	// The BGPPeers go last, once that loses no route: another policy being deleted may still have
+	// route reflectors (with a cluster ID a node is out of the mesh) that reach this policy's
+	// nodes only through them; they release their roles without waiting, so this ends.
+	lost, err := r.releaseLosesRoutes(ctx, st, !meshOff)
+	if err != nil {
+		return err
+	}
+	if lost != "" {
+		r.Log.Info("policy deleted: its BGPPeers stay until other policies' route reflectors are released", "policy", pol.Name, "missing", lost)
+		st.requeue(handoverRetry)
+		return nil
 	}
 	peers, err := r.peers().List(ctx, managedPeers(pol.Name))
 	if err != nil {
@@ -219,8 +235,8 @@ func cfgAnnotation(cfg *apiv3.BGPConfiguration, key string) string {
 }
 
 // releaseLosesRoutes runs the graph model on the cluster as it would be without the policy's roles,
-// labels and BGPPeers, the mesh off, and says what it loses ("" when nothing).
-func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State) (string, error) {
+// labels and BGPPeers, with the mesh on or off, and says what it loses ("" when nothing).
+func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State, mesh bool) (string, error) {
 	p := st.Managed.Resolved
 	var nodes []*corev1.Node
 	for _, n := range r.Nodes.List() {
@@ -248,7 +264,7 @@ func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State) (string,
 		}
 		peers = append(peers, *b)
 	}
-	topo, err := bgpmodel.FromCluster(nodes, peers, p.ZoneLabel, bgpmodel.Options{})
+	topo, err := bgpmodel.FromCluster(nodes, peers, p.ZoneLabel, bgpmodel.Options{NodeToNodeMesh: mesh})
 	if err != nil {
 		return "", fmt.Errorf("graph model of the cluster without policy %s: %w", st.Name, err)
 	}
