@@ -41,6 +41,10 @@ func TestPoliciesDeletionOnRealAPIServerLarge(t *testing.T) {
 		{"three, all migrate, all at once", "abc", "abc", nil},
 		{"three, two migrate, c b a", "abc", "ab", []string{"c", "b", "a"}},
 		{"three, one migrates, b a c", "abc", "c", []string{"b", "a", "c"}},
+		{"two, a migrates, all at once", "ab", "a", nil},
+		{"three, all migrate, a b c", "abc", "abc", []string{"a", "b", "c"}},
+		{"three, one migrates, all at once", "abc", "b", nil},
+		{"three, two migrate, a c b", "abc", "bc", []string{"a", "c", "b"}},
 	})
 }
 
