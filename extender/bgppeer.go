@@ -2,6 +2,7 @@ package extender
 
 import (
 	"fmt"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"slices"
 	"strings"
 
@@ -63,6 +64,18 @@ var CrossPolicySelector = fmt.Sprintf("has(%s)", LabelTopLevel)
 // every policy (each policy writes the same one under its own name; Calico makes one session per
 // pair).
 func CrossPolicyBGPPeerName(policyName string) string { return meshName("mesh.all.", policyName) }
+
+// ReleaseBGPPeer is the BGPPeer a deleted policy writes, once the mesh is back on and before its
+// route reflectors lose their role: every node peers with each of the policy's route reflectors.
+// A route reflector keeps its cluster ID until released, and with it is out of the node-to-node
+// mesh: when several policies are deleted at once, one policy's route reflectors would otherwise
+// lose the routes of the nodes another policy releases first (their cross-policy sessions went
+// with that policy's route reflectors). It goes with the policy's other BGPPeers.
+func ReleaseBGPPeer(p *policy.Resolved) BGPPeer {
+	return BGPPeer{Name: meshName("release.", p.Name),
+		Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelPolicy: p.Name},
+		Spec:   apiv3.BGPPeerSpec{NodeSelector: "all()", PeerSelector: RouteReflectorSelector(p.RRLabelKey, p.RRLabelValue)}}
+}
 
 // OutsideBGPPeerName names a policy's BGPPeer that makes the nodes outside every policy clients of
 // the top-level route reflectors.

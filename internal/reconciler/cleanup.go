@@ -16,6 +16,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -113,7 +114,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 				return fmt.Errorf("leaving the node-to-node mesh's owners: %w", err)
 			}
 		}
-		lost, err := r.releaseLosesRoutes(ctx, st, false)
+		lost, err := r.releaseLosesRoutes(ctx, st, false, false)
 		if err != nil {
 			return err
 		}
@@ -135,6 +136,24 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 				st.requeue(wait + 100*time.Millisecond)
 				return nil
 			}
+		}
+	}
+	if !meshOff {
+		// Every node peers with this policy's route reflectors before any of them is released,
+		// and none is released while that loses a route (another policy being deleted may not
+		// have its own bridge yet: its route reflectors, out of the mesh, would lose this
+		// policy's nodes). Each policy writes its bridge without waiting, so this ends.
+		if err := r.ensureReleaseBridge(ctx, st); err != nil {
+			return err
+		}
+		lost, err := r.releaseLosesRoutes(ctx, st, true, true)
+		if err != nil {
+			return err
+		}
+		if lost != "" {
+			r.Log.Info("policy deleted: its route reflectors keep their role until every node reaches the others without them", "policy", pol.Name, "missing", lost)
+			st.requeue(handoverRetry)
+			return nil
 		}
 	}
 	// Route reflectors first, then clients: each phase finishes before the next.
@@ -180,7 +199,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	// The BGPPeers go last, once that loses no route: another policy being deleted may still have
 	// route reflectors (with a cluster ID a node is out of the mesh) that reach this policy's
 	// nodes only through them; they release their roles without waiting, so this ends.
-	lost, err := r.releaseLosesRoutes(ctx, st, !meshOff)
+	lost, err := r.releaseLosesRoutes(ctx, st, !meshOff, false)
 	if err != nil {
 		return err
 	}
@@ -234,9 +253,31 @@ func cfgAnnotation(cfg *apiv3.BGPConfiguration, key string) string {
 	return cfg.Annotations[key]
 }
 
-// releaseLosesRoutes runs the graph model on the cluster as it would be without the policy's roles,
-// labels and BGPPeers, with the mesh on or off, and says what it loses ("" when nothing).
-func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State, mesh bool) (string, error) {
+// ensureReleaseBridge writes the policy's release BGPPeer (extender.ReleaseBGPPeer) if it is missing.
+func (r *Reconciler) ensureReleaseBridge(ctx context.Context, st *State) error {
+	want := extender.ReleaseBGPPeer(st.Managed.Resolved)
+	have, err := r.peers().List(ctx, managedPeers(st.Name))
+	if err != nil {
+		return fmt.Errorf("listing BGPPeers: %w", err)
+	}
+	for _, p := range have {
+		if p.Name == want.Name {
+			return nil
+		}
+	}
+	obj := calico.BGPPeer(r.PeerAPI, want)
+	if err := r.peers().Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating BGPPeer %s: %w", want.Name, err)
+	}
+	r.peerSynced(want.Name, obj)
+	peerWrites.WithLabelValues(st.Name, "create").Inc()
+	return nil
+}
+
+// releaseLosesRoutes runs the graph model on the cluster as it would be without the policy's roles
+// and labels, and without its BGPPeers unless keepPeers, with the mesh on or off, and says what it
+// loses ("" when nothing).
+func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State, mesh, keepPeers bool) (string, error) {
 	p := st.Managed.Resolved
 	var nodes []*corev1.Node
 	for _, n := range r.Nodes.List() {
@@ -259,7 +300,7 @@ func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State, mesh boo
 	mine := managedPeers(st.Name)
 	var peers []apiv3.BGPPeer
 	for _, b := range all {
-		if b.Labels[extender.LabelManagedBy] == mine[extender.LabelManagedBy] && b.Labels[extender.LabelPolicy] == st.Name {
+		if !keepPeers && b.Labels[extender.LabelManagedBy] == mine[extender.LabelManagedBy] && b.Labels[extender.LabelPolicy] == st.Name {
 			continue
 		}
 		peers = append(peers, *b)
