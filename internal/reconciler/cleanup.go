@@ -114,14 +114,8 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 				return fmt.Errorf("leaving the node-to-node mesh's owners: %w", err)
 			}
 		}
-		lost, err := r.releaseLosesRoutes(ctx, st, false, false)
-		if err != nil {
+		if wait, err := r.waitWhileReleaseLoses(ctx, st, false, false, "its nodes keep their roles until other policies' route reflectors take them"); wait || err != nil {
 			return err
-		}
-		if lost != "" {
-			r.Log.Info("policy deleted: its nodes keep their roles until other policies' route reflectors take them", "policy", pol.Name, "missing", lost)
-			st.requeue(handoverRetry)
-			return nil
 		}
 	case meshOff:
 		r.Recorder.Eventf(pol, corev1.EventTypeWarning, EventRouteReflectorsKept,
@@ -146,14 +140,8 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		if err := r.ensureReleaseBridge(ctx, st); err != nil {
 			return err
 		}
-		lost, err := r.releaseLosesRoutes(ctx, st, true, true)
-		if err != nil {
+		if wait, err := r.waitWhileReleaseLoses(ctx, st, true, true, "its route reflectors keep their role until every node reaches the others without them"); wait || err != nil {
 			return err
-		}
-		if lost != "" {
-			r.Log.Info("policy deleted: its route reflectors keep their role until every node reaches the others without them", "policy", pol.Name, "missing", lost)
-			st.requeue(handoverRetry)
-			return nil
 		}
 	}
 	// Route reflectors first, then clients: each phase finishes before the next.
@@ -199,14 +187,8 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	// The BGPPeers go last, once that loses no route: another policy being deleted may still have
 	// route reflectors (with a cluster ID a node is out of the mesh) that reach this policy's
 	// nodes only through them; they release their roles without waiting, so this ends.
-	lost, err := r.releaseLosesRoutes(ctx, st, !meshOff, false)
-	if err != nil {
+	if wait, err := r.waitWhileReleaseLoses(ctx, st, !meshOff, false, "its BGPPeers stay until other policies' route reflectors are released"); wait || err != nil {
 		return err
-	}
-	if lost != "" {
-		r.Log.Info("policy deleted: its BGPPeers stay until other policies' route reflectors are released", "policy", pol.Name, "missing", lost)
-		st.requeue(handoverRetry)
-		return nil
 	}
 	peers, err := r.peers().List(ctx, managedPeers(pol.Name))
 	if err != nil {
@@ -272,6 +254,18 @@ func (r *Reconciler) ensureReleaseBridge(ctx context.Context, st *State) error {
 	r.peerSynced(want.Name, obj)
 	peerWrites.WithLabelValues(st.Name, "create").Inc()
 	return nil
+}
+
+// waitWhileReleaseLoses says whether the next step of a deleted policy's release must wait because
+// releaseLosesRoutes finds pairs it would lose (logged with what, and requeued).
+func (r *Reconciler) waitWhileReleaseLoses(ctx context.Context, st *State, mesh, keepPeers bool, what string) (bool, error) {
+	lost, err := r.releaseLosesRoutes(ctx, st, mesh, keepPeers)
+	if err != nil || lost == "" {
+		return false, err
+	}
+	r.Log.Info("policy deleted: "+what, "policy", st.Name, "missing", lost)
+	st.requeue(handoverRetry)
+	return true, nil
 }
 
 // releaseLosesRoutes runs the graph model on the cluster as it would be without the policy's roles

@@ -20,7 +20,6 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/reconciler"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
 // etcdCalicoNode plays calico-node on etcd for every CalicoNodeStatus there: it writes an
@@ -87,13 +86,7 @@ func (e *etcdCalicoNode) report(ctx context.Context, w *world, c *calicoetcd.Sto
 // InternalIPs); the role moves on them, long before removalDelay (10m), and the CalicoNodeStatus
 // goes. Nothing of it reaches the Kubernetes API.
 func TestEtcdHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
-	w := newEnv(t)
-	w.port = testenv.FreePort(t)
-	w.install(w.port)
-	w.rep = w.start(w.port, true, etcdOptions(w.env.EtcdURL))
-	w.awaitWebhooks()
-	calicoctl, err := calicoetcd.New(calicoetcd.Config{Endpoints: w.env.EtcdURL})
-	require.NoError(t, err)
+	w, calicoctl := newEtcdWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
   removalDelay: 10m
@@ -107,6 +100,7 @@ func TestEtcdHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
 	cn := startEtcdCalicoNode(w, calicoctl)
 	w.joinCluster(18)
 	var s *etcdState
+	var err error
 	w.eventually("settled in etcd", 90*time.Second, func() error {
 		if s, err = w.etcdState(calicoctl); err != nil {
 			return err

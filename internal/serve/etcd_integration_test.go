@@ -43,6 +43,19 @@ func etcdOptions(endpoints string) func(*serve.Options) {
 	}
 }
 
+// newEtcdWorld starts the product from the chart with Calico's etcd datastore (the test
+// environment's etcd) and returns a client of that etcd, as calicoctl would use.
+func newEtcdWorld(t *testing.T) (*world, *calicoetcd.Store) {
+	w := newEnv(t)
+	w.port = testenv.FreePort(t)
+	w.install(w.port)
+	w.rep = w.start(w.port, true, etcdOptions(w.env.EtcdURL))
+	w.awaitWebhooks()
+	calicoctl, err := calicoetcd.New(calicoetcd.Config{Endpoints: w.env.EtcdURL})
+	require.NoError(t, err)
+	return w, calicoctl
+}
+
 // calicoNode registers a node in etcd as calico-node does when it starts (the labels
 // kube-controllers copies from the Kubernetes Node, its BGP address).
 func registerCalicoNode(t *testing.T, c *calicoetcd.Store, name, zone, ip string) {
@@ -158,14 +171,9 @@ func (s *etcdState) settled(want int) error {
 // reverted with Events, the graph model on etcd's state missing no pair, and nothing of Calico
 // written to the Kubernetes API.
 func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
-	w := newEnv(t)
+	w, calicoctl := newEtcdWorld(t)
 	ctx := t.Context()
-	w.port = testenv.FreePort(t)
-	w.install(w.port)
-	w.rep = w.start(w.port, true, etcdOptions(w.env.EtcdURL))
-	w.awaitWebhooks()
-	calicoctl, err := calicoetcd.New(calicoetcd.Config{Endpoints: w.env.EtcdURL})
-	require.NoError(t, err)
+	var err error
 	w.applyPolicy(policyYAML)
 	name := func(i int) string { return fmt.Sprintf("node-%02d", i) }
 	zone := func(i int) string { return fmt.Sprintf("zone-%c", 'a'+i%3) }

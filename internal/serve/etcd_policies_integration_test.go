@@ -37,13 +37,8 @@ func etcdRouting(t *testing.T, c *calicoetcd.Store) (missing int64, mesh bool, s
 // etcd's state misses no pair at any step (sampled every 100 ms), and at the end the mesh is on in
 // etcd, no Calico Node keeps an owned label or a cluster ID, and no BGPPeer is left there.
 func TestEtcdPoliciesUninstallOnRealAPIServer(t *testing.T) {
-	w := newEnv(t)
-	w.port = testenv.FreePort(t)
-	w.install(w.port)
-	w.rep = w.start(w.port, true, etcdOptions(w.env.EtcdURL))
-	w.awaitWebhooks()
-	calicoctl, err := calicoetcd.New(calicoetcd.Config{Endpoints: w.env.EtcdURL})
-	require.NoError(t, err)
+	w, calicoctl := newEtcdWorld(t)
+	var err error
 	const pools, n = "ab", 24
 	for i := range n {
 		name := fmt.Sprintf("%c-%02d", pools[i%2], i/2)
