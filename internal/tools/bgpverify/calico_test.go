@@ -133,11 +133,18 @@ func TestCalico(t *testing.T) {
 // counts within 10%.
 func testCalicoMatchesModel(t *testing.T) { calicoMatchesModelAt(t, 50) }
 
-// TestCalicoMatchesModelLarge: the same at 100 nodes (make test-all): more racks and chains of
-// route reflectors, the same failure modes as at 50.
-func TestCalicoMatchesModelLarge(t *testing.T) {
+// TestCalicoLarge (make test-all) runs the larger confd proofs one after another, beside
+// TestSpeakersAgreeLarge (both parallel tests, as in make test):
+//   - MatchesModel: every layout at 100 nodes: more racks and chains of route reflectors, the same
+//     failure modes as at 50;
+//   - FailureDrills: confd + BIRD after a zone and a route reflector are lost, against the model
+//     (make test proves the same failures on GoBGP, which agrees with the model node by node in
+//     TestSpeakersAgree, and on BIRD in TestBIRDFailZone).
+func TestCalicoLarge(t *testing.T) {
 	testenv.SlowProof(t)
-	calicoMatchesModelAt(t, 100)
+	t.Parallel()
+	t.Run("MatchesModel", func(t *testing.T) { calicoMatchesModelAt(t, 100) })
+	t.Run("FailureDrills", testCalicoFailureDrills)
 }
 
 func calicoMatchesModelAt(t *testing.T, sizes ...int) {
@@ -175,11 +182,7 @@ func testCalicoSharedClusterIDLosesRoutes(t *testing.T) {
 	t.Logf("shared cluster ID: %+v", rep.Summary)
 }
 
-// TestCalicoFailureDrillsLarge: confd + BIRD after a zone and a route reflector are lost, against
-// the model (make test-all: about 70 s; make test proves the same failures on GoBGP, which agrees
-// with the model node by node in TestSpeakersAgree, and on BIRD in TestBIRDFailZone).
-func TestCalicoFailureDrillsLarge(t *testing.T) {
-	testenv.SlowProof(t)
+func testCalicoFailureDrills(t *testing.T) {
 	s := calicoScratch(t, true)
 	in, res := samplePlan(t, "MultiCluster", 60)
 	rep := runCalicoPlan(t, s, in, res, Options{FailZone: "zone-a"})
