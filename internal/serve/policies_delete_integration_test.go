@@ -45,6 +45,8 @@ func TestPoliciesDeletionOnRealAPIServerLarge(t *testing.T) {
 		{"three, all migrate, a b c", "abc", "abc", []string{"a", "b", "c"}},
 		{"three, one migrates, all at once", "abc", "b", nil},
 		{"three, two migrate, a c b", "abc", "bc", []string{"a", "c", "b"}},
+		{"three, all migrate, b c a", "abc", "abc", []string{"b", "c", "a"}},
+		{"three, two migrate, c a b", "abc", "ac", []string{"c", "a", "b"}},
 	})
 }
 
