@@ -26,9 +26,10 @@ import (
 // fake could not show.
 func TestPoliciesDeletionOnRealAPIServer(t *testing.T) {
 	policiesDeletion(t, []deletionCase{
-		{"two, both migrate, all at once", "ab", "ab", nil},
-		{"two, both migrate, b then a", "ab", "ab", []string{"b", "a"}},
-		{"two, a migrates, b then a", "ab", "a", []string{"b", "a"}},
+		{"two, both migrate, all at once", "ab", "ab", nil, ""},
+		{"two, both migrate, b then a", "ab", "ab", []string{"b", "a"}, ""},
+		{"two, a migrates, b then a", "ab", "a", []string{"b", "a"}, ""},
+		{"two, both migrate, a deleted while b is created, then b", "ab", "ab", []string{"a", "b"}, "b"},
 	})
 }
 
@@ -36,17 +37,17 @@ func TestPoliciesDeletionOnRealAPIServer(t *testing.T) {
 func TestPoliciesDeletionOnRealAPIServerLarge(t *testing.T) {
 	testenv.SlowProof(t)
 	policiesDeletion(t, []deletionCase{
-		{"two, both migrate, a then b", "ab", "ab", []string{"a", "b"}},
-		{"two, a migrates, a then b", "ab", "a", []string{"a", "b"}},
-		{"three, all migrate, all at once", "abc", "abc", nil},
-		{"three, two migrate, c b a", "abc", "ab", []string{"c", "b", "a"}},
-		{"three, one migrates, b a c", "abc", "c", []string{"b", "a", "c"}},
-		{"two, a migrates, all at once", "ab", "a", nil},
-		{"three, all migrate, a b c", "abc", "abc", []string{"a", "b", "c"}},
-		{"three, one migrates, all at once", "abc", "b", nil},
-		{"three, two migrate, a c b", "abc", "bc", []string{"a", "c", "b"}},
-		{"three, all migrate, b c a", "abc", "abc", []string{"b", "c", "a"}},
-		{"three, two migrate, c a b", "abc", "ac", []string{"c", "a", "b"}},
+		{"two, both migrate, a then b", "ab", "ab", []string{"a", "b"}, ""},
+		{"two, a migrates, a then b", "ab", "a", []string{"a", "b"}, ""},
+		{"three, all migrate, all at once", "abc", "abc", nil, ""},
+		{"three, two migrate, c b a", "abc", "ab", []string{"c", "b", "a"}, ""},
+		{"three, one migrates, b a c", "abc", "c", []string{"b", "a", "c"}, ""},
+		{"two, a migrates, all at once", "ab", "a", nil, ""},
+		{"three, all migrate, a b c", "abc", "abc", []string{"a", "b", "c"}, ""},
+		{"three, one migrates, all at once", "abc", "b", nil, ""},
+		{"three, two migrate, a c b", "abc", "bc", []string{"a", "c", "b"}, ""},
+		{"three, all migrate, b c a", "abc", "abc", []string{"b", "c", "a"}, ""},
+		{"three, two migrate, c a b", "abc", "ac", []string{"c", "a", "b"}, ""},
 	})
 }
 
@@ -55,19 +56,29 @@ type deletionCase struct {
 	pools   string // one letter per policy
 	migrate string // the pools with migrateFromNodeMesh
 	order   []string
+	// late are pools whose policy is created only as the first deletion starts (their nodes join
+	// with the others, in no policy until then); order deletes it later.
+	late string
 }
 
 func policiesDeletion(t *testing.T, cases []deletionCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
-			w.applyPoolPolicies(tc.pools, tc.migrate)
+			w.applyPoolPolicies(strings.Map(func(r rune) rune {
+				if strings.ContainsRune(tc.late, r) {
+					return -1
+				}
+				return r
+			}, tc.pools), tc.migrate)
 			w.joinPools(tc.pools, 12*len(tc.pools), 0)
-			w.eventually("mesh off and every pool routed", 90*time.Second, func() error {
-				if on, err := w.meshEnabled(); on || err != nil {
+			w.eventually("mesh off (on with a late policy) and every pool routed", 90*time.Second, func() error {
+				// With a late policy its nodes are in no policy yet: the mesh stays on for them.
+				on, err := w.meshEnabled()
+				if (on && tc.late == "") || (err != nil && !on) {
 					return fmt.Errorf("mesh on (%v)", err)
 				}
-				if missing, _, _, err := w.routingState(); err != nil || missing > 0 {
+				if missing, _, _, err := w.routingStateWith(bgpmodel.Options{NodeToNodeMesh: on}); err != nil || missing > 0 {
 					return fmt.Errorf("%d missing pairs (%v)", missing, err)
 				}
 				return nil
@@ -102,18 +113,20 @@ func policiesDeletion(t *testing.T, cases []deletionCase) {
 				})
 				require.NoError(t, err, out.String())
 			} else {
-				for _, pool := range tc.order {
+				for i, pool := range tc.order {
 					_, stderr, err := w.kubectl(testenv.UserAdmin, "delete", "rrp", "pool-"+pool, "--wait=false")
 					require.NoError(t, err, stderr)
+					if i == 0 && tc.late != "" {
+						w.applyPoolPolicies(tc.late, tc.migrate)
+					}
 					waitGone(func() bool {
 						out, _, _ := w.kubectl(testenv.UserAdmin, "get", "rrp", "pool-"+pool, "-o", "name", "--ignore-not-found")
 						return strings.TrimSpace(out) == ""
 					})
 				}
 			}
-			on, err := w.meshEnabled()
-			require.NoError(t, err)
-			require.True(t, on, "the mesh is back on")
+			on, err := w.meshEnabled() // no BGPConfiguration (never turned off) reads as on, Calico's default
+			require.True(t, on, "the mesh is back on (%v)", err)
 			s := w.snapshot()
 			for name, n := range s.nodes {
 				for _, pool := range tc.pools {
