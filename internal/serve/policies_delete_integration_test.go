@@ -26,10 +26,10 @@ import (
 // fake could not show.
 func TestPoliciesDeletionOnRealAPIServer(t *testing.T) {
 	policiesDeletion(t, []deletionCase{
-		{"two, both migrate, all at once", "ab", "ab", nil, ""},
-		{"two, both migrate, b then a", "ab", "ab", []string{"b", "a"}, ""},
-		{"two, a migrates, b then a", "ab", "a", []string{"b", "a"}, ""},
-		{"two, both migrate, a deleted while b is created, then b", "ab", "ab", []string{"a", "b"}, "b"},
+		{"two, both migrate, all at once", "ab", "ab", nil, "", false},
+		{"two, both migrate, b then a", "ab", "ab", []string{"b", "a"}, "", false},
+		{"two, a migrates, b then a", "ab", "a", []string{"b", "a"}, "", false},
+		{"two, both migrate, a deleted while b is created, then b", "ab", "ab", []string{"a", "b"}, "b", false},
 	})
 }
 
@@ -37,17 +37,17 @@ func TestPoliciesDeletionOnRealAPIServer(t *testing.T) {
 func TestPoliciesDeletionOnRealAPIServerLarge(t *testing.T) {
 	testenv.SlowProof(t)
 	policiesDeletion(t, []deletionCase{
-		{"two, both migrate, a then b", "ab", "ab", []string{"a", "b"}, ""},
-		{"two, a migrates, a then b", "ab", "a", []string{"a", "b"}, ""},
-		{"three, all migrate, all at once", "abc", "abc", nil, ""},
-		{"three, two migrate, c b a", "abc", "ab", []string{"c", "b", "a"}, ""},
-		{"three, one migrates, b a c", "abc", "c", []string{"b", "a", "c"}, ""},
-		{"two, a migrates, all at once", "ab", "a", nil, ""},
-		{"three, all migrate, a b c", "abc", "abc", []string{"a", "b", "c"}, ""},
-		{"three, one migrates, all at once", "abc", "b", nil, ""},
-		{"three, two migrate, a c b", "abc", "bc", []string{"a", "c", "b"}, ""},
-		{"three, all migrate, b c a", "abc", "abc", []string{"b", "c", "a"}, ""},
-		{"three, two migrate, c a b", "abc", "ac", []string{"c", "a", "b"}, ""},
+		{"two, both migrate, a then b", "ab", "ab", []string{"a", "b"}, "", false},
+		{"two, a migrates, a then b", "ab", "a", []string{"a", "b"}, "", false},
+		{"three, all migrate, all at once", "abc", "abc", nil, "", false},
+		{"three, two migrate, c b a", "abc", "ab", []string{"c", "b", "a"}, "", false},
+		{"three, one migrates, b a c", "abc", "c", []string{"b", "a", "c"}, "", false},
+		{"two, a migrates, all at once", "ab", "a", nil, "", true},
+		{"three, all migrate, a b c", "abc", "abc", []string{"a", "b", "c"}, "", false},
+		{"three, one migrates, all at once", "abc", "b", nil, "", false},
+		{"three, two migrate, a c b", "abc", "bc", []string{"a", "c", "b"}, "", false},
+		{"three, all migrate, b c a", "abc", "abc", []string{"b", "c", "a"}, "", false},
+		{"three, two migrate, c a b", "abc", "ac", []string{"c", "a", "b"}, "", false},
 	})
 }
 
@@ -59,6 +59,8 @@ type deletionCase struct {
 	// late are pools whose policy is created only as the first deletion starts (their nodes join
 	// with the others, in no policy until then); order deletes it later.
 	late string
+	// verify runs confd + BIRD on the cluster at the end (checkRouting: about a minute).
+	verify bool
 }
 
 func policiesDeletion(t *testing.T, cases []deletionCase) {
@@ -139,6 +141,9 @@ func policiesDeletion(t *testing.T, cases []deletionCase) {
 				}
 			}
 			require.Emptyf(t, s.peers, "BGPPeers left: %v", s.peers)
+			if tc.verify {
+				w.checkRouting(t, "after every policy is deleted")
+			}
 			missing, _, _, err := w.routingStateWith(bgpmodel.Options{NodeToNodeMesh: true})
 			require.NoError(t, err)
 			require.Zero(t, missing)
