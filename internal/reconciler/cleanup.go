@@ -16,7 +16,6 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -235,24 +234,17 @@ func cfgAnnotation(cfg *apiv3.BGPConfiguration, key string) string {
 	return cfg.Annotations[key]
 }
 
-// ensureReleaseBridge writes the policy's release BGPPeer (extender.ReleaseBGPPeer) if it is missing.
+// ensureReleaseBridge writes the policy's release BGPPeer (extender.ReleaseBGPPeer) as applyPeers
+// writes a plan's: created when missing, reverted when changed.
 func (r *Reconciler) ensureReleaseBridge(ctx context.Context, st *State) error {
-	want := extender.ReleaseBGPPeer(st.Managed.Resolved)
-	have, err := r.peers().List(ctx, managedPeers(st.Name))
-	if err != nil {
-		return fmt.Errorf("listing BGPPeers: %w", err)
+	bridge := &State{Name: st.Name, Policy: st.Policy, Managed: st.Managed,
+		Result: &extender.Result{BGPPeers: []extender.BGPPeer{extender.ReleaseBGPPeer(st.Managed.Resolved)}}}
+	if err := r.applyPeers(ctx, bridge); err != nil {
+		return fmt.Errorf("writing the release BGPPeer: %w", err)
 	}
-	for _, p := range have {
-		if p.Name == want.Name {
-			return nil
-		}
+	if bridge.Requeue > 0 {
+		st.requeue(bridge.Requeue)
 	}
-	obj := calico.BGPPeer(r.PeerAPI, want)
-	if err := r.peers().Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating BGPPeer %s: %w", want.Name, err)
-	}
-	r.peerSynced(want.Name, obj)
-	peerWrites.WithLabelValues(st.Name, "create").Inc()
 	return nil
 }
 
