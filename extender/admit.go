@@ -370,6 +370,22 @@ func (s *AdmitState) contribute(name string, f admitNode, sign int) {
 	}
 }
 
+// resetSet gives a peering set new route reflectors, moving its clients' load onto them.
+func (s *AdmitState) resetSet(name string, rrs []string) {
+	set := s.sets[name]
+	for _, r := range set.rrs {
+		if rr := s.rrs[r]; rr != nil {
+			rr.load -= set.clients
+		}
+	}
+	set.rrs = slices.Clone(rrs)
+	for _, r := range set.rrs {
+		if rr := s.rrs[r]; rr != nil {
+			rr.load += set.clients
+		}
+	}
+}
+
 func (s *AdmitState) rack(name string) *admitRack {
 	rk := s.racks[name]
 	if rk == nil {
@@ -393,6 +409,7 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 			f.set = ""
 		}
 	}
+	var resetFrom []string // the rack set's route reflectors before this one joined it
 	if a.PeeringSet != "" && s.sets[a.PeeringSet] == nil {
 		s.sets[a.PeeringSet] = &admitSet{rrs: slices.Clone(a.RouteReflectors)}
 	}
@@ -401,9 +418,18 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 	}
 	s.contribute(a.Node, f, 1)
 	s.nodes[a.Node] = f
+	if set := s.sets[a.PeeringSet]; a.Role == AdmitRouteReflector && a.Plane > 0 && !slices.Equal(set.rrs, a.RouteReflectors) {
+		// A DualPlane rack route reflector: its rack's set (named after the rack) now has it, and
+		// the rack's next clients peer with it (the reconciler updates the set's BGPPeer).
+		resetFrom = set.rrs
+		s.resetSet(a.PeeringSet, a.RouteReflectors)
+	}
 	return func() {
 		if cur, ok := s.nodes[a.Node]; !ok || cur != f {
 			return // superseded
+		}
+		if resetFrom != nil {
+			s.resetSet(a.PeeringSet, resetFrom)
 		}
 		s.contribute(a.Node, f, -1)
 		delete(s.nodes, a.Node)

@@ -110,7 +110,7 @@ func (s *AdmitState) promoteRackRR(a *Admission, ni *NodeInfo) bool {
 	}
 	slices.Sort(set)
 	a.Role, a.Rack, a.Plane, a.ClusterID = AdmitRouteReflector, rack, plane, policy.ClusterIDString(id)
-	a.PeeringSet, a.RouteReflectors = peeringSetName(set), set
+	a.PeeringSet, a.RouteReflectors = RackSetName(s.Policy.Name, rack), set
 	if len(spine) > 0 {
 		up := []string{spine[plane]}
 		if spine[plane] == "" {

@@ -46,11 +46,11 @@ func (pl *planner) bgpPeers(sets, uplinks map[string][]int, mesh bool) []BGPPeer
 		for _, set := range sortedKeys(kind.sets) {
 			ids := make([]string, len(kind.sets[set]))
 			for k, j := range kind.sets[set] {
-				ids[k] = "'" + RouteReflectorID(pl.nodes[j].Name) + "'"
+				ids[k] = RouteReflectorID(pl.nodes[j].Name)
 			}
 			out = append(out, BGPPeer{Name: kind.prefix + set, Labels: labels(), Spec: apiv3.BGPPeerSpec{
 				NodeSelector: fmt.Sprintf("%s == '%s'", kind.label, set),
-				PeerSelector: fmt.Sprintf("%s in {%s}", LabelRouteReflectorID, strings.Join(ids, ", ")),
+				PeerSelector: routeReflectorIDSelector(ids),
 			}})
 		}
 	}
@@ -121,4 +121,59 @@ func MeshBGPPeerName(policyName string) string {
 		name = BGPPeerPrefix + "mesh-" + shortHash(policyName)
 	}
 	return name
+}
+
+// routeReflectorIDSelector selects the route reflectors of the given IDs (LabelRouteReflectorID),
+// in the given order.
+func routeReflectorIDSelector(ids []string) string {
+	quoted := make([]string, len(ids))
+	for k, id := range ids {
+		quoted[k] = "'" + id + "'"
+	}
+	return fmt.Sprintf("%s in {%s}", LabelRouteReflectorID, strings.Join(quoted, ", "))
+}
+
+// routeReflectorIDs reads the IDs of a selector routeReflectorIDSelector wrote; ok is false for any
+// other selector.
+func routeReflectorIDs(sel string) (ids []string, ok bool) {
+	body, ok := strings.CutPrefix(sel, LabelRouteReflectorID+" in {")
+	if body, ok = strings.CutSuffix(body, "}"); !ok {
+		return nil, false
+	}
+	for _, q := range strings.Split(body, ", ") {
+		id, ok := strings.CutPrefix(q, "'")
+		if id, ok = strings.CutSuffix(id, "'"); !ok || id == "" {
+			return nil, false
+		}
+		ids = append(ids, id)
+	}
+	return ids, true
+}
+
+// MakeBeforeBreak returns the BGPPeer to write in place of have when a plan changes a set's route
+// reflectors (a DualPlane rack's set, which keeps its name as its route reflectors change): while
+// a route reflector the plan adds is not labelled as one yet (labelled reports whether a node
+// carries the route reflector ID), the set keeps those of have that still are, so its nodes are
+// never left with fewer route reflectors than either plan gives them. wait is true when the
+// result is such a union: the caller writes it and comes back once the labels are written.
+func MakeBeforeBreak(want BGPPeer, haveSelector string, labelled func(id string) bool) (out BGPPeer, wait bool) {
+	add, ok := routeReflectorIDs(want.Spec.PeerSelector)
+	old, ok2 := routeReflectorIDs(haveSelector)
+	if !ok || !ok2 || slices.IndexFunc(add, func(id string) bool { return !labelled(id) }) < 0 {
+		return want, false
+	}
+	ids := slices.Clone(add)
+	for _, id := range old {
+		if !slices.Contains(ids, id) && labelled(id) {
+			ids = append(ids, id)
+			wait = true
+		}
+	}
+	if !wait {
+		return want, false
+	}
+	slices.Sort(ids)
+	out = want
+	out.Spec.PeerSelector = routeReflectorIDSelector(ids)
+	return out, true
 }

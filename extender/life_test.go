@@ -339,3 +339,68 @@ func TestDualPlaneShortZoneIsDegraded(t *testing.T) {
 	require.Contains(t, c.Message, "zone-a-rack-1, zone-a-rack-2")
 	require.Contains(t, c.Message, "spine member "+l.spine()[2].Node)
 }
+
+// TestLifeRackRouteReflectorReplacedKeepsLabels: a DualPlane rack's nodes share a peering set named
+// after the rack (RackSetName), so when a rack route reflector is replaced the set's BGPPeer changes
+// (its peer selector names the new route reflector) and no node of the rack is relabelled: only
+// the route reflectors annotation of its clients follows. With sets named after their route
+// reflectors, every client of the rack moved to a new set.
+func TestLifeRackRouteReflectorReplacedKeepsLabels(t *testing.T) {
+	p := resolve(t, dualSpec(20))
+	l := newLife(t, p, cluster(120, 2))
+	l.settle(time.Minute, 5)
+	l.requireSafe("fresh")
+	var gone RouteReflector
+	for _, rr := range l.res.RouteReflectors {
+		if !rr.Spine && !rr.Draining && rr.Plane == 2 {
+			gone = rr
+			break
+		}
+	}
+	require.NotEmpty(t, gone.Node, "a rack route reflector of plane 2")
+	before := map[string]string{}
+	for _, n := range l.nodes {
+		if n.Annotations[AnnotationRack] == gone.Rack {
+			before[n.Name] = n.Labels[LabelPeeringSet]
+		}
+	}
+	set := RackSetName(p.Name, gone.Rack)
+	peerOf := func() string {
+		for _, bp := range l.res.BGPPeers {
+			if bp.Name == BGPPeerPrefix+set {
+				return bp.Spec.PeerSelector
+			}
+		}
+		return ""
+	}
+	selBefore := peerOf()
+	require.Contains(t, selBefore, RouteReflectorID(gone.Node))
+	setReady(l.node(gone.Node), false, l.now)
+	l.settle(time.Minute, 20)
+	l.requireSafe("rack route reflector " + gone.Node + " NotReady past the grace")
+	var successor string
+	for _, rr := range l.res.RouteReflectors {
+		if rr.Rack == gone.Rack && rr.Plane == 2 && !rr.Draining && !rr.Spine {
+			successor = rr.Node
+		}
+	}
+	require.NotEmpty(t, successor, "rack %s has a plane-2 route reflector again", gone.Rack)
+	require.NotEqual(t, gone.Node, successor)
+	selAfter := peerOf()
+	require.Contains(t, selAfter, RouteReflectorID(successor), "the rack's BGPPeer names the successor")
+	require.NotContains(t, selAfter, RouteReflectorID(gone.Node))
+	moved := 0
+	for _, n := range l.nodes {
+		was, ok := before[n.Name]
+		if !ok || n.Name == gone.Node || n.Name == successor || n.Annotations[AnnotationRack] != gone.Rack {
+			continue
+		}
+		require.Equal(t, set, n.Labels[LabelPeeringSet], "%s: the rack's set", n.Name)
+		require.Equal(t, was, n.Labels[LabelPeeringSet], "%s relabelled", n.Name)
+		if _, rr := n.Annotations[AnnotationClusterID]; !rr {
+			require.Contains(t, n.Annotations[AnnotationRouteReflectors], successor, n.Name)
+			moved++
+		}
+	}
+	require.Positive(t, moved, "clients of rack %s", gone.Rack)
+}

@@ -260,7 +260,7 @@ func (pl *planner) result() *Result {
 			}
 		}
 		if len(d.peers) > 0 {
-			ps := memo.get(pl, d.peers)
+			ps := memo.of(pl, d)
 			sets[ps.name] = d.peers
 			st.Labels[LabelPeeringSet] = ps.name
 		}
@@ -315,11 +315,36 @@ func (pl *planner) result() *Result {
 // peeringSet is a set of route reflectors many nodes share: computed once per distinct set.
 type peeringSet struct {
 	name   string
+	peers  []int
 	names  []string // shared by every client of the set: read only
 	joined string
 }
 
+// peeringSets memoizes the sets of a plan: by their route reflectors, and DualPlane's by rack.
 type peeringSets map[string]*peeringSet
+
+// of returns the peering set of a decision. A DualPlane rack's nodes (its clients and its route
+// reflectors) peer with the rack's route reflectors, and their set is named after the rack
+// (RackSetName) rather than after its route reflectors: a new route reflector in the rack changes
+// the set's BGPPeer, not the labels of the rack's nodes. A node of the rack whose peers differ from
+// the rack's set (none in the plans DualPlane makes today) gets a set named after its route
+// reflectors, as every other topology's nodes.
+func (m peeringSets) of(pl *planner, d *decision) *peeringSet {
+	if pl.p.Topology != v1alpha1.DualPlane || d.rack == "" || d.spine || d.role == roleDraining {
+		return m.get(pl, d.peers)
+	}
+	key := "rack\x00" + d.rack
+	if ps, ok := m[key]; ok {
+		if slices.Equal(ps.peers, d.peers) {
+			return ps
+		}
+		return m.get(pl, d.peers)
+	}
+	ps := *m.get(pl, d.peers)
+	ps.name = RackSetName(pl.p.Name, d.rack)
+	m[key] = &ps
+	return &ps
+}
 
 func (m peeringSets) get(pl *planner, peers []int) *peeringSet {
 	key := make([]byte, 0, 4*len(peers))
@@ -333,7 +358,7 @@ func (m peeringSets) get(pl *planner, peers []int) *peeringSet {
 	for k, j := range peers {
 		names[k] = pl.nodes[j].Name
 	}
-	ps := &peeringSet{name: peeringSetName(names), names: names, joined: strings.Join(names, ",")}
+	ps := &peeringSet{name: peeringSetName(names), peers: peers, names: names, joined: strings.Join(names, ",")}
 	m[string(key)] = ps
 	return ps
 }
@@ -342,7 +367,7 @@ func (m peeringSets) get(pl *planner, peers []int) *peeringSet {
 func (pl *planner) clientResult(n *NodeInfo, d *decision, memo peeringSets, sets map[string][]int) Client {
 	c := Client{Node: n.Name, Zone: n.Zone, RouteReflectors: []string{}}
 	if len(d.peers) > 0 {
-		ps := memo.get(pl, d.peers)
+		ps := memo.of(pl, d)
 		sets[ps.name] = d.peers
 		c.RouteReflectors, c.PeeringSet = ps.names, ps.name
 	}
@@ -360,7 +385,7 @@ func (m clientStates) get(pl *planner, d *decision, memo peeringSets) NodeState 
 	var key [2]string
 	var ps *peeringSet
 	if len(d.peers) > 0 {
-		ps = memo.get(pl, d.peers)
+		ps = memo.of(pl, d)
 		key[0] = ps.name
 	}
 	if pl.racked() {
@@ -398,6 +423,13 @@ func clientState(set, joinedRRs, rack string) NodeState {
 // peeringSetName is a stable name for a set of route reflectors: a hash of their sorted names.
 func peeringSetName(sortedNames []string) string {
 	return shortHash(strings.Join(sortedNames, ","))
+}
+
+// RackSetName names the peering set of a DualPlane rack of a policy: "rack-" and a hash of both
+// (a set's name is a label value and, with BGPPeerPrefix, the name of its BGPPeer, unique across
+// policies).
+func RackSetName(policyName, rack string) string {
+	return "rack-" + shortHash(policyName+"/"+rack)
 }
 
 func shortHash(s string) string {

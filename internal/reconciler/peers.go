@@ -30,9 +30,27 @@ func (r *Reconciler) applyPeers(ctx context.Context, st *State) error {
 		st.Peers = append(st.Peers, p)
 		cur[p.Name] = p
 	}
+	var labelled map[string]bool // the route reflector IDs the nodes carry, read when a set changes
+	isLabelled := func(id string) bool {
+		if labelled == nil {
+			labelled = map[string]bool{}
+			for _, n := range st.View {
+				if id := n.Labels[extender.LabelRouteReflectorID]; id != "" {
+					labelled[id] = true
+				}
+			}
+		}
+		return labelled[id]
+	}
 	for _, want := range st.Result.BGPPeers {
-		obj := calico.BGPPeer(r.PeerAPI, want)
 		have, ok := cur[want.Name]
+		if ok && have.Spec.PeerSelector != want.Spec.PeerSelector {
+			var wait bool
+			if want, wait = extender.MakeBeforeBreak(want, have.Spec.PeerSelector, isLabelled); wait {
+				st.requeue(handoverRetry) // narrowed once the new route reflectors are labelled
+			}
+		}
+		obj := calico.BGPPeer(r.PeerAPI, want)
 		if !ok {
 			drift := r.peerDrift(nil, obj)
 			err := r.peers().Create(ctx, obj)
