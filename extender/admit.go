@@ -133,6 +133,10 @@ type AdmitState struct {
 	clients     int
 	racks       map[string]*admitRack
 	spineID     uint32 // the racked topologies' spine cluster ID (as the planner's)
+	// oneRack: DualPlane, and the plan has no rack or only the one rack of a cluster that fits in
+	// one (ZoneRackName("", 1)); the zones' first racks the admission path puts nodes in once it is
+	// full are not racks of the plan yet.
+	oneRack bool
 }
 
 type admitZone struct {
@@ -169,7 +173,8 @@ type admitSet struct {
 
 type admitRack struct {
 	set     string
-	members int // clients and route reflectors
+	setOfRR bool // set is a route reflector's of the rack (it wins over its clients')
+	members int  // clients and route reflectors
 	// rrs: the rack's active route reflectors by plane (DualPlane; the spine's are not a rack's),
 	// id their cluster ID.
 	rrs map[int]string
@@ -267,6 +272,8 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 			s.contribute(name, f, 1)
 		}
 	}
+	_, one := s.racks[ZoneRackName("", 1)]
+	s.oneRack = p.Topology == v1alpha1.DualPlane && (len(s.racks) == 0 || one && len(s.racks) == 1)
 	return s
 }
 
@@ -343,8 +350,8 @@ func (s *AdmitState) contribute(name string, f admitNode, sign int) {
 			case f.plane == 0 || f.id == s.spineID:
 			case sign > 0:
 				rk.rrs[f.plane], rk.id = name, f.id
-				if f.set != "" {
-					rk.set = f.set
+				if f.set != "" && (!rk.setOfRR || f.set < rk.set) { // the first name: in any order
+					rk.set, rk.setOfRR = f.set, true
 				}
 			case rk.rrs[f.plane] == name:
 				delete(rk.rrs, f.plane)
@@ -363,11 +370,25 @@ func (s *AdmitState) contribute(name string, f admitNode, sign int) {
 		if f.rack != "" {
 			rk := s.rack(f.rack)
 			rk.members += sign
-			if rk.set == "" && sign > 0 {
+			if sign > 0 && !rk.setOfRR && (rk.set == "" || f.set < rk.set) {
 				rk.set = f.set
 			}
 		}
 	}
+}
+
+// rackSets returns the peering sets of a DualPlane rack the state knows: set, and in a cluster
+// planned as one rack, each zone's set of it (rackSetName).
+func (s *AdmitState) rackSets(rack, set string) []string {
+	out := []string{set}
+	if s.oneRack && rack == ZoneRackName("", 1) {
+		for z := range s.zones {
+			if name := rackSetName(s.Policy.Name, z, rack); name != set && s.sets[name] != nil {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
 }
 
 // resetSet gives a peering set new route reflectors, moving its clients' load onto them.
@@ -409,7 +430,7 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 			f.set = ""
 		}
 	}
-	var resetFrom []string // the rack set's route reflectors before this one joined it
+	resetFrom := map[string][]string{} // the rack sets' route reflectors before this one joined them
 	if a.PeeringSet != "" && s.sets[a.PeeringSet] == nil {
 		s.sets[a.PeeringSet] = &admitSet{rrs: slices.Clone(a.RouteReflectors)}
 	}
@@ -418,18 +439,22 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 	}
 	s.contribute(a.Node, f, 1)
 	s.nodes[a.Node] = f
-	if set := s.sets[a.PeeringSet]; a.Role == AdmitRouteReflector && a.Plane > 0 && !slices.Equal(set.rrs, a.RouteReflectors) {
-		// A DualPlane rack route reflector: its rack's set (named after the rack) now has it, and
-		// the rack's next clients peer with it (the reconciler updates the set's BGPPeer).
-		resetFrom = set.rrs
-		s.resetSet(a.PeeringSet, a.RouteReflectors)
+	if a.Role == AdmitRouteReflector && a.Plane > 0 {
+		// A DualPlane rack route reflector: its rack's sets (named after the rack) now have it, and
+		// the rack's next clients peer with it (the reconciler updates the sets' BGPPeers).
+		for _, name := range s.rackSets(a.Rack, a.PeeringSet) {
+			if set := s.sets[name]; !slices.Equal(set.rrs, a.RouteReflectors) {
+				resetFrom[name] = set.rrs
+				s.resetSet(name, a.RouteReflectors)
+			}
+		}
 	}
 	return func() {
 		if cur, ok := s.nodes[a.Node]; !ok || cur != f {
 			return // superseded
 		}
-		if resetFrom != nil {
-			s.resetSet(a.PeeringSet, resetFrom)
+		for name, rrs := range resetFrom {
+			s.resetSet(name, rrs)
 		}
 		s.contribute(a.Node, f, -1)
 		delete(s.nodes, a.Node)
@@ -763,20 +788,37 @@ func (s *AdmitState) chooseRackSet(a *Admission, n *corev1.Node) {
 	a.Reason = "client of rack " + rack
 }
 
-// chooseZoneRack (DualPlane): the node's rack (roomyZoneRack) and its peering set, as a client. A
-// zone without racks, or whose racks are full (it must split), gets its route reflectors from
-// promoteRackRR, or waits for the reconciler.
+// chooseZoneRack (DualPlane): the node's rack (roomyZoneRack) and its peering set, as a client. In
+// a cluster planned as one rack, a node's set is its zone's (rackSetName), with the one rack's route
+// reflectors; once the one rack is full, the node goes to its zone's first rack, where the
+// reconciler's split keeps it, in the same set. A zone without racks, or whose racks are full (it
+// must split), gets its route reflectors from promoteRackRR, or waits for the reconciler.
 func (s *AdmitState) chooseZoneRack(a *Admission) {
+	one := ZoneRackName("", 1)
 	rack, ok := s.roomyZoneRack(a.Zone)
 	if !ok {
-		return
+		if !s.oneRack || ZoneRackName(a.Zone, 1) == one {
+			return
+		}
+		rack = ZoneRackName(a.Zone, 1)
 	}
-	set := s.racks[rack].set
+	var set string
+	if s.oneRack {
+		set = rackSetName(s.Policy.Name, a.Zone, one)
+	} else if rk := s.racks[rack]; rk != nil {
+		set = rk.set
+	}
+	rrs := s.sets[set]
 	if !s.validSet(set) {
-		return
+		// The first node of its zone in the one rack: the one rack's route reflectors.
+		if rk := s.racks[one]; s.oneRack && rk != nil && s.validSet(rk.set) {
+			rrs = s.sets[rk.set]
+		} else {
+			return
+		}
 	}
 	a.Rack = rack
-	a.Role, a.PeeringSet, a.RouteReflectors = AdmitClient, set, slices.Clone(s.sets[set].rrs)
+	a.Role, a.PeeringSet, a.RouteReflectors = AdmitClient, set, slices.Clone(rrs.rrs)
 	a.Reason = "client of rack " + rack
 }
 

@@ -47,7 +47,7 @@ func (s *AdmitState) newRackFor(zone string) (string, bool) {
 		}
 		return ZoneRackName("", 1), true
 	}
-	if _, one := s.racks[ZoneRackName("", 1)]; one && len(s.racks) == 1 {
+	if s.oneRack {
 		return "", false
 	}
 	for j := 1; ; j++ {
@@ -72,6 +72,9 @@ func (s *AdmitState) promoteRackRR(a *Admission, ni *NodeInfo) bool {
 				return false
 			}
 		}
+	}
+	if s.oneRack && rack != ZoneRackName("", 1) {
+		return false // a zone's first rack before the reconciler splits the one rack: no route reflector yet
 	}
 	rk := s.racks[rack]
 	planes := s.Policy.Redundancy
@@ -110,7 +113,7 @@ func (s *AdmitState) promoteRackRR(a *Admission, ni *NodeInfo) bool {
 	}
 	slices.Sort(set)
 	a.Role, a.Rack, a.Plane, a.ClusterID = AdmitRouteReflector, rack, plane, policy.ClusterIDString(id)
-	a.PeeringSet, a.RouteReflectors = RackSetName(s.Policy.Name, rack), set
+	a.PeeringSet, a.RouteReflectors = rackSetName(s.Policy.Name, a.Zone, rack), set
 	if len(spine) > 0 {
 		up := []string{spine[plane]}
 		if spine[plane] == "" {

@@ -509,6 +509,16 @@ func ZoneRackName(zone string, j int) string {
 	return zone + "-rack-" + strconv.Itoa(j)
 }
 
+// rackSetName names the peering set of the nodes of zone in rack: the rack's (RackSetName), and
+// in a cluster planned as one rack, its zone's first rack's: the rack its nodes stay in when the
+// cluster splits into racks (assignZoneRacks), so the split relabels none of them.
+func rackSetName(policyName, zone, rack string) string {
+	if rack == ZoneRackName("", 1) {
+		rack = ZoneRackName(zone, 1)
+	}
+	return RackSetName(policyName, rack)
+}
+
 // zoneRackIndex returns j when rack is ZoneRackName(zone, j).
 func zoneRackIndex(zone, rack string) (int, bool) {
 	prefix := "rack-"
@@ -563,7 +573,11 @@ func (pl *planner) assignZoneRacks() []string {
 		count := map[int]int{}
 		cur := make([]int, len(idx)) // each node's current rack index, 0 when none
 		for k, i := range idx {
-			if j, ok := zoneRackIndex(z, pl.nodes[i].Rack); ok {
+			j, ok := zoneRackIndex(z, pl.nodes[i].Rack)
+			if !ok && pl.nodes[i].Rack == ZoneRackName("", 1) {
+				j, ok = 1, true // the one rack the cluster had: the zone's first rack (rackSetName)
+			}
+			if ok {
 				count[j]++
 				cur[k] = j
 			}

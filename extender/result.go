@@ -206,7 +206,7 @@ func (pl *planner) result() *Result {
 		d := &pl.dec[i]
 		if d.role == roleClient {
 			res.Clients = append(res.Clients, pl.clientResult(n, d, memo, sets))
-			st := shared.get(pl, d, memo)
+			st := shared.get(pl, n, d, memo)
 			st.Name = n.Name
 			res.Nodes = append(res.Nodes, st)
 			res.facts = append(res.facts, factsOf(n))
@@ -260,7 +260,7 @@ func (pl *planner) result() *Result {
 			}
 		}
 		if len(d.peers) > 0 {
-			ps := memo.of(pl, d)
+			ps := memo.of(pl, n, d)
 			sets[ps.name] = d.peers
 			st.Labels[LabelPeeringSet] = ps.name
 		}
@@ -329,11 +329,12 @@ type peeringSets map[string]*peeringSet
 // the set's BGPPeer, not the labels of the rack's nodes. A node of the rack whose peers differ from
 // the rack's set (none in the plans DualPlane makes today) gets a set named after its route
 // reflectors, as every other topology's nodes.
-func (m peeringSets) of(pl *planner, d *decision) *peeringSet {
+func (m peeringSets) of(pl *planner, n *NodeInfo, d *decision) *peeringSet {
 	if pl.p.Topology != v1alpha1.DualPlane || d.rack == "" || d.spine || d.role == roleDraining {
 		return m.get(pl, d.peers)
 	}
-	key := "rack\x00" + d.rack
+	name := rackSetName(pl.p.Name, n.Zone, d.rack)
+	key := "rack\x00" + name
 	if ps, ok := m[key]; ok {
 		if slices.Equal(ps.peers, d.peers) {
 			return ps
@@ -341,7 +342,7 @@ func (m peeringSets) of(pl *planner, d *decision) *peeringSet {
 		return m.get(pl, d.peers)
 	}
 	ps := *m.get(pl, d.peers)
-	ps.name = RackSetName(pl.p.Name, d.rack)
+	ps.name = name
 	m[key] = &ps
 	return &ps
 }
@@ -367,7 +368,7 @@ func (m peeringSets) get(pl *planner, peers []int) *peeringSet {
 func (pl *planner) clientResult(n *NodeInfo, d *decision, memo peeringSets, sets map[string][]int) Client {
 	c := Client{Node: n.Name, Zone: n.Zone, RouteReflectors: []string{}}
 	if len(d.peers) > 0 {
-		ps := memo.of(pl, d)
+		ps := memo.of(pl, n, d)
 		sets[ps.name] = d.peers
 		c.RouteReflectors, c.PeeringSet = ps.names, ps.name
 	}
@@ -381,11 +382,11 @@ func (pl *planner) clientResult(n *NodeInfo, d *decision, memo peeringSets, sets
 // the same (same peering set, same rack): thousands of clients, a handful of distinct states.
 type clientStates map[[2]string]NodeState
 
-func (m clientStates) get(pl *planner, d *decision, memo peeringSets) NodeState {
+func (m clientStates) get(pl *planner, n *NodeInfo, d *decision, memo peeringSets) NodeState {
 	var key [2]string
 	var ps *peeringSet
 	if len(d.peers) > 0 {
-		ps = memo.of(pl, d)
+		ps = memo.of(pl, n, d)
 		key[0] = ps.name
 	}
 	if pl.racked() {

@@ -1,0 +1,114 @@
+package serve_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+)
+
+// TestRackSetMigrationOnRealAPIServer: a DualPlane cluster as the versions before rack-named sets
+// left it (each peering set named after its route reflectors: a hash of their sorted names, one
+// BGPPeer per set) moves to sets named after racks (extender.RackSetName) with the product's usual
+// set change: the rack sets' BGPPeers first, then the labels, then the old BGPPeers once no node
+// carries their set. The cluster's own nodes and BGPPeers fed to the graph model lose no pair at any
+// moment sampled (every 10 ms), and no route reflector changes. The planner's side (a new rack
+// route reflector relabels nobody) is TestLifeRackRouteReflectorReplacedKeepsLabels; this test
+// proves the live migration of a cluster written by the former scheme.
+func TestRackSetMigrationOnRealAPIServer(t *testing.T) {
+	w := newWorld(t)
+	w.applyDefaultPolicy(`
+  topology: {type: DualPlane, maxRackSize: 10}
+  removalDelay: 2s
+`)
+	w.joinCluster(30) // 3 zones of 10: a rack per zone and a spine, 8 route reflectors
+	w.eventually("settled on 8 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(8) })
+	w.rep.stop()
+
+	// The former scheme's state: every rack set renamed to the hash of its route reflectors' names.
+	ctx := t.Context()
+	s := w.snapshot()
+	rrsBefore := slices.Sorted(maps.Keys(s.rrs))
+	formerName := map[string]string{} // rack set -> its former name
+	for _, n := range s.nodes {
+		set := n.Labels[extender.LabelPeeringSet]
+		if rrs := n.Annotations[extender.AnnotationRouteReflectors]; strings.HasPrefix(set, "rack-") && rrs != "" {
+			names := strings.Split(rrs, ",")
+			slices.Sort(names)
+			h := sha256.Sum256([]byte(strings.Join(names, ",")))
+			formerName[set] = hex.EncodeToString(h[:5])
+		}
+	}
+	require.Len(t, formerName, 3, "a rack set per zone: %v", formerName)
+	// As the product's service account: the BGPPeer guard, whose replica is down, fails closed for
+	// everyone else.
+	sa, err := dynamic.NewForConfig(w.env.ConfigFor(testenv.UserServiceAccount))
+	require.NoError(t, err)
+	peers := sa.Resource(bgpPeersGVR)
+	for set, old := range formerName {
+		rack, err := peers.Get(ctx, extender.BGPPeerPrefix+set, metav1.GetOptions{})
+		require.NoError(t, err)
+		copied := &unstructured.Unstructured{Object: map[string]any{"apiVersion": rack.GetAPIVersion(), "kind": rack.GetKind(), "spec": rack.Object["spec"]}}
+		copied.SetName(extender.BGPPeerPrefix + old)
+		copied.SetLabels(rack.GetLabels())
+		require.NoError(t, unstructured.SetNestedField(copied.Object, fmt.Sprintf("%s == '%s'", extender.LabelPeeringSet, old), "spec", "nodeSelector"))
+		_, err = peers.Create(ctx, copied, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	for name, n := range s.nodes {
+		if old, ok := formerName[n.Labels[extender.LabelPeeringSet]]; ok {
+			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, extender.LabelPeeringSet, old)
+			_, err := w.admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			require.NoError(t, err)
+		}
+	}
+	for set := range formerName {
+		require.NoError(t, peers.Delete(ctx, extender.BGPPeerPrefix+set, metav1.DeleteOptions{}))
+	}
+	check := func(when string) {
+		t.Helper()
+		missing, _, _, err := w.routingState()
+		require.NoError(t, err)
+		require.Zerof(t, missing, "missing pairs %s: %s", when, w.snapshot().roles())
+	}
+	check("in the former scheme's state")
+
+	// The new version starts: it migrates while the routes are sampled.
+	w.rep = w.start(w.port, true)
+	migrated := func() error {
+		s := w.snapshot()
+		for _, old := range formerName {
+			for name, n := range s.nodes {
+				if n.Labels[extender.LabelPeeringSet] == old {
+					return fmt.Errorf("%s is in the former set %s", name, old)
+				}
+			}
+			if s.peers[extender.BGPPeerPrefix+old] {
+				return fmt.Errorf("BGPPeer %s is still there", extender.BGPPeerPrefix+old)
+			}
+		}
+		return s.settled(8)
+	}
+	samples, start := 0, time.Now()
+	for end := time.Now().Add(60 * time.Second); migrated() != nil; time.Sleep(10 * time.Millisecond) {
+		require.True(t, time.Now().Before(end), "not migrated in 60 s: %v", migrated())
+		check("during the migration")
+		samples++
+	}
+	t.Logf("migrated in %v, %d samples of the routes on the way", time.Since(start).Round(100*time.Millisecond), samples)
+	check("after the migration")
+	require.Equal(t, rrsBefore, slices.Sorted(maps.Keys(w.snapshot().rrs)), "the same route reflectors")
+}
