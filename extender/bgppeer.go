@@ -54,7 +54,20 @@ func (pl *planner) bgpPeers(sets, uplinks map[string][]int, mesh bool) []BGPPeer
 			}})
 		}
 	}
+	for i := range out {
+		out[i].Spec = WithSettings(pl.p, out[i].Spec)
+	}
 	return out
+}
+
+// WithSettings returns spec with the policy's BGPPeer settings (spec.bgpPeer: password,
+// maxRestartTime, ttlSecurity, filters, sourceAddress, reachableBy) in place of its own, as
+// copies: every BGPPeer a policy writes carries them (none when the policy sets none).
+func WithSettings(p *policy.Resolved, spec apiv3.BGPPeerSpec) apiv3.BGPPeerSpec {
+	s := p.BGPPeer.DeepCopy()
+	spec.Password, spec.MaxRestartTime, spec.TTLSecurity = s.Password, s.MaxRestartTime, s.TTLSecurity
+	spec.Filters, spec.SourceAddress, spec.ReachableBy = s.Filters, s.SourceAddress, s.ReachableBy
+	return spec
 }
 
 // CrossPolicySelector selects the top-level route reflectors of every policy.
@@ -74,7 +87,7 @@ func CrossPolicyBGPPeerName(policyName string) string { return meshName("mesh.al
 func ReleaseBGPPeer(p *policy.Resolved) BGPPeer {
 	return BGPPeer{Name: meshName("release.", p.Name),
 		Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelPolicy: p.Name},
-		Spec:   apiv3.BGPPeerSpec{NodeSelector: "all()", PeerSelector: RouteReflectorSelector(p.RRLabelKey, p.RRLabelValue)}}
+		Spec:   WithSettings(p, apiv3.BGPPeerSpec{NodeSelector: "all()", PeerSelector: RouteReflectorSelector(p.RRLabelKey, p.RRLabelValue)})}
 }
 
 // OutsideBGPPeerName names a policy's BGPPeer that makes the nodes outside every policy clients of

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -64,6 +65,9 @@ type Resolved struct {
 	ScaleDownWindow     time.Duration
 	MigrateFromNodeMesh bool
 	AdoptBGPPeers       bool
+	// BGPPeer is spec.bgpPeer in Calico's types (BGPPeerSettings): only the session settings are
+	// set; every BGPPeer the policy writes carries them.
+	BGPPeer apiv3.BGPPeerSpec
 
 	labelKeys []string // see LabelKeys; derived once, in Resolve
 }
@@ -95,6 +99,7 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 
 		MigrateFromNodeMesh: s.MigrateFromNodeMesh,
 		AdoptBGPPeers:       s.AdoptBGPPeers,
+		BGPPeer:             BGPPeerSettings(s.BGPPeer),
 	}
 	r.NodeSelector = selectorOr(s.NodeSelector, labels.Everything())
 	r.Preferred = selectorOr(s.PreferredNodeSelector, labels.Nothing())

@@ -87,6 +87,7 @@ func Validate(p *v1alpha1.RouteReflectorPolicy) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(spec.Child("handover"), s.Handover, []string{"Delay", "BGPSessions"}))
 	}
+	errs = append(errs, validateBGPPeer(s.BGPPeer, spec.Child("bgpPeer"))...)
 	if b := s.Behavior; b != nil && b.ScaleDown != nil && b.ScaleDown.StabilizationWindowSeconds != nil {
 		if w := *b.ScaleDown.StabilizationWindowSeconds; w < 0 || w > 3600 {
 			errs = append(errs, field.Invalid(spec.Child("behavior", "scaleDown", "stabilizationWindowSeconds"), w, "must be between 0 and 3600"))

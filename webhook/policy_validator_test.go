@@ -4,9 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -35,6 +37,19 @@ func TestPolicyValidator(t *testing.T) {
 			s.Topology = &v1alpha1.Topology{ClusterID: "not-an-ip"}
 		}), want: `spec.minRouteReflectors: Invalid value: 5: must not be greater than maxRouteReflectors (2)
 spec.topology.clusterID: Invalid value: "not-an-ip": must be an IPv4 address`},
+		{name: "BGPPeer settings checked with Calico's validator", policy: mkPolicy("bad-peers", func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.NodeSelector = sel("pool", "bad-peers")
+			s.BGPPeer = &v1alpha1.BGPPeerSettings{Password: &v1alpha1.BGPPassword{SecretKeyRef: &corev1.SecretKeySelector{Key: "pw"}},
+				Filters: []string{"Bad_Filter"}, ReachableBy: "10.0.0.1"}
+		}), want: `spec.bgpPeer.password.secretKeyRef.name: Required value: the Secret's name
+spec.bgpPeer.filters[0]: Invalid value: "Bad_Filter": must name a BGPFilter: lower case alphanumeric characters, '-' or '.' (Calico's validator: failed to validate Field: Filters[0] because of Tag: name)
+spec.bgpPeer.reachableBy: Invalid value: "10.0.0.1": Calico's validator: ReachablyBy field must be empty when PeerIP is empty: the BGPPeers a policy writes select their peers (peerSelector), they have no peerIP`},
+		{name: "BGPPeer settings accepted", policy: mkPolicy("peers", func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.NodeSelector = sel("pool", "peers")
+			s.BGPPeer = &v1alpha1.BGPPeerSettings{Password: &v1alpha1.BGPPassword{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "bgp-secrets"}, Key: "pw"}},
+				MaxRestartTime: &metav1.Duration{Duration: 300 * time.Second}}
+		})},
 		{name: "selects every node", policy: mkPolicy("all", nil),
 			want: `spec.nodeSelector: Invalid value: [policy-overlap] policy "all" selects every node or policy "racks" does; a node may match at most one policy: give both a nodeSelector that tells their nodes apart`},
 		{name: "same selector", policy: mkPolicy("twin", func(s *v1alpha1.RouteReflectorPolicySpec) { s.NodeSelector = sel("pool", "racks") }),

@@ -184,6 +184,65 @@ type RouteReflectorPolicySpec struct {
 	// or Paused mode, hand-written BGPPeers are never touched.
 	// +optional
 	AdoptBGPPeers bool `json:"adoptBGPPeers,omitempty"`
+
+	// BGPPeer holds the session settings every BGPPeer the policy writes carries (Calico's
+	// BGPPeer fields of the same names and types). A change updates the BGPPeers in place.
+	// +optional
+	BGPPeer *BGPPeerSettings `json:"bgpPeer,omitempty"`
+}
+
+// BGPPeerSettings are Calico BGPPeer fields (projectcalico.org/v3 BGPPeerSpec) that the product
+// copies onto every BGPPeer it writes for the policy. Each has Calico's meaning and type.
+type BGPPeerSettings struct {
+	// Password is the BGP password (TCP MD5) of every session, from a key of a Secret in
+	// calico-node's namespace (its NAMESPACE: calico-system with the Tigera operator, kube-system
+	// with Calico's manifests), which calico-node must be allowed to get, list and watch.
+	// +optional
+	Password *BGPPassword `json:"password,omitempty"`
+
+	// MaxRestartTime is the graceful restart time BIRD announces on every session [BIRD's 120s].
+	// +optional
+	MaxRestartTime *metav1.Duration `json:"maxRestartTime,omitempty"`
+
+	// TTLSecurity turns on the generalized TTL security mechanism (GTSM, RFC 5082) with this many
+	// hops between the peers [off].
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=255
+	TTLSecurity *uint8 `json:"ttlSecurity,omitempty"`
+
+	// Filters are the names of Calico BGPFilters applied, in order, on every session.
+	// +optional
+	// +listType=atomic
+	Filters []string `json:"filters,omitempty"`
+
+	// SourceAddress is UseNodeIP (the node's IP is the session's source address; Calico's
+	// default) or None.
+	// +optional
+	SourceAddress SourceAddress `json:"sourceAddress,omitempty"`
+
+	// ReachableBy is the gateway address through which the peer is reached (Calico adds a /32
+	// static route to the peer). Calico allows it only on BGPPeers with a peerIP, and the product's
+	// BGPPeers select their peers: the policy webhook refuses it, with Calico's reason.
+	// +optional
+	ReachableBy string `json:"reachableBy,omitempty"`
+}
+
+// SourceAddress is Calico's BGPPeer sourceAddress.
+// +kubebuilder:validation:Enum=UseNodeIP;None
+type SourceAddress string
+
+// The source addresses.
+const (
+	SourceAddressUseNodeIP SourceAddress = "UseNodeIP"
+	SourceAddressNone      SourceAddress = "None"
+)
+
+// BGPPassword is Calico's BGPPassword: where a BGP password comes from.
+type BGPPassword struct {
+	// SecretKeyRef selects a key of a Secret in calico-node's namespace.
+	// +optional
+	SecretKeyRef *corev1.SecretKeySelector `json:"secretKeyRef,omitempty"`
 }
 
 // Scaling sets the desired count. At most one field may be set.

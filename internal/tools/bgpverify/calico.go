@@ -9,8 +9,12 @@ package bgpverify
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -336,6 +340,68 @@ func (s *Scratch) Close() { s.env.Stop() }
 
 var calicoResources = []string{"bgppeers", "bgpconfigurations", "ippools", "bgpfilters"}
 
+// ConfdNamespace is the namespace confd runs in (its NAMESPACE), where it reads the Secrets of
+// BGPPeer passwords: calico-node's with the Tigera operator.
+const ConfdNamespace = "calico-system"
+
+// labelPasswordSecret marks the Secrets a run writes for its BGPPeers' passwords.
+const labelPasswordSecret = "verify.routereflector.io/bgp-password"
+
+// passwordSecrets are the Secrets confd reads the state's BGPPeer passwords from: one per Secret
+// name the BGPPeers' password.secretKeyRef name, with every key they name. The password itself is
+// generated (a live cluster's Secrets are never read): every session between two BGPPeers that
+// name the same key gets the same one, as in the cluster.
+func passwordSecrets(peers []apiv3.BGPPeer) ([]*corev1.Secret, error) {
+	byName := map[string]*corev1.Secret{}
+	for _, p := range peers {
+		if p.Spec.Password == nil || p.Spec.Password.SecretKeyRef == nil {
+			continue
+		}
+		ref := p.Spec.Password.SecretKeyRef
+		sec := byName[ref.Name]
+		if sec == nil {
+			sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: ConfdNamespace,
+				Labels: map[string]string{labelPasswordSecret: "true"}}, Data: map[string][]byte{}}
+			byName[ref.Name] = sec
+		}
+		if _, ok := sec.Data[ref.Key]; ok {
+			continue
+		}
+		b := make([]byte, 12)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		sec.Data[ref.Key] = []byte(hex.EncodeToString(b))
+	}
+	out := make([]*corev1.Secret, 0, len(byName))
+	for _, k := range slices.Sorted(maps.Keys(byName)) {
+		out = append(out, byName[k])
+	}
+	return out, nil
+}
+
+// writeSecrets replaces the Secrets of the previous run's passwords with those of peers.
+func (s *Scratch) writeSecrets(ctx context.Context, peers []apiv3.BGPPeer) error {
+	secrets, err := passwordSecrets(peers)
+	if err != nil {
+		return err
+	}
+	_, err = s.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ConfdNamespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", ConfdNamespace, err)
+	}
+	if err := s.cs.CoreV1().Secrets(ConfdNamespace).DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: labelPasswordSecret}); err != nil {
+		return fmt.Errorf("clearing the password Secrets: %w", err)
+	}
+	for _, sec := range secrets {
+		if _, err := s.cs.CoreV1().Secrets(ConfdNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("Secret %s/%s: %w", ConfdNamespace, sec.Name, err)
+		}
+	}
+	return nil
+}
+
 // write replaces the scratch's state with st, and one IP pool: podPool with IP-in-IP and VXLAN
 // off, plain BGP routing as the product wires it (the pool decides which prefixes BIRD exports
 // and re-exports).
@@ -347,6 +413,9 @@ func (s *Scratch) write(ctx context.Context, st *calicoState) error {
 		if err := s.dyn.Resource(calico.CRD.WithResource(r)).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			return fmt.Errorf("clearing %s: %w", r, err)
 		}
+	}
+	if err := s.writeSecrets(ctx, st.peers); err != nil {
+		return err
 	}
 	var objs []*unstructured.Unstructured
 	add := func(kind string, obj any) error {
@@ -438,6 +507,7 @@ func (s *Scratch) renderState(ctx context.Context, st *calicoState, confd, dir s
 		"DATASTORE_TYPE=kubernetes",
 		"KUBECONFIG=" + s.kubeconfig,
 		"USE_POD_CIDR=true",
+		"NAMESPACE=" + ConfdNamespace, // where confd reads the Secrets of BGPPeer passwords
 	})
 	if err != nil {
 		return nil, err
@@ -552,6 +622,10 @@ type birdProtocol struct {
 	rrClient  bool
 	clusterID string
 	passive   bool
+	// The session settings a BGPPeer carries (spec.bgpPeer of a policy).
+	password    bool   // a `password` line
+	restartTime string // `graceful restart time N`: N
+	ttlSecurity bool   // `ttl security on`
 }
 
 // renderedConfig is what this package reads from a rendered bird.cfg.
@@ -604,6 +678,12 @@ func parseBIRDConfig(text string) (*renderedConfig, error) {
 				p.clusterID = f[3]
 			case len(f) == 2 && f[0] == "passive" && f[1] == "on":
 				p.passive = true
+			case len(f) >= 2 && f[0] == "password":
+				p.password = true
+			case len(f) == 4 && f[0] == "graceful" && f[1] == "restart" && f[2] == "time":
+				p.restartTime = f[3]
+			case len(f) == 3 && f[0] == "ttl" && f[1] == "security" && f[2] == "on":
+				p.ttlSecurity = true
 			}
 		}
 		if !p.neighbor.IsValid() {
@@ -691,7 +771,81 @@ func confdTopology(st *calicoState, dirs []string) (*bgpmodel.Topology, [][]bird
 		return nil, nil, nil, err
 	}
 	diffs = append(diffs, compareSessions(st, topo, configured)...)
+	diffs = append(diffs, settingsDifferences(st, protos)...)
 	return topo, protos, diffs, nil
+}
+
+// commonSettings are the session settings every one of the state's BGPPeers carries (a policy's
+// spec.bgpPeer): a password, a graceful restart time in whole seconds as confd writes it, TTL
+// security. A setting some BGPPeers lack is not expected anywhere.
+func commonSettings(peers []apiv3.BGPPeer) (password bool, restart string, ttl bool) {
+	if len(peers) == 0 {
+		return false, "", false
+	}
+	password, ttl = true, true
+	for k, p := range peers {
+		s := p.Spec
+		password = password && s.Password != nil && s.Password.SecretKeyRef != nil
+		ttl = ttl && s.TTLSecurity != nil && *s.TTLSecurity > 0
+		r := ""
+		if s.MaxRestartTime != nil {
+			r = strconv.Itoa(int(math.Round(s.MaxRestartTime.Seconds())))
+		}
+		if k == 0 {
+			restart = r
+		} else if r != restart {
+			restart = ""
+		}
+	}
+	return password, restart, ttl
+}
+
+// settingsDifferences lists the BGP protocols (those confd renders from BGPPeers, not the
+// node-to-node mesh's) that lack a setting every BGPPeer carries: confd renders no password when
+// it cannot read the Secret, for one.
+func settingsDifferences(st *calicoState, protos [][]birdProtocol) []string {
+	password, restart, ttl := commonSettings(st.peers)
+	var diffs []string
+	for i, ps := range protos {
+		for _, p := range ps {
+			if strings.HasPrefix(p.name, "Mesh_") {
+				continue
+			}
+			if password && !p.password {
+				diffs = append(diffs, fmt.Sprintf("%s: protocol %s has no password, though every BGPPeer sets one (confd reads it from the Secret)", st.nodes[i].Name, p.name))
+			}
+			if restart != "" && p.restartTime != restart {
+				diffs = append(diffs, fmt.Sprintf("%s: protocol %s has graceful restart time %q, every BGPPeer's maxRestartTime is %ss", st.nodes[i].Name, p.name, p.restartTime, restart))
+			}
+			if ttl && !p.ttlSecurity {
+				diffs = append(diffs, fmt.Sprintf("%s: protocol %s has no ttl security, though every BGPPeer sets ttlSecurity", st.nodes[i].Name, p.name))
+			}
+		}
+	}
+	return diffs
+}
+
+// renderedSettings counts the session settings of every node's BGP protocols.
+func renderedSettings(protos [][]birdProtocol) *RenderedSettings {
+	r := &RenderedSettings{}
+	for _, ps := range protos {
+		for _, p := range ps {
+			r.Protocols++
+			if p.password {
+				r.Password++
+			}
+			if p.ttlSecurity {
+				r.TTLSecurity++
+			}
+			if p.restartTime != "" {
+				if r.RestartTime == nil {
+					r.RestartTime = map[string]int{}
+				}
+				r.RestartTime[p.restartTime]++
+			}
+		}
+	}
+	return r
 }
 
 // compareSessions lists where confd's sessions and options differ from the model's derivation.
@@ -845,7 +999,7 @@ func runCalico(ctx context.Context, st *calicoState, opts Options) (*Report, err
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	topo, _, diffs, err := confdTopology(st, dirs)
+	topo, protos, diffs, err := confdTopology(st, dirs)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -886,6 +1040,7 @@ func runCalico(ctx context.Context, st *calicoState, opts Options) (*Report, err
 		return nil, err
 	}
 	rep.ConfigDifferences = diffs
+	rep.Rendered = renderedSettings(protos)
 	return rep, nil
 }
 

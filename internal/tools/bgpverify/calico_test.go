@@ -20,10 +20,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // The scratch API server the calico tests share (tests of a package run one at a time).
@@ -123,6 +127,7 @@ func TestCalico(t *testing.T) {
 		{"VerifyClusterReadsTheClusterState", testVerifyClusterReadsTheClusterState},
 		{"ConfdSessionsMatchModelWithMesh", testConfdSessionsMatchModelWithMesh},
 		{"BIRDConfigMatchesConfd", testBIRDConfigMatchesConfd},
+		{"BGPPeerPasswordAndRestartTime", testCalicoBGPPeerSettings},
 	} {
 		t.Run(c.name, c.f)
 	}
@@ -419,4 +424,69 @@ func TestConfdModelClusterIDInCIDRForm(t *testing.T) {
 		t.Logf("bird -p on %s's configuration: %v %s", rr, err, strings.TrimSpace(string(out)))
 	}
 	agree(t, diffs)
+}
+
+// A policy with spec.bgpPeer (a password from a Secret's key, maxRestartTime 300s): confd reads
+// the password from the Secret in its namespace and renders it, and the restart time, on every
+// BGP protocol of every node; every session comes up Established on BIRD with the password (TCP
+// MD5), and no pair misses a route.
+func testCalicoBGPPeerSettings(t *testing.T) {
+	s := calicoScratch(t, true)
+	pol := policy.Default("bgp-settings")
+	pol.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
+	pol.Spec.BGPPeer = &v1alpha1.BGPPeerSettings{
+		Password: &v1alpha1.BGPPassword{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "bgp-secrets"}, Key: "rr-password"}},
+		MaxRestartTime: &metav1.Duration{Duration: 300 * time.Second},
+	}
+	nodes, err := nodesource.Simulate(12, 3)
+	require.NoError(t, err)
+	in := extender.Input{Policy: policy.MustResolve(pol), Nodes: nodes, Now: nodesource.SimulationStart.Add(24 * time.Hour)}
+	res := extender.Plan(in)
+
+	// The rendered bird.cfg: the Secret's password and the restart time on every BGP protocol.
+	st := planStateFor(t, in, res, false)
+	dirs := renderOnly(t, s, st)
+	sec, err := s.cs.CoreV1().Secrets(ConfdNamespace).Get(t.Context(), "bgp-secrets", metav1.GetOptions{})
+	require.NoError(t, err)
+	password := string(sec.Data["rr-password"])
+	require.NotEmpty(t, password)
+	protocols := 0
+	for i, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "bird.cfg"))
+		require.NoError(t, err)
+		rc, err := parseBIRDConfig(string(b))
+		require.NoError(t, err)
+		for _, p := range rc.protocols {
+			protocols++
+			block := protocolBlock(string(b), p.name)
+			assert.Containsf(t, block, `password "`+password+`";`, "%s: protocol %s without the Secret's password", st.nodes[i].Name, p.name)
+			assert.Containsf(t, block, "graceful restart time 300;", "%s: protocol %s without the restart time", st.nodes[i].Name, p.name)
+		}
+	}
+	require.Positive(t, protocols)
+
+	// The same plan on BIRD: every session Established with the password.
+	rep := runCalicoPlan(t, s, in, res, Options{})
+	noConfigDifferences(t, "BGPPeer settings", rep.ConfigDifferences)
+	require.NotNil(t, rep.Rendered)
+	assert.Equal(t, protocols, rep.Rendered.Protocols, "rendered: %+v", rep.Rendered)
+	assert.Equal(t, protocols, rep.Rendered.Password, "rendered: %+v", rep.Rendered)
+	assert.Equal(t, map[string]int{"300": protocols}, rep.Rendered.RestartTime, "rendered: %+v", rep.Rendered)
+	assert.Positive(t, rep.Summary.Sessions, "%+v", rep.Summary)
+	assert.Equal(t, rep.Summary.Sessions, rep.Summary.EstablishedSessions, "sessions not Established: %+v", rep.Summary)
+	assert.True(t, rep.Summary.Converged, "%+v", rep.Summary)
+	assert.Zero(t, rep.MissingPairs(), "%+v", rep.Summary)
+	t.Logf("BGPPeer settings: %d protocols, %d with the password, restart times %v; %d of %d sessions Established, %d missing pairs",
+		rep.Rendered.Protocols, rep.Rendered.Password, rep.Rendered.RestartTime, rep.Summary.EstablishedSessions, rep.Summary.Sessions, rep.Summary.MissingPairs)
+}
+
+// protocolBlock is the text of `protocol bgp name` in a bird.cfg, up to its closing brace.
+func protocolBlock(cfg, name string) string {
+	_, rest, ok := strings.Cut(cfg, "protocol bgp "+name+" ")
+	if !ok {
+		return ""
+	}
+	block, _, _ := strings.Cut(rest, "\n}")
+	return block
 }

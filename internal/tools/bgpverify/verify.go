@@ -131,6 +131,22 @@ type Report struct {
 	// from this project's derivation of the sessions (internal/bgpmodel): a session one has and
 	// the other has not, an rr client flag or cluster ID the model does not expect.
 	ConfigDifferences []string `json:"configDifferences,omitempty"`
+	// Rendered (calico speaker) counts the session settings of the BGP protocols confd rendered.
+	Rendered *RenderedSettings `json:"rendered,omitempty"`
+}
+
+// RenderedSettings counts what BIRD's configurations, as confd rendered them, set on their BGP
+// protocols (the settings of BGPPeers: a policy's spec.bgpPeer). Passwords are counted, never
+// shown.
+type RenderedSettings struct {
+	// Protocols counts the `protocol bgp` blocks of every node's bird.cfg.
+	Protocols int `json:"protocols"`
+	// Password counts the protocols with a `password`.
+	Password int `json:"password"`
+	// RestartTime counts the protocols by their `graceful restart time` (seconds).
+	RestartTime map[string]int `json:"restartTime,omitempty"`
+	// TTLSecurity counts the protocols with `ttl security on`.
+	TTLSecurity int `json:"ttlSecurity,omitempty"`
 }
 
 // MissingPairs is the largest missing-pair count of every phase.

@@ -3,6 +3,8 @@ package report
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -18,6 +20,9 @@ func VerifyTable(w io.Writer, r *bgpverify.Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "Policy %q on %s speakers\n\n", r.Policy, r.Speaker)
 	phase(tw, "", r.Summary, r.Nodes)
+	if line := renderedLine(r.Rendered); line != "" {
+		fmt.Fprintf(tw, "\nSession settings confd rendered (BGPPeer password, maxRestartTime, ttlSecurity): %s\n", line)
+	}
 	if a := r.AfterFailure; a != nil {
 		fmt.Fprintf(tw, "\nAfter stopping %d speakers (%s):\n\n", len(a.Down), abbreviate(a.Down, 6))
 		phase(tw, "", a.Summary, a.Nodes)
@@ -112,4 +117,20 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// renderedLine sums up the session settings of the BGP protocols confd rendered; "" when there
+// are none (or no confd run).
+func renderedLine(r *bgpverify.RenderedSettings) string {
+	if r == nil || r.Password == 0 && len(r.RestartTime) == 0 && r.TTLSecurity == 0 {
+		return ""
+	}
+	parts := []string{fmt.Sprintf("%d of %d BGP protocols with a password", r.Password, r.Protocols)}
+	for _, t := range slices.Sorted(maps.Keys(r.RestartTime)) {
+		parts = append(parts, fmt.Sprintf("%d with graceful restart time %s s", r.RestartTime[t], t))
+	}
+	if r.TTLSecurity > 0 {
+		parts = append(parts, fmt.Sprintf("%d with ttl security", r.TTLSecurity))
+	}
+	return strings.Join(parts, ", ")
 }
