@@ -52,8 +52,7 @@ clean:
 
 
 demo: ## The main command: a real API server, the chart, serve, 300 nodes, a cordon and a denial
-	hack/tools.sh kube-apiserver etcd kubectl helm
-	source $(TOOLS_ENV) && $(GO) run ./test/demo
+	GO=$(GO) hack/demo.sh
 
 .PHONY: load
 load: tools ## 5,000-node load test on a real kube-apiserver (slow; figures go to BENCHMARKS.md)
