@@ -57,13 +57,13 @@ type Resolved struct {
 	ZoneLabel                string
 	Tolerations              []corev1.Toleration
 
-	Mode                v1alpha1.Mode
-	RemovalDelay        time.Duration
-	NotReadyGrace       time.Duration
+	Mode          v1alpha1.Mode
+	RemovalDelay  time.Duration
+	NotReadyGrace time.Duration
 	// BGPHealth: nil when the policy leaves bgpHealth.enabled out (on when the CalicoNodeStatus
 	// API is served); BGPGrace is bgpHealth.gracePeriod.
-	BGPHealth *bool
-	BGPGrace  time.Duration
+	BGPHealth           *bool
+	BGPGrace            time.Duration
 	Handover            v1alpha1.HandoverMode
 	ScaleDownWindow     time.Duration
 	MigrateFromNodeMesh bool
