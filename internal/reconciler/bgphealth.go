@@ -37,7 +37,9 @@ import (
 // (calico-node, and with it BIRD, is not running); one never filled in is not judged (a calico-node
 // older than 3.22 does not fill them in).
 //
-// While bgpHealth is on, every policy is planned again every NodeStatusPeriod seconds.
+// While bgpHealth is on, every policy is planned again every healthEvery (half calico-node's
+// update period): a route reflector whose sessions go down is replaced within gracePeriod plus
+// calico-node's period plus healthEvery (15 s with the defaults).
 
 // BGP health constants.
 const (
@@ -45,6 +47,8 @@ const (
 	EventBGPUp   = "RouteReflectorBGPUp"
 	// staleAfter: a status not updated for three periods.
 	staleAfter = 3 * NodeStatusPeriod * time.Second
+	// healthEvery: how often the statuses are read.
+	healthEvery = NodeStatusPeriod * time.Second / 2
 )
 
 var bgpDownGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -131,7 +135,11 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			r.Log.Error(err, "bgpHealth: creating CalicoNodeStatus", "node", rr)
 		}
 	}
-	r.memo(st.Name).statusesChecked = false // the handover lists them again
+	m := r.memo(st.Name)
+	m.statusesChecked = false // the handover lists them again
+	if m.bgpAnnounced == nil {
+		m.bgpAnnounced = map[string]bool{}
+	}
 
 	r.mu.Lock()
 	prev := r.bgp[st.Name]
@@ -151,7 +159,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 		down, sessions := sessionsDown(cns, clients[rr], view, ips, st.Now)
 		nh, keep := h.Observe(down, sessions, st.Now, p)
-		wasFailed, isFailed := h.Failed(st.Now, p), nh.Failed(st.Now, p)
+		wasFailed, isFailed := m.bgpAnnounced[rr], keep && nh.Failed(st.Now, p)
 		if keep {
 			next[rr] = nh
 			switch {
@@ -168,22 +176,29 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: rr, UID: view[rr].UID}
 		switch {
 		case isFailed && !wasFailed:
+			m.bgpAnnounced[rr] = true
 			msg := fmt.Sprintf("%s: Node Ready but no BGP session Established since %s (bgpHealth.gracePeriod %s): its replacement is promoted; down: %s",
 				rr, nh.DownSince.UTC().Format(time.RFC3339), p.BGPGrace, joinCapped(nh.Sessions, 20))
 			r.Recorder.Event(ref, corev1.EventTypeWarning, EventBGPDown, msg)
 			r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventBGPDown, msg)
 			r.Log.Info("route reflector BGP down", "policy", st.Name, "node", rr, "sessions", nh.Sessions)
 		case wasFailed && !keep:
+			delete(m.bgpAnnounced, rr)
 			msg := fmt.Sprintf("%s: BGP sessions Established again for %s: it may be a route reflector again", rr, extender.BGPHold(p))
 			r.Recorder.Event(ref, corev1.EventTypeNormal, EventBGPUp, msg)
 			r.Recorder.Event(st.Policy, corev1.EventTypeNormal, EventBGPUp, msg)
+		}
+	}
+	for rr := range m.bgpAnnounced {
+		if _, ok := next[rr]; !ok {
+			delete(m.bgpAnnounced, rr) // no longer a route reflector
 		}
 	}
 	r.setBGP(st.Name, next)
 	bgpDownGauge.WithLabelValues(st.Name, "grace").Set(float64(grace))
 	bgpDownGauge.WithLabelValues(st.Name, "failed").Set(float64(failed))
 	if len(rrs) > 0 {
-		st.requeue(NodeStatusPeriod * time.Second)
+		st.requeue(healthEvery)
 	}
 	return nil
 }

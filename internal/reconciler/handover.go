@@ -86,6 +86,8 @@ type handoverMemo struct {
 	adoptWaiting bool
 	// adoptWhy: hand-written BGPPeer -> why the last adopt step kept it, for the status.
 	adoptWhy map[string]string
+	// bgpAnnounced: route reflectors whose BGP failure was announced (RouteReflectorBGPDown).
+	bgpAnnounced map[string]bool
 }
 
 var handoverTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
