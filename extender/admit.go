@@ -299,6 +299,7 @@ func readFacts(in Input, res *Result) []nodeFacts {
 		if n := byName[res.Nodes[i].Name]; n != nil {
 			ni := NewNodeInfo(n, in.Policy)
 			ni.Now = in.Now
+			ni.BGP = in.BGPHealth[n.Name]
 			RunFilters(filters, in.Policy, ni) // Awaited: a NotReady node within its grace
 			ni.Eligible = !ineligible[n.Name]
 			out[i] = factsOf(ni)

@@ -437,11 +437,11 @@ func (pl *planner) selectStandbys(spineOf, standbyOf []*NodeInfo, taken map[*Nod
 	}
 	for k := 1; k < len(spineOf) && countSet(standbyOf) < budget; k++ {
 		m := spineOf[k]
-		if m == nil || m.Ready {
+		if m == nil || m.Ready && !m.BGP.Suspect() {
 			continue
 		}
 		for _, n := range pl.ranked {
-			if !taken[n] && n.Ready && n.StandbyFor == m.Name && n.Plane == k && n.CurrentRR && !n.Draining() &&
+			if !taken[n] && n.Ready && !n.BGP.Suspect() && n.StandbyFor == m.Name && n.Plane == k && n.CurrentRR && !n.Draining() &&
 				n.HasClusterID && n.ClusterID == pl.spineID {
 				standbyOf[k] = n
 				break
@@ -450,7 +450,7 @@ func (pl *planner) selectStandbys(spineOf, standbyOf []*NodeInfo, taken map[*Nod
 		if standbyOf[k] == nil {
 			// The standby stands where the member would: its zone counts without the member.
 			perZone[m.Zone]--
-			standbyOf[k] = pl.bestSpineCandidate(taken, perZone, spare, func(n *NodeInfo) bool { return n.Ready })
+			standbyOf[k] = pl.bestSpineCandidate(taken, perZone, spare, func(n *NodeInfo) bool { return n.Ready && !n.BGP.Suspect() })
 			perZone[m.Zone]++
 		}
 		if sb := standbyOf[k]; sb != nil {

@@ -22,7 +22,7 @@ type ScorePlugin interface {
 
 // DefaultFilters are the filters in the order they run.
 func DefaultFilters() []FilterPlugin {
-	return []FilterPlugin{NewNodeReady(), NewNodeUnschedulable(), NewNodeDeleting(), NewTaintToleration(), NewNotForbidden(), NewNodeConditions()}
+	return []FilterPlugin{NewNodeReady(), NewNodeUnschedulable(), NewNodeDeleting(), NewTaintToleration(), NewNotForbidden(), NewNodeConditions(), NewBGPSessions()}
 }
 
 // DefaultScores are the score plugins in order of precedence.

@@ -23,6 +23,7 @@ type life struct {
 	now   time.Time
 	recs  []Recommendation
 	res   *Result
+	bgp   map[string]BGPHealth // the leader's BGP health records (Input.BGPHealth)
 }
 
 func newLife(t *testing.T, p *policy.Resolved, nodes []*corev1.Node) *life {
@@ -34,7 +35,7 @@ func newLife(t *testing.T, p *policy.Resolved, nodes []*corev1.Node) *life {
 }
 
 func (l *life) input() Input {
-	return Input{Policy: l.p, Nodes: l.nodes, Now: l.now, Recommendations: l.recs, Drills: PlanDrills}
+	return Input{Policy: l.p, Nodes: l.nodes, Now: l.now, Recommendations: l.recs, Drills: PlanDrills, BGPHealth: l.bgp}
 }
 
 // step lets d pass, plans and applies the plan.

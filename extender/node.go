@@ -42,6 +42,8 @@ type NodeInfo struct {
 	// StandbyFor: a DualPlane spine route reflector standing in for its plane's NotReady member
 	// (AnnotationStandbyFor), "" otherwise.
 	StandbyFor string
+	// BGP is what the leader saw of the node's BGP sessions (Input.BGPHealth; zero: nothing wrong).
+	BGP BGPHealth
 
 	// Filled by the pipeline.
 	Eligible  bool
@@ -119,9 +121,11 @@ func (n *NodeInfo) Healthy() bool { return n.Ready && !n.Deleting }
 func (n *NodeInfo) Draining() bool { return !n.DrainingSince.IsZero() }
 
 // DrainedWhileNotReady reports whether n is a route reflector being handed over because it was
-// NotReady: when it is eligible again (Ready) it takes its role back.
+// NotReady, or its BGP sessions were down (DrainingReasonBGPDown): when it is eligible again it
+// takes its role back.
 func (n *NodeInfo) DrainedWhileNotReady() bool {
-	return n.Draining() && n.Node.Annotations[AnnotationDrainingReason] == DrainingReasonNotReady
+	r := n.Node.Annotations[AnnotationDrainingReason]
+	return n.Draining() && (r == DrainingReasonNotReady || r == DrainingReasonBGPDown)
 }
 
 // WithinNotReadyGrace reports whether n is a route reflector that has been NotReady for less than

@@ -40,6 +40,9 @@ type Input struct {
 	// Filters and Scores default to DefaultFilters and DefaultScores.
 	Filters []FilterPlugin
 	Scores  []ScorePlugin
+	// BGPHealth is what the leader saw of the route reflectors' BGP sessions, by node (bgpHealth;
+	// nil: nothing, or bgpHealth off). See BGPHealth.
+	BGPHealth map[string]BGPHealth
 	// Drills, when set, runs the failure drills on the plan: the planner then prefers a plan that
 	// passes them (see safest) and puts them on the result.
 	Drills DrillFunc
@@ -150,6 +153,10 @@ func newPlanner(in Input) *planner {
 		}
 		ni := NewNodeInfo(n, p)
 		ni.Now = in.Now
+		ni.BGP = in.BGPHealth[n.Name]
+		if h := ni.BGP; h.Suspect() && ni.CurrentRR && in.Now.Before(h.DownSince.Add(p.BGPGrace)) {
+			pl.recheckBy(h.DownSince.Add(p.BGPGrace)) // its grace period ends
+		}
 		RunFilters(in.Filters, p, ni)
 		pl.byName[n.Name] = ni
 		pl.nodes = append(pl.nodes, ni)

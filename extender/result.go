@@ -231,8 +231,8 @@ func (pl *planner) result() *Result {
 		st.Annotations[AnnotationClusterID] = id
 		if d.role == roleDraining {
 			st.Annotations[AnnotationDrainingSince] = d.since.UTC().Format(time.RFC3339)
-			if !n.Ready || n.DrainedWhileNotReady() {
-				st.Annotations[AnnotationDrainingReason] = DrainingReasonNotReady
+			if reason := n.drainingReason(p); reason != "" {
+				st.Annotations[AnnotationDrainingReason] = reason
 				if n.Plane > 0 {
 					st.Annotations[AnnotationPlane] = strconv.Itoa(n.Plane) // taken back when Ready again
 				}

@@ -30,6 +30,7 @@ const (
 	DefaultZoneLabel              = corev1.LabelTopologyZone
 	DefaultRemovalDelay           = 5 * time.Minute
 	DefaultNotReadyGracePeriod    = 2 * time.Minute
+	DefaultBGPHealthGracePeriod   = 2 * time.Minute
 	DefaultStabilizationWindow    = 300 * time.Second
 	DefaultHandover               = v1alpha1.HandoverDelay
 )

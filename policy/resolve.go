@@ -58,9 +58,13 @@ type Resolved struct {
 	ZoneLabel                string
 	Tolerations              []corev1.Toleration
 
-	Mode                v1alpha1.Mode
-	RemovalDelay        time.Duration
-	NotReadyGrace       time.Duration
+	Mode          v1alpha1.Mode
+	RemovalDelay  time.Duration
+	NotReadyGrace time.Duration
+	// BGPHealth: nil when the policy leaves bgpHealth.enabled out (on when the CalicoNodeStatus
+	// API is served); BGPGrace is bgpHealth.gracePeriod.
+	BGPHealth           *bool
+	BGPGrace            time.Duration
 	Handover            v1alpha1.HandoverMode
 	ScaleDownWindow     time.Duration
 	MigrateFromNodeMesh bool
@@ -145,6 +149,13 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 	}
 	if s.NotReadyGracePeriod != nil {
 		r.NotReadyGrace = s.NotReadyGracePeriod.Duration
+	}
+	r.BGPGrace = DefaultBGPHealthGracePeriod
+	if h := s.BGPHealth; h != nil {
+		r.BGPHealth = h.Enabled
+		if h.GracePeriod != nil {
+			r.BGPGrace = h.GracePeriod.Duration
+		}
 	}
 	r.Handover = v1alpha1.HandoverMode(or(string(s.Handover), string(r.Handover)))
 	r.Mode = v1alpha1.Mode(or(string(s.Mode), string(v1alpha1.Enforce)))

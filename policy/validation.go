@@ -74,6 +74,9 @@ func Validate(p *v1alpha1.RouteReflectorPolicy) field.ErrorList {
 	if s.NotReadyGracePeriod != nil && s.NotReadyGracePeriod.Duration < 0 {
 		errs = append(errs, field.Invalid(spec.Child("notReadyGracePeriod"), s.NotReadyGracePeriod.Duration.String(), "must not be negative"))
 	}
+	if h := s.BGPHealth; h != nil && h.GracePeriod != nil && h.GracePeriod.Duration < 0 {
+		errs = append(errs, field.Invalid(spec.Child("bgpHealth", "gracePeriod"), h.GracePeriod.Duration.String(), "must not be negative"))
+	}
 	if s.RemovalDelay != nil && s.RemovalDelay.Duration < 0 {
 		errs = append(errs, field.Invalid(spec.Child("removalDelay"), s.RemovalDelay.Duration.String(), "must not be negative"))
 	}

@@ -86,6 +86,8 @@ type handoverMemo struct {
 	adoptWaiting bool
 	// adoptWhy: hand-written BGPPeer -> why the last adopt step kept it, for the status.
 	adoptWhy map[string]string
+	// bgpAnnounced: route reflectors whose BGP failure was announced (RouteReflectorBGPDown).
+	bgpAnnounced map[string]bool
 }
 
 var handoverTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -274,8 +276,12 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 	}
 	want := make([]string, 0, len(need))
 	for rr := range need {
-		want = append(want, rr)
+		if !st.HealthStatuses[rr] {
+			want = append(want, rr)
+		}
 	}
+	// bgpHealth's objects stay, outside the bound (see bgpHealth).
+	haveNodes = slices.DeleteFunc(haveNodes, func(n string) bool { return st.HealthStatuses[n] })
 	create, del := planNodeStatuses(want, haveNodes, MaxNodeStatuses)
 	for _, n := range del {
 		if err := r.nodeStatuses().Delete(ctx, have[n]); err != nil && !apierrors.IsNotFound(err) {

@@ -27,6 +27,7 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 		delete(r.last, st.Name)
 		delete(r.memos, st.Name)
 		delete(r.costs, st.Name)
+		delete(r.bgp, st.Name)
 		r.mu.Unlock()
 		forgetMetrics(st.Name)
 		st.Done = true

@@ -101,6 +101,8 @@ type Reconciler struct {
 	calicoRoles map[string]calicoetcd.Role
 	calicoPeers map[string]*apiv3.BGPPeer
 	steps       []Step
+	// bgp: the BGP health records of route reflectors by node, per policy (see bgpHealth).
+	bgp map[string]map[string]extender.BGPHealth
 
 	lastTook atomic.Int64 // the last reconcile's duration, in nanoseconds
 	after    func(policy string)
@@ -144,8 +146,11 @@ type State struct {
 	// Overlaps are the nodes this policy selects that other policies select too (node -> the
 	// other policies): managed by none of them.
 	Overlaps map[string][]string
-	Requeue  time.Duration
-	Done     bool
+	// HealthStatuses are the nodes whose CalicoNodeStatus bgpHealth keeps (the handover leaves
+	// them in place).
+	HealthStatuses map[string]bool
+	Requeue        time.Duration
+	Done           bool
 }
 
 // RoleChange is a role change this reconcile made, for Events and metrics.
@@ -169,6 +174,7 @@ func (st *State) requeue(d time.Duration) {
 func (r *Reconciler) Steps() []Step {
 	return []Step{
 		{"load", r.load},
+		{"bgphealth", r.bgpHealth},
 		{"plan", r.plan},
 		{"bgppeers", r.enforcing(r.applyPeers)},
 		{"nodes", r.enforcing(r.patchNodes)},

@@ -73,6 +73,10 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 	pol.Generation = 1
 	// The tests were written for MultiCluster, the default before DualPlane; a spec may name another.
 	pol.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
+	// The fake API server serves CalicoNodeStatus, which turns bgpHealth on by default: the tests
+	// that count writes and CalicoNodeStatuses leave it off (bgphealth_test.go turns it on).
+	off := false
+	pol.Spec.BGPHealth = &v1alpha1.BGPHealth{Enabled: &off}
 	if spec != nil {
 		spec(&pol.Spec)
 	}

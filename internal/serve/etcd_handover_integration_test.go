@@ -91,6 +91,7 @@ func TestEtcdHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
   topology: {type: MultiCluster}
   removalDelay: 10m
   handover: BGPSessions
+  bgpHealth: {enabled: false}
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
 `)
 	for i := range 18 {

@@ -237,6 +237,7 @@ func TestHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
   minRouteReflectors: 9
   removalDelay: 10m
   handover: BGPSessions
+  bgpHealth: {enabled: false}
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
 `)
 	// calico-node reports from the start: nodes turn Ready in any order and the first plans
@@ -299,6 +300,7 @@ func TestHandoverBGPSessionsIPv6OnRealAPIServer(t *testing.T) {
   topology: {type: MultiCluster}
   removalDelay: 10m
   handover: BGPSessions
+  bgpHealth: {enabled: false}
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
 `)
 	cn := w.startCalicoNode()
@@ -327,6 +329,7 @@ func TestHandoverBGPSessionsTimeoutOnRealAPIServer(t *testing.T) {
   topology: {type: MultiCluster}
   removalDelay: 4s
   handover: BGPSessions
+  bgpHealth: {enabled: false}
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
 `)
 	w.joinCluster(12)
@@ -417,6 +420,7 @@ func testMigrateFromNodeMesh(t *testing.T, handover string) {
 kind: RouteReflectorPolicy
 metadata: {name: default}
 spec:
+  bgpHealth: {enabled: false}
   mode: ` + mode + `
   topology: {type: MultiCluster}
   removalDelay: 3s

@@ -38,6 +38,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/certs"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
@@ -253,6 +254,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	s := &Server{Manager: mgr, PeerAPI: gv, V3Server: v3, Etcd: etcd, Ledger: state.NewLedger(0, nil)}
 	s.Ledger.Drills = new(bgpmodel.DrillMemo).Drills
+	s.Ledger.BGPHealth = func() map[string]extender.BGPHealth { return s.Reconciler.BGPHealthRecords() }
 	nodeIdx, err := indexer(ctx, mgr.GetCache(), &corev1.Node{}, state.NodeIndexers())
 	if err != nil {
 		return nil, err

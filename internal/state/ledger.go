@@ -41,6 +41,9 @@ type Ledger struct {
 	// the reconciler's watch), nil when unknown: a plan then keeps other nodes from new route
 	// reflector roles (extender.CalicoNodeRegistered). nil for the Kubernetes datastore.
 	Registered func() map[string]bool
+	// BGPHealth returns the leader's BGP health records of route reflectors (the policies'
+	// bgpHealth), nil when none: every plan reads them (extender.Input.BGPHealth).
+	BGPHealth func() map[string]extender.BGPHealth
 }
 
 type planState struct {
@@ -405,6 +408,9 @@ func (l *Ledger) Plan(valid []Managed, cache []*corev1.Node, m Managed, now time
 	in = extender.Input{Policy: m.Resolved, Nodes: nodes, Now: now, Recommendations: history,
 		ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes), CrossPolicy: len(valid) > 1,
 		OutsideSelector: OutsideSelector(valid, all), Drills: l.Drills}
+	if l.BGPHealth != nil {
+		in.BGPHealth = l.BGPHealth()
+	}
 	if l.Registered != nil {
 		if names := l.Registered(); len(names) > 0 {
 			in.Filters = append(extender.DefaultFilters(), extender.NewCalicoNodeRegistered(names))

@@ -163,6 +163,11 @@ type RouteReflectorPolicySpec struct {
 	// +optional
 	NotReadyGracePeriod *metav1.Duration `json:"notReadyGracePeriod,omitempty"`
 
+	// BGPHealth judges route reflectors by their BGP sessions too: one whose Node is Ready but
+	// whose BGP sessions are down (its BIRD died) for gracePeriod is replaced as a NotReady one is.
+	// +optional
+	BGPHealth *BGPHealth `json:"bgpHealth,omitempty"`
+
 	// RemovalDelay is how long an obsolete route reflector keeps its role after its replacement is in place [5m].
 	// +optional
 	RemovalDelay *metav1.Duration `json:"removalDelay,omitempty"`
@@ -320,6 +325,20 @@ type Label struct {
 	// Value is the label value ("" allowed).
 	// +optional
 	Value string `json:"value,omitempty"`
+}
+
+// BGPHealth: the leader keeps one Calico CalicoNodeStatus (class BGP) per route reflector and
+// reads the sessions calico-node reports there. A route reflector whose Node is Ready but with no
+// Established BGP session (with its clients, nor any other peer) for gracePeriod is treated as
+// failed: its replacement is promoted and it drains; it takes its role back once its sessions
+// have been Established for the scale-down stabilization window (at most gracePeriod).
+type BGPHealth struct {
+	// Enabled [true when Calico's CalicoNodeStatus API is served, false otherwise].
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// GracePeriod is how long a route reflector's sessions may stay down before it is replaced [2m].
+	// +optional
+	GracePeriod *metav1.Duration `json:"gracePeriod,omitempty"`
 }
 
 // Behavior tunes scaling, as the HorizontalPodAutoscaler's behavior does.

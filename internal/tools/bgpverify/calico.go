@@ -551,8 +551,8 @@ func renderNodeEnv(ctx context.Context, confd, etc string, tomls []string, dir, 
 	if err := os.MkdirAll(filepath.Join(dir, "conf.d"), 0o755); err != nil {
 		return err
 	}
-	if err := os.Symlink(filepath.Join(etc, "templates"), filepath.Join(dir, "templates")); err != nil {
-		return err
+	if err := os.Symlink(filepath.Join(etc, "templates"), filepath.Join(dir, "templates")); err != nil && !os.IsExist(err) {
+		return err // (a Lab renders a node again into the same folder)
 	}
 	for _, t := range tomls {
 		b, err := os.ReadFile(t)

@@ -1,0 +1,255 @@
+package bgpverify
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+)
+
+// Lab is a live calico speaker for tests: one BIRD per node in a network namespace of its own,
+// configured by Calico's confd from a kube-apiserver the caller keeps changing (the product's own:
+// it needs Calico's CRDs, an IP pool and the BGPConfiguration). Node i has the address
+// NodeAddress(i) and the pod block Block(i); the caller writes them on the Nodes
+// (projectcalico.org/IPv4Address, spec.podCIDR). Sync renders again and reconfigures the BIRDs
+// whose configuration changed; Kill and Revive stop and start one node's BIRD.
+type Lab struct {
+	names []string
+	index map[string]int
+	confd string
+	etc   string
+	env   []string
+	dir   string
+	dirs  []string
+	cfgs  [][]byte // the bird.cfg each running BIRD last loaded
+	f     *birdFleet
+	dead  map[int]bool
+}
+
+// StartLab creates the namespaces and the folders for names (nothing runs until Sync).
+func StartLab(kubeconfig string, names []string) (*Lab, error) {
+	confd, err := FindConfd("")
+	if err != nil {
+		return nil, err
+	}
+	etc, err := confdEtc()
+	if err != nil {
+		return nil, err
+	}
+	bin, err := FindBIRD("")
+	if err != nil {
+		return nil, err
+	}
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		return nil, fmt.Errorf("%w: iproute2's ip not found (%v)", ErrNoNetns, err)
+	}
+	dir, err := os.MkdirTemp("/tmp", fmt.Sprintf("rrc%d-", os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	l := &Lab{names: names, index: map[string]int{}, confd: confd, etc: etc, dir: dir, dead: map[int]bool{},
+		env: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + kubeconfig, "USE_POD_CIDR=true"}}
+	addrs := make([]netip.Prefix, len(names))
+	for i, n := range names {
+		l.index[n] = i
+		addrs[i] = NodeAddress(i)
+	}
+	lab, err := newNetLab(ip, len(names))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	l.f = &birdFleet{bin: bin, dir: dir, lab: lab, filter: " where net ~ " + podPool.String(),
+		nodes: make([]speakerNode, len(names)), configs: make([]string, len(names)),
+		procs: make([]*exec.Cmd, len(names)), conns: make([]*birdConn, len(names))}
+	for i, n := range names {
+		l.f.nodes[i] = speakerNode{name: n}
+	}
+	if err := lab.setup(addrs); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("%w: %v", ErrNoNetns, err)
+	}
+	l.cfgs = make([][]byte, len(names))
+	return l, nil
+}
+
+// Index is node name's index (its address and block), -1 when unknown.
+func (l *Lab) Index(name string) int {
+	if i, ok := l.index[name]; ok {
+		return i
+	}
+	return -1
+}
+
+// Sync has confd render every node's configuration, starts the BIRDs that are not running (but
+// those killed) and has the running ones whose bird.cfg changed load it (`configure`).
+func (l *Lab) Sync(ctx context.Context) error {
+	dirs, err := renderAll(ctx, l.confd, l.etc, l.dir, l.names, l.env)
+	if err != nil {
+		return err
+	}
+	if err := dropEmptyKrtTunnel(dirs); err != nil {
+		return err
+	}
+	l.dirs = dirs
+	var errs []error
+	for i := range l.names {
+		l.f.configs[i] = filepath.Join(dirs[i], "bird.cfg")
+		cfg, err := os.ReadFile(l.f.configs[i])
+		if err != nil {
+			return err
+		}
+		l.f.mu.Lock()
+		c := l.f.conns[i]
+		l.f.mu.Unlock()
+		switch {
+		case l.dead[i]:
+		case c == nil:
+			if err := l.startNode(ctx, i); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			l.cfgs[i] = cfg
+		case !bytes.Equal(cfg, l.cfgs[i]):
+			if out, err := c.command("configure"); err != nil {
+				errs = append(errs, fmt.Errorf("bird %s: configure: %v: %s", l.names[i], err, out))
+				continue
+			}
+			l.cfgs[i] = cfg
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (l *Lab) startNode(ctx context.Context, i int) error {
+	f := l.f
+	logFile, err := os.Create(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := f.lab.command(i, f.bin, "-f", "-c", f.configs[i], "-s", f.socket(i), "-P", filepath.Join(f.dir, fmt.Sprintf("n%d.pid", i)))
+	cmd.Dir = filepath.Dir(f.configs[i])
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("bird %s: %v", l.names[i], err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := dialBIRD(f.socket(i))
+		if err == nil {
+			f.mu.Lock()
+			f.procs[i], f.conns[i] = cmd, c
+			f.mu.Unlock()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			log, _ := os.ReadFile(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
+			return fmt.Errorf("bird %s did not start: %v: %s", l.names[i], err, strings.TrimSpace(string(log)))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Kill stops node name's BIRD (SIGKILL: a crash, no Cease to its peers) until Revive.
+func (l *Lab) Kill(name string) {
+	i := l.index[name]
+	l.dead[i] = true
+	l.f.mu.Lock()
+	cmd, c := l.f.procs[i], l.f.conns[i]
+	l.f.procs[i], l.f.conns[i] = nil, nil
+	l.f.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	_ = os.Remove(l.f.socket(i))
+}
+
+// Revive lets the next Sync start node name's BIRD again.
+func (l *Lab) Revive(name string) { delete(l.dead, l.index[name]) }
+
+// Running reports whether node name's BIRD runs.
+func (l *Lab) Running(name string) bool {
+	l.f.mu.Lock()
+	defer l.f.mu.Unlock()
+	return l.f.conns[l.index[name]] != nil
+}
+
+var labPeerName = regexp.MustCompile(`^(Global|Node|Mesh)_(.+)$`)
+
+// Peers answers as calico-node's status reporter does for a CalicoNodeStatus of class BGP: BIRD's
+// protocol table (`show protocols` on node name's control socket), one peer per BGP protocol
+// named Global_, Node_ or Mesh_<address>, its state the table's info column. A BIRD that does not
+// answer gives no peers (calico-node then writes an empty status.bgp).
+func (l *Lab) Peers(name string) []apiv3.CalicoNodePeer {
+	i := l.index[name]
+	c, err := dialBIRD(l.f.socket(i))
+	if err != nil {
+		return nil
+	}
+	defer c.close()
+	out, err := c.command("show protocols")
+	if err != nil {
+		return nil
+	}
+	types := map[string]apiv3.BGPPeerType{"Global": apiv3.BGPPeerTypeGlobalPeer, "Node": apiv3.BGPPeerTypeNodePeer, "Mesh": apiv3.BGPPeerTypeNodeMesh}
+	var peers []apiv3.CalicoNodePeer
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[1] != "BGP" {
+			continue
+		}
+		m := labPeerName.FindStringSubmatch(f[0])
+		if m == nil {
+			continue
+		}
+		peers = append(peers, apiv3.CalicoNodePeer{PeerIP: strings.ReplaceAll(m[2], "_", "."), Type: types[m[1]],
+			State: apiv3.BGPSessionState(f[5]), Since: f[4]})
+	}
+	return peers
+}
+
+// MissingPairs returns the ordered pairs (a, b) of nodes whose BIRDs run where a has no route to
+// b's pod block.
+func (l *Lab) MissingPairs(ctx context.Context) ([]string, error) {
+	var live []int
+	for i, n := range l.names {
+		if l.Running(n) {
+			live = append(live, i)
+		}
+	}
+	var out []string
+	for _, i := range live {
+		st, err := l.f.poll(ctx, i)
+		if err != nil {
+			return nil, fmt.Errorf("bird %s: %v", l.names[i], err)
+		}
+		for _, j := range live {
+			if j != i && !slices.Contains(st.blocks, Block(j)) {
+				out = append(out, l.names[i]+"->"+l.names[j])
+			}
+		}
+	}
+	return out, nil
+}
+
+// Close stops every BIRD and deletes the namespaces and the folder.
+func (l *Lab) Close() { l.f.close() }
