@@ -22,7 +22,7 @@ func TestRouteReflectorIDsRoundTrip(t *testing.T) {
 
 func TestMakeBeforeBreak(t *testing.T) {
 	peer := func(ids ...string) BGPPeer {
-		return BGPPeer{Name: "rr-autoscaler-rack-x", Spec: bgpSpec(routeReflectorIDSelector(ids))}
+		return BGPPeer{Name: "rr-autoscaler-rack-x", Spec: peerSpec(routeReflectorIDSelector(ids))}
 	}
 	tests := []struct {
 		name     string
@@ -47,6 +47,6 @@ func TestMakeBeforeBreak(t *testing.T) {
 	}
 }
 
-func bgpSpec(peerSelector string) apiv3.BGPPeerSpec {
+func peerSpec(peerSelector string) apiv3.BGPPeerSpec {
 	return apiv3.BGPPeerSpec{NodeSelector: "x == 'y'", PeerSelector: peerSelector}
 }
