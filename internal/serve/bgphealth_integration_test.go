@@ -31,6 +31,7 @@ import (
 // its replacement must be promoted within bgpHealth.gracePeriod + 10 s, the live BIRDs then miss
 // no pair, and once the BIRD runs again the node takes its role back and no pair is missing.
 func TestBGPHealthOnRealBIRD(t *testing.T) {
+	t.Parallel() // beside the other waiting tests: its time is the grace period and BIRD, not the CPU
 	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
 	w := newWorld(t)
 	ctx := t.Context()

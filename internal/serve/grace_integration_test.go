@@ -20,6 +20,7 @@ import (
 // one, NotReady past the grace period and Ready again before its removalDelay ends, takes its role
 // back and loses the draining mark; its replacement drains instead.
 func TestNotReadyGraceOnRealAPIServer(t *testing.T) {
+	t.Parallel() // beside the other waiting tests: its time is the grace period and the blip, not the CPU
 	w := newWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}

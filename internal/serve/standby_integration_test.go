@@ -18,6 +18,7 @@ import (
 // demotion, no other role change. The planner's side of this is TestLifeSpineMemberNotReadyGetsAStandby;
 // this test proves the reconciler acts on the status update at once.
 func TestSpineStandbyOnRealAPIServer(t *testing.T) {
+	t.Parallel() // beside the other waiting tests: its time is the 20 s blip, not the CPU
 	w := newWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: DualPlane, maxRackSize: 10}
