@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net"
 	"slices"
-	"strings"
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
@@ -205,21 +204,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 
 // clientsOf maps each route reflector to the clients of view that peer with it (Ready or not).
 func clientsOf(p interface{ IsRouteReflectorLabel(map[string]string) bool }, view map[string]*corev1.Node) map[string][]string {
-	out := map[string][]string{}
-	for name, n := range view {
-		if p.IsRouteReflectorLabel(n.Labels) {
-			continue
-		}
-		for _, rr := range strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ",") {
-			if rr != "" {
-				out[rr] = append(out[rr], name)
-			}
-		}
-	}
-	for rr := range out {
-		slices.Sort(out[rr])
-	}
-	return out
+	return rrClients(view, func(n *corev1.Node) bool { return p.IsRouteReflectorLabel(n.Labels) })
 }
 
 // sessionsDown reads a route reflector's CalicoNodeStatus: down when no session is Established

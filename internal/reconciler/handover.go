@@ -407,9 +407,17 @@ func annotatedIP(v string) net.IP {
 // clientsByRR maps each route reflector to the Ready clients of the view that peer with it.
 func clientsByRR(st *State) map[string][]string {
 	p := st.Managed.Resolved
+	return rrClients(st.View, func(n *corev1.Node) bool {
+		return isCurrentRR(p, n) || !extender.IsReady(n) || n.DeletionTimestamp != nil
+	})
+}
+
+// rrClients maps each route reflector to the nodes of view whose route reflectors annotation
+// lists it (sorted), the nodes skip reports aside.
+func rrClients(view map[string]*corev1.Node, skip func(*corev1.Node) bool) map[string][]string {
 	out := map[string][]string{}
-	for name, n := range st.View {
-		if isCurrentRR(p, n) || !extender.IsReady(n) || n.DeletionTimestamp != nil {
+	for name, n := range view {
+		if skip(n) {
 			continue
 		}
 		for _, rr := range strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ",") {
