@@ -120,8 +120,7 @@ func run(ctx context.Context, nNodes, nZones int) error {
 	fmt.Printf("    webhooks on https://127.0.0.1:%d, ready\n", port)
 
 	step("Rendering the Helm chart and applying it (webhooks pointed at the local backend)")
-	values := filepath.Join(work, "values.yaml")
-	if err := os.WriteFile(values, []byte(fmt.Sprintf(`certManager: {enabled: false}
+	values := fmt.Sprintf(`certManager: {enabled: false}
 webhook:
   url: https://127.0.0.1:%d
   caBundle: %s
@@ -129,11 +128,8 @@ policy:
   spec:
     removalDelay: 15s
     forbiddenNodeSelector: {matchLabels: {node-role.example.com/edge: "true"}}
-`, port, base64.StdEncoding.EncodeToString(caPEM))), 0o644); err != nil {
-		return err
-	}
-	rendered, err := output(ctx, root, os.Getenv("HELM"), "template", "calico-rr-autoscaler", "charts/calico-rr-autoscaler",
-		"--namespace", namespace, "--include-crds=false", "-f", values)
+`, port, base64.StdEncoding.EncodeToString(caPEM))
+	rendered, err := renderChart(env.Config, filepath.Join(root, "charts", "calico-rr-autoscaler"), "calico-rr-autoscaler", namespace, values)
 	if err != nil {
 		return err
 	}
