@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
@@ -36,9 +37,11 @@ import (
 // (calico-node, and with it BIRD, is not running); one never filled in is not judged (a calico-node
 // older than 3.22 does not fill them in).
 //
-// While bgpHealth is on, every policy is planned again every healthEvery (half calico-node's
-// update period): a route reflector whose sessions go down is replaced within gracePeriod plus
-// calico-node's period plus healthEvery (15 s with the defaults).
+// While bgpHealth is on, the statuses are read every healthEvery (half calico-node's update
+// period) by watchBGPHealth, which plans a policy again only when what they say changed (a route
+// reflector's sessions all down or back, a status gone stale): a route reflector whose sessions go
+// down is replaced within gracePeriod plus calico-node's period plus healthEvery (15 s with the
+// defaults), and a settled cluster is not planned again every few seconds.
 
 // BGP health constants.
 const (
@@ -123,6 +126,12 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	for _, o := range list {
 		have[o.Spec.Node] = o
 	}
+	r.mu.Lock()
+	if r.healthSeen == nil {
+		r.healthSeen = map[string]string{}
+	}
+	r.healthSeen[st.Name] = healthFingerprint(list, st.Now)
+	r.mu.Unlock()
 	st.HealthStatuses = make(map[string]bool, len(rrs))
 	for _, rr := range rrs {
 		st.HealthStatuses[rr] = true
@@ -196,10 +205,52 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	r.setBGP(st.Name, next)
 	bgpDownGauge.WithLabelValues(st.Name, "grace").Set(float64(grace))
 	bgpDownGauge.WithLabelValues(st.Name, "failed").Set(float64(failed))
-	if len(rrs) > 0 {
-		st.requeue(healthEvery)
-	}
 	return nil
+}
+
+// healthFingerprint is what the statuses say that the plan reads: per route reflector, whether its
+// status is filled in, stale, and has an Established session.
+func healthFingerprint(list []*apiv3.CalicoNodeStatus, now time.Time) string {
+	parts := make([]string, 0, len(list))
+	for _, o := range list {
+		last := o.Status.LastUpdated.Time
+		up := slices.ContainsFunc(append(slices.Clone(o.Status.BGP.PeersV4), o.Status.BGP.PeersV6...),
+			func(p apiv3.CalicoNodePeer) bool { return p.State == apiv3.BGPSessionStateEstablished })
+		parts = append(parts, fmt.Sprintf("%s:%t:%t:%t", o.Spec.Node, last.IsZero(), now.Sub(last) > staleAfter, up))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+// watchBGPHealth reads the CalicoNodeStatuses of every policy with bgpHealth on every healthEvery
+// and queues the policy when what they say differs from what its last reconcile read. It runs on
+// the leader only (the controller's sources start with leadership).
+func (r *Reconciler) watchBGPHealth(ctx context.Context, q queue) {
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, m := range r.Policies.Valid() {
+			if p := m.Resolved; p.BGPHealth != nil && !*p.BGPHealth {
+				continue
+			}
+			list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: m.Policy.Name})
+			if err != nil {
+				continue // the reconcile says why
+			}
+			now := r.now()
+			r.mu.Lock()
+			seen, ok := r.healthSeen[m.Policy.Name]
+			r.mu.Unlock()
+			if !ok || seen != healthFingerprint(list, now) {
+				q.Add(request(m.Policy.Name))
+			}
+		}
+	}
 }
 
 // clientsOf maps each route reflector to the clients of view that peer with it (Ready or not).

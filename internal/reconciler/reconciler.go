@@ -103,6 +103,9 @@ type Reconciler struct {
 	steps       []Step
 	// bgp: the BGP health records of route reflectors by node, per policy (see bgpHealth).
 	bgp map[string]map[string]extender.BGPHealth
+	// healthSeen: per policy, what its last reconcile read of the CalicoNodeStatuses
+	// (healthFingerprint), for watchBGPHealth.
+	healthSeen map[string]string
 
 	lastTook atomic.Int64 // the last reconcile's duration, in nanoseconds
 	after    func(policy string)

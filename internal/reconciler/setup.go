@@ -70,6 +70,12 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	})); err != nil {
 		return err
 	}
+	if err := c.Watch(source.Func(func(ctx context.Context, q queue) error {
+		go r.watchBGPHealth(ctx, q)
+		return nil
+	})); err != nil {
+		return err
+	}
 	if r.Peers != nil {
 		// The BGPPeers are not in the Kubernetes API (etcd): a change there (a hand edit, which
 		// no admission webhook sees) replans every policy, and the resync catches what a watch
