@@ -112,3 +112,85 @@ func TestRackSetMigrationOnRealAPIServer(t *testing.T) {
 	check("after the migration")
 	require.Equal(t, rrsBefore, slices.Sorted(maps.Keys(w.snapshot().rrs)), "the same route reflectors")
 }
+
+// TestRackRouteReflectorReplacedOnRealAPIServer: a DualPlane rack route reflector NotReady past the
+// grace period is replaced in its rack and plane: the rack's BGPPeer changes its peer selector in
+// place, no node of the rack is relabelled, and at every moment sampled (every 20 ms) the BGPPeer
+// selects two labelled route reflectors and the graph model of the cluster misses no pair. The
+// window extender.MakeBeforeBreak closes (the BGPPeer naming the new route reflector before its
+// labels are written) lasts milliseconds: the sampling here saw it once in three runs, and the
+// test passed with MakeBeforeBreak off too; TestMakeBeforeBreak is its proof.
+func TestRackRouteReflectorReplacedOnRealAPIServer(t *testing.T) {
+	t.Parallel() // beside the other waiting tests: its time is the grace period
+	w := newWorld(t)
+	w.applyDefaultPolicy(`
+  topology: {type: DualPlane, maxRackSize: 10}
+  notReadyGracePeriod: 8s
+  removalDelay: 2s
+`)
+	w.joinCluster(30)
+	w.eventually("settled on 8 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(8) })
+	s := w.snapshot()
+	var victim, rack string
+	for name, id := range s.rrs {
+		a := s.nodes[name].Annotations
+		if id != "224.0.0.1" && a[extender.AnnotationPlane] == "2" && (victim == "" || name < victim) {
+			victim, rack = name, a[extender.AnnotationRack]
+		}
+	}
+	require.NotEmpty(t, victim, "a plane-2 rack route reflector: %s", s.roles())
+	set := s.nodes[victim].Labels[extender.LabelPeeringSet]
+	require.True(t, strings.HasPrefix(set, "rack-"), "%s's set %s is named after its rack", victim, set)
+	labels := map[string]string{} // the rack's other nodes (the victim drains on the spine's set)
+	for name, n := range s.nodes {
+		if n.Annotations[extender.AnnotationRack] == rack && name != victim {
+			labels[name] = n.Labels[extender.LabelPeeringSet]
+		}
+	}
+	ctx := t.Context()
+	// The route reflectors the rack's BGPPeer selects: listed in its selector and labelled.
+	selected := func(s *snapshot) (int, string) {
+		bp, err := w.dyn.Resource(bgpPeersGVR).Get(ctx, extender.BGPPeerPrefix+set, metav1.GetOptions{})
+		require.NoError(t, err)
+		sel, _, _ := unstructured.NestedString(bp.Object, "spec", "peerSelector")
+		n := 0
+		for name, node := range s.nodes {
+			if id := node.Labels[extender.LabelRouteReflectorID]; id != "" && strings.Contains(sel, "'"+id+"'") {
+				if _, rr := s.rrs[name]; rr {
+					n++
+				}
+			}
+		}
+		return n, sel
+	}
+	w.ready(victim, false)
+	var successor string
+	samples, widened := 0, 0
+	for end := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		require.True(t, time.Now().Before(end), "%s not replaced in 90 s: %s", victim, w.snapshot().roles())
+		s := w.snapshot()
+		n, sel := selected(s)
+		require.GreaterOrEqualf(t, n, 2, "the rack's BGPPeer selects %d labelled route reflectors (%s): %s", n, sel, s.roles())
+		if n > 2 {
+			widened++
+		}
+		missing, _, _, err := w.routingState()
+		require.NoError(t, err)
+		require.Zerof(t, missing, "missing pairs: %s", s.roles())
+		for name, want := range labels {
+			require.Equalf(t, want, s.nodes[name].Labels[extender.LabelPeeringSet], "%s relabelled (victim %s): %s", name, victim, s.roles())
+		}
+		samples++
+		successor = ""
+		for name := range s.rrs {
+			a := s.nodes[name].Annotations
+			if name != victim && a[extender.AnnotationRack] == rack && a[extender.AnnotationPlane] == "2" && a[extender.AnnotationDrainingSince] == "" {
+				successor = name
+			}
+		}
+		if _, still := s.rrs[victim]; !still && successor != "" && strings.Contains(sel, "'"+successor+"'") && !strings.Contains(sel, "'"+victim+"'") {
+			break
+		}
+	}
+	t.Logf("%s replaced by %s in rack %s; %d samples, %d with the old route reflector kept beside the new", victim, successor, rack, samples, widened)
+}
