@@ -1,6 +1,8 @@
 package state
 
 import (
+	"unique"
+
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,9 +28,20 @@ var keptAnnotations = func() map[string]bool {
 // unschedulable and taints. It keeps a 5,000-node cache small and makes kubelet heartbeats
 // invisible to everything but the resourceVersion. (The BGPSessions handover matches the
 // InternalIPs against a route reflector's BGP peers when Calico's BGP address annotation is absent.)
+//
+// Label keys and values, and the kept annotations, are interned (unique.Make): a kubelet's Node has
+// some forty labels whose keys, and most values (zone, region, instance type, node pool, os,
+// arch), are the same on thousands of nodes, and each decoded Node carries its own copy of them.
 func StripNode(n *corev1.Node) *corev1.Node {
 	n.ManagedFields = nil
 	n.OwnerReferences = nil
+	if len(n.Labels) > 0 {
+		labels := make(map[string]string, len(n.Labels))
+		for k, v := range n.Labels {
+			labels[intern(k)] = intern(v)
+		}
+		n.Labels = labels
+	}
 	if len(n.Annotations) > 0 {
 		var keep map[string]string
 		for k, v := range n.Annotations {
@@ -36,7 +49,7 @@ func StripNode(n *corev1.Node) *corev1.Node {
 				if keep == nil {
 					keep = map[string]string{}
 				}
-				keep[k] = v
+				keep[intern(k)] = intern(v)
 			}
 		}
 		n.Annotations = keep
@@ -65,3 +78,6 @@ func TransformStrip(obj any) (any, error) {
 	}
 	return obj, nil
 }
+
+// intern returns the canonical copy of s: equal strings share their bytes.
+func intern(s string) string { return unique.Make(s).Value() }

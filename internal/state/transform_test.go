@@ -1,0 +1,81 @@
+package state
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"unsafe"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+// kubeletNode is a node with what a kubelet writes that the product never reads: images, node
+// info, capacity, heartbeats, managed fields, and annotations of other components.
+func kubeletNode(i int) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: fmt.Sprintf("node-%05d", i),
+		Labels: map[string]string{
+			corev1.LabelHostname: fmt.Sprintf("node-%05d", i), corev1.LabelTopologyZone: "zone-a",
+			corev1.LabelInstanceTypeStable: "m5.2xlarge", "eks.amazonaws.com/nodegroup": "general-purpose",
+		},
+		Annotations: map[string]string{
+			"node.alpha.kubernetes.io/ttl": "0", "csi.volume.kubernetes.io/nodeid": `{"ebs.csi.aws.com":"i-0abc"}`,
+			extender.AnnotationCalicoIPv4: fmt.Sprintf("10.0.%d.%d/16", i/256, i%256),
+		},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
+	}}
+	n.Status.Images = []corev1.ContainerImage{{Names: []string{"registry/image@sha256:0123"}, SizeBytes: 1 << 20}}
+	n.Status.NodeInfo.KubeletVersion = "v1.34.3"
+	n.Status.Capacity = corev1.ResourceList{}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: "node"}}
+	n.Status.Conditions = []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), Message: "kubelet is posting ready status"},
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
+	}
+	return n
+}
+
+func TestStripNode(t *testing.T) {
+	a, b := StripNode(kubeletNode(1)), StripNode(kubeletNode(2))
+	if len(a.Status.Images) != 0 || a.Status.NodeInfo.KubeletVersion != "" || a.ManagedFields != nil || a.Status.Capacity != nil {
+		t.Errorf("kept what nothing reads: %+v", a.Status)
+	}
+	if len(a.Status.Addresses) != 1 || a.Status.Addresses[0].Type != corev1.NodeInternalIP {
+		t.Errorf("addresses %v, want the InternalIP only", a.Status.Addresses)
+	}
+	if _, ok := a.Annotations["csi.volume.kubernetes.io/nodeid"]; ok || a.Annotations[extender.AnnotationCalicoIPv4] == "" {
+		t.Errorf("annotations %v, want Calico's address only", a.Annotations)
+	}
+	if len(a.Labels) != 4 || a.Labels[corev1.LabelHostname] != "node-00001" {
+		t.Errorf("labels %v, want all four", a.Labels)
+	}
+	if len(a.Status.Conditions) != 1 || !a.Status.Conditions[0].LastHeartbeatTime.IsZero() {
+		t.Errorf("conditions %+v, want Ready without its heartbeat", a.Status.Conditions)
+	}
+	// Interned: the same label value of two nodes shares its bytes.
+	za, zb := a.Labels[corev1.LabelInstanceTypeStable], b.Labels[corev1.LabelInstanceTypeStable]
+	if unsafe.StringData(za) != unsafe.StringData(zb) {
+		t.Error("the nodes' instance-type labels do not share their bytes")
+	}
+}
+
+// BenchmarkStripNodeHeap reports the heap a cache of stripped kubelet-like nodes keeps per node.
+func BenchmarkStripNodeHeap(b *testing.B) {
+	const n = 5000
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		cache := make([]*corev1.Node, n)
+		for i := range cache {
+			cache[i] = StripNode(kubeletNode(i))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/node")
+		runtime.KeepAlive(cache)
+	}
+}
