@@ -237,10 +237,11 @@ func TestLoad(t *testing.T) {
 	if rateHB <= 0 {
 		rateHB = float64(n) / 300
 	}
+	reconcilesQuiet(ctx, t, p)
 	before := p.scrape(t)
 	cpuBefore := cpuSeconds(p.Cmd.Process.Pid)
 	goProfile(fmt.Sprintf("profile?seconds=%d", max(1, int(hbFor.Seconds())-5)), "cpu-heartbeats.pprof")
-	hb := paced(ctx, rateHB, *hbFor, 64, func(ctx context.Context, i int) error {
+	hb := paced(ctx, rateHB, *hbFor, 256, func(ctx context.Context, i int) error {
 		_, err := kubelet.CoreV1().Nodes().Patch(ctx, names[i%n], types.StrategicMergePatchType, nodetest.KubeletHeartbeatPatch(time.Now()), metav1.PatchOptions{}, "status")
 		return err
 	})
@@ -272,14 +273,17 @@ func TestLoad(t *testing.T) {
 		_, err := admin.CoreV1().Nodes().Patch(ctx, names[i%n], types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	})
-	time.Sleep(2 * time.Second) // coalesced reconciles of the last events
+	// The coalesced reconciles of the last events: at 65,000 nodes one takes seconds, so wait
+	// until none has ended for twice the last one's time (a fixed 2 s counted them as the next
+	// phase's).
+	lcWait := reconcilesQuiet(ctx, t, p)
 	after = p.scrape(t)
 	apiAfter := scrapeAPIServer(ctx, t, admin)
 	rssLoaded := p.rss(t)
 	if lc.failed > 0 {
 		assert.Fail(t, fmt.Sprintf("%d of %d label patches failed", lc.failed, lc.sent))
 	}
-	lcReqs := requestRate(before, after, lc.elapsed+2*time.Second)
+	lcReqs := requestRate(before, after, lc.elapsed+lcWait)
 
 	calls := after.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks) - before.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks)
 	h := after.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks).minus(before.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks))
@@ -414,6 +418,27 @@ func TestLoad(t *testing.T) {
 	row("restart: RSS / peak, heap in use", "%d / %d MiB, %.1f MiB", restartRSS>>20, restartHWM>>20, restartHeap/mib)
 	row("load average (1/5/15 min)", "%s", strings.Join(strings.Fields(string(load))[:3], " "))
 	t.Log(b.String())
+}
+
+// reconcilesQuiet waits until no reconcile has ended for max(2 s, twice the mean reconcile so
+// far) and returns how long it waited.
+func reconcilesQuiet(ctx context.Context, t *testing.T, p *product) time.Duration {
+	t.Helper()
+	start := time.Now()
+	testenv.Eventually(t, "reconciles quiet", 3*time.Minute, 10*time.Millisecond, func() error {
+		a := p.scrape(t).histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil)
+		wait := max(2*time.Second, time.Duration(2*a.mean()*float64(time.Second)))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		if b := p.scrape(t).histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil); b.count != a.count {
+			return fmt.Errorf("%v reconciles in %s", b.count-a.count, wait)
+		}
+		return nil
+	})
+	return time.Since(start)
 }
 
 // pacedResult is what an open-loop paced phase measured.
