@@ -55,5 +55,7 @@ demo: ## The main command: a real API server, the chart, serve, 300 nodes, a cor
 	GO=$(GO) hack/demo.sh
 
 .PHONY: load
-load: tools ## 5,000-node load test on a real kube-apiserver (slow; figures go to BENCHMARKS.md)
-	source $(TOOLS_ENV) && $(GO) test -v -count=1 -run TestLoad -timeout 20m ./test/load/ -args -load
+NODES ?= 5000
+LOAD_ARGS ?=
+load: tools ## Load test on a real kube-apiserver, NODES=5000 kubelet-like nodes (make load NODES=65000; slow; figures go to BENCHMARKS.md)
+	source $(TOOLS_ENV) && $(GO) test -v -count=1 -run TestLoad -timeout 90m ./test/load/ -args -load -load-nodes=$(NODES) $(LOAD_ARGS)

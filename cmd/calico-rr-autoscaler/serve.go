@@ -25,6 +25,7 @@ func runServe(args []string, stdout io.Writer) error {
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS, TLS 1.2 or later)")
 	fs.StringVar(&o.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of tls.crt and tls.key (reloaded when they change)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
+	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's profiles (pprof) under /debug/pprof/ on the metrics endpoint")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables them)`)
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "elect one replica (the lease holder) to run the reconciler and take allocating decisions")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's)")

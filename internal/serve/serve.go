@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,9 @@ type Options struct {
 
 	MetricsBindAddress     string // "0" disables [":8080"]
 	HealthProbeBindAddress string // "0" disables [":8081"]
+	// Profiling serves Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics
+	// endpoint [off].
+	Profiling bool
 
 	LeaderElect             bool
 	LeaderElectionNamespace string
@@ -216,7 +220,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		Cache: cache.Options{
 			DefaultTransform: state.TransformStrip,
 		},
-		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress, ExtraHandlers: profiling(o.Profiling)},
 		HealthProbeBindAddress: o.HealthProbeBindAddress,
 		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
 			Host:     o.WebhookHost,
@@ -342,6 +346,20 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// profiling is net/http/pprof's handlers when on, nil when off.
+func profiling(on bool) map[string]http.Handler {
+	if !on {
+		return nil
+	}
+	return map[string]http.Handler{
+		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+		"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+	}
 }
 
 func setDefaults(o *Options) {

@@ -104,7 +104,7 @@ func (p *Product) WebhookURL() string { return fmt.Sprintf("https://127.0.0.1:%d
 // Start runs the product with kubeconfig and waits until it is ready (readyz), or it exits, or
 // timeout passes.
 func (p *Product) Start(ctx context.Context, kubeconfig string, timeout time.Duration) error {
-	logf, err := os.Create(p.Log)
+	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) // a Restart appends
 	if err != nil {
 		return err
 	}
@@ -152,6 +152,25 @@ func (p *Product) Stop() {
 		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
 		<-p.exited
 	}
+}
+
+// Restart stops the product and starts the same binary with the same flags, ports and
+// certificate (the webhook configurations keep pointing at it), as a replica that replaces one on
+// a running cluster; it returns when the new process is ready (its cache synced) or fails.
+func (p *Product) Restart(ctx context.Context, timeout time.Duration) error {
+	p.Stop()
+	var args []string
+	kubeconfig := ""
+	for _, a := range p.Cmd.Args[1:] {
+		if k, ok := strings.CutPrefix(a, "--kubeconfig="); ok {
+			kubeconfig = k
+			continue
+		}
+		args = append(args, a)
+	}
+	p.Cmd = exec.Command(p.Cmd.Path, args...)
+	p.exited = make(chan struct{})
+	return p.Start(ctx, kubeconfig, timeout)
 }
 
 // StartProduct builds and starts the product for a test, installing the chart in between (see

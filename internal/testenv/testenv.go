@@ -87,6 +87,9 @@ type Options struct {
 	// APIServerFlags are appended to kube-apiserver's command line (a later
 	// flag overrides an earlier one).
 	APIServerFlags []string
+	// EtcdFlags are appended to etcd's command line (e.g. a larger --quota-backend-bytes for a
+	// cluster of tens of thousands of nodes: etcd's default quota is 2 GiB).
+	EtcdFlags []string
 	// StartTimeout bounds the start of etcd and kube-apiserver; 2m if 0.
 	StartTimeout time.Duration
 	// Aggregation configures kube-apiserver's aggregation layer (WithAggregation).
@@ -122,6 +125,11 @@ func WithChartRBAC() Option {
 // WithAPIServerFlags appends flags to kube-apiserver's command line.
 func WithAPIServerFlags(flags ...string) Option {
 	return func(o *Options) { o.APIServerFlags = append(o.APIServerFlags, flags...) }
+}
+
+// WithEtcdFlags appends flags to etcd's command line.
+func WithEtcdFlags(flags ...string) Option {
+	return func(o *Options) { o.EtcdFlags = append(o.EtcdFlags, flags...) }
 }
 
 // WithAggregation configures kube-apiserver's aggregation layer as kubeadm does: a front-proxy CA
@@ -269,18 +277,18 @@ func startOnce(ctx context.Context, o Options, etcdBin, apiBin string) (_ *Env, 
 	securePort := ports[2]
 
 	// etcd.
-	e.etcd, err = startProcess("etcd", etcdBin, filepath.Join(dir, "etcd.log"),
+	e.etcd, err = startProcess("etcd", etcdBin, filepath.Join(dir, "etcd.log"), append([]string{
 		"--name=testenv",
-		"--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls="+etcdClient,
-		"--advertise-client-urls="+etcdClient,
-		"--listen-peer-urls="+etcdPeer,
-		"--initial-advertise-peer-urls="+etcdPeer,
-		"--initial-cluster=testenv="+etcdPeer,
+		"--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + etcdClient,
+		"--advertise-client-urls=" + etcdClient,
+		"--listen-peer-urls=" + etcdPeer,
+		"--initial-advertise-peer-urls=" + etcdPeer,
+		"--initial-cluster=testenv=" + etcdPeer,
 		"--initial-cluster-state=new",
 		"--unsafe-no-fsync=true",
 		"--log-level=warn",
-	)
+	}, o.EtcdFlags...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,11 @@
-// Package load is the 5,000-node load test of issue 8: the real kube-apiserver, the product's
-// built binary as a separate process (so that its RSS is its own), the product installed from its
-// rendered chart (webhook configurations by URL and RBAC), kubelet heartbeats that must never reach a
-// webhook, and relevant node changes at about 1,000 admissions per second over HTTPS.
+// Package load is the load test of issues 8 and 27: the real kube-apiserver, the product's built
+// binary as a separate process (so that its RSS is its own), the product installed from its
+// rendered chart (webhook configurations by URL and RBAC), 5,000 (or -load-nodes, e.g. 65,000)
+// nodes as kubelets register them (nodetest.KubeletFleet, ~16 KB of JSON each), kubelet status
+// reports at a fleet's rate that must never reach a webhook, relevant node changes at about 1,000
+// admissions per second over HTTPS, and a restart of the product on the settled cluster.
 //
-// It is too slow for every CI run and only runs with -load: make load.
+// It is too slow for every CI run and only runs with -load: make load, make load NODES=65000.
 package load
 
 import (
@@ -38,13 +40,17 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 )
 
 var (
-	runLoad    = flag.Bool("load", false, "run the 5,000-node load test (slow; make load)")
+	runLoad    = flag.Bool("load", false, "run the load test (slow; make load, make load NODES=65000)")
 	nodeCount  = flag.Int("load-nodes", 5000, "nodes to create")
 	admissions = flag.Int("load-admissions", 1000, "target webhook admissions per second in the relevant-change phase")
 	loadFor    = flag.Duration("load-duration", 20*time.Second, "length of the relevant-change phase")
+	hbRate     = flag.Float64("load-heartbeat-rate", 0, "kubelet status reports per second in the heartbeat phase [nodes/300: every node every 5 minutes, the kubelet's default nodeStatusReportFrequency]")
+	hbFor      = flag.Duration("load-heartbeat-duration", time.Minute, "length of the heartbeat phase")
+	profileDir = flag.String("load-profiles", "", "directory for the product's pprof profiles (heap settled, heap after a restart, CPU during the join and the heartbeats); none if empty")
 )
 
 const (
@@ -54,17 +60,29 @@ const (
 	preferredKey = "load.example.com/preferred"
 	policyYAML   = "apiVersion: routereflector.io/v1alpha1\nkind: RouteReflectorPolicy\nmetadata: {name: default}\n" +
 		"spec: {removalDelay: 30s, preferredNodeSelector: {matchLabels: {" + preferredKey + ": \"true\"}}}\n"
+	// refNodes is the size the fixed goals of the first load test were set for; above it the RSS
+	// guard scales with the node count (the issue's goals are reported beside the figures).
+	refNodes = 5000
+	mib      = 1 << 20
 )
 
 func TestLoad(t *testing.T) {
 	if !*runLoad {
 		t.Skip("load test: 5,000 nodes on a real kube-apiserver, too slow for every run; `make load` runs it (go test ./test/load/ -args -load)")
 	}
-	// Bounded: every phase below has its own deadline inside this one.
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	n := *nodeCount
+	// Bounded: every phase below has its own deadline inside this one (the join of 65,000 nodes
+	// takes minutes on two cores).
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute+time.Duration(n)*20*time.Millisecond)
 	defer cancel()
 
-	env := testenv.Start(t, testenv.WithChartRBAC(), testenv.WithAPIServerFlags("--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"))
+	opts := []testenv.Option{testenv.WithChartRBAC(), testenv.WithAPIServerFlags("--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000")}
+	if n > refNodes {
+		// 65,000 kubelet nodes are about 1.2 GB in etcd, and the join writes each twice before
+		// the API server's compaction (every 5 minutes): past etcd's default 2 GiB quota.
+		opts = append(opts, testenv.WithEtcdFlags("--quota-backend-bytes=8589934592"), testenv.WithStartTimeout(3*time.Minute))
+	}
+	env := testenv.Start(t, opts...)
 	env.CreateNamespace(t, testenv.ChartNamespace)
 	admin := clientset(t, env.Config)
 	kubeletCfg := env.ConfigFor(testenv.UserKubelet)
@@ -76,7 +94,18 @@ func TestLoad(t *testing.T) {
 		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"), testenv.RepoPath(t, "policy/crd"))
 
 	// The product as a separate process of the built binary.
-	p := &product{env.StartProduct(t, true, "")}
+	p := &product{env.StartProduct(t, true, "", "--profiling")}
+	mon := startMonitor(p)
+	defer mon.Stop()
+	var profiles sync.WaitGroup // CPU profiles taken while a phase runs
+	defer profiles.Wait()
+	goProfile := func(path, name string) {
+		if *profileDir == "" {
+			return
+		}
+		profiles.Add(1)
+		go func() { defer profiles.Done(); p.profile(ctx, t, path, name) }()
+	}
 	env.AwaitWebhooks(t, 30*time.Second)
 	out, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, policyYAML, "apply", "-f", "-")
 	require.NoError(t, err, "apply policy\n%s%s", out, stderr)
@@ -93,56 +122,70 @@ func TestLoad(t *testing.T) {
 	})
 	policyReady := time.Since(applied)
 	rssIdle := p.rss(t)
+	heapIdle := p.scrape(t).sum("go_memstats_heap_inuse_bytes", nil)
 	apiStart := scrapeAPIServer(ctx, t, admin)
+	joinBefore := p.scrape(t)
 
-	// 1. 5,000 nodes join: created, then Ready through nodes/status, from many goroutines.
+	// 1. The nodes join as kubelets register them (nodetest.KubeletFleet: ~16 KB of JSON each):
+	// created NotReady, then Ready through nodes/status, from many goroutines.
+	fleet := nodetest.DefaultKubeletFleet()
+	require.Len(t, fleet.Zones, zones)
 	start := time.Now()
-	names := make([]string, *nodeCount)
+	names := make([]string, n)
+	index := make(map[string]int, n)
 	for i := range names {
-		names[i] = fmt.Sprintf("node-%05d", i)
+		names[i] = nodetest.KubeletName(i)
+		index[names[i]] = i
 	}
+	goProfile("profile?seconds=30", "cpu-join.pprof")
 	parallel(ctx, t, 64, names, func(ctx context.Context, name string) error {
-		i, _ := strconv.Atoi(strings.TrimPrefix(name, "node-"))
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			corev1.LabelTopologyZone: fmt.Sprintf("zone-%c", 'a'+i%zones), corev1.LabelHostname: name}}}
-		if _, err := kubelet.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		if _, err := kubelet.CoreV1().Nodes().Create(ctx, fleet.Kubelet(index[name], time.Now()), metav1.CreateOptions{}); err != nil {
 			return err
 		}
-		now := metav1.Now().UTC().Format(time.RFC3339)
-		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`, now, now)
-		_, err := kubelet.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		_, err := kubelet.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, nodetest.KubeletReadyPatch(time.Now()), metav1.PatchOptions{}, "status")
 		return err
 	})
 	joined := time.Since(start)
+	joinEnd := time.Now()
 
-	// 2. Settled: route reflectors labelled, every other node in a peering set.
+	// 2. Settled: route reflectors labelled, every other node in a peering set. Label-selected
+	// lists from the watch cache: a full list of 65,000 kubelet nodes is over a gigabyte.
 	var rrs int
-	testenv.Eventually(t, "settled", 5*time.Minute, time.Second, func() error {
-		list, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	testenv.Eventually(t, "settled", 5*time.Minute+time.Duration(n)*2*time.Millisecond, time.Second, func() error {
+		total, err := countNodes(ctx, admin)
+		if err != nil {
+			return err
+		}
+		rrList, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0", LabelSelector: "calico-route-reflector"})
 		if err != nil {
 			return err
 		}
 		rrs = 0
-		missing, draining := 0, 0
-		for i := range list.Items {
-			n := &list.Items[i]
-			if _, rr := n.Labels["calico-route-reflector"]; rr && n.Annotations[extender.AnnotationClusterID] != "" {
+		draining := 0
+		for i := range rrList.Items {
+			nd := &rrList.Items[i]
+			if nd.Annotations[extender.AnnotationClusterID] != "" {
 				rrs++
-				if n.Annotations[extender.AnnotationDrainingSince] != "" {
+				if nd.Annotations[extender.AnnotationDrainingSince] != "" {
 					draining++
 				}
-			} else if n.Labels[extender.LabelPeeringSet] == "" {
-				missing++
 			}
 		}
+		noSet, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0",
+			LabelSelector: "!calico-route-reflector,!" + extender.LabelPeeringSet})
+		if err != nil {
+			return err
+		}
+		missing := len(noSet.Items)
 		desired := desiredRRs(ctx, admin)
-		if len(list.Items) != *nodeCount || rrs < zones || missing > 0 || draining > 0 || rrs != desired {
+		if total != n || rrs < 2 || missing > 0 || draining > 0 || rrs != desired {
 			return fmt.Errorf("%d nodes, %d route reflectors (%d draining, %d desired), %d clients without a peering set",
-				len(list.Items), rrs, draining, desired, missing)
+				total, rrs, draining, desired, missing)
 		}
 		return nil
 	})
 	settled := time.Since(start)
+	joinMetrics := p.scrape(t) // at the settle: the join's webhook, reconcile and request figures
 	// Quiet: no admission for two seconds (the reconciler's last writes pass the node webhooks).
 	testenv.Eventually(t, "quiet", 2*time.Minute, 100*time.Millisecond, func() error {
 		a := p.scrape(t).sum("calico_rr_autoscaler_webhook_requests_total", nil)
@@ -153,6 +196,10 @@ func TestLoad(t *testing.T) {
 		return nil
 	})
 	rssSettled := p.rss(t)
+	quietMetrics := p.scrape(t)
+	heapSettled := quietMetrics.sum("go_memstats_heap_inuse_bytes", nil)
+	p.profile(ctx, t, "heap?gc=1", "heap-settled.pprof")
+	duringJoin := mon.between(start, joinEnd)
 	admitted, roles, owners := roleOwners(ctx, t, admin)
 	// Admissions the API server gave up on (timeout or error; failurePolicy Ignore lets the node
 	// through without the product's patch): a cause of a role the reconciler must then give.
@@ -164,36 +211,56 @@ func TestLoad(t *testing.T) {
 	// Role changes of the join: every one should be a promotion. A drain is logged with the Events:
 	// a zone whose nodes turned Ready first takes the others' share and gives it back when they
 	// fill up (a rebalance), or, if the count ever exceeded the plan's, an overshoot.
-	joinMetrics := p.scrape(t)
 	change := func(kind string) func(map[string]string) bool {
 		return func(l map[string]string) bool { return l["change"] == kind }
 	}
-	promoted := joinMetrics.sum("calico_rr_autoscaler_role_changes_total", change("Promoted"))
-	drained := joinMetrics.sum("calico_rr_autoscaler_role_changes_total", change("Draining")) +
-		joinMetrics.sum("calico_rr_autoscaler_role_changes_total", change("Demoted"))
+	promoted := quietMetrics.sum("calico_rr_autoscaler_role_changes_total", change("Promoted"))
+	drained := quietMetrics.sum("calico_rr_autoscaler_role_changes_total", change("Draining")) +
+		quietMetrics.sum("calico_rr_autoscaler_role_changes_total", change("Demoted"))
 	if drained > 0 {
 		t.Logf("the join burst drained or demoted %v route reflectors (%v promoted, %d in the plan, %v admissions failed open); events:\n%s",
 			drained, promoted, rrs, failOpen, testenv.NodeEvents(ctx, admin, "RouteReflector"))
 	}
+	nodeHooks := func(l map[string]string) bool { return strings.HasSuffix(l["webhook"], "-v1-node") }
+	joinHook := joinMetrics.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks).minus(joinBefore.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks))
+	joinRec := joinMetrics.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).minus(joinBefore.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil))
+	joinPlan := joinMetrics.histogram("calico_rr_autoscaler_plan_duration_seconds", nil).minus(joinBefore.histogram("calico_rr_autoscaler_plan_duration_seconds", nil))
+	joinReqs := requestRate(joinBefore, joinMetrics, settled)
+	peersWritten := quietMetrics.sum("calico_rr_autoscaler_bgppeer_writes_total", nil)
+	nodePatches := quietMetrics.sum("calico_rr_autoscaler_node_patches_total", nil)
 
-	// 3. Heartbeats: two rounds of kubelet status patches that change only lastHeartbeatTime.
-	before := p.scrape(t)
-	hbStart := time.Now()
-	for round := range 2 {
-		parallel(ctx, t, 64, names, func(ctx context.Context, name string) error {
-			now := time.Now().Add(time.Duration(round+1) * time.Second).UTC().Format(time.RFC3339)
-			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","lastHeartbeatTime":%q}]}}`, now)
-			_, err := kubelet.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
-			return err
-		})
+	// 3. Heartbeats at a kubelet fleet's rate: every node reports its status every 5 minutes (the
+	// kubelet's nodeStatusReportFrequency; the node Lease carries the 10 s heartbeat), so
+	// nodes/300 status patches per second that change only the conditions' heartbeat times,
+	// paced open-loop; none may reach a webhook or cost a reconcile.
+	rateHB := *hbRate
+	if rateHB <= 0 {
+		rateHB = float64(n) / 300
 	}
-	hbTime := time.Since(hbStart)
+	reconcilesQuiet(ctx, t, p)
+	before := p.scrape(t)
+	cpuBefore := cpuSeconds(p.Cmd.Process.Pid)
+	goProfile(fmt.Sprintf("profile?seconds=%d", max(1, int(hbFor.Seconds())-5)), "cpu-heartbeats.pprof")
+	hb := paced(ctx, rateHB, *hbFor, 256, func(ctx context.Context, i int) error {
+		_, err := kubelet.CoreV1().Nodes().Patch(ctx, names[i%n], types.StrategicMergePatchType, nodetest.KubeletHeartbeatPatch(time.Now()), metav1.PatchOptions{}, "status")
+		return err
+	})
 	time.Sleep(time.Second)
 	after := p.scrape(t)
+	hbCPU := (cpuSeconds(p.Cmd.Process.Pid) - cpuBefore) / (hb.elapsed + time.Second).Seconds()
+	hbReqs := requestRate(before, after, hb.elapsed+time.Second)
+	hbMem := mon.between(time.Now().Add(-hb.elapsed-time.Second), time.Now())
 	hbCalls := after.sum("calico_rr_autoscaler_webhook_requests_total", nil) - before.sum("calico_rr_autoscaler_webhook_requests_total", nil)
+	hbRec := after.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil))
 	if hbCalls != 0 {
-		assert.Fail(t, fmt.Sprintf("%v webhook calls during %d heartbeats, want 0: %s", hbCalls, 2**nodeCount,
+		assert.Fail(t, fmt.Sprintf("%v webhook calls during %d heartbeats, want 0: %s", hbCalls, hb.sent,
 			after.diff(before, "calico_rr_autoscaler_webhook_requests_total")))
+	}
+	assert.Zerof(t, hb.failed, "%d of %d heartbeats failed", hb.failed, hb.sent)
+	if got := float64(hb.sent) / hb.elapsed.Seconds(); got < 0.9*rateHB {
+		// The API server here could not take a kubelet fleet's status reports: the phase is
+		// reported at the rate it took (the dropped ones are counted), and the test fails.
+		assert.Fail(t, fmt.Sprintf("heartbeats: %.0f/s sent of %.0f/s (%d dropped: the API server behind)", got, rateHB, hb.dropped))
 	}
 
 	// 4. Relevant changes through the API server: the policy's preferred label toggled on nodes
@@ -201,64 +268,23 @@ func TestLoad(t *testing.T) {
 	// target admission rate.
 	apiBefore := scrapeAPIServer(ctx, t, admin)
 	before = p.scrape(t)
-	rate := float64(*admissions) / 2 // requests per second
-	var sent, failed atomic.Int64
-	var latMu sync.Mutex
-	var lat []time.Duration
-	loadCtx, loadCancel := context.WithTimeout(ctx, *loadFor)
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	work := make(chan int) // at most one request per worker in flight: no unbounded queue
-	var wg sync.WaitGroup
-	for range 128 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			for i := range work {
-				name := names[i%len(names)]
-				patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"%t"}}}`, preferredKey, i/len(names)%2 == 0)
-				t0 := time.Now()
-				_, err := admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-				mine = append(mine, time.Since(t0))
-				if err != nil {
-					failed.Add(1)
-				}
-			}
-			latMu.Lock()
-			lat = append(lat, mine...)
-			latMu.Unlock()
-		}()
-	}
-	loadStart := time.Now()
-	dropped := 0
-feed:
-	for i := 0; ; i++ {
-		select {
-		case <-loadCtx.Done():
-			break feed
-		case <-tick.C:
-			select {
-			case work <- i:
-				sent.Add(1)
-			default:
-				dropped++ // the API server is behind: do not queue without bound
-			}
-		}
-	}
-	tick.Stop()
-	close(work)
-	wg.Wait()
-	loadTime := time.Since(loadStart)
-	loadCancel()
-	time.Sleep(2 * time.Second) // coalesced reconciles of the last events
+	lc := paced(ctx, float64(*admissions)/2, *loadFor, 128, func(ctx context.Context, i int) error {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"%t"}}}`, preferredKey, i/n%2 == 0)
+		_, err := admin.CoreV1().Nodes().Patch(ctx, names[i%n], types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	})
+	// The coalesced reconciles of the last events: at 65,000 nodes one takes seconds, so wait
+	// until none has ended for twice the last one's time (a fixed 2 s counted them as the next
+	// phase's).
+	lcWait := reconcilesQuiet(ctx, t, p)
 	after = p.scrape(t)
 	apiAfter := scrapeAPIServer(ctx, t, admin)
 	rssLoaded := p.rss(t)
-	if f := failed.Load(); f > 0 {
-		assert.Fail(t, fmt.Sprintf("%d of %d label patches failed", f, sent.Load()))
+	if lc.failed > 0 {
+		assert.Fail(t, fmt.Sprintf("%d of %d label patches failed", lc.failed, lc.sent))
 	}
+	lcReqs := requestRate(before, after, lc.elapsed+lcWait)
 
-	nodeHooks := func(l map[string]string) bool { return strings.HasSuffix(l["webhook"], "-v1-node") }
 	calls := after.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks) - before.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks)
 	h := after.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks).minus(before.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks))
 	rec := after.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil))
@@ -267,13 +293,6 @@ feed:
 		return strings.HasPrefix(l["name"], "mutate-node.") || strings.HasPrefix(l["name"], "validate-node.")
 	}
 	apiH := apiAfter.histogram("apiserver_admission_webhook_admission_duration_seconds", ourHooks).minus(apiBefore.histogram("apiserver_admission_webhook_admission_duration_seconds", ourHooks))
-	slices.Sort(lat)
-	pct := func(q float64) time.Duration {
-		if len(lat) == 0 {
-			return 0
-		}
-		return lat[min(len(lat)-1, int(q*float64(len(lat))))]
-	}
 	p99 := h.quantile(0.99)
 
 	// 4b. Labels no policy reads: admitted by the webhooks, but no plan.
@@ -303,40 +322,198 @@ feed:
 		// reconciler repairs and rebalances.
 		assert.Fail(t, fmt.Sprintf("%d of %d role labels set by admission (field managers %v), goal 95%%", admitted, roles, owners))
 	}
-
-	if rssSettled > 150<<20 {
-		assert.Fail(t, fmt.Sprintf("RSS at %d nodes %d MiB, goal under 150 MiB", *nodeCount, rssSettled>>20))
+	// The guard of the first load test (150 MiB at 5,000 nodes), scaled with the node count
+	// above 5,000: it catches a leak or a cache that keeps what it strips; the issue's goals
+	// (80 MiB at 5,000, 400 MiB at 65,000) are printed beside the figure, not asserted.
+	rssLimit := int64(150*mib) * int64(max(n, refNodes)) / refNodes
+	if rssSettled > rssLimit {
+		assert.Fail(t, fmt.Sprintf("RSS at %d nodes %d MiB, guard under %d MiB", n, rssSettled>>20, rssLimit>>20))
 	}
+	peakBeforeRestart := p.hwm(t)
+	heapAfterLoad := after.sum("go_memstats_heap_inuse_bytes", nil)
+
+	// 6. Start-up on the settled cluster: the same product restarted (a new replica, or a lease
+	// taken over): its first list (start to ready: the informer cache synced), a kubelet joining
+	// between ready and the first plan (admitted, and with a role?), the first plan, and no role
+	// changed by it.
+	mon.Stop()
+	restartAt := time.Now()
+	require.NoError(t, p.Restart(ctx, 5*time.Minute), "restart")
+	firstList := time.Since(restartAt)
+	mon = startMonitor(p)
+	defer mon.Stop()
+	joinerName := nodetest.KubeletName(n)
+	t0 := time.Now()
+	_, err = kubelet.CoreV1().Nodes().Create(ctx, fleet.Kubelet(n, time.Now()), metav1.CreateOptions{})
+	require.NoError(t, err, "a kubelet joining right after the restart")
+	joinerAdmit := time.Since(t0)
+	joiner, err := admin.CoreV1().Nodes().Get(ctx, joinerName, metav1.GetOptions{})
+	require.NoError(t, err)
+	_, joinerRR := joiner.Labels["calico-route-reflector"]
+	joinerRole := joiner.Labels[extender.LabelPeeringSet] != "" || joinerRR
+	var plansAtStart float64
+	testenv.Eventually(t, "the restarted product's first plan", 5*time.Minute, 100*time.Millisecond, func() error {
+		ms, err := p.tryScrape()
+		if err != nil {
+			return err
+		}
+		if plansAtStart = ms.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).count; plansAtStart == 0 {
+			return fmt.Errorf("no reconcile yet")
+		}
+		return nil
+	})
+	firstPlan := time.Since(restartAt)
+	time.Sleep(10 * time.Second)
+	restarted := p.scrape(t)
+	rPromoted := restarted.sum("calico_rr_autoscaler_role_changes_total", change("Promoted"))
+	rDrained := restarted.sum("calico_rr_autoscaler_role_changes_total", change("Draining")) +
+		restarted.sum("calico_rr_autoscaler_role_changes_total", change("Demoted"))
+	assert.Zerof(t, rDrained, "the restarted product's first plan drained or demoted %v route reflectors of a settled cluster", rDrained)
+	restartRSS, restartHWM := p.rss(t), p.hwm(t)
+	restartHeap := restarted.sum("go_memstats_heap_inuse_bytes", nil)
+	p.profile(ctx, t, "heap?gc=1", "heap-restarted.pprof")
 	load, _ := os.ReadFile("/proc/loadavg")
 
 	var b strings.Builder
-	row := func(k, v string, a ...any) { fmt.Fprintf(&b, "  %-52s %s\n", k, fmt.Sprintf(v, a...)) }
+	row := func(k, v string, a ...any) { fmt.Fprintf(&b, "  %-60s %s\n", k, fmt.Sprintf(v, a...)) }
 	b.WriteString("\nload test summary\n")
-	row("nodes / zones / route reflectors", "%d / %d / %d", *nodeCount, zones, rrs)
+	row("nodes / zones / route reflectors", "%d / %d / %d", n, zones, rrs)
+	row("node JSON (kubelet-like, as created)", "%d bytes", len(mustJSON(t, fleet.Kubelet(0, time.Now()))))
 	row("join (create + Ready), settled after", "%s, %s", joined.Round(time.Millisecond), settled.Round(time.Millisecond))
+	row("join rate", "%.0f nodes/s", float64(n)/joined.Seconds())
+	row("settled after the last join", "%s (goal < 60 s at 65,000)", (settled - joined).Round(time.Millisecond))
 	row("role changes during the join: promoted / drained or demoted", "%v / %v", promoted, drained)
 	row("policy applied to its first status (before the join)", "%v", policyReady.Round(time.Millisecond))
 	row("role labels set by the admission of the join", "%.1f%% (%d of %d; field managers %v)", 100*float64(admitted)/float64(max(1, roles)), admitted, roles, owners)
 	row("admissions failed open by the API server during the join", "%v", failOpen)
-	row("heartbeat status patches / time", "%d / %s", 2**nodeCount, hbTime.Round(time.Millisecond))
-	row("webhook calls caused by heartbeats", "%v", hbCalls)
-	row("label patches sent / dropped (API server behind) / failed", "%d / %d / %d in %s", sent.Load(), dropped, failed.Load(), loadTime.Round(time.Millisecond))
-	row("node webhook admissions (product counter), rate", "%v, %.0f/s", calls, calls/loadTime.Seconds())
+	row("join: webhook latency (product histogram) p50 / p99", "%.3f ms / %.3f ms (n=%v; goal p99 < 0.3 ms)", joinHook.quantile(0.5)*1e3, joinHook.quantile(0.99)*1e3, joinHook.count)
+	row("join: reconciles, mean / p99; plans, mean", "%v, %.1f ms / %.1f ms; %v, %.1f ms", joinRec.count, joinRec.mean()*1e3, joinRec.quantile(0.99)*1e3, joinPlan.count, joinPlan.mean()*1e3)
+	row("join: product requests to the API server (client-go)", "%s", joinReqs)
+	row("BGPPeers written (create/update/delete) / node patches, to settle", "%v / %v", peersWritten, nodePatches)
+	row("heartbeat status patches sent / dropped / failed, rate", "%d / %d / %d in %s (%.0f/s, target %.0f/s)", hb.sent, hb.dropped, hb.failed, hb.elapsed.Round(time.Millisecond), float64(hb.sent)/hb.elapsed.Seconds(), rateHB)
+	row("heartbeat patch round trip (client) p50 / p99", "%s / %s", hb.pct(0.5), hb.pct(0.99))
+	row("webhook calls / reconciles caused by heartbeats", "%v / %v", hbCalls, hbRec.count)
+	row("heartbeats: product CPU, requests to the API server", "%.1f%% of a core, %s", 100*hbCPU, hbReqs)
+	row("heartbeats: product memory", "%s", hbMem)
+	row("label patches sent / dropped (API server behind) / failed", "%d / %d / %d in %s", lc.sent, lc.dropped, lc.failed, lc.elapsed.Round(time.Millisecond))
+	row("node webhook admissions (product counter), rate", "%v, %.0f/s", calls, calls/lc.elapsed.Seconds())
 	row("webhook latency (product histogram) p50 / p99", "%.3f ms / %.3f ms (n=%v)", h.quantile(0.5)*1e3, p99*1e3, h.count)
 	row("webhook latency (API server, incl. TLS) <=5ms / p99", "%.1f%% / %.1f ms (coarse buckets)", 100*apiH.fractionLE(0.005), apiH.quantile(0.99)*1e3)
-	row("label patch round trip (client) p50 / p99", "%s / %s", pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond))
-	row("reconciles / node events, mean reconcile", "%v / %d, %.2f ms", rec.count, sent.Load(), rec.mean()*1e3)
-	row("reconcile time per event", "%.3f ms", rec.sum*1e3/math.Max(1, float64(sent.Load())))
+	row("label patch round trip (client) p50 / p99", "%s / %s", lc.pct(0.5), lc.pct(0.99))
+	row("reconciles / node events, mean / p99 reconcile", "%v / %d, %.2f ms / %.1f ms", rec.count, lc.sent, rec.mean()*1e3, rec.quantile(0.99)*1e3)
+	row("reconcile time per event", "%.3f ms", rec.sum*1e3/math.Max(1, float64(lc.sent)))
 	row("plans, mean plan", "%v, %.2f ms", plan.count, plan.mean()*1e3)
+	row("label changes: product requests to the API server", "%s", lcReqs)
 	row("changes of a label no policy reads: admissions / reconciles", "%v / %v", unrelatedCalls, unrelatedRec.count)
 	row("direct HTTPS admissions sent / dropped / failed", "%d / %d / %d in %s (%.0f/s)", d.sent, d.dropped, d.failed, d.elapsed.Round(time.Millisecond), float64(d.sent)/d.elapsed.Seconds())
 	row("direct: webhook latency (product histogram) p50 / p99", "%.3f ms / %.3f ms (n=%v)", d.product.quantile(0.5)*1e3, d.product.quantile(0.99)*1e3, d.product.count)
 	row("direct: HTTPS round trip (client) p50 / p99 / max", "%s / %s / %s", d.pct(0.5), d.pct(0.99), d.pct(1))
 	row("direct: from scheduled send (client) p99", "%s", d.pctSched(0.99))
-	row("product RSS idle / settled / after load / peak", "%d / %d / %d / %d MiB", rssIdle>>20, rssSettled>>20, rssLoaded>>20, p.hwm(t)>>20)
-	row("go heap in use after load", "%.1f MiB", after.sum("go_memstats_heap_inuse_bytes", nil)/(1<<20))
+	row("product RSS idle / settled / after load / peak", "%d / %d / %d / %d MiB (guard < %d MiB; goal settled < 80 MiB at 5,000, < 400 MiB at 65,000)", rssIdle>>20, rssSettled>>20, rssLoaded>>20, peakBeforeRestart>>20, rssLimit>>20)
+	row("product RSS during the join (sampled every second)", "%s", duringJoin)
+	row("go heap in use idle / settled / after load", "%.1f / %.1f / %.1f MiB", heapIdle/mib, heapSettled/mib, heapAfterLoad/mib)
+	row("restart: first list (start to ready) / first plan", "%s / %s", firstList.Round(time.Millisecond), firstPlan.Round(time.Millisecond))
+	row("restart: a join between ready and the first plan", "admitted in %s, role at admission %t", joinerAdmit.Round(time.Millisecond), joinerRole)
+	row("restart: role changes promoted / drained or demoted", "%v / %v (in 10 s after its first plan)", rPromoted, rDrained)
+	row("restart: RSS / peak, heap in use", "%d / %d MiB, %.1f MiB", restartRSS>>20, restartHWM>>20, restartHeap/mib)
 	row("load average (1/5/15 min)", "%s", strings.Join(strings.Fields(string(load))[:3], " "))
 	t.Log(b.String())
+}
+
+// reconcilesQuiet waits until no reconcile has ended for max(2 s, twice the mean reconcile so
+// far) and returns how long it waited.
+func reconcilesQuiet(ctx context.Context, t *testing.T, p *product) time.Duration {
+	t.Helper()
+	start := time.Now()
+	testenv.Eventually(t, "reconciles quiet", 3*time.Minute, 10*time.Millisecond, func() error {
+		a := p.scrape(t).histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil)
+		wait := max(2*time.Second, time.Duration(2*a.mean()*float64(time.Second)))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		if b := p.scrape(t).histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil); b.count != a.count {
+			return fmt.Errorf("%v reconciles in %s", b.count-a.count, wait)
+		}
+		return nil
+	})
+	return time.Since(start)
+}
+
+// pacedResult is what an open-loop paced phase measured.
+type pacedResult struct {
+	sent, dropped, failed int
+	elapsed               time.Duration
+	lat                   []time.Duration // sorted round trips
+}
+
+func (r pacedResult) pct(q float64) time.Duration { return quantile(r.lat, q) }
+
+// paced calls f(i) for i = 0, 1, ... at rate per second for dur from workers goroutines,
+// open-loop: a call that finds every worker busy is dropped and counted (the API server is
+// behind; no unbounded queue).
+func paced(ctx context.Context, rate float64, dur time.Duration, workers int, f func(context.Context, int) error) pacedResult {
+	var r pacedResult
+	var mu sync.Mutex
+	var failed atomic.Int64
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for i := range work {
+				t0 := time.Now()
+				if f(ctx, i) != nil {
+					failed.Add(1)
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			r.lat = append(r.lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	pctx, cancel := context.WithTimeout(ctx, dur)
+	defer cancel()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	start := time.Now()
+feed:
+	for i := 0; ; i++ {
+		select {
+		case <-pctx.Done():
+			break feed
+		case <-tick.C:
+			select {
+			case work <- i:
+				r.sent++
+			default:
+				r.dropped++
+			}
+		}
+	}
+	tick.Stop()
+	close(work)
+	wg.Wait()
+	r.elapsed = time.Since(start)
+	r.failed = int(failed.Load())
+	slices.Sort(r.lat)
+	return r
+}
+
+// countNodes is the number of nodes in etcd (a list of one and the remaining count).
+func countNodes(ctx context.Context, admin kubernetes.Interface) (int, error) {
+	l, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return 0, err
+	}
+	total := len(l.Items)
+	if l.RemainingItemCount != nil {
+		total += int(*l.RemainingItemCount)
+	}
+	return total, nil
 }
 
 func clientset(t *testing.T, cfg *rest.Config) kubernetes.Interface {
@@ -630,11 +807,24 @@ func roleOwners(ctx context.Context, t *testing.T, admin kubernetes.Interface) (
 			t.Logf("role labels the reconciler set, by rack: %v; some: %v", byRack, sample)
 		}
 	}()
-	list, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	require.NoError(t, err)
 	owners = map[string]int{}
-	for i := range list.Items {
-		n := &list.Items[i]
+	// In pages: the managed fields come only from etcd, and 65,000 kubelet nodes at once would be
+	// over a gigabyte.
+	opts := metav1.ListOptions{Limit: 1000}
+	for {
+		list, err := admin.CoreV1().Nodes().List(ctx, opts)
+		require.NoError(t, err)
+		a, r := roleOwnersOf(list.Items, owners, byRack, &sample)
+		admitted, roles = admitted+a, roles+r
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return admitted, roles, owners
+		}
+	}
+}
+
+func roleOwnersOf(items []corev1.Node, owners, byRack map[string]int, sample *[]string) (admitted, roles int) {
+	for i := range items {
+		n := &items[i]
 		key := extender.LabelPeeringSet
 		if _, rr := n.Labels["calico-route-reflector"]; rr {
 			key = "calico-route-reflector"
@@ -658,10 +848,10 @@ func roleOwners(ctx context.Context, t *testing.T, admin kubernetes.Interface) (
 			admitted++
 		} else {
 			byRack[n.Annotations[extender.AnnotationRack]]++
-			if len(sample) < 40 {
-				sample = append(sample, n.Name+"="+n.Labels[extender.LabelPeeringSet])
+			if len(*sample) < 40 {
+				*sample = append(*sample, n.Name+"="+n.Labels[extender.LabelPeeringSet])
 			}
 		}
 	}
-	return admitted, roles, owners
+	return admitted, roles
 }

@@ -1,0 +1,204 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// monitor samples the product's resident set (every second, from /proc) and Go heap in use
+// (every second, from its metrics) for the whole test, so that each phase's peak and mean are
+// known, not only the values at the phase's ends.
+type monitor struct {
+	p    *product
+	mu   sync.Mutex
+	pts  []memPoint
+	stop chan struct{}
+	done chan struct{}
+}
+
+type memPoint struct {
+	at        time.Time
+	rss, heap int64 // bytes; heap -1 when the scrape failed
+}
+
+func startMonitor(p *product) *monitor {
+	m := &monitor{p: p, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			m.sample()
+			select {
+			case <-m.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return m
+}
+
+func (m *monitor) sample() {
+	pt := memPoint{at: time.Now(), rss: -1, heap: -1}
+	if v, err := readProcStatus(m.p.Cmd.Process.Pid, "VmRSS:"); err == nil {
+		pt.rss = v
+	}
+	if ms, err := m.p.tryScrape(); err == nil {
+		pt.heap = int64(ms.sum("go_memstats_heap_inuse_bytes", nil))
+	}
+	m.mu.Lock()
+	m.pts = append(m.pts, pt)
+	m.mu.Unlock()
+}
+
+func (m *monitor) Stop() {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	<-m.done
+}
+
+// memStats is the samples of [from, to]: RSS peak and mean, heap peak, in bytes.
+type memStats struct {
+	n                      int
+	rssMax, rssMean, hpMax int64
+}
+
+func (m *monitor) between(from, to time.Time) memStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var s memStats
+	var sum int64
+	for _, pt := range m.pts {
+		if pt.at.Before(from) || pt.at.After(to) || pt.rss < 0 {
+			continue
+		}
+		s.n++
+		sum += pt.rss
+		s.rssMax = max(s.rssMax, pt.rss)
+		s.hpMax = max(s.hpMax, pt.heap)
+	}
+	if s.n > 0 {
+		s.rssMean = sum / int64(s.n)
+	}
+	return s
+}
+
+func (s memStats) String() string {
+	return fmt.Sprintf("peak %d / mean %d MiB RSS, heap peak %d MiB (%d samples)", s.rssMax>>20, s.rssMean>>20, s.hpMax>>20, s.n)
+}
+
+func readProcStatus(pid int, key string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", key, pid)
+}
+
+// cpuSeconds is the CPU time (user + system) the process has used, from /proc/<pid>/stat.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces: the fields count from the last ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return (u + s) / 100 // USER_HZ
+}
+
+func (p *product) tryScrape() (metricSet, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.MetricsPort))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return parseMetrics(b), nil
+}
+
+// profile saves the product's pprof profile (heap, or profile?seconds=N for CPU) into -load-profiles
+// as name, when that flag is set; it logs rather than fails (a profile is a diagnosis, not a check).
+func (p *product) profile(ctx context.Context, t *testing.T, path, name string) {
+	if *profileDir == "" {
+		return
+	}
+	c := http.Client{Timeout: 2 * time.Minute}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s", p.MetricsPort, path), nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = c.Do(req); err == nil {
+			defer resp.Body.Close()
+			var b []byte
+			if b, err = io.ReadAll(resp.Body); err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, b)
+			}
+			if err == nil {
+				err = os.MkdirAll(*profileDir, 0o755)
+			}
+			if err == nil {
+				f := filepath.Join(*profileDir, name)
+				if err = os.WriteFile(f, b, 0o644); err == nil {
+					t.Logf("profile %s: %s", path, f)
+					return
+				}
+			}
+		}
+	}
+	t.Logf("profile %s: %v", path, err)
+}
+
+// clientRequests is the product's requests to the API server (client-go's rest_client_requests_total),
+// by method.
+func clientRequests(m metricSet) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range m {
+		if s.name == "rest_client_requests_total" {
+			out[s.labels["method"]] += s.value
+		}
+	}
+	return out
+}
+
+// requestRate is the product's requests per second to the API server between two scrapes, total
+// and by method.
+func requestRate(before, after metricSet, d time.Duration) string {
+	b, a := clientRequests(before), clientRequests(after)
+	total := 0.0
+	var parts []string
+	for _, meth := range []string{"GET", "LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE"} {
+		if v := a[meth] - b[meth]; v > 0 {
+			total += v
+			parts = append(parts, fmt.Sprintf("%s %.0f", meth, v))
+		}
+	}
+	return fmt.Sprintf("%.1f/s (%.0f: %s)", total/d.Seconds(), total, strings.Join(parts, ", "))
+}
