@@ -94,7 +94,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		return nil
 	}
 	p := st.Managed.Resolved
-	if p.BGPHealth != nil && !*p.BGPHealth {
+	if p.BGPHealth == nil || !*p.BGPHealth { // off unless asked for (see the README: BGP health)
 		r.setBGP(st.Name, nil)
 		bgpDownGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 		return nil
@@ -235,7 +235,7 @@ func (r *Reconciler) watchBGPHealth(ctx context.Context, q queue) {
 		case <-t.C:
 		}
 		for _, m := range r.Policies.Valid() {
-			if p := m.Resolved; p.BGPHealth != nil && !*p.BGPHealth {
+			if p := m.Resolved; p.BGPHealth == nil || !*p.BGPHealth {
 				continue
 			}
 			list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: m.Policy.Name})
