@@ -431,7 +431,7 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 			f.set = ""
 		}
 	}
-	resetFrom := map[string][]string{} // the rack sets' route reflectors before this one joined them
+	var resetFrom map[string][]string // the rack sets' route reflectors before this one joined them
 	if a.PeeringSet != "" && s.sets[a.PeeringSet] == nil {
 		s.sets[a.PeeringSet] = &admitSet{rrs: slices.Clone(a.RouteReflectors)}
 	}
@@ -445,6 +445,9 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 		// the rack's next clients peer with it (the reconciler updates the sets' BGPPeers).
 		for _, name := range s.rackSets(a.Rack, a.PeeringSet) {
 			if set := s.sets[name]; !slices.Equal(set.rrs, a.RouteReflectors) {
+				if resetFrom == nil {
+					resetFrom = map[string][]string{}
+				}
 				resetFrom[name] = set.rrs
 				s.resetSet(name, a.RouteReflectors)
 			}
