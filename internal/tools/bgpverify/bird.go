@@ -276,7 +276,9 @@ func (f *birdFleet) close() {
 
 // birdConn speaks BIRD's control socket protocol: a command per line; reply lines start with a
 // four-digit code and '-' (more follows) or ' ' (last line), or with a space (continuation).
+// A command and its reply hold mu: the lab's confd loop and a test's checks share a connection.
 type birdConn struct {
+	mu   sync.Mutex
 	conn net.Conn
 	r    *bufio.Reader
 }
@@ -295,6 +297,8 @@ func dialBIRD(path string) (*birdConn, error) {
 }
 
 func (c *birdConn) command(cmd string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	_ = c.conn.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := c.conn.Write([]byte(cmd + "\n")); err != nil {
 		return "", err

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
@@ -33,7 +34,9 @@ type Lab struct {
 	dirs  []string
 	cfgs  [][]byte // the bird.cfg each running BIRD last loaded
 	f     *birdFleet
-	dead  map[int]bool
+	// mu holds Sync, Kill and Revive apart: a test kills a BIRD while its confd loop syncs.
+	mu   sync.Mutex
+	dead map[int]bool
 }
 
 // StartLab creates the namespaces and the folders for names (nothing runs until Sync).
@@ -95,6 +98,8 @@ func (l *Lab) Index(name string) int {
 // Sync has confd render every node's configuration, starts the BIRDs that are not running (but
 // those killed) and has the running ones whose bird.cfg changed load it (`configure`).
 func (l *Lab) Sync(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	dirs, err := renderAll(ctx, l.confd, l.etc, l.dir, l.names, l.env)
 	if err != nil {
 		return err
@@ -167,6 +172,8 @@ func (l *Lab) startNode(ctx context.Context, i int) error {
 
 // Kill stops node name's BIRD (SIGKILL: a crash, no Cease to its peers) until Revive.
 func (l *Lab) Kill(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	i := l.index[name]
 	l.dead[i] = true
 	l.f.mu.Lock()
@@ -184,7 +191,11 @@ func (l *Lab) Kill(name string) {
 }
 
 // Revive lets the next Sync start node name's BIRD again.
-func (l *Lab) Revive(name string) { delete(l.dead, l.index[name]) }
+func (l *Lab) Revive(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.dead, l.index[name])
+}
 
 // Running reports whether node name's BIRD runs.
 func (l *Lab) Running(name string) bool {

@@ -267,14 +267,20 @@ func prepare(opts Options, n int) (Options, error) {
 		return opts, inputErr("at most 65000 nodes fit the address plan")
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = 60*time.Second + time.Duration(n)*300*time.Millisecond
-		if opts.Speaker != SpeakerGoBGP {
-			// Calico's node-specific peers have no passive side: both ends connect, and a
-			// connection collision costs a retry (connect retry time 5, error wait time 5,30).
-			opts.Timeout = 2*time.Minute + time.Duration(n)*600*time.Millisecond
-		}
+		opts.Timeout = DefaultTimeout(opts.Speaker, n)
 	}
 	return opts, nil
+}
+
+// DefaultTimeout bounds each convergence wait of speaker with n nodes when Options.Timeout is not
+// set: GoBGP 60 s + 0.3 s per node; BIRD and calico 2 min + 0.6 s per node (Calico's
+// node-specific peers have no passive side: both ends connect, and a connection collision costs a
+// retry: connect retry time 5, error wait time 5,30).
+func DefaultTimeout(speaker string, n int) time.Duration {
+	if speaker == SpeakerGoBGP {
+		return 60*time.Second + time.Duration(n)*300*time.Millisecond
+	}
+	return 2*time.Minute + time.Duration(n)*600*time.Millisecond
 }
 
 // runSpeakers runs the gobgp or bird speakers with the sessions of topo.

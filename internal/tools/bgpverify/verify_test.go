@@ -41,7 +41,10 @@ func run(t *testing.T, speaker string, in extender.Input, res *extender.Result, 
 	if testing.Verbose() {
 		o.Log = testLog{t}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// The run's own convergence waits (all up, then after the failure) decide, with their report;
+	// this bound only ends a run that hangs. A fixed 3 minutes cut a 300-node GoBGP run that
+	// converged slowly under make test-all's parallel BIRD fleets.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*DefaultTimeout(speaker, len(res.Nodes))+time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, in, res, o)
 	require.NoError(t, err)
