@@ -94,12 +94,16 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		return nil
 	}
 	p := st.Managed.Resolved
-	if p.BGPHealth == nil || !*p.BGPHealth { // off unless asked for (see the README: BGP health)
+	if p.BGPHealth != nil && !*p.BGPHealth { // on unless turned off (see the README: BGP health)
 		r.setBGP(st.Name, nil)
 		bgpDownGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 		return nil
 	}
-	nodes := state.Partition(r.Policies.Valid(), r.Nodes.List())[st.Name]
+	valid, ok := r.validNow(st)
+	if !ok {
+		return nil
+	}
+	nodes := state.Partition(valid, r.Nodes.List())[st.Name]
 	view := make(map[string]*corev1.Node, len(nodes))
 	var rrs []string
 	for _, n := range nodes {
@@ -235,7 +239,7 @@ func (r *Reconciler) watchBGPHealth(ctx context.Context, q queue) {
 		case <-t.C:
 		}
 		for _, m := range r.Policies.Valid() {
-			if p := m.Resolved; p.BGPHealth == nil || !*p.BGPHealth {
+			if p := m.Resolved; p.BGPHealth != nil && !*p.BGPHealth {
 				continue
 			}
 			list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: m.Policy.Name})

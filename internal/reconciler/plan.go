@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,7 +71,10 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 	if !known {
 		history = seedHistory(st.Managed.Resolved, st.Policy.Status, st.Now)
 	}
-	valid := r.Policies.Valid()
+	valid, ok := r.validNow(st)
+	if !ok {
+		return nil
+	}
 	for attempt := 0; ; attempt++ {
 		var unblock func()
 		if attempt > 0 {
@@ -116,6 +120,23 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 		}
 	}
 	return nil
+}
+
+// validNow returns the valid policies as the cache has them now, and whether st's policy is still
+// among them as load read it (same generation). When it is not (deleted or edited since), the
+// reconcile ends and runs again at once: the policies partition the nodes, and a plan of the policy
+// as loaded against the others as they are now gives it none of its nodes (a policy deleted
+// between load and plan once scaled its route reflectors down to 0 while the mesh was off).
+func (r *Reconciler) validNow(st *State) ([]state.Managed, bool) {
+	valid := r.Policies.Valid()
+	if slices.ContainsFunc(valid, func(m state.Managed) bool {
+		return m.Policy.Name == st.Name && m.Policy.Generation == st.Policy.Generation
+	}) {
+		return valid, true
+	}
+	st.Done = true
+	st.requeue(10 * time.Millisecond)
+	return nil, false
 }
 
 // seedHistory is the stabilization history a new leader starts a policy with: the desired counts

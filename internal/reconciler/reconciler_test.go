@@ -361,6 +361,49 @@ func TestReconcileDeletedRouteReflectorReplaced(t *testing.T) {
 	h.checkClients()
 }
 
+// A policy deleted or edited after load read it and before the plan: the plan must not partition
+// the nodes without it (it once planned 0 nodes for such a policy and demoted its route reflectors
+// while the mesh was off). The reconcile ends at once and runs again.
+func TestReconcilePolicyChangedBetweenLoadAndPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(p *v1alpha1.RouteReflectorPolicy)
+	}{
+		{"deleted", func(p *v1alpha1.RouteReflectorPolicy) { p.DeletionTimestamp = &metav1.Time{Time: t0} }},
+		{"edited", func(p *v1alpha1.RouteReflectorPolicy) { p.Generation++ }},
+	} {
+		for _, health := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/bgpHealth=%t", tc.name, health), func(t *testing.T) {
+				h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) { s.BGPHealth.Enabled = &health }, cluster(12))
+				h.reconcile()
+				before := h.rrs()
+				require.Len(t, before, 3)
+				steps := h.r.Steps()
+				for i, s := range steps {
+					if s.Name == "load" {
+						steps[i].Run = func(ctx context.Context, st *State) error {
+							err := s.Run(ctx, st)
+							obj, _, _ := h.polIdx.GetByKey(h.policyNm)
+							p := obj.(*v1alpha1.RouteReflectorPolicy).DeepCopy()
+							tc.change(p)
+							require.NoError(t, h.polIdx.Update(p))
+							return err
+						}
+					}
+				}
+				h.r.steps = steps
+				h.sync()
+				h.nodePatches = nil
+				res, err := h.r.Reconcile(context.Background(), request(h.policyNm))
+				require.NoError(t, err)
+				require.Equal(t, before, h.rrs(), "route reflectors changed by a plan of a policy that changed after load")
+				require.Empty(t, h.nodePatches)
+				require.LessOrEqual(t, res.RequeueAfter, time.Second, "runs again at once")
+			})
+		}
+	}
+}
+
 func TestReconcileRepairsDuplicateClusterID(t *testing.T) {
 	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 		s.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster, ClusterIDs: v1alpha1.PerRouteReflector}

@@ -54,7 +54,7 @@ func TestBGPHealthOnRealBIRD(t *testing.T) {
 	w.applyDefaultPolicy(`
   topology: {maxRackSize: 5}
   removalDelay: 2m
-  bgpHealth: {enabled: true, gracePeriod: 5s}
+  bgpHealth: {gracePeriod: 5s}
   behavior: {scaleDown: {stabilizationWindowSeconds: 3}}`)
 	var names []string
 	zones := []string{"zone-a", "zone-b", "zone-c"}

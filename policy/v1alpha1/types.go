@@ -333,7 +333,7 @@ type Label struct {
 // failed: its replacement is promoted and it drains; it takes its role back once its sessions
 // have been Established for the scale-down stabilization window (at most gracePeriod).
 type BGPHealth struct {
-	// Enabled turns BGP health on (it needs Calico's CalicoNodeStatus API) [false].
+	// Enabled [true when Calico's CalicoNodeStatus API is served, false otherwise].
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
 	// GracePeriod is how long a route reflector's sessions may stay down before it is replaced [2m].
