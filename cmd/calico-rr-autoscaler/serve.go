@@ -17,6 +17,7 @@ import (
 
 // runServe runs the webhooks, the reconciler, the probes and the metrics until SIGTERM or SIGINT.
 func runServe(args []string, stdout io.Writer) error {
+	serve.StreamInitialLists()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var o serve.Options

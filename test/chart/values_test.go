@@ -531,3 +531,40 @@ func mustMap(t *testing.T, obj map[string]any, path ...string) map[string]string
 	}
 	return out
 }
+
+// GOMEMLIMIT follows the container's memory limit (downward API) unless turned off, absent a
+// limit, or set by extraEnv (once, the user's).
+func TestRenderGoMemLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name, values string
+		want         string // "limit": from resources.limits.memory; a value: extraEnv's; "": none
+	}{
+		{"default", ``, "limit"},
+		{"off", `goMemLimitFromResources: false`, ""},
+		{"no memory limit", `resources: {limits: {memory: null, cpu: "1"}}`, ""},
+		{"extraEnv wins", `extraEnv: [{name: GOMEMLIMIT, value: 200MiB}]`, "200MiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := render(t, valuesYAML(t, tc.values))
+			c := typed[appsv1.Deployment](t, r.get(t, "Deployment", "calico-rr-autoscaler")).Spec.Template.Spec.Containers[0]
+			var found []corev1.EnvVar
+			for _, e := range c.Env {
+				if e.Name == "GOMEMLIMIT" {
+					found = append(found, e)
+				}
+			}
+			switch tc.want {
+			case "":
+				require.Empty(t, found)
+			case "limit":
+				require.Len(t, found, 1)
+				require.NotNil(t, found[0].ValueFrom)
+				require.NotNil(t, found[0].ValueFrom.ResourceFieldRef)
+				require.Equal(t, "limits.memory", found[0].ValueFrom.ResourceFieldRef.Resource)
+			default:
+				require.Len(t, found, 1)
+				require.Equal(t, tc.want, found[0].Value)
+			}
+		})
+	}
+}

@@ -50,6 +50,7 @@ var (
 	loadFor    = flag.Duration("load-duration", 20*time.Second, "length of the relevant-change phase")
 	hbRate     = flag.Float64("load-heartbeat-rate", 0, "kubelet status reports per second in the heartbeat phase [nodes/300: every node every 5 minutes, the kubelet's default nodeStatusReportFrequency]")
 	hbFor      = flag.Duration("load-heartbeat-duration", time.Minute, "length of the heartbeat phase")
+	memLimit   = flag.String("load-gomemlimit", "", "GOMEMLIMIT of the product's process, as the chart sets it from resources.limits.memory (e.g. 256MiB, the chart's default limit); none if empty")
 	profileDir = flag.String("load-profiles", "", "directory for the product's pprof profiles (heap settled, heap after a restart, CPU during the join and the heartbeats); none if empty")
 )
 
@@ -93,6 +94,11 @@ func TestLoad(t *testing.T) {
 	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
 		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"), testenv.RepoPath(t, "policy/crd"))
 
+	if *memLimit != "" {
+		// Read by the product's runtime at its start (and its restart); this process's runtime
+		// read its own already.
+		t.Setenv("GOMEMLIMIT", *memLimit)
+	}
 	// The product as a separate process of the built binary.
 	p := &product{env.StartProduct(t, true, "", "--profiling")}
 	mon := startMonitor(p)
@@ -337,6 +343,12 @@ func TestLoad(t *testing.T) {
 	// between ready and the first plan (admitted, and with a role?), the first plan, and no role
 	// changed by it.
 	mon.Stop()
+	// The restarted product streams its first lists (serve.StreamInitialLists): the API server
+	// counts each stream of nodes in apiserver_watch_list_duration_seconds.
+	nodeStreams := func(m metricSet) float64 {
+		return m.sum("apiserver_watch_list_duration_seconds_count", func(l map[string]string) bool { return l["resource"] == "nodes" })
+	}
+	streamsBefore := nodeStreams(scrapeAPIServer(ctx, t, admin))
 	restartAt := time.Now()
 	require.NoError(t, p.Restart(ctx, 5*time.Minute), "restart")
 	firstList := time.Since(restartAt)
@@ -369,6 +381,8 @@ func TestLoad(t *testing.T) {
 	rDrained := restarted.sum("calico_rr_autoscaler_role_changes_total", change("Draining")) +
 		restarted.sum("calico_rr_autoscaler_role_changes_total", change("Demoted"))
 	assert.Zerof(t, rDrained, "the restarted product's first plan drained or demoted %v route reflectors of a settled cluster", rDrained)
+	streamed := nodeStreams(scrapeAPIServer(ctx, t, admin)) - streamsBefore
+	assert.Positivef(t, streamed, "the restarted product listed the nodes without a stream (WatchListClient): %v node streams", streamed)
 	restartRSS, restartHWM := p.rss(t), p.hwm(t)
 	restartHeap := restarted.sum("go_memstats_heap_inuse_bytes", nil)
 	p.profile(ctx, t, "heap?gc=1", "heap-restarted.pprof")
@@ -377,6 +391,9 @@ func TestLoad(t *testing.T) {
 	var b strings.Builder
 	row := func(k, v string, a ...any) { fmt.Fprintf(&b, "  %-60s %s\n", k, fmt.Sprintf(v, a...)) }
 	b.WriteString("\nload test summary\n")
+	if *memLimit != "" {
+		row("product GOMEMLIMIT", "%s", *memLimit)
+	}
 	row("nodes / zones / route reflectors", "%d / %d / %d", n, zones, rrs)
 	row("node JSON (kubelet-like, as created)", "%d bytes", len(mustJSON(t, fleet.Kubelet(0, time.Now()))))
 	row("join (create + Ready), settled after", "%s, %s", joined.Round(time.Millisecond), settled.Round(time.Millisecond))
@@ -415,6 +432,7 @@ func TestLoad(t *testing.T) {
 	row("restart: first list (start to ready) / first plan", "%s / %s", firstList.Round(time.Millisecond), firstPlan.Round(time.Millisecond))
 	row("restart: a join between ready and the first plan", "admitted in %s, role at admission %t", joinerAdmit.Round(time.Millisecond), joinerRole)
 	row("restart: role changes promoted / drained or demoted", "%v / %v (in 10 s after its first plan)", rPromoted, rDrained)
+	row("restart: first node lists streamed (watch-list)", "%v", streamed)
 	row("restart: RSS / peak, heap in use", "%d / %d MiB, %.1f MiB", restartRSS>>20, restartHWM>>20, restartHeap/mib)
 	row("load average (1/5/15 min)", "%s", strings.Join(strings.Fields(string(load))[:3], " "))
 	t.Log(b.String())
