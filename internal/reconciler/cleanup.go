@@ -73,6 +73,9 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	if !slices.Contains(pol.Finalizers, Finalizer) {
 		return nil
 	}
+	if released, err := r.releasedAlready(ctx, pol); released || err != nil {
+		return err
+	}
 	delay := st.Managed.Resolved.RemovalDelay
 	cfg, err := r.configs().Get(ctx, "default")
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -189,7 +192,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	if wait, err := r.waitWhileReleaseLoses(ctx, st, !meshOff, false, "its BGPPeers stay until other policies' route reflectors are released"); wait || err != nil {
 		return err
 	}
-	peers, err := r.peers().List(ctx, managedPeers(pol.Name))
+	peers, err := r.livePeers(ctx, managedPeers(pol.Name))
 	if err != nil {
 		return fmt.Errorf("listing BGPPeers: %w", err)
 	}
@@ -202,6 +205,37 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	r.Recorder.Eventf(pol, corev1.EventTypeNormal, EventCleanedUp,
 		"policy deleted: %d route reflectors and %d clients released, %d BGPPeers deleted", len(rrs), len(clients), len(peers))
 	return r.dropFinalizer(ctx, pol)
+}
+
+// releasedAlready reports whether the API server no longer holds pol with the finalizer: the
+// cache may still show a policy an earlier pass released (finalizer dropped, object gone), and a
+// pass on it would write the release BGPPeer again with nobody left to delete it.
+func (r *Reconciler) releasedAlready(ctx context.Context, pol *v1alpha1.RouteReflectorPolicy) (bool, error) {
+	live := &v1alpha1.RouteReflectorPolicy{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Name: pol.Name}, live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("reading policy %s: %w", pol.Name, err)
+	}
+	return live.UID != pol.UID || !slices.Contains(live.Finalizers, Finalizer), nil
+}
+
+// livePeers lists BGPPeers from the datastore itself, not the cache: the release BGPPeer a pass
+// just wrote may not be in the cache yet when the same pass deletes the policy's BGPPeers.
+func (r *Reconciler) livePeers(ctx context.Context, match map[string]string) ([]*apiv3.BGPPeer, error) {
+	if r.Peers != nil { // etcd: read directly
+		return r.Peers.List(ctx, match)
+	}
+	list := &apiv3.BGPPeerList{}
+	if err := r.reader().List(ctx, list, client.MatchingLabels(match)); err != nil {
+		return nil, err
+	}
+	out := make([]*apiv3.BGPPeer, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
 }
 
 func (r *Reconciler) markPolicy(ctx context.Context, pol *v1alpha1.RouteReflectorPolicy, key, value string) error {

@@ -49,6 +49,16 @@ func TestPolicyDeletion(t *testing.T) {
 	h.reconcile()
 	require.Empty(t, h.rrs(), "route reflectors released")
 	require.Empty(t, h.peers(), "BGPPeers deleted")
+	// The cache may still show the released policy (finalizer and all): a reconcile of that stale
+	// copy writes nothing (it once wrote the release BGPPeer again, left for good).
+	stale, ok, _ := h.polIdx.GetByKey(h.policyNm)
+	require.True(t, ok)
+	require.Contains(t, stale.(*v1alpha1.RouteReflectorPolicy).Finalizers, Finalizer)
+	h.writes.Store(0)
+	_, err := h.r.Reconcile(context.Background(), request(h.policyNm))
+	require.NoError(t, err)
+	require.Zero(t, h.writes.Load(), "writes by a reconcile of a released policy's stale copy")
+	require.Empty(t, h.peers(), "BGPPeers after a reconcile of the stale copy")
 	for _, n := range h.nodes() {
 		for _, k := range extender.OwnedLabelKeys("calico-route-reflector") {
 			require.NotContains(t, n.Labels, k, n.Name)
@@ -58,7 +68,7 @@ func TestPolicyDeletion(t *testing.T) {
 		}
 	}
 	require.Zero(t, h.modelMissingMesh(true), "every node on the mesh")
-	err := h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol)
+	err = h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol)
 	require.True(t, apierrors.IsNotFound(err), "the policy is gone: %v", err)
 }
 

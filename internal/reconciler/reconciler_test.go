@@ -86,8 +86,13 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 		objs = append(objs, n)
 	}
 	h := &harness{t: t, now: t0, policyNm: "default", rec: record.NewFakeRecorder(10000)}
+	// The fake API server sets no UID; a real one always does (cleanup compares them).
+	pol.UID = types.UID("uid-policy-" + pol.Name)
 	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 		h.writes.Add(1)
+		if p, ok := obj.(*v1alpha1.RouteReflectorPolicy); ok && p.UID == "" {
+			p.UID = types.UID("uid-policy-" + p.Name)
+		}
 		return c.Create(ctx, obj, opts...)
 	}
 	h.client = fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).
