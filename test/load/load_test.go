@@ -204,6 +204,7 @@ func TestLoad(t *testing.T) {
 	rssSettled := p.rss(t)
 	quietMetrics := p.scrape(t)
 	heapSettled := quietMetrics.sum("go_memstats_heap_inuse_bytes", nil)
+	liveSettled := p.liveHeap(ctx, t)
 	p.profile(ctx, t, "heap?gc=1", "heap-settled.pprof")
 	duringJoin := mon.between(start, joinEnd)
 	admitted, roles, owners := roleOwners(ctx, t, admin)
@@ -328,12 +329,15 @@ func TestLoad(t *testing.T) {
 		// reconciler repairs and rebalances.
 		assert.Fail(t, fmt.Sprintf("%d of %d role labels set by admission (field managers %v), goal 95%%", admitted, roles, owners))
 	}
-	// The guard of the first load test (150 MiB at 5,000 nodes), scaled with the node count
-	// above 5,000: it catches a leak or a cache that keeps what it strips; the goals
-	// (80 MiB at 5,000, 400 MiB at 65,000) are printed beside the figure, not asserted.
-	rssLimit := int64(150*mib) * int64(max(n, refNodes)) / refNodes
-	if rssSettled > rssLimit {
-		assert.Fail(t, fmt.Sprintf("RSS at %d nodes %d MiB, guard under %d MiB", n, rssSettled>>20, rssLimit>>20))
+	// The leak guard: the Go heap in use right after a collection, at the settle, under 100 MiB
+	// per 5,000 nodes (about twice what the cache and the plans hold): it catches a leak or a
+	// cache that keeps what it strips. (It read the settled RSS, under 150 MiB, until the nodes
+	// became kubelet-like: RSS then swung 148 to 185 MiB from run to run with the collector's
+	// timing.) The RSS goals (80 MiB at 5,000, 400 MiB at 65,000) are printed beside the
+	// figures, not asserted.
+	liveLimit := float64(100*mib) * float64(max(n, refNodes)) / refNodes
+	if liveSettled > liveLimit {
+		assert.Fail(t, fmt.Sprintf("Go heap in use after a collection at %d nodes %.0f MiB, guard under %.0f MiB", n, liveSettled/mib, liveLimit/mib))
 	}
 	peakBeforeRestart := p.hwm(t)
 	heapAfterLoad := after.sum("go_memstats_heap_inuse_bytes", nil)
@@ -426,7 +430,8 @@ func TestLoad(t *testing.T) {
 	row("direct: webhook latency (product histogram) p50 / p99", "%.3f ms / %.3f ms (n=%v)", d.product.quantile(0.5)*1e3, d.product.quantile(0.99)*1e3, d.product.count)
 	row("direct: HTTPS round trip (client) p50 / p99 / max", "%s / %s / %s", d.pct(0.5), d.pct(0.99), d.pct(1))
 	row("direct: from scheduled send (client) p99", "%s", d.pctSched(0.99))
-	row("product RSS idle / settled / after load / peak", "%d / %d / %d / %d MiB (guard < %d MiB; goal settled < 80 MiB at 5,000, < 400 MiB at 65,000)", rssIdle>>20, rssSettled>>20, rssLoaded>>20, peakBeforeRestart>>20, rssLimit>>20)
+	row("product RSS idle / settled / after load / peak", "%d / %d / %d / %d MiB (goal settled < 80 MiB at 5,000, < 400 MiB at 65,000)", rssIdle>>20, rssSettled>>20, rssLoaded>>20, peakBeforeRestart>>20)
+	row("go heap in use after a collection, settled", "%.1f MiB (guard < %.0f MiB)", liveSettled/mib, liveLimit/mib)
 	row("product RSS during the join (sampled every second)", "%s", duringJoin)
 	row("go heap in use idle / settled / after load", "%.1f / %.1f / %.1f MiB", heapIdle/mib, heapSettled/mib, heapAfterLoad/mib)
 	row("restart: first list (start to ready) / first plan", "%s / %s", firstList.Round(time.Millisecond), firstPlan.Round(time.Millisecond))

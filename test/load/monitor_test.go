@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // monitor samples the product's resident set (every second, from /proc) and Go heap in use
@@ -151,29 +153,46 @@ func (p *product) profile(ctx context.Context, t *testing.T, path, name string) 
 	if *profileDir == "" {
 		return
 	}
-	c := http.Client{Timeout: 2 * time.Minute}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s", p.MetricsPort, path), nil)
+	b, err := p.pprof(ctx, path)
 	if err == nil {
-		var resp *http.Response
-		if resp, err = c.Do(req); err == nil {
-			defer resp.Body.Close()
-			var b []byte
-			if b, err = io.ReadAll(resp.Body); err == nil && resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, b)
-			}
-			if err == nil {
-				err = os.MkdirAll(*profileDir, 0o755)
-			}
-			if err == nil {
-				f := filepath.Join(*profileDir, name)
-				if err = os.WriteFile(f, b, 0o644); err == nil {
-					t.Logf("profile %s: %s", path, f)
-					return
-				}
-			}
+		err = os.MkdirAll(*profileDir, 0o755)
+	}
+	if err == nil {
+		f := filepath.Join(*profileDir, name)
+		if err = os.WriteFile(f, b, 0o644); err == nil {
+			t.Logf("profile %s: %s", path, f)
+			return
 		}
 	}
 	t.Logf("profile %s: %v", path, err)
+}
+
+// pprof fetches /debug/pprof/path from the product (serve --profiling).
+func (p *product) pprof(ctx context.Context, path string) ([]byte, error) {
+	c := http.Client{Timeout: 2 * time.Minute}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s", p.MetricsPort, path), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, b)
+	}
+	return b, err
+}
+
+// liveHeap is the product's Go heap in use right after a collection (heap?gc=1 runs one): what
+// its caches and plans hold, without the garbage RSS carries until the next cycle.
+func (p *product) liveHeap(ctx context.Context, t *testing.T) float64 {
+	t.Helper()
+	_, err := p.pprof(ctx, "heap?gc=1")
+	require.NoError(t, err, "heap?gc=1")
+	return p.scrape(t).sum("go_memstats_heap_inuse_bytes", nil)
 }
 
 // clientRequests is the product's requests to the API server (client-go's rest_client_requests_total),
