@@ -142,17 +142,23 @@ func (v *NodeValidator) removal(mp state.Managed, old, node *corev1.Node) Denial
 	shared := len(ids) == 1 && len(others) > 1
 	var orphans []string
 	sets := map[string][]string{}
+	// The clients share few route-reflector lists (one per peering set, interned by the cache):
+	// each list is parsed once, however many clients carry it.
+	left := map[string]int{}
 	for _, c := range v.Nodes.ClientsOf(node.Name) {
 		list := c.Annotations[extender.AnnotationRouteReflectors]
-		left := 0
-		for rest := list; rest != ""; {
-			var r string
-			r, rest, _ = strings.Cut(rest, ",")
-			if _, ok := others[r]; ok {
-				left++
+		n, parsed := left[list]
+		if !parsed {
+			for rest := list; rest != ""; {
+				var r string
+				r, rest, _ = strings.Cut(rest, ",")
+				if _, ok := others[r]; ok {
+					n++
+				}
 			}
+			left[list] = n
 		}
-		if left == 0 {
+		if n == 0 {
 			orphans = append(orphans, c.Name)
 			continue
 		}
