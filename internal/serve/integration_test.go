@@ -389,9 +389,14 @@ func TestServeOnRealAPIServer(t *testing.T) {
 		slices.Sort(ids)
 		require.EqualValuesf(t, "[224.0.0.1 224.0.0.2 224.0.0.3]", fmt.Sprint(ids), "cluster IDs by zone %v", zones)
 		require.Truef(t, s.peers["rr-autoscaler-mesh-default"], "BGPPeers %v", s.peers)
-		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.routeReflectors}/{.status.desiredRouteReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
-		require.NoError(t, err)
-		require.Equal(t, "3/3/True", out, "policy status")
+		// The roles can settle at admission before the reconcile that writes the status ends.
+		w.eventually("policy status 3/3/True", 10*time.Second, func() error {
+			out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.routeReflectors}/{.status.desiredRouteReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
+			if err != nil || out != "3/3/True" {
+				return fmt.Errorf("policy status %q (%v)", out, err)
+			}
+			return nil
+		})
 		w.checkRouting(t, "after the 30-node join")
 	})
 
