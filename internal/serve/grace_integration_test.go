@@ -36,7 +36,15 @@ func TestNotReadyGraceOnRealAPIServer(t *testing.T) {
 			"-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}")
 		return out
 	}
-	before := roleEvents()
+	// Its promotion's Event is recorded asynchronously: wait for it, or it would arrive during
+	// the blip and read as a role change there.
+	var before string
+	w.eventually("the victim's promotion Event", 30*time.Second, func() error {
+		if before = roleEvents(); !strings.Contains(before, "RouteReflectorPromoted") {
+			return fmt.Errorf("events of %s: %q", victim, before)
+		}
+		return nil
+	})
 
 	w.ready(victim, false)
 	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
