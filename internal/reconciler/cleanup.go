@@ -227,15 +227,7 @@ func (r *Reconciler) livePeers(ctx context.Context, match map[string]string) ([]
 	if r.Peers != nil { // etcd: read directly
 		return r.Peers.List(ctx, match)
 	}
-	list := &apiv3.BGPPeerList{}
-	if err := r.reader().List(ctx, list, client.MatchingLabels(match)); err != nil {
-		return nil, err
-	}
-	out := make([]*apiv3.BGPPeer, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, &list.Items[i])
-	}
-	return out, nil
+	return listPeers(ctx, r.reader(), match)
 }
 
 func (r *Reconciler) markPolicy(ctx context.Context, pol *v1alpha1.RouteReflectorPolicy, key, value string) error {

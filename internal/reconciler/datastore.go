@@ -64,8 +64,13 @@ func (r *Reconciler) peers() PeerStore {
 type kubePeers struct{ c, del client.Client }
 
 func (k kubePeers) List(ctx context.Context, match map[string]string) ([]*apiv3.BGPPeer, error) {
+	return listPeers(ctx, k.c, match)
+}
+
+// listPeers lists the BGPPeers labelled match through rd (the cache or the API server).
+func listPeers(ctx context.Context, rd client.Reader, match map[string]string) ([]*apiv3.BGPPeer, error) {
 	list := &apiv3.BGPPeerList{}
-	if err := k.c.List(ctx, list, client.MatchingLabels(match)); err != nil {
+	if err := rd.List(ctx, list, client.MatchingLabels(match)); err != nil {
 		return nil, err
 	}
 	out := make([]*apiv3.BGPPeer, 0, len(list.Items))
