@@ -251,6 +251,7 @@ func (r *Reconciler) watchBGPHealth(ctx context.Context, q queue) {
 			seen, ok := r.healthSeen[m.Policy.Name]
 			r.mu.Unlock()
 			if !ok || seen != healthFingerprint(list, now) {
+				r.markFull(m.Policy.Name)
 				q.Add(request(m.Policy.Name))
 			}
 		}

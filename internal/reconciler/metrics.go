@@ -37,6 +37,10 @@ var (
 		Name: "calico_rr_autoscaler_plans_total",
 		Help: "Full plans, committed or computed again because an admission promoted a node meanwhile (conflict).",
 	}, []string{"policy", "result"})
+	absorbedEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_rr_autoscaler_node_events_absorbed_total",
+		Help: "Node changes a reconcile absorbed without a full plan: clients changed in nothing the last quiet plan decided (README: Absorbed node events).",
+	}, []string{"policy"})
 	nodePatches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_node_patches_total",
 		Help: "Merge patches of nodes' owned labels and annotations.",
@@ -92,7 +96,7 @@ const (
 
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
-		plansTotal, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
+		plansTotal, absorbedEvents, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
 		conditionGauge, pathsGauge, missingPairsGauge)
 }
 
@@ -144,6 +148,7 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 		roleChanges.WithLabelValues(st.Name, string(k))
 	}
 	nodePatches.WithLabelValues(st.Name)
+	absorbedEvents.WithLabelValues(st.Name)
 	r.costMetrics(st.Name)
 	desiredGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	currentGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
@@ -182,7 +187,7 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 func forgetMetrics(policy string) {
 	for _, v := range []*prometheus.MetricVec{desiredGauge.MetricVec, currentGauge.MetricVec, drillsGauge.MetricVec,
 		drillMissing.MetricVec, conditionGauge.MetricVec, pathsGauge.MetricVec, missingPairsGauge.MetricVec, reconcileErrors.MetricVec,
-		roleChanges.MetricVec, nodePatches.MetricVec} {
+		roleChanges.MetricVec, nodePatches.MetricVec, absorbedEvents.MetricVec} {
 		v.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	}
 }

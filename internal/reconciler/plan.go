@@ -29,6 +29,8 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 		delete(r.memos, st.Name)
 		delete(r.costs, st.Name)
 		delete(r.bgp, st.Name)
+		delete(r.quiet, st.Name)
+		delete(r.marks, st.Name)
 		r.mu.Unlock()
 		forgetMetrics(st.Name)
 		st.Done = true
@@ -75,6 +77,7 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 	if !ok {
 		return nil
 	}
+	st.valid = valid
 	for attempt := 0; ; attempt++ {
 		var unblock func()
 		if attempt > 0 {

@@ -103,6 +103,10 @@ type Reconciler struct {
 	steps       []Step
 	// bgp: the BGP health records of route reflectors by node, per policy (see bgpHealth).
 	bgp map[string]map[string]extender.BGPHealth
+	// marks and quiet: the events since each policy's last reconcile, and its last quiet full
+	// plan (see absorb).
+	marks map[string]*marks
+	quiet map[string]*quietPlan
 	// healthSeen: per policy, what its last reconcile read of the CalicoNodeStatuses
 	// (healthFingerprint), for watchBGPHealth.
 	healthSeen map[string]string
@@ -154,6 +158,10 @@ type State struct {
 	HealthStatuses map[string]bool
 	Requeue        time.Duration
 	Done           bool
+
+	marks    marks           // what happened since the last reconcile (see absorb)
+	valid    []state.Managed // the valid policies the plan partitioned the nodes among
+	absorbed bool            // the absorb step ended the reconcile
 }
 
 // RoleChange is a role change this reconcile made, for Events and metrics.
@@ -177,6 +185,7 @@ func (st *State) requeue(d time.Duration) {
 func (r *Reconciler) Steps() []Step {
 	return []Step{
 		{"load", r.load},
+		{"absorb", r.absorb},
 		{"bgphealth", r.bgpHealth},
 		{"plan", r.plan},
 		{"bgppeers", r.enforcing(r.applyPeers)},
@@ -202,7 +211,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
 	}
 	start := time.Now()
-	st := &State{Name: req.Name, Now: r.now()}
+	st := &State{Name: req.Name, Now: r.now(), marks: r.takeMarks(req.Name)}
 	r.mu.Lock()
 	st.Previous = r.last[req.Name]
 	r.mu.Unlock()
@@ -210,12 +219,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	for _, s := range r.steps {
 		if err := s.Run(ctx, st); err != nil {
 			reconcileErrors.WithLabelValues(req.Name, s.Name).Inc()
+			r.forgetQuiet(req.Name)
 			return reconcile.Result{}, fmt.Errorf("%s: %w", s.Name, err)
 		}
 		if st.Done {
 			break
 		}
 	}
+	r.remember(st)
 	took := time.Since(start)
 	r.lastTook.Store(int64(took))
 	r.mu.Lock()

@@ -44,7 +44,10 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		return err
 	}
 	if err := c.Watch(source.Kind[client.Object](mgr.GetCache(), &v1alpha1.RouteReflectorPolicy{}, handler.Funcs{
-		CreateFunc: func(_ context.Context, e event.CreateEvent, q queue) { q.Add(request(e.Object.GetName())) },
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q queue) {
+			r.markFull(e.Object.GetName())
+			q.Add(request(e.Object.GetName()))
+		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
 			// Status writes come back as events: only spec changes (generation) matter, and the
 			// other policies' share of nodes may change with this one's selector.
@@ -62,8 +65,9 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := c.Watch(source.Kind[client.Object](mgr.GetCache(), &corev1.Node{}, handler.Funcs{
 		CreateFunc: func(_ context.Context, _ event.CreateEvent, q queue) { r.enqueueAll(q, r.coalesce()) },
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
-			if NodeChanged(e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node), r.labelRead) {
-				r.enqueueAll(q, r.coalesce())
+			if old := e.ObjectOld.(*corev1.Node); NodeChanged(old, e.ObjectNew.(*corev1.Node), r.labelRead) {
+				r.NodeUpdated(old)
+				r.enqueue(q, r.coalesce())
 			}
 		},
 		DeleteFunc: func(_ context.Context, _ event.DeleteEvent, q queue) { r.enqueueAll(q, r.coalesce()) },
@@ -90,6 +94,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	}
 	peer := func(o client.Object, q queue) {
 		if l := o.GetLabels(); l[extender.LabelManagedBy] == extender.ManagedByValue && l[extender.LabelPolicy] != "" {
+			r.markFull(l[extender.LabelPolicy])
 			q.AddAfter(request(l[extender.LabelPolicy]), r.coalesce())
 		}
 	}
@@ -104,9 +109,20 @@ func request(name string) reconcile.Request {
 	return reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}
 }
 
-// enqueueAll adds every policy after delay. A key already waiting keeps its earlier time, so a
-// burst of node events becomes one reconcile per policy per delay.
+// enqueueAll adds every policy after delay, for a full plan. A key already waiting keeps its
+// earlier time, so a burst of node events becomes one reconcile per policy per delay.
 func (r *Reconciler) enqueueAll(q queue, delay time.Duration) {
+	r.markFull("")
+	r.enqueue(q, delay)
+}
+
+// NodeUpdated records that node old was updated in a way a plan reads (NodeChanged), for the
+// absorb step of every policy's next reconcile. The node informer's update handler calls it
+// before it queues the policies.
+func (r *Reconciler) NodeUpdated(old *corev1.Node) { r.markNode(old) }
+
+// enqueue adds every policy after delay.
+func (r *Reconciler) enqueue(q queue, delay time.Duration) {
 	for _, p := range r.Policies.List() {
 		if delay <= 0 {
 			q.Add(request(p.Name))

@@ -269,15 +269,12 @@ func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
 	for _, name := range slices.Sorted(maps.Keys(l.entries)) {
 		e := l.entries[name]
 		i, inCache := pos[name]
-		switch {
-		case now.After(e.expires):
+		var cached *corev1.Node
+		if inCache {
+			cached = nodes[i]
+		}
+		if stale(e, cached, now) {
 			delete(l.entries, name)
-			continue
-		case inCache && settled(&e.change, nodes[i]) && (shows(&e.change, nodes[i]) || now.Sub(e.at) > SettleGrace):
-			delete(l.entries, name)
-			continue
-		case !inCache && (!e.change.Create || e.change.Object == nil):
-			delete(l.entries, name) // the node is gone
 			continue
 		}
 		if !copied {
@@ -293,6 +290,36 @@ func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
 		}
 	}
 	return out, l.seq
+}
+
+// stale reports whether entry e no longer changes what a plan sees of its node, cached as the
+// cache holds it (nil: the cache does not): expired, shown by the cache, or the node is gone.
+func stale(e *entry, cached *corev1.Node, now time.Time) bool {
+	switch {
+	case now.After(e.expires):
+		return true
+	case cached != nil:
+		return settled(&e.change, cached) && (shows(&e.change, cached) || now.Sub(e.at) > SettleGrace)
+	default:
+		return !e.change.Create || e.change.Object == nil // the node is gone
+	}
+}
+
+// Unsettled reports whether the ledger holds a change of node n, as the cache holds it, that a
+// plan would still see through Overlay (the cache does not show it yet). An entry the cache shows
+// is dropped, as Overlay drops it.
+func (l *Ledger) Unsettled(n *corev1.Node) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entries[n.Name]
+	if e == nil {
+		return false
+	}
+	if stale(e, n, l.now()) {
+		delete(l.entries, n.Name)
+		return false
+	}
+	return true
 }
 
 // SettleGrace is how long a change admitted on a node's old version (BaseRV) still counts when the

@@ -82,6 +82,27 @@ func TestLedgerSettleGrace(t *testing.T) {
 	assert.Same(t, a1, out[0], "after the grace: the newer version stands")
 }
 
+// TestLedgerUnsettled: a change counts until the cache shows it, as in Overlay, and is dropped then.
+func TestLedgerUnsettled(t *testing.T) {
+	now := tNow
+	l := NewLedger(30*time.Second, func() time.Time { return now })
+	a := mkNode("node-a", "zone-a")
+	require.False(t, l.Unsettled(a), "no change recorded")
+	l.Assume("default", Change{Node: "node-a", BaseRV: "100", Labels: map[string]*string{"calico-route-reflector": strp("")}})
+	require.True(t, l.Unsettled(a), "the cache holds the version the change was made on")
+	a1 := a.DeepCopy()
+	a1.ResourceVersion = "101"
+	require.True(t, l.Unsettled(a1), "a newer version without the change, within the grace")
+	a2 := a1.DeepCopy()
+	a2.ResourceVersion = "102"
+	a2.Labels["calico-route-reflector"] = ""
+	require.False(t, l.Unsettled(a2), "the cache shows the change")
+	require.Zero(t, l.Pending(), "the settled change is dropped")
+	l.Assume("default", Change{Node: "node-a", BaseRV: "102", Labels: map[string]*string{"calico-route-reflector": nil}})
+	now = now.Add(31 * time.Second)
+	require.False(t, l.Unsettled(a2), "expired")
+}
+
 func TestOwnedKeysMatchExtender(t *testing.T) {
 	// OwnedChanges spells out the owned label keys; they must stay those of the extender.
 	want := extender.OwnedLabelKeys("k")

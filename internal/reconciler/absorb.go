@@ -1,0 +1,247 @@
+package reconciler
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+)
+
+// Absorbed node events.
+//
+// A full plan reads every node of a policy: at 65,000 nodes it costs about half a second however
+// little changed. Most node events on a settled cluster change nothing a plan decides now: a
+// client cordoned, a pressure condition, a label only a preferred or forbidden selector reads.
+// The mutating webhook has already admitted such a change against the committed plan. So when the
+// last full reconcile of a policy left nothing to do (its plan is quiet: not Degraded, every drill
+// passing, no grace period or drain running, nothing pending or requeued) and every node changed
+// since is a client whose role, zone, rack, readiness and policy are what that plan read, the
+// reconcile checks those nodes only and ends (the absorb step): its cost follows the events, not
+// the cluster. The events' effect on choices a plan may revise (which nodes are eligible or
+// preferred, the status's counts) is taken up by the next full plan, at most absorbWindow after
+// the quiet one. Anything else (a route reflector's node, a join or deletion, a readiness change,
+// a policy, BGPPeer, BGP health or datastore event, a timer) plans the policy whole.
+
+const (
+	// absorbWindow bounds how long absorbed events wait for a full plan: a reconcile absorbs only
+	// within this time after the last full plan, and asks for the next full one at its end.
+	absorbWindow = 10 * time.Second
+	// maxAbsorbed: more changed nodes than this since the last reconcile are planned whole.
+	maxAbsorbed = 256
+)
+
+// marks are what happened to a policy since its last reconcile took them.
+type marks struct {
+	// full: an event that only a full plan handles (a node created or deleted, a policy, BGPPeer,
+	// BGP health or datastore change).
+	full bool
+	// nodes: the nodes updated in a way a plan reads (NodeChanged), by name, with the object as it
+	// was before the first of those updates.
+	nodes map[string]*corev1.Node
+}
+
+// quietPlan is the last full reconcile of a policy when it left nothing to do (see quiet).
+type quietPlan struct {
+	at         time.Time
+	generation int64
+	policies   string                  // the valid policies it was planned with (policiesKey)
+	view       map[string]*corev1.Node // the policy's nodes as that reconcile read and wrote them
+	result     *extender.Result
+	index      map[string]int // name -> position in result.Nodes, built at the first absorb
+}
+
+// markFull records that policy name (every policy when name is "") needs a full plan.
+func (r *Reconciler) markFull(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.marks == nil {
+		r.marks = map[string]*marks{}
+	}
+	if name != "" {
+		r.marksOf(name).full = true
+		return
+	}
+	for _, p := range r.Policies.List() {
+		r.marksOf(p.Name).full = true
+	}
+}
+
+// markNode records, for every policy, that node old changed.
+func (r *Reconciler) markNode(old *corev1.Node) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.marks == nil {
+		r.marks = map[string]*marks{}
+	}
+	for _, p := range r.Policies.List() {
+		m := r.marksOf(p.Name)
+		if m.full {
+			continue
+		}
+		if m.nodes == nil {
+			m.nodes = map[string]*corev1.Node{}
+		}
+		if _, seen := m.nodes[old.Name]; !seen {
+			m.nodes[old.Name] = old
+		}
+		if len(m.nodes) > maxAbsorbed {
+			m.full, m.nodes = true, nil
+		}
+	}
+}
+
+// marksOf returns name's marks, created when missing; r.mu is held.
+func (r *Reconciler) marksOf(name string) *marks {
+	m := r.marks[name]
+	if m == nil {
+		m = &marks{}
+		r.marks[name] = m
+	}
+	return m
+}
+
+// takeMarks returns policy name's marks and clears them.
+func (r *Reconciler) takeMarks(name string) marks {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.marks[name]
+	delete(r.marks, name)
+	if m == nil {
+		return marks{}
+	}
+	return *m
+}
+
+// absorb ends the reconcile when the last full plan is quiet and absorbs every node changed since
+// the last reconcile (see the top of this file).
+func (r *Reconciler) absorb(_ context.Context, st *State) error {
+	if st.Invalid != nil || st.marks.full || len(st.marks.nodes) == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	q := r.quiet[st.Name]
+	r.mu.Unlock()
+	if q == nil || st.Now.Before(q.at) || !st.Now.Before(q.at.Add(absorbWindow)) || st.Policy.Generation != q.generation {
+		return nil
+	}
+	valid := r.Policies.Valid()
+	if policiesKey(valid) != q.policies {
+		return nil
+	}
+	if q.index == nil {
+		q.index = make(map[string]int, len(q.result.Nodes))
+		for i, n := range q.result.Nodes {
+			q.index[n.Name] = i
+		}
+	}
+	for name, before := range st.marks.nodes {
+		if !r.absorbs(st.Managed.Resolved, q, valid, name, before) {
+			return nil
+		}
+	}
+	st.Done, st.absorbed = true, true
+	st.requeue(q.at.Add(absorbWindow).Sub(st.Now))
+	absorbedEvents.WithLabelValues(st.Name).Add(float64(len(st.marks.nodes)))
+	return nil
+}
+
+// absorbs reports whether node name's change (from before) leaves the quiet plan q of policy p
+// as it is until the next full plan.
+func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Managed, name string, before *corev1.Node) bool {
+	cur := r.Nodes.Get(name)
+	if cur == nil || r.Ledger.Unsettled(cur) {
+		return false
+	}
+	was, mine := q.view[name]
+	if !mine {
+		// Another policy's node, or nobody's: it must stay so, and carry no cluster ID (other
+		// policies' IDs are reserved in this one's plan).
+		_, hadID := before.Annotations[extender.AnnotationClusterID]
+		_, hasID := cur.Annotations[extender.AnnotationClusterID]
+		return !hadID && !hasID && sameSelectors(valid, before, cur)
+	}
+	i, ok := q.index[name]
+	if !ok || was.UID != cur.UID || !sameSelectors(valid, was, cur) ||
+		was.Labels[p.ZoneLabel] != cur.Labels[p.ZoneLabel] || was.Labels[p.RackLabel] != cur.Labels[p.RackLabel] {
+		return false
+	}
+	if lbl, ann := state.OwnedChanges(p.RRLabelKey, cur, q.result.Nodes[i]); len(lbl)+len(ann) > 0 {
+		return false // its role is not the plan's: the plan repairs it
+	}
+	a, b := extender.NewNodeInfo(was, p), extender.NewNodeInfo(cur, p)
+	return !a.CurrentRR && !b.CurrentRR && !b.Deleting && a.Ready == b.Ready && a.NotReadySince.Equal(b.NotReadySince) &&
+		a.Rack == b.Rack && slices.Equal(a.CurrentRRs, b.CurrentRRs)
+}
+
+// sameSelectors reports whether the same valid policies select a and b (the partition of the
+// nodes among policies, and the nodes outside every selector, are unchanged).
+func sameSelectors(valid []state.Managed, a, b *corev1.Node) bool {
+	for _, m := range valid {
+		if m.Resolved.NodeSelector.Matches(labels.Set(a.Labels)) != m.Resolved.NodeSelector.Matches(labels.Set(b.Labels)) {
+			return false
+		}
+	}
+	return true
+}
+
+// policiesKey names the valid policies and their generations.
+func policiesKey(valid []state.Managed) string {
+	var b strings.Builder
+	for _, m := range valid {
+		b.WriteString(m.Policy.Name)
+		b.WriteByte('/')
+		b.WriteString(string(m.Policy.UID))
+		b.WriteByte('/')
+		b.WriteString(strconv.FormatInt(m.Policy.Generation, 10))
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+// remember keeps st as the policy's quiet plan when the reconcile ran every step and left nothing
+// to do: no role change, nothing pending, no requeue before the resync, and a plan that is not
+// Degraded, hands nothing over, waits for no clock and passes its drills. Otherwise the policy
+// has no quiet plan and its next reconcile plans it whole.
+func (r *Reconciler) remember(st *State) {
+	if st.absorbed {
+		return
+	}
+	ok := st.Result != nil && !st.Done && st.Invalid == nil && (st.Requeue == 0 || st.Requeue >= r.resync()) && len(st.Changes) == 0 &&
+		len(st.Pending) == 0 && len(st.Demotions) == 0 && quiet(st.Result)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.quiet == nil {
+		r.quiet = map[string]*quietPlan{}
+	}
+	if !ok {
+		delete(r.quiet, st.Name)
+		return
+	}
+	r.quiet[st.Name] = &quietPlan{at: st.Now, generation: st.Policy.Generation, policies: policiesKey(st.valid),
+		view: st.View, result: st.Result}
+}
+
+// forgetQuiet drops policy name's quiet plan and marks it for a full plan (a step failed).
+func (r *Reconciler) forgetQuiet(name string) {
+	r.mu.Lock()
+	delete(r.quiet, name)
+	r.mu.Unlock()
+	r.markFull(name)
+}
+
+// quiet reports whether a plan has nothing left to do by itself.
+func quiet(res *extender.Result) bool {
+	if res.Summary.Degraded || len(res.HandedOver) > 0 || !res.RecheckAt.IsZero() || res.DrillsErr != nil ||
+		res.Summary.DrainingRouteReflectors > 0 {
+		return false
+	}
+	return !slices.ContainsFunc(res.Drills, func(d extender.Drill) bool { return d.MissingPairs > 0 })
+}

@@ -1,0 +1,237 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// event changes node name in the API server and in the store as the informer delivers an update
+// (the store first, then the update handler's NodeUpdated), and reconciles. It returns whether the
+// reconcile absorbed the change (no full plan) and how many writes it made.
+func (h *harness) event(name string, f func(*corev1.Node)) (absorbed bool, writes int32) {
+	h.t.Helper()
+	old := h.r.Nodes.Get(name)
+	require.NotNil(h.t, old, name)
+	ctx := context.Background()
+	n := h.node(name)
+	f(n)
+	status := n.Status
+	require.NoError(h.t, h.client.Update(ctx, n))
+	n = h.node(name)
+	n.Status = status
+	require.NoError(h.t, h.client.Status().Update(ctx, n))
+	h.sync()
+	h.r.NodeUpdated(old)
+	return h.reconcileMarked()
+}
+
+// reconcileMarked reconciles without syncing the stores first (the marks are already taken), and
+// says whether the reconcile absorbed its events and how many writes it made.
+func (h *harness) reconcileMarked() (absorbed bool, writes int32) {
+	h.t.Helper()
+	plans := testutil.ToFloat64(plansTotal.WithLabelValues(h.policyNm, "committed"))
+	events := testutil.ToFloat64(absorbedEvents.WithLabelValues(h.policyNm))
+	h.writes.Store(0)
+	_, err := h.r.Reconcile(context.Background(), request(h.policyNm))
+	require.NoError(h.t, err)
+	absorbed = testutil.ToFloat64(absorbedEvents.WithLabelValues(h.policyNm)) > events
+	planned := testutil.ToFloat64(plansTotal.WithLabelValues(h.policyNm, "committed")) > plans
+	require.NotEqual(h.t, absorbed, planned, "a reconcile either absorbs its events or plans")
+	return absorbed, h.writes.Load()
+}
+
+// quietHarness is a harness whose cluster of n nodes is settled and whose last reconcile was
+// quiet (it wrote nothing and left nothing to do).
+func quietHarness(t *testing.T, n int, spec func(*v1alpha1.RouteReflectorPolicySpec)) *harness {
+	h := newHarness(t, spec, cluster(n))
+	h.reconcile()
+	h.now = h.now.Add(time.Minute)
+	h.reconcile()
+	h.writes.Store(0)
+	h.reconcile()
+	require.Zero(t, h.writes.Load(), "not settled")
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	require.NotNil(t, h.r.quiet[h.policyNm], "the settled reconcile is not quiet")
+	return h
+}
+
+// aClient returns a client of the plan in zone (any zone when "").
+func (h *harness) aClient(zone string) string {
+	h.t.Helper()
+	rrs := h.rrs()
+	nodes := h.r.Nodes.List()
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	for _, n := range nodes {
+		if _, rr := rrs[n.Name]; !rr && (zone == "" || n.Labels["topology.kubernetes.io/zone"] == zone) {
+			return n.Name
+		}
+	}
+	require.Fail(h.t, "no client")
+	return ""
+}
+
+func TestAbsorbNodeEvents(t *testing.T) {
+	topologies := map[string]func(*v1alpha1.RouteReflectorPolicySpec){
+		"MultiCluster": nil,
+		"DualPlane": func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptr(int32(10))}
+		},
+	}
+	cases := []struct {
+		name string
+		// node picks the node to change (h.aClient(""), a route reflector...).
+		node   func(h *harness) string
+		change func(*corev1.Node)
+		absorb bool
+	}{
+		{"a client cordoned", func(h *harness) string { return h.aClient("") },
+			func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
+		{"a client under disk pressure", func(h *harness) string { return h.aClient("") },
+			func(n *corev1.Node) {
+				n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeDiskPressure, Status: corev1.ConditionTrue})
+			}, true},
+		{"a client tainted", func(h *harness) string { return h.aClient("") },
+			func(n *corev1.Node) {
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
+			}, true},
+		{"a client NotReady", func(h *harness) string { return h.aClient("") },
+			func(n *corev1.Node) { setReadyCondition(n, corev1.ConditionFalse) }, false},
+		{"a client moved to another zone", func(h *harness) string { return h.aClient("zone-a") },
+			func(n *corev1.Node) { n.Labels["topology.kubernetes.io/zone"] = "zone-b" }, false},
+		{"a client's peering set edited by hand", func(h *harness) string { return h.aClient("") },
+			func(n *corev1.Node) { n.Labels[extender.LabelPeeringSet] = "by-hand" }, false},
+		{"a client given the route reflector label by hand", func(h *harness) string { return h.aClient("") },
+			func(n *corev1.Node) { n.Labels["calico-route-reflector"] = "" }, false},
+		{"a route reflector cordoned", func(h *harness) string { return firstKey(h.rrs()) },
+			func(n *corev1.Node) { n.Spec.Unschedulable = true }, false},
+	}
+	for topo, spec := range topologies {
+		for _, c := range cases {
+			t.Run(topo+"/"+c.name, func(t *testing.T) {
+				h := quietHarness(t, 30, spec)
+				name := c.node(h)
+				absorbed, writes := h.event(name, c.change)
+				require.Equal(t, c.absorb, absorbed, "absorbed")
+				if !absorbed {
+					return
+				}
+				require.Zero(t, writes, "an absorbed event wrote")
+				// The full plan that follows (at the latest absorbWindow after the quiet one)
+				// agrees: it writes nothing either.
+				h.now = h.now.Add(absorbWindow)
+				h.r.markFull(h.policyNm)
+				absorbed, writes = h.reconcileMarked()
+				require.False(t, absorbed)
+				require.Zero(t, writes, "the full plan after an absorbed %s wrote", c.name)
+			})
+		}
+	}
+}
+
+// TestAbsorbNodeBeingDeleted: a client whose deletion waits for a finalizer is planned whole.
+func TestAbsorbNodeBeingDeleted(t *testing.T) {
+	h := quietHarness(t, 30, nil)
+	name := h.aClient("")
+	h.update(name, func(n *corev1.Node) { n.Finalizers = []string{"example.com/hold"} })
+	h.reconcile() // a finalizer is no change a plan reads; this reconcile is quiet again
+	old := h.r.Nodes.Get(name)
+	require.NoError(t, h.client.Delete(context.Background(), h.node(name)))
+	h.sync()
+	require.NotNil(t, h.r.Nodes.Get(name).DeletionTimestamp)
+	h.r.NodeUpdated(old)
+	absorbed, _ := h.reconcileMarked()
+	require.False(t, absorbed)
+}
+
+// TestAbsorbNeedsAQuietRecentPlan: what makes the next reconcile plan whole although its only
+// event is one a quiet plan absorbs (a client cordoned).
+func TestAbsorbNeedsAQuietRecentPlan(t *testing.T) {
+	cordon := func(n *corev1.Node) { n.Spec.Unschedulable = !n.Spec.Unschedulable }
+	t.Run("the absorb window has passed", func(t *testing.T) {
+		h := quietHarness(t, 30, nil)
+		h.now = h.now.Add(absorbWindow)
+		absorbed, _ := h.event(h.aClient(""), cordon)
+		require.False(t, absorbed)
+	})
+	t.Run("an event for a full plan came too", func(t *testing.T) {
+		h := quietHarness(t, 30, nil)
+		h.r.markFull(h.policyNm)
+		absorbed, _ := h.event(h.aClient(""), cordon)
+		require.False(t, absorbed)
+	})
+	t.Run("the policy changed", func(t *testing.T) {
+		h := quietHarness(t, 30, nil)
+		pol := &v1alpha1.RouteReflectorPolicy{}
+		require.NoError(t, h.client.Get(context.Background(), request(h.policyNm).NamespacedName, pol))
+		pol.Generation++
+		require.NoError(t, h.client.Update(context.Background(), pol))
+		absorbed, _ := h.event(h.aClient(""), cordon)
+		require.False(t, absorbed)
+	})
+	t.Run("the admission of a change is assumed, not in the cache yet", func(t *testing.T) {
+		h := quietHarness(t, 30, nil)
+		name := h.aClient("")
+		h.r.Ledger.Assume(h.policyNm, state.Change{Node: name, Labels: map[string]*string{extender.LabelPeeringSet: nil}})
+		absorbed, _ := h.event(name, cordon)
+		require.False(t, absorbed)
+	})
+	t.Run("the last plan was not quiet", func(t *testing.T) {
+		h := quietHarness(t, 30, func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.RemovalDelay = &metav1.Duration{Duration: time.Hour}
+		})
+		// A route reflector cordoned: it drains for an hour, so no plan is quiet meanwhile.
+		absorbed, _ := h.event(firstKey(h.rrs()), cordon)
+		require.False(t, absorbed)
+		absorbed, _ = h.event(h.aClient(""), cordon)
+		require.False(t, absorbed)
+	})
+	t.Run("more changed nodes than maxAbsorbed", func(t *testing.T) {
+		h := quietHarness(t, 30, nil)
+		for i := range maxAbsorbed + 1 {
+			n := node(fmt.Sprintf("other-%03d", i), "zone-a", 0)
+			h.r.NodeUpdated(n)
+		}
+		absorbed, _ := h.event(h.aClient(""), cordon)
+		require.False(t, absorbed)
+	})
+	t.Run("absorbed events ask for a full plan by the window's end", func(t *testing.T) {
+		h := quietHarness(t, 30, nil)
+		h.now = h.now.Add(3 * time.Second)
+		old := h.r.Nodes.Get(h.aClient(""))
+		h.update(old.Name, cordon)
+		h.sync()
+		h.r.NodeUpdated(old)
+		res, err := h.r.Reconcile(context.Background(), request(h.policyNm))
+		require.NoError(t, err)
+		require.Equal(t, absorbWindow-3*time.Second, res.RequeueAfter)
+	})
+}
+
+func setReadyCondition(n *corev1.Node, s corev1.ConditionStatus) {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			n.Status.Conditions[i].Status = s
+			n.Status.Conditions[i].LastTransitionTime = metav1.Time{Time: t0}
+		}
+	}
+}
+
+// firstKey is the smallest key of m.
+func firstKey(m map[string]string) string {
+	return slices.Sorted(maps.Keys(m))[0]
+}
