@@ -28,19 +28,37 @@ func (w *world) routingState() (missing int64, draining, unwired int, err error)
 
 // routingStateWith is routingState with the graph model's options (Calico's node-to-node mesh).
 func (w *world) routingStateWith(opts bgpmodel.Options) (missing int64, draining, unwired int, err error) {
+	topo, draining, unwired, err := w.clusterTopology(opts)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	m, err := topo.Propagate(nil)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if m.Summary.MissingPairs > 0 {
+		w.t.Logf("missing pairs, e.g. %v", m.MissingPairs(5))
+	}
+	return m.Summary.MissingPairs, draining, unwired, nil
+}
+
+// clusterTopology reads the cluster's nodes and BGPPeers consistently (see routingState) into the
+// graph model's topology, with the route reflectors that carry a draining mark and the nodes
+// without a role or peering set.
+func (w *world) clusterTopology(opts bgpmodel.Options) (topo *bgpmodel.Topology, draining, unwired int, err error) {
 	ctx := w.t.Context()
 	for {
 		before, err := w.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return 0, 0, 0, err
+			return nil, 0, 0, err
 		}
 		nodes, err := w.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return 0, 0, 0, err
+			return nil, 0, 0, err
 		}
 		after, err := w.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return 0, 0, 0, err
+			return nil, 0, 0, err
 		}
 		if before.GetResourceVersion() != after.GetResourceVersion() {
 			continue // a BGPPeer changed while the nodes were read
@@ -48,7 +66,7 @@ func (w *world) routingStateWith(opts bgpmodel.Options) (missing int64, draining
 		peers := make([]apiv3.BGPPeer, len(after.Items))
 		for i := range after.Items {
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(after.Items[i].Object, &peers[i]); err != nil {
-				return 0, 0, 0, err
+				return nil, 0, 0, err
 			}
 		}
 		ptrs := make([]*corev1.Node, len(nodes.Items))
@@ -64,17 +82,7 @@ func (w *world) routingStateWith(opts bgpmodel.Options) (missing int64, draining
 			}
 		}
 		topo, err := bgpmodel.FromCluster(ptrs, peers, corev1.LabelTopologyZone, opts)
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		m, err := topo.Propagate(nil)
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		if m.Summary.MissingPairs > 0 {
-			w.t.Logf("missing pairs, e.g. %v", m.MissingPairs(5))
-		}
-		return m.Summary.MissingPairs, draining, unwired, nil
+		return topo, draining, unwired, err
 	}
 }
 

@@ -296,6 +296,7 @@ func TestLoad(t *testing.T) {
 	h := after.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks).minus(before.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks))
 	rec := after.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil))
 	plan := after.histogram("calico_rr_autoscaler_plan_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_plan_duration_seconds", nil))
+	absorbed := after.sum("calico_rr_autoscaler_node_events_absorbed_total", nil) - before.sum("calico_rr_autoscaler_node_events_absorbed_total", nil)
 	ourHooks := func(l map[string]string) bool {
 		return strings.HasPrefix(l["name"], "mutate-node.") || strings.HasPrefix(l["name"], "validate-node.")
 	}
@@ -423,7 +424,7 @@ func TestLoad(t *testing.T) {
 	row("label patch round trip (client) p50 / p99", "%s / %s", lc.pct(0.5), lc.pct(0.99))
 	row("reconciles / node events, mean / p99 reconcile", "%v / %d, %.2f ms / %.1f ms", rec.count, lc.sent, rec.mean()*1e3, rec.quantile(0.99)*1e3)
 	row("reconcile time per event", "%.3f ms", rec.sum*1e3/math.Max(1, float64(lc.sent)))
-	row("plans, mean plan", "%v, %.2f ms", plan.count, plan.mean()*1e3)
+	row("plans, mean plan; node events absorbed without a plan", "%v, %.2f ms; %v", plan.count, plan.mean()*1e3, absorbed)
 	row("label changes: product requests to the API server", "%s", lcReqs)
 	row("changes of a label no policy reads: admissions / reconciles", "%v / %v", unrelatedCalls, unrelatedRec.count)
 	row("direct HTTPS admissions sent / dropped / failed", "%d / %d / %d in %s (%.0f/s)", d.sent, d.dropped, d.failed, d.elapsed.Round(time.Millisecond), float64(d.sent)/d.elapsed.Seconds())
