@@ -7,7 +7,9 @@
 //
 // Node events are coalesced: a burst of them becomes a few plans (one workqueue key per policy,
 // added after a short delay), and every plan reads the informer cache, writes only what differs
-// and commits itself to the webhooks' ledger (see the webhook package).
+// and commits itself to the webhooks' ledger (see the webhook package). A reconcile whose only
+// events are client changes the last quiet plan does not decide on now ends after checking those
+// nodes (see absorb.go): its cost follows the events, not the cluster.
 //
 // Running product: serve starts it on the lease holder.
 package reconciler
