@@ -19,16 +19,17 @@ import (
 //
 // A full plan reads every node of a policy: at 65,000 nodes it costs about half a second however
 // little changed. Most node events on a settled cluster change nothing a plan decides now: a
-// client cordoned, a pressure condition, a label only a preferred or forbidden selector reads.
-// The mutating webhook has already admitted such a change against the committed plan. So when the
-// last full reconcile of a policy left nothing to do (its plan is quiet: not Degraded, every drill
-// passing, no grace period or drain running, nothing pending or requeued) and every node changed
-// since is a client whose role, zone, rack, readiness and policy are what that plan read, the
-// reconcile checks those nodes only and ends (the absorb step): its cost follows the events, not
-// the cluster. The events' effect on choices a plan may revise (which nodes are eligible or
-// preferred, the status's counts) is taken up by the next full plan, at most absorbWindow after
-// the quiet one. Anything else (a route reflector's node, a join or deletion, a readiness change,
-// a policy, BGPPeer, BGP health or datastore event, a timer) plans the policy whole.
+// client cordoned, a pressure condition, a label only a preferred or forbidden selector reads, a
+// preferred label on a route reflector. The mutating webhook has already admitted such a change
+// against the committed plan. So when the last full reconcile of a policy left nothing to do (its
+// plan is quiet: not Degraded, every drill passing, no grace period or drain running, nothing
+// pending or requeued) and every node changed since has the role, zone, rack, readiness and policy
+// that plan read (and a route reflector still passes the plan's filters), the reconcile checks
+// those nodes only and ends (the absorb step): its cost follows the events, not the cluster. The
+// events' effect on choices a plan may revise (which nodes are eligible or preferred, the status's
+// counts) is taken up by the next full plan, at most absorbWindow after the quiet one. Anything
+// else (a route reflector cordoned or otherwise ineligible, a join or deletion, a readiness
+// change, a policy, BGPPeer, BGP health or datastore event, a timer) plans the policy whole.
 
 const (
 	// absorbWindow bounds how long absorbed events wait for a full plan: a reconcile absorbs only
@@ -55,7 +56,8 @@ type quietPlan struct {
 	policies   string                  // the valid policies it was planned with (policiesKey)
 	view       map[string]*corev1.Node // the policy's nodes as that reconcile read and wrote them
 	result     *extender.Result
-	index      map[string]int // name -> position in result.Nodes, built at the first absorb
+	filters    []extender.FilterPlugin // the plan's filters
+	index      map[string]int          // name -> position in result.Nodes, built at the first absorb
 }
 
 // markFull records that policy name (every policy when name is "") needs a full plan.
@@ -143,7 +145,7 @@ func (r *Reconciler) absorb(_ context.Context, st *State) error {
 		}
 	}
 	for name, before := range st.marks.nodes {
-		if !r.absorbs(st.Managed.Resolved, q, valid, name, before) {
+		if !r.absorbs(st.Managed.Resolved, q, valid, name, before, st.Now) {
 			return nil
 		}
 	}
@@ -155,7 +157,7 @@ func (r *Reconciler) absorb(_ context.Context, st *State) error {
 
 // absorbs reports whether node name's change (from before) leaves the quiet plan q of policy p
 // as it is until the next full plan.
-func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Managed, name string, before *corev1.Node) bool {
+func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Managed, name string, before *corev1.Node, now time.Time) bool {
 	cur := r.Nodes.Get(name)
 	if cur == nil || r.Ledger.Unsettled(cur) {
 		return false
@@ -177,8 +179,19 @@ func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Man
 		return false // its role is not the plan's: the plan repairs it
 	}
 	a, b := extender.NewNodeInfo(was, p), extender.NewNodeInfo(cur, p)
-	return !a.CurrentRR && !b.CurrentRR && !b.Deleting && a.Ready == b.Ready && a.NotReadySince.Equal(b.NotReadySince) &&
-		a.Rack == b.Rack && slices.Equal(a.CurrentRRs, b.CurrentRRs)
+	if a.CurrentRR != b.CurrentRR || b.Deleting || a.Ready != b.Ready || !a.NotReadySince.Equal(b.NotReadySince) ||
+		a.Rack != b.Rack || !slices.Equal(a.CurrentRRs, b.CurrentRRs) {
+		return false
+	}
+	if !a.CurrentRR {
+		return true // a client: whether it may become a route reflector waits for the next plan
+	}
+	// A route reflector keeps its role while it stays eligible (a preferred label changed, say):
+	// the planner's filters must still pass it, as they did.
+	a.Now, b.Now = now, now
+	extender.RunFilters(q.filters, p, a)
+	extender.RunFilters(q.filters, p, b)
+	return a.Eligible && b.Eligible && a.ClusterID == b.ClusterID && a.Plane == b.Plane && a.StandbyFor == b.StandbyFor
 }
 
 // sameSelectors reports whether the same valid policies select a and b (the partition of the
@@ -225,8 +238,12 @@ func (r *Reconciler) remember(st *State) {
 		delete(r.quiet, st.Name)
 		return
 	}
+	filters := st.Input.Filters
+	if filters == nil {
+		filters = extender.DefaultFilters()
+	}
 	r.quiet[st.Name] = &quietPlan{at: st.Now, generation: st.Policy.Generation, policies: policiesKey(st.valid),
-		view: st.View, result: st.Result}
+		view: st.View, result: st.Result, filters: filters}
 }
 
 // forgetQuiet drops policy name's quiet plan and marks it for a full plan (a step failed).

@@ -119,8 +119,27 @@ func TestAbsorbNodeEvents(t *testing.T) {
 			func(n *corev1.Node) { n.Labels["calico-route-reflector"] = "" }, false},
 		{"a route reflector cordoned", func(h *harness) string { return firstKey(h.rrs()) },
 			func(n *corev1.Node) { n.Spec.Unschedulable = true }, false},
+		{"a route reflector tainted (the default tolerations tolerate it)", func(h *harness) string { return firstKey(h.rrs()) },
+			func(n *corev1.Node) {
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
+			}, true},
+		{"a route reflector given the forbidden label", func(h *harness) string { return firstKey(h.rrs()) },
+			func(n *corev1.Node) { n.Labels["example.com/no-rr"] = "true" }, false},
+		{"a client given the forbidden label", func(h *harness) string { return h.aClient("") },
+			func(n *corev1.Node) { n.Labels["example.com/no-rr"] = "true" }, true},
+		{"a route reflector given the preferred label", func(h *harness) string { return firstKey(h.rrs()) },
+			func(n *corev1.Node) { n.Labels["example.com/rr-preferred"] = "true" }, true},
+		{"a client given the preferred label", func(h *harness) string { return h.aClient("") },
+			func(n *corev1.Node) { n.Labels["example.com/rr-preferred"] = "true" }, true},
 	}
-	for topo, spec := range topologies {
+	for topo, topoSpec := range topologies {
+		spec := func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.PreferredNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"example.com/rr-preferred": "true"}}
+			s.ForbiddenNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"example.com/no-rr": "true"}}
+			if topoSpec != nil {
+				topoSpec(s)
+			}
+		}
 		for _, c := range cases {
 			t.Run(topo+"/"+c.name, func(t *testing.T) {
 				h := quietHarness(t, 30, spec)
