@@ -216,8 +216,12 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 			ts := back.Format(time.RFC3339)
 			patches = append(patches, nodePatch{name: d, ann: map[string]*string{extender.AnnotationDrainingSince: &ts}})
 			m.degraded = ""
-			r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventHandedOver, "%s: every moving client has an Established BGP session with %s",
-				d, strings.Join(replacementsAll(st, d), ", "))
+			to := strings.Join(replacementsAll(st, d), ", ")
+			// On the node too: the policy's Events share one spam-filter budget (25, then one per
+			// 5 min), which a rebalancing cluster can spend before this one.
+			r.Recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: d, UID: cur.UID}, corev1.EventTypeNormal, EventHandedOver,
+				"Handed over: every moving client has an Established BGP session with %s", to)
+			r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventHandedOver, "%s: every moving client has an Established BGP session with %s", d, to)
 			continue
 		}
 		// The planner demotes it: removalDelay has passed.
