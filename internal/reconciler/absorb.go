@@ -64,9 +64,6 @@ type quietPlan struct {
 func (r *Reconciler) markFull(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.marks == nil {
-		r.marks = map[string]*marks{}
-	}
 	if name != "" {
 		r.marksOf(name).full = true
 		return
@@ -76,13 +73,12 @@ func (r *Reconciler) markFull(name string) {
 	}
 }
 
-// markNode records, for every policy, that node old changed.
-func (r *Reconciler) markNode(old *corev1.Node) {
+// NodeUpdated records that node old was updated in a way a plan reads (NodeChanged), for the
+// absorb step of every policy's next reconcile. The node informer's update handler calls it
+// before it queues the policies.
+func (r *Reconciler) NodeUpdated(old *corev1.Node) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.marks == nil {
-		r.marks = map[string]*marks{}
-	}
 	for _, p := range r.Policies.List() {
 		m := r.marksOf(p.Name)
 		if m.full {
@@ -102,6 +98,9 @@ func (r *Reconciler) markNode(old *corev1.Node) {
 
 // marksOf returns name's marks, created when missing; r.mu is held.
 func (r *Reconciler) marksOf(name string) *marks {
+	if r.marks == nil {
+		r.marks = map[string]*marks{}
+	}
 	m := r.marks[name]
 	if m == nil {
 		m = &marks{}

@@ -185,7 +185,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 				st.requeue(nh.UpSince.Add(extender.BGPHold(p)).Sub(st.Now) + 100*time.Millisecond)
 			}
 		}
-		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: rr, UID: view[rr].UID}
+		ref := nodeRef(rr, view[rr])
 		switch {
 		case isFailed && !wasFailed:
 			m.bgpAnnounced[rr] = true

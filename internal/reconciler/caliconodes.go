@@ -117,11 +117,8 @@ func (r *Reconciler) applyCalicoWrites(ctx context.Context, st *State, owned []s
 		calicoNodeWrites.WithLabelValues(st.Name).Inc()
 		if w.drift {
 			driftReverted.WithLabelValues(st.Name, "Node").Inc()
-			ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: w.name}
 			mu.Lock()
-			if n := st.View[w.name]; n != nil {
-				ref.UID = n.UID
-			}
+			ref := nodeRef(w.name, st.View[w.name])
 			mu.Unlock()
 			r.Recorder.Event(ref, corev1.EventTypeWarning, EventDriftReverted,
 				"Calico Node in etcd changed by hand, reverted: "+strings.Join(calicoetcd.Diff(w.have, w.want), "; "))

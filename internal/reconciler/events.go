@@ -80,15 +80,21 @@ func (r *Reconciler) events(_ context.Context, st *State) error {
 	}
 	for _, c := range st.Changes {
 		reason := c.Kind.Reason()
-		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: c.Node}
-		if n := st.View[c.Node]; n != nil {
-			ref.UID = n.UID
-		}
-		r.Recorder.Event(ref, corev1.EventTypeNormal, reason, c.Message)
+		r.Recorder.Event(nodeRef(c.Node, st.View[c.Node]), corev1.EventTypeNormal, reason, c.Message)
 		r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, reason, "%s: %s", c.Node, c.Message)
 		roleChanges.WithLabelValues(st.Name, string(c.Kind)).Inc()
 	}
 	return nil
+}
+
+// nodeRef is the reference of an Event on node name; n, the node as the reconcile sees it (nil
+// when it does not), gives its UID.
+func nodeRef(name string, n *corev1.Node) *corev1.ObjectReference {
+	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: name}
+	if n != nil {
+		ref.UID = n.UID
+	}
+	return ref
 }
 
 // promoted: "Promoted to route reflector: zone zone-b below desired 4" and suffix.

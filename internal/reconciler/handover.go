@@ -219,7 +219,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 			to := strings.Join(replacementsAll(st, d), ", ")
 			// On the node too: the policy's Events share one spam-filter budget (25, then one per
 			// 5 min), which a rebalancing cluster can spend before this one.
-			r.Recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: d, UID: cur.UID}, corev1.EventTypeNormal, EventHandedOver,
+			r.Recorder.Eventf(nodeRef(d, cur), corev1.EventTypeNormal, EventHandedOver,
 				"Handed over: every moving client has an Established BGP session with %s", to)
 			r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventHandedOver, "%s: every moving client has an Established BGP session with %s", d, to)
 			continue
@@ -232,8 +232,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		msg := fmt.Sprintf("%s: handover timed out after %s; clients that never established a BGP session with %s: %s",
 			d, p.RemovalDelay, strings.Join(replacementsAll(st, d), ", "), joinCapped(missing, 20))
 		m.degraded, m.degradedUntil = msg, st.Now.Add(max(p.RemovalDelay, time.Minute))
-		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: d, UID: cur.UID}
-		r.Recorder.Event(ref, corev1.EventTypeWarning, EventHandoverTimeout, msg)
+		r.Recorder.Event(nodeRef(d, cur), corev1.EventTypeWarning, EventHandoverTimeout, msg)
 		r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventHandoverTimeout, msg)
 		handoverTimeouts.WithLabelValues(st.Name).Inc()
 	}

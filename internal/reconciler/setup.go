@@ -116,11 +116,6 @@ func (r *Reconciler) enqueueAll(q queue, delay time.Duration) {
 	r.enqueue(q, delay)
 }
 
-// NodeUpdated records that node old was updated in a way a plan reads (NodeChanged), for the
-// absorb step of every policy's next reconcile. The node informer's update handler calls it
-// before it queues the policies.
-func (r *Reconciler) NodeUpdated(old *corev1.Node) { r.markNode(old) }
-
 // enqueue adds every policy after delay.
 func (r *Reconciler) enqueue(q queue, delay time.Duration) {
 	for _, p := range r.Policies.List() {
