@@ -122,20 +122,66 @@ func (r *Reconciler) takeMarks(name string) marks {
 }
 
 // absorb ends the reconcile when the last full plan is quiet and absorbs every node changed since
-// the last reconcile (see the top of this file).
+// the last reconcile (see the top of this file). Otherwise it counts why the policy is planned
+// whole (calico_rr_autoscaler_full_plan_causes_total).
 func (r *Reconciler) absorb(_ context.Context, st *State) error {
-	if st.Invalid != nil || st.marks.full || len(st.marks.nodes) == 0 {
+	if st.Invalid != nil {
 		return nil
 	}
-	r.mu.Lock()
-	q := r.quiet[st.Name]
-	r.mu.Unlock()
-	if q == nil || st.Now.Before(q.at) || !st.Now.Before(q.at.Add(absorbWindow)) || st.Policy.Generation != q.generation {
+	cause := r.absorbCause(st)
+	if cause != "" {
+		fullPlanCauses.WithLabelValues(st.Name, cause).Inc()
 		return nil
+	}
+	st.Done, st.absorbed = true, true
+	r.mu.Lock()
+	at := r.quiet[st.Name].at
+	r.mu.Unlock()
+	st.requeue(at.Add(absorbWindow).Sub(st.Now))
+	absorbedEvents.WithLabelValues(st.Name).Add(float64(len(st.marks.nodes)))
+	return nil
+}
+
+// Causes of a full plan (the cause label of calico_rr_autoscaler_full_plan_causes_total).
+const (
+	causeEvent           = "event"            // an event only a full plan handles (markFull)
+	causeTimer           = "timer"            // no event: a requeue, the resync or the absorb window's end
+	causeWindowPassed    = "window-passed"    // the quiet plan is older than absorbWindow
+	causePoliciesChanged = "policies-changed" // the policy or the set of valid policies changed since
+	causeNodeUnsettled   = "node-unsettled"   // a node gone, or with a change the ledger still overlays
+	causeNodeOutside     = "node-outside"     // a node of no policy or another gained a cluster ID or a selector
+	causeNodeTopology    = "node-topology"    // a node's UID, zone, rack or selecting policies changed
+	causeNodeRole        = "node-role"        // a node's owned labels are not the plan's
+	causeNodeState       = "node-state"       // readiness, deletion, rack or peered route reflectors changed
+	causeRouteReflector  = "route-reflector"  // a route reflector would not keep its role (filters, ID, plane)
+	// A plan that was not quiet is counted as "last-plan-" and the reason quietness gives.
+	causeLastPlan = "last-plan-"
+)
+
+// absorbCause returns "" when the reconcile absorbs its marks, else why it plans whole.
+func (r *Reconciler) absorbCause(st *State) string {
+	switch {
+	case st.marks.full:
+		return causeEvent
+	case len(st.marks.nodes) == 0:
+		return causeTimer
+	}
+	r.mu.Lock()
+	q, why := r.quiet[st.Name], r.unquiet[st.Name]
+	r.mu.Unlock()
+	switch {
+	case q == nil && why == "":
+		return causeLastPlan + "none"
+	case q == nil:
+		return causeLastPlan + why
+	case st.Now.Before(q.at) || !st.Now.Before(q.at.Add(absorbWindow)):
+		return causeWindowPassed
+	case st.Policy.Generation != q.generation:
+		return causePoliciesChanged
 	}
 	valid := r.Policies.Valid()
 	if policiesKey(valid) != q.policies {
-		return nil
+		return causePoliciesChanged
 	}
 	if q.index == nil {
 		q.index = make(map[string]int, len(q.result.Nodes))
@@ -144,22 +190,19 @@ func (r *Reconciler) absorb(_ context.Context, st *State) error {
 		}
 	}
 	for name, before := range st.marks.nodes {
-		if !r.absorbs(st.Managed.Resolved, q, valid, name, before, st.Now) {
-			return nil
+		if cause := r.absorbs(st.Managed.Resolved, q, valid, name, before, st.Now); cause != "" {
+			return cause
 		}
 	}
-	st.Done, st.absorbed = true, true
-	st.requeue(q.at.Add(absorbWindow).Sub(st.Now))
-	absorbedEvents.WithLabelValues(st.Name).Add(float64(len(st.marks.nodes)))
-	return nil
+	return ""
 }
 
-// absorbs reports whether node name's change (from before) leaves the quiet plan q of policy p
-// as it is until the next full plan.
-func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Managed, name string, before *corev1.Node, now time.Time) bool {
+// absorbs returns "" when node name's change (from before) leaves the quiet plan q of policy p
+// as it is until the next full plan, else the cause of a full plan.
+func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Managed, name string, before *corev1.Node, now time.Time) string {
 	cur := r.Nodes.Get(name)
 	if cur == nil || r.Ledger.Unsettled(cur) {
-		return false
+		return causeNodeUnsettled
 	}
 	was, mine := q.view[name]
 	if !mine {
@@ -167,30 +210,36 @@ func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Man
 		// policies' IDs are reserved in this one's plan).
 		_, hadID := before.Annotations[extender.AnnotationClusterID]
 		_, hasID := cur.Annotations[extender.AnnotationClusterID]
-		return !hadID && !hasID && sameSelectors(valid, before, cur)
+		if hadID || hasID || !sameSelectors(valid, before, cur) {
+			return causeNodeOutside
+		}
+		return ""
 	}
 	i, ok := q.index[name]
 	if !ok || was.UID != cur.UID || !sameSelectors(valid, was, cur) ||
 		was.Labels[p.ZoneLabel] != cur.Labels[p.ZoneLabel] || was.Labels[p.RackLabel] != cur.Labels[p.RackLabel] {
-		return false
+		return causeNodeTopology
 	}
 	if lbl, ann := state.OwnedChanges(p.RRLabelKey, cur, q.result.Nodes[i]); len(lbl)+len(ann) > 0 {
-		return false // its role is not the plan's: the plan repairs it
+		return causeNodeRole // its role is not the plan's: the plan repairs it
 	}
 	a, b := extender.NewNodeInfo(was, p), extender.NewNodeInfo(cur, p)
 	if a.CurrentRR != b.CurrentRR || b.Deleting || a.Ready != b.Ready || !a.NotReadySince.Equal(b.NotReadySince) ||
 		a.Rack != b.Rack || !slices.Equal(a.CurrentRRs, b.CurrentRRs) {
-		return false
+		return causeNodeState
 	}
 	if !a.CurrentRR {
-		return true // a client: whether it may become a route reflector waits for the next plan
+		return "" // a client: whether it may become a route reflector waits for the next plan
 	}
 	// A route reflector keeps its role while it stays eligible (a preferred label changed, say):
 	// the planner's filters must still pass it, as they did.
 	a.Now, b.Now = now, now
 	extender.RunFilters(q.filters, p, a)
 	extender.RunFilters(q.filters, p, b)
-	return a.Eligible && b.Eligible && a.ClusterID == b.ClusterID && a.Plane == b.Plane && a.StandbyFor == b.StandbyFor
+	if a.Eligible && b.Eligible && a.ClusterID == b.ClusterID && a.Plane == b.Plane && a.StandbyFor == b.StandbyFor {
+		return ""
+	}
+	return causeRouteReflector
 }
 
 // sameSelectors reports whether the same valid policies select a and b (the partition of the
@@ -219,24 +268,24 @@ func policiesKey(valid []state.Managed) string {
 }
 
 // remember keeps st as the policy's quiet plan when the reconcile ran every step and left nothing
-// to do: no role change, nothing pending, no requeue before the resync, and a plan that is not
-// Degraded, hands nothing over, waits for no clock and passes its drills. Otherwise the policy
-// has no quiet plan and its next reconcile plans it whole.
+// to do (quietness). Otherwise the policy has no quiet plan, its next reconcile plans it whole,
+// and the reason is kept for the cause of that plan.
 func (r *Reconciler) remember(st *State) {
 	if st.absorbed {
 		return
 	}
-	ok := st.Result != nil && !st.Done && st.Invalid == nil && (st.Requeue == 0 || st.Requeue >= r.resync()) && len(st.Changes) == 0 &&
-		len(st.Pending) == 0 && len(st.Demotions) == 0 && quiet(st.Result)
+	why := r.quietness(st)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.quiet == nil {
-		r.quiet = map[string]*quietPlan{}
+		r.quiet, r.unquiet = map[string]*quietPlan{}, map[string]string{}
 	}
-	if !ok {
+	if why != "" {
 		delete(r.quiet, st.Name)
+		r.unquiet[st.Name] = why
 		return
 	}
+	delete(r.unquiet, st.Name)
 	filters := st.Input.Filters
 	if filters == nil {
 		filters = extender.DefaultFilters()
@@ -245,19 +294,42 @@ func (r *Reconciler) remember(st *State) {
 		view: st.View, result: st.Result, filters: filters}
 }
 
+// quietness returns "" when the reconcile ran every step and left nothing to do: no role change,
+// nothing pending, no requeue before the resync, and a plan that is not Degraded, hands nothing
+// over, waits for no clock and passes its drills. Else it names the first thing left.
+func (r *Reconciler) quietness(st *State) string {
+	switch {
+	case st.Result == nil || st.Done || st.Invalid != nil:
+		return "incomplete"
+	case len(st.Changes) > 0:
+		return "role-changes"
+	case len(st.Pending) > 0:
+		return "pending"
+	case len(st.Demotions) > 0:
+		return "demotions"
+	case st.Result.Summary.Degraded:
+		return "degraded"
+	case len(st.Result.HandedOver) > 0:
+		return "handover"
+	case !st.Result.RecheckAt.IsZero():
+		return "recheck"
+	case st.Result.Summary.DrainingRouteReflectors > 0:
+		return "draining"
+	case st.Result.DrillsErr != nil || slices.ContainsFunc(st.Result.Drills, func(d extender.Drill) bool { return d.MissingPairs > 0 }):
+		return "drills"
+	case st.Requeue != 0 && st.Requeue < r.resync():
+		return "requeue"
+	}
+	return ""
+}
+
 // forgetQuiet drops policy name's quiet plan and marks it for a full plan (a step failed).
 func (r *Reconciler) forgetQuiet(name string) {
 	r.mu.Lock()
 	delete(r.quiet, name)
+	if r.unquiet != nil {
+		r.unquiet[name] = "failed"
+	}
 	r.mu.Unlock()
 	r.markFull(name)
-}
-
-// quiet reports whether a plan has nothing left to do by itself.
-func quiet(res *extender.Result) bool {
-	if res.Summary.Degraded || len(res.HandedOver) > 0 || !res.RecheckAt.IsZero() || res.DrillsErr != nil ||
-		res.Summary.DrainingRouteReflectors > 0 {
-		return false
-	}
-	return !slices.ContainsFunc(res.Drills, func(d extender.Drill) bool { return d.MissingPairs > 0 })
 }

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,8 +23,8 @@ import (
 
 // event changes node name in the API server and in the store as the informer delivers an update
 // (the store first, then the update handler's NodeUpdated), and reconciles. It returns whether the
-// reconcile absorbed the change (no full plan) and how many writes it made.
-func (h *harness) event(name string, f func(*corev1.Node)) (absorbed bool, writes int32) {
+// reconcile absorbed the change ("") or the cause of its full plan, and how many writes it made.
+func (h *harness) event(name string, f func(*corev1.Node)) (cause string, writes int32) {
 	h.t.Helper()
 	old := h.r.Nodes.Get(name)
 	require.NotNil(h.t, old, name)
@@ -40,18 +42,55 @@ func (h *harness) event(name string, f func(*corev1.Node)) (absorbed bool, write
 }
 
 // reconcileMarked reconciles without syncing the stores first (the marks are already taken), and
-// says whether the reconcile absorbed its events and how many writes it made.
-func (h *harness) reconcileMarked() (absorbed bool, writes int32) {
+// returns "" when the reconcile absorbed its events, else the cause its full plan counted
+// (calico_rr_autoscaler_full_plan_causes_total), and how many writes it made.
+func (h *harness) reconcileMarked() (cause string, writes int32) {
 	h.t.Helper()
 	plans := testutil.ToFloat64(plansTotal.WithLabelValues(h.policyNm, "committed"))
 	events := testutil.ToFloat64(absorbedEvents.WithLabelValues(h.policyNm))
+	causes := fullPlanCauseCounts(h.t, h.policyNm)
 	h.writes.Store(0)
 	_, err := h.r.Reconcile(context.Background(), request(h.policyNm))
 	require.NoError(h.t, err)
-	absorbed = testutil.ToFloat64(absorbedEvents.WithLabelValues(h.policyNm)) > events
+	absorbed := testutil.ToFloat64(absorbedEvents.WithLabelValues(h.policyNm)) > events
 	planned := testutil.ToFloat64(plansTotal.WithLabelValues(h.policyNm, "committed")) > plans
 	require.NotEqual(h.t, absorbed, planned, "a reconcile either absorbs its events or plans")
-	return absorbed, h.writes.Load()
+	var counted []string
+	for c, v := range fullPlanCauseCounts(h.t, h.policyNm) {
+		if v > causes[c] {
+			counted = append(counted, c)
+		}
+	}
+	if absorbed {
+		require.Empty(h.t, counted, "an absorbing reconcile counted a full plan's cause")
+		return "", h.writes.Load()
+	}
+	require.Len(h.t, counted, 1, "a full plan counts one cause")
+	return counted[0], h.writes.Load()
+}
+
+// fullPlanCauseCounts reads policy's calico_rr_autoscaler_full_plan_causes_total by cause.
+func fullPlanCauseCounts(t require.TestingT, policy string) map[string]float64 {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { fullPlanCauses.Collect(ch); close(ch) }()
+	counts := map[string]float64{}
+	for m := range ch {
+		var pb dto.Metric
+		require.NoError(t, m.Write(&pb))
+		var pol, cause string
+		for _, l := range pb.GetLabel() {
+			switch l.GetName() {
+			case "policy":
+				pol = l.GetValue()
+			case "cause":
+				cause = l.GetValue()
+			}
+		}
+		if pol == policy {
+			counts[cause] = pb.GetCounter().GetValue()
+		}
+	}
+	return counts
 }
 
 // quietHarness is a harness whose cluster of n nodes is settled and whose last reconcile was
@@ -97,40 +136,41 @@ func TestAbsorbNodeEvents(t *testing.T) {
 		// node picks the node to change (h.aClient(""), a route reflector...).
 		node   func(h *harness) string
 		change func(*corev1.Node)
-		absorb bool
+		// cause: "" when the reconcile absorbs the change, else the cause of its full plan.
+		cause string
 	}{
 		{"a client cordoned", func(h *harness) string { return h.aClient("") },
-			func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
+			func(n *corev1.Node) { n.Spec.Unschedulable = true }, ""},
 		{"a client under disk pressure", func(h *harness) string { return h.aClient("") },
 			func(n *corev1.Node) {
 				n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeDiskPressure, Status: corev1.ConditionTrue})
-			}, true},
+			}, ""},
 		{"a client tainted", func(h *harness) string { return h.aClient("") },
 			func(n *corev1.Node) {
 				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
-			}, true},
+			}, ""},
 		{"a client NotReady", func(h *harness) string { return h.aClient("") },
-			func(n *corev1.Node) { setReadyCondition(n, corev1.ConditionFalse) }, false},
+			func(n *corev1.Node) { setReadyCondition(n, corev1.ConditionFalse) }, causeNodeState},
 		{"a client moved to another zone", func(h *harness) string { return h.aClient("zone-a") },
-			func(n *corev1.Node) { n.Labels["topology.kubernetes.io/zone"] = "zone-b" }, false},
+			func(n *corev1.Node) { n.Labels["topology.kubernetes.io/zone"] = "zone-b" }, causeNodeTopology},
 		{"a client's peering set edited by hand", func(h *harness) string { return h.aClient("") },
-			func(n *corev1.Node) { n.Labels[extender.LabelPeeringSet] = "by-hand" }, false},
+			func(n *corev1.Node) { n.Labels[extender.LabelPeeringSet] = "by-hand" }, causeNodeRole},
 		{"a client given the route reflector label by hand", func(h *harness) string { return h.aClient("") },
-			func(n *corev1.Node) { n.Labels["calico-route-reflector"] = "" }, false},
+			func(n *corev1.Node) { n.Labels["calico-route-reflector"] = "" }, causeNodeRole},
 		{"a route reflector cordoned", func(h *harness) string { return firstKey(h.rrs()) },
-			func(n *corev1.Node) { n.Spec.Unschedulable = true }, false},
+			func(n *corev1.Node) { n.Spec.Unschedulable = true }, causeRouteReflector},
 		{"a route reflector tainted (the default tolerations tolerate it)", func(h *harness) string { return firstKey(h.rrs()) },
 			func(n *corev1.Node) {
 				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
-			}, true},
+			}, ""},
 		{"a route reflector given the forbidden label", func(h *harness) string { return firstKey(h.rrs()) },
-			func(n *corev1.Node) { n.Labels["example.com/no-rr"] = "true" }, false},
+			func(n *corev1.Node) { n.Labels["example.com/no-rr"] = "true" }, causeRouteReflector},
 		{"a client given the forbidden label", func(h *harness) string { return h.aClient("") },
-			func(n *corev1.Node) { n.Labels["example.com/no-rr"] = "true" }, true},
+			func(n *corev1.Node) { n.Labels["example.com/no-rr"] = "true" }, ""},
 		{"a route reflector given the preferred label", func(h *harness) string { return firstKey(h.rrs()) },
-			func(n *corev1.Node) { n.Labels["example.com/rr-preferred"] = "true" }, true},
+			func(n *corev1.Node) { n.Labels["example.com/rr-preferred"] = "true" }, ""},
 		{"a client given the preferred label", func(h *harness) string { return h.aClient("") },
-			func(n *corev1.Node) { n.Labels["example.com/rr-preferred"] = "true" }, true},
+			func(n *corev1.Node) { n.Labels["example.com/rr-preferred"] = "true" }, ""},
 	}
 	for topo, topoSpec := range topologies {
 		spec := func(s *v1alpha1.RouteReflectorPolicySpec) {
@@ -144,9 +184,9 @@ func TestAbsorbNodeEvents(t *testing.T) {
 			t.Run(topo+"/"+c.name, func(t *testing.T) {
 				h := quietHarness(t, 30, spec)
 				name := c.node(h)
-				absorbed, writes := h.event(name, c.change)
-				require.Equal(t, c.absorb, absorbed, "absorbed")
-				if !absorbed {
+				cause, writes := h.event(name, c.change)
+				require.Equal(t, c.cause, cause, "absorbed (\"\") or the cause of the full plan")
+				if cause != "" {
 					return
 				}
 				require.Zero(t, writes, "an absorbed event wrote")
@@ -154,8 +194,8 @@ func TestAbsorbNodeEvents(t *testing.T) {
 				// agrees: it writes nothing either.
 				h.now = h.now.Add(absorbWindow)
 				h.r.markFull(h.policyNm)
-				absorbed, writes = h.reconcileMarked()
-				require.False(t, absorbed)
+				cause, writes = h.reconcileMarked()
+				require.Equal(t, causeEvent, cause)
 				require.Zero(t, writes, "the full plan after an absorbed %s wrote", c.name)
 			})
 		}
@@ -173,8 +213,8 @@ func TestAbsorbNodeBeingDeleted(t *testing.T) {
 	h.sync()
 	require.NotNil(t, h.r.Nodes.Get(name).DeletionTimestamp)
 	h.r.NodeUpdated(old)
-	absorbed, _ := h.reconcileMarked()
-	require.False(t, absorbed)
+	cause, _ := h.reconcileMarked()
+	require.Equal(t, causeNodeState, cause)
 }
 
 // TestAbsorbNeedsAQuietRecentPlan: what makes the next reconcile plan whole although its only
@@ -184,14 +224,14 @@ func TestAbsorbNeedsAQuietRecentPlan(t *testing.T) {
 	t.Run("the absorb window has passed", func(t *testing.T) {
 		h := quietHarness(t, 30, nil)
 		h.now = h.now.Add(absorbWindow)
-		absorbed, _ := h.event(h.aClient(""), cordon)
-		require.False(t, absorbed)
+		cause, _ := h.event(h.aClient(""), cordon)
+		require.Equal(t, causeWindowPassed, cause)
 	})
 	t.Run("an event for a full plan came too", func(t *testing.T) {
 		h := quietHarness(t, 30, nil)
 		h.r.markFull(h.policyNm)
-		absorbed, _ := h.event(h.aClient(""), cordon)
-		require.False(t, absorbed)
+		cause, _ := h.event(h.aClient(""), cordon)
+		require.Equal(t, causeEvent, cause)
 	})
 	t.Run("the policy changed", func(t *testing.T) {
 		h := quietHarness(t, 30, nil)
@@ -199,25 +239,27 @@ func TestAbsorbNeedsAQuietRecentPlan(t *testing.T) {
 		require.NoError(t, h.client.Get(context.Background(), request(h.policyNm).NamespacedName, pol))
 		pol.Generation++
 		require.NoError(t, h.client.Update(context.Background(), pol))
-		absorbed, _ := h.event(h.aClient(""), cordon)
-		require.False(t, absorbed)
+		cause, _ := h.event(h.aClient(""), cordon)
+		require.Equal(t, causePoliciesChanged, cause)
 	})
 	t.Run("the admission of a change is assumed, not in the cache yet", func(t *testing.T) {
 		h := quietHarness(t, 30, nil)
 		name := h.aClient("")
 		h.r.Ledger.Assume(h.policyNm, state.Change{Node: name, Labels: map[string]*string{extender.LabelPeeringSet: nil}})
-		absorbed, _ := h.event(name, cordon)
-		require.False(t, absorbed)
+		cause, _ := h.event(name, cordon)
+		require.Equal(t, causeNodeUnsettled, cause)
 	})
 	t.Run("the last plan was not quiet", func(t *testing.T) {
 		h := quietHarness(t, 30, func(s *v1alpha1.RouteReflectorPolicySpec) {
 			s.RemovalDelay = &metav1.Duration{Duration: time.Hour}
 		})
 		// A route reflector cordoned: it drains for an hour, so no plan is quiet meanwhile.
-		absorbed, _ := h.event(firstKey(h.rrs()), cordon)
-		require.False(t, absorbed)
-		absorbed, _ = h.event(h.aClient(""), cordon)
-		require.False(t, absorbed)
+		cause, _ := h.event(firstKey(h.rrs()), cordon)
+		require.Equal(t, causeRouteReflector, cause)
+		cause, _ = h.event(h.aClient(""), cordon)
+		require.Equal(t, causeLastPlan+"role-changes", cause) // it started the drain
+		cause, _ = h.event(h.aClient(""), cordon)
+		require.Equal(t, causeLastPlan+"draining", cause)
 	})
 	t.Run("more changed nodes than maxAbsorbed", func(t *testing.T) {
 		h := quietHarness(t, 30, nil)
@@ -225,8 +267,8 @@ func TestAbsorbNeedsAQuietRecentPlan(t *testing.T) {
 			n := node(fmt.Sprintf("other-%03d", i), "zone-a", 0)
 			h.r.NodeUpdated(n)
 		}
-		absorbed, _ := h.event(h.aClient(""), cordon)
-		require.False(t, absorbed)
+		cause, _ := h.event(h.aClient(""), cordon)
+		require.Equal(t, causeEvent, cause)
 	})
 	t.Run("absorbed events ask for a full plan by the window's end", func(t *testing.T) {
 		h := quietHarness(t, 30, nil)

@@ -41,6 +41,10 @@ var (
 		Name: "calico_rr_autoscaler_node_events_absorbed_total",
 		Help: "Node changes a reconcile absorbed without a full plan: clients changed in nothing the last quiet plan decided (README: Absorbed node events).",
 	}, []string{"policy"})
+	fullPlanCauses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_rr_autoscaler_full_plan_causes_total",
+		Help: "Reconciles that planned a policy whole, by cause: event (a join, deletion, policy, BGPPeer, BGP health or datastore change), timer, window-passed, policies-changed, a node's change (node-unsettled, node-outside, node-topology, node-role, node-state, route-reflector), or last-plan-<why> when the last full plan was not quiet (README: Absorbed node events).",
+	}, []string{"policy", "cause"})
 	nodePatches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_node_patches_total",
 		Help: "Merge patches of nodes' owned labels and annotations.",
@@ -96,7 +100,7 @@ const (
 
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
-		plansTotal, absorbedEvents, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
+		plansTotal, absorbedEvents, fullPlanCauses, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
 		conditionGauge, pathsGauge, missingPairsGauge)
 }
 
@@ -187,7 +191,7 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 func forgetMetrics(policy string) {
 	for _, v := range []*prometheus.MetricVec{desiredGauge.MetricVec, currentGauge.MetricVec, drillsGauge.MetricVec,
 		drillMissing.MetricVec, conditionGauge.MetricVec, pathsGauge.MetricVec, missingPairsGauge.MetricVec, reconcileErrors.MetricVec,
-		roleChanges.MetricVec, nodePatches.MetricVec, absorbedEvents.MetricVec} {
+		roleChanges.MetricVec, nodePatches.MetricVec, absorbedEvents.MetricVec, fullPlanCauses.MetricVec} {
 		v.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	}
 }

@@ -30,6 +30,7 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 		delete(r.costs, st.Name)
 		delete(r.bgp, st.Name)
 		delete(r.quiet, st.Name)
+		delete(r.unquiet, st.Name)
 		delete(r.marks, st.Name)
 		r.mu.Unlock()
 		forgetMetrics(st.Name)

@@ -106,9 +106,10 @@ type Reconciler struct {
 	// bgp: the BGP health records of route reflectors by node, per policy (see bgpHealth).
 	bgp map[string]map[string]extender.BGPHealth
 	// marks and quiet: the events since each policy's last reconcile, and its last quiet full
-	// plan (see absorb).
-	marks map[string]*marks
-	quiet map[string]*quietPlan
+	// plan (see absorb); unquiet: why its last full plan was not quiet (quietness).
+	marks   map[string]*marks
+	quiet   map[string]*quietPlan
+	unquiet map[string]string
 	// healthSeen: per policy, what its last reconcile read of the CalicoNodeStatuses
 	// (healthFingerprint), for watchBGPHealth.
 	healthSeen map[string]string

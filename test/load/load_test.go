@@ -297,6 +297,7 @@ func TestLoad(t *testing.T) {
 	rec := after.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil))
 	plan := after.histogram("calico_rr_autoscaler_plan_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_plan_duration_seconds", nil))
 	absorbed := after.sum("calico_rr_autoscaler_node_events_absorbed_total", nil) - before.sum("calico_rr_autoscaler_node_events_absorbed_total", nil)
+	causes := after.increases(before, "calico_rr_autoscaler_full_plan_causes_total", "cause")
 	ourHooks := func(l map[string]string) bool {
 		return strings.HasPrefix(l["name"], "mutate-node.") || strings.HasPrefix(l["name"], "validate-node.")
 	}
@@ -425,6 +426,7 @@ func TestLoad(t *testing.T) {
 	row("reconciles / node events, mean / p99 reconcile", "%v / %d, %.2f ms / %.1f ms", rec.count, lc.sent, rec.mean()*1e3, rec.quantile(0.99)*1e3)
 	row("reconcile time per event", "%.3f ms", rec.sum*1e3/math.Max(1, float64(lc.sent)))
 	row("plans, mean plan; node events absorbed without a plan", "%v, %.2f ms; %v", plan.count, plan.mean()*1e3, absorbed)
+	row("causes of the full plans (reconciler counter)", "%s", causes)
 	row("label changes: product requests to the API server", "%s", lcReqs)
 	row("changes of a label no policy reads: admissions / reconciles", "%v / %v", unrelatedCalls, unrelatedRec.count)
 	row("direct HTTPS admissions sent / dropped / failed", "%d / %d / %d in %s (%.0f/s)", d.sent, d.dropped, d.failed, d.elapsed.Round(time.Millisecond), float64(d.sent)/d.elapsed.Seconds())
@@ -734,6 +736,32 @@ func (m metricSet) diff(o metricSet, name string) string {
 		if s.value != was {
 			out = append(out, fmt.Sprintf("%v +%v", s.labels, s.value-was))
 		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// increases sums the increase of name from o to m by the value of label, as "value +n, ..." in
+// the order of the values ("none" when nothing increased).
+func (m metricSet) increases(o metricSet, name, label string) string {
+	by := map[string]float64{}
+	for _, s := range m {
+		if s.name == name {
+			by[s.labels[label]] += s.value
+		}
+	}
+	for _, s := range o {
+		if s.name == name {
+			by[s.labels[label]] -= s.value
+		}
+	}
+	var out []string
+	for _, v := range slices.Sorted(maps.Keys(by)) {
+		if by[v] > 0 {
+			out = append(out, fmt.Sprintf("%s +%v", v, by[v]))
+		}
+	}
+	if out == nil {
+		return "none"
 	}
 	return strings.Join(out, ", ")
 }
