@@ -35,15 +35,30 @@ const (
 	// absorbWindow bounds how long absorbed events wait for a full plan: a reconcile absorbs only
 	// within this time after the last full plan, and asks for the next full one at its end.
 	absorbWindow = 10 * time.Second
-	// maxAbsorbed: more changed nodes than this since the last reconcile are planned whole.
+	// maxAbsorbed: more changed nodes than this since the last reconcile (or than a sixteenth of
+	// the last quiet plan's nodes, when that is more) are planned whole. Checking a changed node
+	// costs about 20 µs, a full plan about 7.5 µs per node of the policy (BENCHMARKS.md), so a
+	// sixteenth costs under a third of a plan; at 65,000 nodes a full plan under load takes
+	// seconds, and the events of those seconds (hundreds) must not force the next one.
 	maxAbsorbed = 256
 )
+
+// absorbLimit is how many changed nodes a reconcile of the policy with quiet plan q (nil when it
+// has none) may absorb; r.mu is held.
+func absorbLimit(q *quietPlan) int {
+	if q == nil {
+		return maxAbsorbed
+	}
+	return max(maxAbsorbed, len(q.view)/16)
+}
 
 // marks are what happened to a policy since its last reconcile took them.
 type marks struct {
 	// full: an event that only a full plan handles (a node created or deleted, a policy, BGPPeer,
 	// BGP health or datastore change).
 	full bool
+	// overflow: more nodes changed than absorbLimit (nodes is then nil).
+	overflow bool
 	// nodes: the nodes updated in a way a plan reads (NodeChanged), by name, with the object as it
 	// was before the first of those updates.
 	nodes map[string]*corev1.Node
@@ -81,7 +96,7 @@ func (r *Reconciler) NodeUpdated(old *corev1.Node) {
 	defer r.mu.Unlock()
 	for _, p := range r.Policies.List() {
 		m := r.marksOf(p.Name)
-		if m.full {
+		if m.full || m.overflow {
 			continue
 		}
 		if m.nodes == nil {
@@ -90,8 +105,8 @@ func (r *Reconciler) NodeUpdated(old *corev1.Node) {
 		if _, seen := m.nodes[old.Name]; !seen {
 			m.nodes[old.Name] = old
 		}
-		if len(m.nodes) > maxAbsorbed {
-			m.full, m.nodes = true, nil
+		if len(m.nodes) > absorbLimit(r.quiet[p.Name]) {
+			m.overflow, m.nodes = true, nil
 		}
 	}
 }
@@ -146,6 +161,7 @@ func (r *Reconciler) absorb(_ context.Context, st *State) error {
 const (
 	causeEvent           = "event"            // an event only a full plan handles (markFull)
 	causeTimer           = "timer"            // no event: a requeue, the resync or the absorb window's end
+	causeTooManyNodes    = "too-many-nodes"   // more changed nodes than absorbLimit
 	causeWindowPassed    = "window-passed"    // the quiet plan is older than absorbWindow
 	causePoliciesChanged = "policies-changed" // the policy or the set of valid policies changed since
 	causeNodeUnsettled   = "node-unsettled"   // a node gone, or with a change the ledger still overlays
@@ -163,6 +179,8 @@ func (r *Reconciler) absorbCause(st *State) string {
 	switch {
 	case st.marks.full:
 		return causeEvent
+	case st.marks.overflow:
+		return causeTooManyNodes
 	case len(st.marks.nodes) == 0:
 		return causeTimer
 	}

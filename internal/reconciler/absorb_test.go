@@ -268,7 +268,7 @@ func TestAbsorbNeedsAQuietRecentPlan(t *testing.T) {
 			h.r.NodeUpdated(n)
 		}
 		cause, _ := h.event(h.aClient(""), cordon)
-		require.Equal(t, causeEvent, cause)
+		require.Equal(t, causeTooManyNodes, cause)
 	})
 	t.Run("absorbed events ask for a full plan by the window's end", func(t *testing.T) {
 		h := quietHarness(t, 30, nil)
@@ -295,4 +295,26 @@ func setReadyCondition(n *corev1.Node, s corev1.ConditionStatus) {
 // firstKey is the smallest key of m.
 func firstKey(m map[string]string) string {
 	return slices.Sorted(maps.Keys(m))[0]
+}
+
+func TestAbsorbLimit(t *testing.T) {
+	view := func(n int) *quietPlan {
+		q := &quietPlan{view: map[string]*corev1.Node{}}
+		for i := range n {
+			q.view[fmt.Sprint(i)] = nil
+		}
+		return q
+	}
+	for _, c := range []struct {
+		name string
+		q    *quietPlan
+		want int
+	}{
+		{"no quiet plan", nil, maxAbsorbed},
+		{"a small policy", view(30), maxAbsorbed},
+		{"4,096 nodes", view(4096), maxAbsorbed},
+		{"65,000 nodes: a sixteenth", view(65000), 4062},
+	} {
+		t.Run(c.name, func(t *testing.T) { require.Equal(t, c.want, absorbLimit(c.q)) })
+	}
 }
