@@ -163,3 +163,52 @@ func TestGate(t *testing.T) {
 	require.NotNil(t, out.Response)
 	require.True(t, out.Response.Allowed, "%+v", out.Response)
 }
+
+func TestReadBody(t *testing.T) {
+	body := []byte(`{"apiVersion":"admission.k8s.io/v1"}`)
+	tests := []struct {
+		name   string
+		length int64 // the request's ContentLength (-1: unknown)
+		body   []byte
+		want   []byte
+	}{
+		{"length stated", int64(len(body)), body, body},
+		{"length unknown", -1, body, body},
+		{"shorter than stated", int64(len(body)) + 10, body, body},
+		{"longer than stated", 5, body, body},
+		{"stated over the limit", MaxBodyBytes + 1, body, body},
+		{"over the limit: one byte more is read", -1, bytes.Repeat([]byte(" "), MaxBodyBytes+10), bytes.Repeat([]byte(" "), MaxBodyBytes+1)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(tc.body))
+			r.ContentLength = tc.length
+			got, err := readBody(r)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// FuzzDecodeReviewBody: fastJSON's RawExtension decoder (one copy) decodes what encoding/json
+// decodes, the object and old object byte for byte.
+func FuzzDecodeReviewBody(f *testing.F) {
+	old := mkNode("node-a1", "zone-a", rr("224.0.0.1"))
+	f.Add(reviewBody(f, nodeReq(f, alice, old.DeepCopy(), old)))
+	f.Add(reviewBody(f, nodeReq(f, alice, nil, old)))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":null,"oldObject":{"a":[1,{"b":"c"}]}}}`))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":"x","oldObject":7}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var want admissionv1.AdmissionReview
+		if json.Unmarshal(body, &want) != nil || want.Request == nil {
+			return
+		}
+		var got admissionv1.AdmissionReview
+		if err := fastJSON.Unmarshal(body, &got); err != nil {
+			return // unmarshal then asks encoding/json, whose answer stands
+		}
+		require.NotNil(t, got.Request)
+		require.Equal(t, want.Request.Object.Raw, got.Request.Object.Raw, "object of %s", body)
+		require.Equal(t, want.Request.OldObject.Raw, got.Request.OldObject.Raw, "oldObject of %s", body)
+	})
+}

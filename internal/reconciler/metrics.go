@@ -43,7 +43,7 @@ var (
 	}, []string{"policy"})
 	fullPlanCauses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_full_plan_causes_total",
-		Help: "Reconciles that planned a policy whole, by cause: event (a join, deletion, policy, BGPPeer, BGP health or datastore change), timer, window-passed, policies-changed, a node's change (node-unsettled, node-outside, node-topology, node-role, node-state, route-reflector), or last-plan-<why> when the last full plan was not quiet (README: Absorbed node events).",
+		Help: "Reconciles that planned a policy whole, by cause: event (a join, deletion, policy, BGPPeer, BGP health or datastore change), timer, too-many-nodes, window-passed, policies-changed, a node's change (node-unsettled, node-outside, node-topology, node-role, node-state, route-reflector), or last-plan-<why> when the last full plan was not quiet (README: Absorbed node events).",
 	}, []string{"policy", "cause"})
 	nodePatches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_node_patches_total",
