@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,16 +144,13 @@ func (r *Reconciler) absorb(_ context.Context, st *State) error {
 	if st.Invalid != nil {
 		return nil
 	}
-	cause := r.absorbCause(st)
+	q, cause := r.absorbCause(st)
 	if cause != "" {
 		fullPlanCauses.WithLabelValues(st.Name, cause).Inc()
 		return nil
 	}
 	st.Done, st.absorbed = true, true
-	r.mu.Lock()
-	at := r.quiet[st.Name].at
-	r.mu.Unlock()
-	st.requeue(at.Add(absorbWindow).Sub(st.Now))
+	st.requeue(q.at.Add(absorbWindow).Sub(st.Now))
 	absorbedEvents.WithLabelValues(st.Name).Add(float64(len(st.marks.nodes)))
 	return nil
 }
@@ -174,32 +172,34 @@ const (
 	causeLastPlan = "last-plan-"
 )
 
-// absorbCause returns "" when the reconcile absorbs its marks, else why it plans whole.
-func (r *Reconciler) absorbCause(st *State) string {
+// absorbCause returns the quiet plan that absorbs the reconcile's marks and "", or why the
+// reconcile plans whole (the first changed node by name that the plan does not absorb, so that
+// the same events give the same cause).
+func (r *Reconciler) absorbCause(st *State) (*quietPlan, string) {
 	switch {
 	case st.marks.full:
-		return causeEvent
+		return nil, causeEvent
 	case st.marks.overflow:
-		return causeTooManyNodes
+		return nil, causeTooManyNodes
 	case len(st.marks.nodes) == 0:
-		return causeTimer
+		return nil, causeTimer
 	}
 	r.mu.Lock()
 	q, why := r.quiet[st.Name], r.unquiet[st.Name]
 	r.mu.Unlock()
 	switch {
 	case q == nil && why == "":
-		return causeLastPlan + "none"
+		return nil, causeLastPlan + "none"
 	case q == nil:
-		return causeLastPlan + why
+		return nil, causeLastPlan + why
 	case st.Now.Before(q.at) || !st.Now.Before(q.at.Add(absorbWindow)):
-		return causeWindowPassed
+		return nil, causeWindowPassed
 	case st.Policy.Generation != q.generation:
-		return causePoliciesChanged
+		return nil, causePoliciesChanged
 	}
 	valid := r.Policies.Valid()
 	if policiesKey(valid) != q.policies {
-		return causePoliciesChanged
+		return nil, causePoliciesChanged
 	}
 	if q.index == nil {
 		q.index = make(map[string]int, len(q.result.Nodes))
@@ -207,12 +207,12 @@ func (r *Reconciler) absorbCause(st *State) string {
 			q.index[n.Name] = i
 		}
 	}
-	for name, before := range st.marks.nodes {
-		if cause := r.absorbs(st.Managed.Resolved, q, valid, name, before, st.Now); cause != "" {
-			return cause
+	for _, name := range slices.Sorted(maps.Keys(st.marks.nodes)) {
+		if cause := r.absorbs(st.Managed.Resolved, q, valid, name, st.marks.nodes[name], st.Now); cause != "" {
+			return nil, cause
 		}
 	}
-	return ""
+	return q, ""
 }
 
 // absorbs returns "" when node name's change (from before) leaves the quiet plan q of policy p

@@ -316,6 +316,13 @@ func TestLoad(t *testing.T) {
 	unrelatedRec := after.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil))
 	unrelatedCalls := after.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks) - before.sum("calico_rr_autoscaler_webhook_requests_total", nodeHooks)
 	assert.Zerof(t, unrelatedRec.count, "%v reconciles after %d changes of a label no policy reads, want 0", unrelatedRec.count, len(unrelated))
+	// Issue 27: the reconcile after a node event follows the event, not the cluster. Most label
+	// changes are absorbed without a full plan (83 to 97% in the runs of BENCHMARKS.md; the full
+	// plans left are the absorb window's, one every 10 s); none were at 65,000 while more nodes
+	// changed during one plan than the reconciler would absorb.
+	if absorbed < 0.5*float64(lc.sent) {
+		assert.Fail(t, fmt.Sprintf("%v of %d relevant node events absorbed without a full plan (full plans' causes: %s), want at least half", absorbed, lc.sent, causes))
+	}
 
 	// 5. The admission path alone at the target rate, over HTTPS.
 	d := directAdmissions(ctx, t, p, admin, float64(*admissions), *loadFor)
