@@ -48,7 +48,8 @@ type Options struct {
 	// MaxNodes refuses larger plans (default per backend: DefaultMaxNodes).
 	MaxNodes int
 	// Timeout bounds each convergence wait [gobgp: 60s + 0.3s per node; bird, calico: 2m + 0.6s
-	// per node].
+	// per node]; a wait whose nodes all have their routes while a session straggles gets one
+	// minute more (stragglerGrace).
 	Timeout time.Duration
 	// Stable is how long the route counts must stay unchanged to call it converged [2s; 3s for bird].
 	Stable time.Duration
@@ -478,6 +479,10 @@ func speakerNodesAt(topo *bgpmodel.Topology, addrs []netip.Addr, blocks []netip.
 	return nodes
 }
 
+// stragglerGrace is how much longer converge waits, once, when every node has its routes at the
+// timeout but a session is still not established.
+const stragglerGrace = time.Minute
+
 // converge polls the speakers until every node up has the blocks the model predicts, every session
 // between nodes up is established and the route counts have not changed for opts.Stable; or until
 // the timeout. Blocks of stopped nodes may stay: with `graceful restart` BIRD keeps a lost peer's
@@ -502,7 +507,7 @@ func converge(ctx context.Context, f fleet, topo *bgpmodel.Topology, nodes []spe
 	states := make([]nodeState, len(nodes))
 	var lastSig string
 	lastChange := time.Now()
-	converged := false
+	converged, extended := false, false
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -545,8 +550,16 @@ func converge(ctx context.Context, f fleet, topo *bgpmodel.Topology, nodes []spe
 			break
 		}
 		if now.After(deadline) {
-			logf(opts, "not converged after %v", opts.Timeout)
-			break
+			if ready && !extended && established/2 < wantSessions {
+				// Every node has its routes and a session straggles (GoBGP under load once left
+				// one of 591 half open to the end of its wait): one more stragglerGrace for the
+				// speakers' own retry or resetStuck to bring it up.
+				extended, deadline = true, now.Add(stragglerGrace)
+				logf(opts, "every node has its routes after %v, %d of %d sessions established: waiting %v more", opts.Timeout, established/2, wantSessions, stragglerGrace)
+			} else {
+				logf(opts, "not converged after %v", now.Sub(start).Round(time.Second))
+				break
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -37,14 +37,13 @@ func run(t *testing.T, speaker string, in extender.Input, res *extender.Result, 
 	if testing.Short() {
 		t.Skip("real BGP speakers (port 179 on 127.x addresses, BIRD processes) run without -short")
 	}
-	o.Speaker, o.Net = speaker, nextNet()
-	if testing.Verbose() {
-		o.Log = testLog{t}
-	}
-	// The run's own convergence waits (all up, then after the failure) decide, with their report;
-	// this bound only ends a run that hangs. A fixed 3 minutes cut a 300-node GoBGP run that
-	// converged slowly under make test-all's parallel BIRD fleets.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*DefaultTimeout(speaker, len(res.Nodes))+time.Minute)
+	// The run's log (convergence, resets of stuck sessions) goes to the test's: shown with -v
+	// and for a failed test.
+	o.Speaker, o.Net, o.Log = speaker, nextNet(), testLog{t}
+	// The run's own convergence waits (all up, then after the failure, each with its straggler
+	// grace) decide, with their report; this bound only ends a run that hangs. A fixed 3 minutes
+	// cut a 300-node GoBGP run that converged slowly under make test-all's parallel BIRD fleets.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*(DefaultTimeout(speaker, len(res.Nodes))+stragglerGrace)+time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, in, res, o)
 	require.NoError(t, err)
