@@ -31,8 +31,11 @@ import (
 type directResult struct {
 	sent, dropped, failed int
 	elapsed               time.Duration
-	product               hist            // the product's own webhook histogram, node webhooks
-	rtt, sched            []time.Duration // client round trips from the send, from the scheduled send
+	product               hist // the product's own webhook histogram, node webhooks
+	// gcCycles and reconciles ran in the product during the phase (its tail is the collector's
+	// at 65,000 nodes: BENCHMARKS.md).
+	gcCycles, reconciles float64
+	rtt, sched           []time.Duration // client round trips from the send, from the scheduled send
 }
 
 func (d directResult) pct(q float64) time.Duration      { return quantile(d.rtt, q) }
@@ -193,6 +196,8 @@ func directAdmissions(ctx context.Context, t *testing.T, p *product, admin kuber
 	after := p.scrape(t)
 	nodeHooks := func(l map[string]string) bool { return strings.HasSuffix(l["webhook"], "-v1-node") }
 	d.product = after.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks).minus(before.histogram("calico_rr_autoscaler_webhook_duration_seconds", nodeHooks))
+	d.gcCycles = after.sum("go_gc_duration_seconds_count", nil) - before.sum("go_gc_duration_seconds_count", nil)
+	d.reconciles = after.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil).minus(before.histogram("calico_rr_autoscaler_reconcile_duration_seconds", nil)).count
 	slices.Sort(d.rtt)
 	slices.Sort(d.sched)
 	return d

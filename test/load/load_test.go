@@ -331,7 +331,7 @@ func TestLoad(t *testing.T) {
 		assert.Fail(t, fmt.Sprintf("direct admissions: %.0f/s offered, want %d/s", got, *admissions))
 	}
 	if p99 := d.product.quantile(0.99); p99 > 0.005 {
-		assert.Fail(t, fmt.Sprintf("webhook latency p99 at %d admissions/s %.2f ms, goal under 5 ms", *admissions, p99*1e3))
+		assert.Fail(t, fmt.Sprintf("webhook latency p99 at %d admissions/s %.2f ms, goal under 5 ms (product GC cycles %v, reconciles %v in the phase)", *admissions, p99*1e3, d.gcCycles, d.reconciles))
 	}
 	if float64(admitted) < 0.95*float64(roles) {
 		// Issue 24: the joining nodes get their roles from the admission response; the
@@ -440,6 +440,7 @@ func TestLoad(t *testing.T) {
 	row("direct: webhook latency (product histogram) p50 / p99", "%.3f ms / %.3f ms (n=%v)", d.product.quantile(0.5)*1e3, d.product.quantile(0.99)*1e3, d.product.count)
 	row("direct: HTTPS round trip (client) p50 / p99 / max", "%s / %s / %s", d.pct(0.5), d.pct(0.99), d.pct(1))
 	row("direct: from scheduled send (client) p99", "%s", d.pctSched(0.99))
+	row("direct: product GC cycles / reconciles in the phase", "%v / %v", d.gcCycles, d.reconciles)
 	row("product RSS idle / settled / after load / peak", "%d / %d / %d / %d MiB (goal settled < 80 MiB at 5,000, < 400 MiB at 65,000)", rssIdle>>20, rssSettled>>20, rssLoaded>>20, peakBeforeRestart>>20)
 	row("go heap in use after a collection, settled", "%.1f MiB (guard < %.0f MiB)", liveSettled/mib, liveLimit/mib)
 	row("product RSS during the join (sampled every second)", "%s", duringJoin)
