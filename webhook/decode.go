@@ -110,8 +110,8 @@ func readBody(r *http.Request) ([]byte, error) {
 		buf := make([]byte, n+1) // one byte more: a body longer than it says is read whole below
 		got, err := io.ReadFull(body, buf)
 		switch {
-		case err == io.ErrUnexpectedEOF:
-			return buf[:got], nil // shorter than it said: what there is
+		case err == io.ErrUnexpectedEOF || err == io.EOF:
+			return buf[:got], nil // shorter than it said (or empty): what there is, as io.ReadAll
 		case err != nil:
 			return nil, err
 		}

@@ -175,6 +175,7 @@ func TestReadBody(t *testing.T) {
 		{"length stated", int64(len(body)), body, body},
 		{"length unknown", -1, body, body},
 		{"shorter than stated", int64(len(body)) + 10, body, body},
+		{"empty although a length is stated", int64(len(body)), nil, []byte{}},
 		{"longer than stated", 5, body, body},
 		{"stated over the limit", MaxBodyBytes + 1, body, body},
 		{"over the limit: one byte more is read", -1, bytes.Repeat([]byte(" "), MaxBodyBytes+10), bytes.Repeat([]byte(" "), MaxBodyBytes+1)},

@@ -295,9 +295,6 @@ func (r *Reconciler) remember(st *State) {
 	why := r.quietness(st)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.quiet == nil {
-		r.quiet, r.unquiet = map[string]*quietPlan{}, map[string]string{}
-	}
 	if why != "" {
 		delete(r.quiet, st.Name)
 		r.unquiet[st.Name] = why
@@ -345,9 +342,7 @@ func (r *Reconciler) quietness(st *State) string {
 func (r *Reconciler) forgetQuiet(name string) {
 	r.mu.Lock()
 	delete(r.quiet, name)
-	if r.unquiet != nil {
-		r.unquiet[name] = "failed"
-	}
+	r.unquiet[name] = "failed"
 	r.mu.Unlock()
 	r.markFull(name)
 }

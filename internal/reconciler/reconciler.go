@@ -256,6 +256,7 @@ func (r *Reconciler) init() {
 	if r.history == nil {
 		r.history = map[string][]extender.Recommendation{}
 		r.last = map[string]*extender.Result{}
+		r.quiet, r.unquiet = map[string]*quietPlan{}, map[string]string{}
 	}
 	if r.steps == nil {
 		r.steps = r.Steps()
