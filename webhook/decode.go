@@ -9,7 +9,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -73,9 +75,9 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.msg }
 
-// DecodeReview reads an admission.k8s.io/v1 AdmissionReview request from an HTTP request. The
-// error, if any, is an *httpError with the status to answer (400 for a malformed body).
-func DecodeReview(r *http.Request) (*admissionv1.AdmissionReview, error) {
+// decodeReview reads an admission.k8s.io/v1 AdmissionReview request from an HTTP request into
+// bufs. The error, if any, is an *httpError with the status to answer (400 for a malformed body).
+func decodeReview(r *http.Request, bufs *reviewBuffers) (*admissionv1.AdmissionReview, error) {
 	if r.Method != http.MethodPost {
 		return nil, &httpError{http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: an AdmissionReview is POSTed", r.Method)}
 	}
@@ -87,47 +89,75 @@ func DecodeReview(r *http.Request) (*admissionv1.AdmissionReview, error) {
 	if r.Body == nil {
 		return nil, &httpError{http.StatusBadRequest, "malformed AdmissionReview: empty body"}
 	}
-	body, err := readBody(r)
+	body, err := readBody(r, bufs.body)
+	bufs.body = body
 	if err != nil {
 		return nil, &httpError{http.StatusBadRequest, "malformed AdmissionReview: reading the body: " + err.Error()}
 	}
 	if len(body) > MaxBodyBytes {
 		return nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("AdmissionReview larger than %d bytes", MaxBodyBytes)}
 	}
-	review, err := decodeReviewBody(body)
+	review, err := decodeReviewBody(body, &bufs.objects)
 	if err != nil {
 		return nil, &httpError{http.StatusBadRequest, "malformed AdmissionReview: " + err.Error()}
 	}
 	return review, nil
 }
 
-// readBody reads at most MaxBodyBytes+1 bytes of r's body, in one allocation of its length when
-// the request states it (io.ReadAll grows its buffer by doubling: twice the garbage of a 30 KB
-// review of a kubelet's node, at a thousand admissions a second).
-func readBody(r *http.Request) ([]byte, error) {
-	body := io.LimitReader(r.Body, MaxBodyBytes+1)
-	if n := r.ContentLength; n > 0 && n <= MaxBodyBytes {
-		buf := make([]byte, n+1) // one byte more: a body longer than it says is read whole below
-		got, err := io.ReadFull(body, buf)
-		switch {
-		case err == io.ErrUnexpectedEOF || err == io.EOF:
-			return buf[:got], nil // shorter than it said (or empty): what there is, as io.ReadAll
-		case err != nil:
-			return nil, err
-		}
-		rest, err := io.ReadAll(body)
-		return append(buf[:got], rest...), err
+// reviewBuffers hold one admission: its body, and the copies of its object and old object (the
+// RawExtensions the handlers decode). Serve takes them from reviewPool and gives them back once the
+// answer is written, so that a thousand admissions a second of a kubelet's 16 KB node do not each
+// leave some 65 KB for the collector, which at 65,000 cached nodes makes the handlers' tail (GC
+// assists: BENCHMARKS.md). Nothing a handler keeps refers to them: decodeNode and decodeObject
+// copy every string they decode.
+type reviewBuffers struct{ body, objects []byte }
+
+// maxPooledBytes: a buffer grown past this by an unusual review is left to the collector, not kept.
+const maxPooledBytes = 1 << 20
+
+var reviewPool = sync.Pool{New: func() any { return new(reviewBuffers) }}
+
+func (b *reviewBuffers) release() {
+	if cap(b.body) > maxPooledBytes || cap(b.objects) > maxPooledBytes {
+		return
 	}
-	return io.ReadAll(body)
+	b.body, b.objects = b.body[:0], b.objects[:0]
+	reviewPool.Put(b)
 }
 
-func decodeReviewBody(body []byte) (*admissionv1.AdmissionReview, error) {
+// readBody reads at most MaxBodyBytes+1 bytes of r's body into buf (from its start), growing it
+// once to the request's stated length, and returns what it read (io.ReadAll, into a buffer kept
+// between requests).
+func readBody(r *http.Request, buf []byte) ([]byte, error) {
+	body := io.LimitReader(r.Body, MaxBodyBytes+1)
+	buf = buf[:0]
+	if n := r.ContentLength; n > 0 && n <= MaxBodyBytes {
+		buf = slices.Grow(buf, int(n)+1) // one byte more: the end of the body is read without growing
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, max(512, len(buf))) // a body longer than it says, or of no stated length
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// decodeReviewBody decodes an AdmissionReview; the bytes of its object and old object are appended
+// to *objects (see reviewBuffers).
+func decodeReviewBody(body []byte, objects *[]byte) (*admissionv1.AdmissionReview, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return nil, errors.New("empty body")
 	}
 	review := &admissionv1.AdmissionReview{}
-	if err := unmarshal(body, review); err != nil {
+	if err := unmarshalReview(body, objects, review); err != nil {
 		return nil, err
 	}
 	if gv := admissionv1.SchemeGroupVersion.String(); review.APIVersion != gv || review.Kind != "AdmissionReview" {
@@ -168,7 +198,14 @@ func (*rawExtensionDecoder) CreateDecoder(typ reflect2.Type) jsoniter.ValDecoder
 }
 
 func (*rawExtensionDecoder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator) {
-	raw := iter.SkipAndReturnBytes()
+	var raw []byte
+	if objects, ok := iter.Attachment.(*[]byte); ok {
+		start := len(*objects)
+		*objects = iter.SkipAndAppendBytes(*objects) // never nil (unmarshalReview): nil is no capture to jsoniter
+		raw = (*objects)[start:len(*objects):len(*objects)]
+	} else {
+		raw = iter.SkipAndReturnBytes()
+	}
 	re := (*runtime.RawExtension)(ptr)
 	if string(raw) == "null" {
 		return
@@ -183,6 +220,25 @@ func unmarshal(data []byte, v any) error {
 		return nil
 	}
 	return json.Unmarshal(data, v)
+}
+
+// unmarshalReview is unmarshal of a review whose RawExtensions are appended to *objects.
+func unmarshalReview(data []byte, objects *[]byte, review *admissionv1.AdmissionReview) error {
+	iter := fastJSON.BorrowIterator(data)
+	defer fastJSON.ReturnIterator(iter)
+	if *objects == nil {
+		*objects = make([]byte, 0, len(data)) // the objects are part of the body: one allocation
+	}
+	iter.Attachment = objects
+	iter.ReadVal(review)
+	if iter.Error == nil {
+		iter.WhatIsNext() // only the end may follow: it reads as io.EOF
+	}
+	if iter.Error == io.EOF {
+		return nil
+	}
+	*review = admissionv1.AdmissionReview{}
+	return json.Unmarshal(data, review)
 }
 
 // decodeObject decodes an embedded object of the request into out; what names it in errors.
@@ -203,7 +259,9 @@ func Serve(name string, h Handler) http.Handler {
 	initMetrics(name)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		review, err := DecodeReview(r)
+		bufs := reviewPool.Get().(*reviewBuffers)
+		defer bufs.release() // after the answer is written: the request refers to bufs
+		review, err := decodeReview(r, bufs)
 		if err != nil {
 			var he *httpError
 			errors.As(err, &he)

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	goruntime "runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -96,6 +99,46 @@ func TestServeAnswersWithTheRequestUID(t *testing.T) {
 	assert.Equal(t, int32(422), out.Response.Result.Code, "%+v", out.Response)
 }
 
+// TestServeReusesBuffersSafely: reviews of different sizes served at once each see their own
+// object and old object (Serve reuses the buffers of a finished review for the next; a buffer
+// handed on while its request is still read would mix two nodes).
+func TestServeReusesBuffersSafely(t *testing.T) {
+	h := Serve("echo", HandlerFunc(func(_ context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+		n, err := decodeNode(req.Object.Raw, "request.object")
+		if err != nil {
+			return nil, err
+		}
+		old, err := decodeNode(req.OldObject.Raw, "request.oldObject")
+		if err != nil {
+			return nil, err
+		}
+		goruntime.Gosched() // let another review take the pool's buffers meanwhile, if it could
+		return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{n.Name, old.Name, string(req.Object.Raw), string(req.OldObject.Raw)}}, nil
+	}))
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				n := mkNode(fmt.Sprintf("node-%d-%d", w, i), "zone-a")
+				for range (w*7 + i) % 23 { // sizes differ, so a reused buffer is sometimes longer
+					n.Labels[fmt.Sprintf("pad-%d", len(n.Labels))] = strings.Repeat("x", 40)
+				}
+				old := n.DeepCopy()
+				old.Name += "-old"
+				req := nodeReq(t, alice, n, old)
+				code, out, msg := serveReview(t, h, reviewBody(t, req))
+				if !assert.Equal(t, 200, code, msg) {
+					return
+				}
+				assert.Equal(t, []string{n.Name, old.Name, string(req.Object.Raw), string(req.OldObject.Raw)}, out.Response.Warnings)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // FuzzServe: whatever the body, every webhook answers 200 with an AdmissionReview for the same UID,
 // or 400/413 with a message; never a panic, never a 500.
 func FuzzServe(f *testing.F) {
@@ -182,34 +225,46 @@ func TestReadBody(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(tc.body))
-			r.ContentLength = tc.length
-			got, err := readBody(r)
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
+			for _, buf := range [][]byte{nil, []byte("a previous, longer body that the read must not keep any of")} {
+				r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(tc.body))
+				r.ContentLength = tc.length
+				got, err := readBody(r, buf)
+				require.NoError(t, err)
+				require.Equal(t, string(tc.want), string(got))
+			}
 		})
 	}
 }
 
-// FuzzDecodeReviewBody: fastJSON's RawExtension decoder (one copy) decodes what encoding/json
-// decodes, the object and old object byte for byte.
+// FuzzDecodeReviewBody: fastJSON's RawExtension decoder (one copy, into the pooled objects buffer
+// for a review) decodes what encoding/json decodes, the object and old object byte for byte, and
+// a buffer reused from an earlier review changes nothing.
 func FuzzDecodeReviewBody(f *testing.F) {
 	old := mkNode("node-a1", "zone-a", rr("224.0.0.1"))
 	f.Add(reviewBody(f, nodeReq(f, alice, old.DeepCopy(), old)))
 	f.Add(reviewBody(f, nodeReq(f, alice, nil, old)))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":null,"oldObject":{"a":[1,{"b":"c"}]}}}`))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":"x","oldObject":7}}`))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{}}} {}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var want admissionv1.AdmissionReview
-		if json.Unmarshal(body, &want) != nil || want.Request == nil {
-			return
-		}
+		wantErr := json.Unmarshal(body, &want)
 		var got admissionv1.AdmissionReview
-		if err := fastJSON.Unmarshal(body, &got); err != nil {
-			return // unmarshal then asks encoding/json, whose answer stands
+		if err := fastJSON.Unmarshal(body, &got); err == nil && wantErr == nil && want.Request != nil {
+			require.NotNil(t, got.Request)
+			require.Equal(t, want.Request.Object.Raw, got.Request.Object.Raw, "object of %s", body)
+			require.Equal(t, want.Request.OldObject.Raw, got.Request.OldObject.Raw, "oldObject of %s", body)
 		}
-		require.NotNil(t, got.Request)
-		require.Equal(t, want.Request.Object.Raw, got.Request.Object.Raw, "object of %s", body)
-		require.Equal(t, want.Request.OldObject.Raw, got.Request.OldObject.Raw, "oldObject of %s", body)
+		for _, objects := range [][]byte{nil, []byte("objects of an earlier review")} {
+			var pooled admissionv1.AdmissionReview
+			err := unmarshalReview(body, &objects, &pooled)
+			require.Equal(t, wantErr == nil, err == nil, "error %v, encoding/json's %v, of %s", err, wantErr, body)
+			if err != nil || want.Request == nil {
+				continue
+			}
+			require.NotNil(t, pooled.Request)
+			require.Equal(t, want.Request.Object.Raw, pooled.Request.Object.Raw, "object of %s", body)
+			require.Equal(t, want.Request.OldObject.Raw, pooled.Request.OldObject.Raw, "oldObject of %s", body)
+		}
 	})
 }
