@@ -54,7 +54,8 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 // one, with the node from the cluster as the old object) straight to the product over HTTPS,
 // open-loop at rate per second for dur: request i is due at start+i/rate whether or not earlier
 // ones have been answered, and a request that finds every sender busy is dropped and counted.
-func directAdmissions(ctx context.Context, t *testing.T, p *product, admin kubernetes.Interface, rate float64, dur time.Duration) directResult {
+// measuring is called as the measured sends begin (after the warm-up).
+func directAdmissions(ctx context.Context, t *testing.T, p *product, admin kubernetes.Interface, rate float64, dur time.Duration, measuring func()) directResult {
 	t.Helper()
 	// The first 5,000 nodes (a page from etcd): the answer's cost depends on the node object and
 	// the product's cache, not on which node; 65,000 kubelet nodes encoded twice would take
@@ -138,6 +139,7 @@ func directAdmissions(ctx context.Context, t *testing.T, p *product, admin kuber
 	}
 
 	before := p.scrape(t)
+	measuring()
 	type job struct {
 		i   int
 		due time.Time

@@ -51,7 +51,7 @@ var (
 	hbRate     = flag.Float64("load-heartbeat-rate", 0, "kubelet status reports per second in the heartbeat phase [nodes/300: every node every 5 minutes, the kubelet's default nodeStatusReportFrequency]")
 	hbFor      = flag.Duration("load-heartbeat-duration", time.Minute, "length of the heartbeat phase")
 	memLimit   = flag.String("load-gomemlimit", "", "GOMEMLIMIT of the product's process, as the chart sets it from resources.limits.memory (e.g. 256MiB, the chart's default limit); none if empty")
-	profileDir = flag.String("load-profiles", "", "directory for the product's pprof profiles (heap settled, heap after a restart, CPU during the join and the heartbeats); none if empty")
+	profileDir = flag.String("load-profiles", "", "directory for the product's pprof profiles (heap settled, heap after a restart, CPU during the join, the heartbeats and the direct admissions, allocations during the direct admissions); none if empty")
 )
 
 const (
@@ -325,7 +325,11 @@ func TestLoad(t *testing.T) {
 	}
 
 	// 5. The admission path alone at the target rate, over HTTPS.
-	d := directAdmissions(ctx, t, p, admin, float64(*admissions), *loadFor)
+	d := directAdmissions(ctx, t, p, admin, float64(*admissions), *loadFor, func() {
+		secs := max(1, int(loadFor.Seconds())-1)
+		goProfile(fmt.Sprintf("profile?seconds=%d", secs), "cpu-direct.pprof")
+		goProfile(fmt.Sprintf("allocs?seconds=%d", secs), "allocs-direct.pprof") // what the phase allocated
+	})
 	assert.Falsef(t, d.failed > 0, "%d of %d direct admissions failed", d.failed, d.sent)
 	if got := float64(d.sent) / d.elapsed.Seconds(); got < 0.95*float64(*admissions) {
 		assert.Fail(t, fmt.Sprintf("direct admissions: %.0f/s offered, want %d/s", got, *admissions))
