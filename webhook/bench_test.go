@@ -17,6 +17,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -229,3 +230,17 @@ func BenchmarkValidateCordon65000(b *testing.B) { benchValidateCordon(b, 65000) 
 
 func BenchmarkValidateDelete5000(b *testing.B)  { benchValidateDelete(b, 5000) }
 func BenchmarkValidateDelete65000(b *testing.B) { benchValidateDelete(b, 65000) }
+
+// BenchmarkDecodeKubeletNode: decodeNode of a kubelet's node (nodetest.KubeletFleet: 16 KB of
+// JSON, 34 labels, 6 annotations, 5 conditions, 50 images), as each admission does twice.
+func BenchmarkDecodeKubeletNode(b *testing.B) {
+	raw, err := json.Marshal(nodetest.DefaultKubeletFleet().Kubelet(7, tNow))
+	require.NoError(b, err)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeNode(raw, "request.object"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

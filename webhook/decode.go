@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 )
 
 // MaxBodyBytes bounds an AdmissionReview: the API server's largest object (3 MiB), twice (object and
@@ -175,29 +176,39 @@ func decodeReviewBody(body []byte, objects *[]byte) (*admissionv1.AdmissionRevie
 // fastJSON decodes admission requests about twice as fast as encoding/json, which matters for
 // nodes of ten kilobytes at a thousand admissions a second. It decodes a RawExtension (the
 // request's object and old object) with one copy of its bytes, not two (the capture, then
-// RawExtension.UnmarshalJSON's own copy).
+// RawExtension.UnmarshalJSON's own copy), and a node's annotations without those it skips.
 var fastJSON = func() jsoniter.API {
 	// The settings of jsoniter.ConfigCompatibleWithStandardLibrary, frozen anew: an extension
 	// registered on that shared value would change it for every user in the process.
 	api := jsoniter.Config{EscapeHTML: true, SortMapKeys: true, ValidateJsonRawMessage: true}.Froze()
-	api.RegisterExtension(&rawExtensionDecoder{})
+	api.RegisterExtension(&decoders{})
 	return api
 }()
 
-var rawExtensionType = reflect2.TypeOf(runtime.RawExtension{})
+// decoders is fastJSON's extension: the product's own decoders of two types.
+type decoders struct{ jsoniter.DummyExtension }
 
-// rawExtensionDecoder decodes runtime.RawExtension as RawExtension.UnmarshalJSON does (the bytes
-// as they are, nothing for null) from the iterator's capture.
-type rawExtensionDecoder struct{ jsoniter.DummyExtension }
+var (
+	rawExtensionType    = reflect2.TypeOf(runtime.RawExtension{})
+	keptAnnotationsType = reflect2.TypeOf(keptAnnotations{})
+)
 
-func (*rawExtensionDecoder) CreateDecoder(typ reflect2.Type) jsoniter.ValDecoder {
-	if typ != rawExtensionType {
-		return nil
+func (*decoders) CreateDecoder(typ reflect2.Type) jsoniter.ValDecoder {
+	switch typ {
+	case rawExtensionType:
+		return rawExtensionDecoder{}
+	case keptAnnotationsType:
+		return keptAnnotationsDecoder{}
 	}
-	return &rawExtensionDecoder{}
+	return nil
 }
 
-func (*rawExtensionDecoder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator) {
+// rawExtensionDecoder decodes runtime.RawExtension as RawExtension.UnmarshalJSON does (the bytes
+// as they are, nothing for null) from the iterator's capture, appended to the review's objects
+// buffer when the iterator carries one (unmarshalReview).
+type rawExtensionDecoder struct{}
+
+func (rawExtensionDecoder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator) {
 	var raw []byte
 	if objects, ok := iter.Attachment.(*[]byte); ok {
 		start := len(*objects)
@@ -318,24 +329,71 @@ func call(ctx context.Context, h Handler, req *admissionv1.AdmissionRequest) (re
 }
 
 // slimNode is what the webhooks read of a Node: decoding only these fields (the rest is skipped,
-// not allocated) keeps an admission of a real, image-laden node well under a millisecond.
+// not allocated) keeps an admission of a real, image-laden node well under a millisecond. Of the
+// annotations it keeps those the cache keeps (state.KeptAnnotation); of the conditions their type,
+// status and transition time (extender.SlimConditions keeps no more); times are parsed from their
+// strings (metav1.Time's UnmarshalJSON decodes each through encoding/json: eleven a kubelet's node).
 type slimNode struct {
 	Metadata struct {
 		Name              string            `json:"name"`
 		UID               types.UID         `json:"uid"`
 		ResourceVersion   string            `json:"resourceVersion"`
 		Labels            map[string]string `json:"labels"`
-		Annotations       map[string]string `json:"annotations"`
-		CreationTimestamp metav1.Time       `json:"creationTimestamp"`
-		DeletionTimestamp *metav1.Time      `json:"deletionTimestamp"`
+		Annotations       keptAnnotations   `json:"annotations"`
+		CreationTimestamp rfc3339           `json:"creationTimestamp"`
+		DeletionTimestamp *rfc3339          `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Spec struct {
 		Unschedulable bool           `json:"unschedulable"`
 		Taints        []corev1.Taint `json:"taints"`
 	} `json:"spec"`
 	Status struct {
-		Conditions []corev1.NodeCondition `json:"conditions"`
+		Conditions []slimCondition `json:"conditions"`
 	} `json:"status"`
+}
+
+type slimCondition struct {
+	Type               corev1.NodeConditionType `json:"type"`
+	Status             corev1.ConditionStatus   `json:"status"`
+	LastTransitionTime rfc3339                  `json:"lastTransitionTime"`
+}
+
+// rfc3339 is a metav1.Time as its JSON string; null and "" are the zero time.
+type rfc3339 string
+
+func (s rfc3339) time() (metav1.Time, error) {
+	if s == "" {
+		return metav1.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, string(s))
+	if err != nil {
+		return metav1.Time{}, err
+	}
+	return metav1.NewTime(t.Local()), nil // as metav1.Time.UnmarshalJSON
+}
+
+// keptAnnotations decodes (with fastJSON) only the annotations state.KeptAnnotation keeps; the
+// others are skipped unread. An object of none of them is an empty map, not nil: the patch then
+// adds to the annotations, it does not create them (which would replace the others).
+type keptAnnotations map[string]string
+
+type keptAnnotationsDecoder struct{}
+
+func (keptAnnotationsDecoder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator) {
+	if iter.ReadNil() {
+		*(*keptAnnotations)(ptr) = nil
+		return
+	}
+	m := keptAnnotations{}
+	iter.ReadMapCB(func(iter *jsoniter.Iterator, key string) bool {
+		if state.KeptAnnotation(key) {
+			m[key] = iter.ReadString()
+		} else {
+			iter.Skip()
+		}
+		return true
+	})
+	*(*keptAnnotations)(ptr) = m
 }
 
 // decodeNode decodes the fields of a node that the webhooks read (see StripNode).
@@ -352,8 +410,26 @@ func decodeNode(raw []byte, what string) (*corev1.Node, error) {
 	m := &s.Metadata
 	n.Name, n.UID, n.ResourceVersion = m.Name, m.UID, m.ResourceVersion
 	n.Labels, n.Annotations = m.Labels, m.Annotations
-	n.CreationTimestamp, n.DeletionTimestamp = m.CreationTimestamp, m.DeletionTimestamp
+	var err error
+	if n.CreationTimestamp, err = m.CreationTimestamp.time(); err != nil {
+		return nil, malformedf("%s is not a Node: metadata.creationTimestamp: %v", what, err)
+	}
+	if m.DeletionTimestamp != nil {
+		t, err := m.DeletionTimestamp.time()
+		if err != nil {
+			return nil, malformedf("%s is not a Node: metadata.deletionTimestamp: %v", what, err)
+		}
+		n.DeletionTimestamp = &t
+	}
 	n.Spec.Unschedulable, n.Spec.Taints = s.Spec.Unschedulable, s.Spec.Taints
-	n.Status.Conditions = extender.SlimConditions(s.Status.Conditions)
+	conds := make([]corev1.NodeCondition, 0, len(s.Status.Conditions))
+	for i, c := range s.Status.Conditions {
+		t, err := c.LastTransitionTime.time()
+		if err != nil {
+			return nil, malformedf("%s is not a Node: status.conditions[%d].lastTransitionTime: %v", what, i, err)
+		}
+		conds = append(conds, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: t})
+	}
+	n.Status.Conditions = extender.SlimConditions(conds)
 	return n, nil
 }

@@ -11,12 +11,18 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -267,4 +273,49 @@ func FuzzDecodeReviewBody(f *testing.F) {
 			require.Equal(t, want.Request.OldObject.Raw, pooled.Request.OldObject.Raw, "oldObject of %s", body)
 		}
 	})
+}
+
+// FuzzDecodeNode: whatever encoding/json decodes as a Node, decodeNode decodes to the same fields
+// the webhooks read: the annotations the cache keeps (an empty map, not nil, when the node has
+// annotations but none of those: the patch must not create the map anew), the slim conditions,
+// the times as metav1.Time parses them.
+func FuzzDecodeNode(f *testing.F) {
+	n := nodetest.DefaultKubeletFleet().Kubelet(7, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}
+	n.Annotations[extender.AnnotationClusterID] = "244.0.0.1"
+	del := metav1.NewTime(time.Date(2026, 11, 2, 3, 4, 5, 0, time.UTC))
+	n.DeletionTimestamp = &del
+	f.Add(mustMarshal(f, n))
+	f.Add(mustMarshal(f, mkNode("node-a1", "zone-a", rr("224.0.0.1"), notReady)))
+	f.Add([]byte(`{"metadata":{"name":"a","annotations":{"x":{"y":[1]},"projectcalico.org/IPv4Address":"10.0.0.1/24"}}}`))
+	f.Add([]byte(`{"metadata":{"annotations":{"x":"y"},"labels":null,"creationTimestamp":null},"status":{"conditions":[{"type":"Ready","status":"True","lastTransitionTime":"2026-01-02T03:04:05Z"},{"type":"DiskPressure","status":"True"}]}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var full corev1.Node
+		if json.Unmarshal(raw, &full) != nil {
+			return
+		}
+		got, err := decodeNode(raw, "request.object")
+		require.NoError(t, err, "%s", raw)
+		want := &corev1.Node{}
+		want.Name, want.UID, want.ResourceVersion, want.Labels = full.Name, full.UID, full.ResourceVersion, full.Labels
+		if full.Annotations != nil {
+			want.Annotations = map[string]string{}
+			for k, v := range full.Annotations {
+				if state.KeptAnnotation(k) {
+					want.Annotations[k] = v
+				}
+			}
+		}
+		want.CreationTimestamp, want.DeletionTimestamp = full.CreationTimestamp, full.DeletionTimestamp
+		want.Spec.Unschedulable, want.Spec.Taints = full.Spec.Unschedulable, full.Spec.Taints
+		want.Status.Conditions = extender.SlimConditions(full.Status.Conditions)
+		require.Equal(t, want, got, "%s", raw)
+	})
+}
+
+func mustMarshal(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
 }

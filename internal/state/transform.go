@@ -21,6 +21,10 @@ var keptAnnotations = func() map[string]bool {
 	return m
 }()
 
+// KeptAnnotation reports whether the cache keeps a node annotation of this key (the webhooks'
+// decoded nodes keep the same ones).
+func KeptAnnotation(key string) bool { return keptAnnotations[key] }
+
 // StripNode removes, in place, every field of a node that the planner, the webhooks and the
 // reconciler never read: managedFields, status.images, addresses but InternalIPs, capacity, node
 // info, the heartbeat times and messages of conditions, all conditions but Ready (with its
