@@ -196,8 +196,18 @@ spec:
 			return nil
 		})
 		// A label removal Enforce would refuse: kubectl prints the warning, the change is made.
-		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", "node-03", "calico-route-reflector-")
 		want := `policy "default" is in Observe mode: Enforce would refuse this change: metadata.labels[calico-route-reflector]: Invalid value: [min-route-reflectors] removing the route reflector label from node-03 would leave 2 route reflectors`
+		// The validator counts the route reflectors in the product's node cache: a server-side dry
+		// run first waits until it holds the hand-made ones (once, under a loaded make test, it had
+		// not yet and counted 0).
+		w.eventually("the webhook's cache holds the hand-made route reflectors", 30*time.Second, func() error {
+			_, stderr, err := w.kubectl(testenv.UserAlice, "label", "--dry-run=server", "node", "node-03", "calico-route-reflector-")
+			if err != nil || !strings.Contains(stderr, "Warning: "+want) {
+				return fmt.Errorf("dry run: %v %s", err, stderr)
+			}
+			return nil
+		})
+		_, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", "node-03", "calico-route-reflector-")
 		require.NoError(t, err, "kubectl label in Observe")
 		require.Contains(t, stderr, "Warning: "+want, "kubectl label in Observe")
 		if _, stderr, err := w.kubectl(testenv.UserAlice, "label", "node", "node-03", "calico-route-reflector="); err != nil {
