@@ -158,7 +158,7 @@ func decodeReviewBody(body []byte, objects *[]byte) (*admissionv1.AdmissionRevie
 		return nil, errors.New("empty body")
 	}
 	review := &admissionv1.AdmissionReview{}
-	if err := unmarshalReview(body, objects, review); err != nil {
+	if err := unmarshal(body, objects, review); err != nil {
 		return nil, err
 	}
 	if gv := admissionv1.SchemeGroupVersion.String(); review.APIVersion != gv || review.Kind != "AdmissionReview" {
@@ -205,14 +205,14 @@ func (*decoders) CreateDecoder(typ reflect2.Type) jsoniter.ValDecoder {
 
 // rawExtensionDecoder decodes runtime.RawExtension as RawExtension.UnmarshalJSON does (the bytes
 // as they are, nothing for null) from the iterator's capture, appended to the review's objects
-// buffer when the iterator carries one (unmarshalReview).
+// buffer when the iterator carries one (unmarshal).
 type rawExtensionDecoder struct{}
 
 func (rawExtensionDecoder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator) {
 	var raw []byte
 	if objects, ok := iter.Attachment.(*[]byte); ok {
 		start := len(*objects)
-		*objects = iter.SkipAndAppendBytes(*objects) // never nil (unmarshalReview): nil is no capture to jsoniter
+		*objects = iter.SkipAndAppendBytes(*objects) // never nil (unmarshal): nil is no capture to jsoniter
 		raw = (*objects)[start:len(*objects):len(*objects)]
 	} else {
 		raw = iter.SkipAndReturnBytes()
@@ -225,31 +225,25 @@ func (rawExtensionDecoder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator) {
 }
 
 // unmarshal decodes with fastJSON; on failure, encoding/json decodes again for its clearer error
-// (and its answer stands).
-func unmarshal(data []byte, v any) error {
-	if err := fastJSON.Unmarshal(data, v); err == nil {
-		return nil
-	}
-	return json.Unmarshal(data, v)
-}
-
-// unmarshalReview is unmarshal of a review whose RawExtensions are appended to *objects.
-func unmarshalReview(data []byte, objects *[]byte, review *admissionv1.AdmissionReview) error {
+// (and its answer stands). With objects, the bytes of the RawExtensions go to *objects (see
+// reviewBuffers); without, each is a copy of its own.
+func unmarshal(data []byte, objects *[]byte, v any) error {
 	iter := fastJSON.BorrowIterator(data)
 	defer fastJSON.ReturnIterator(iter)
-	if *objects == nil {
-		*objects = make([]byte, 0, len(data)) // the objects are part of the body: one allocation
+	if objects != nil {
+		if *objects == nil {
+			*objects = make([]byte, 0, len(data)) // the objects are part of the data: one allocation
+		}
+		iter.Attachment = objects
 	}
-	iter.Attachment = objects
-	iter.ReadVal(review)
+	iter.ReadVal(v)
 	if iter.Error == nil {
 		iter.WhatIsNext() // only the end may follow: it reads as io.EOF
 	}
 	if iter.Error == io.EOF {
 		return nil
 	}
-	*review = admissionv1.AdmissionReview{}
-	return json.Unmarshal(data, review)
+	return json.Unmarshal(data, v)
 }
 
 // decodeObject decodes an embedded object of the request into out; what names it in errors.
@@ -257,7 +251,7 @@ func decodeObject(raw []byte, what string, out any) error {
 	if len(raw) == 0 {
 		return malformedf("%s is missing", what)
 	}
-	if err := unmarshal(raw, out); err != nil {
+	if err := unmarshal(raw, nil, out); err != nil {
 		return malformedf("%s: %v", what, err)
 	}
 	return nil
@@ -402,7 +396,7 @@ func decodeNode(raw []byte, what string) (*corev1.Node, error) {
 	if len(raw) == 0 {
 		return nil, malformedf("%s is missing", what)
 	}
-	if err := unmarshal(raw, &s); err != nil {
+	if err := unmarshal(raw, nil, &s); err != nil {
 		msg := strings.NewReplacer("webhook.slimNode", "Node", "slimNode", "Node").Replace(err.Error())
 		return nil, malformedf("%s is not a Node: %s", what, msg)
 	}
@@ -410,14 +404,17 @@ func decodeNode(raw []byte, what string) (*corev1.Node, error) {
 	m := &s.Metadata
 	n.Name, n.UID, n.ResourceVersion = m.Name, m.UID, m.ResourceVersion
 	n.Labels, n.Annotations = m.Labels, m.Annotations
+	badTime := func(field string, err error) error {
+		return malformedf("%s is not a Node: %s: %v", what, field, err)
+	}
 	var err error
 	if n.CreationTimestamp, err = m.CreationTimestamp.time(); err != nil {
-		return nil, malformedf("%s is not a Node: metadata.creationTimestamp: %v", what, err)
+		return nil, badTime("metadata.creationTimestamp", err)
 	}
 	if m.DeletionTimestamp != nil {
 		t, err := m.DeletionTimestamp.time()
 		if err != nil {
-			return nil, malformedf("%s is not a Node: metadata.deletionTimestamp: %v", what, err)
+			return nil, badTime("metadata.deletionTimestamp", err)
 		}
 		n.DeletionTimestamp = &t
 	}
@@ -426,7 +423,7 @@ func decodeNode(raw []byte, what string) (*corev1.Node, error) {
 	for i, c := range s.Status.Conditions {
 		t, err := c.LastTransitionTime.time()
 		if err != nil {
-			return nil, malformedf("%s is not a Node: status.conditions[%d].lastTransitionTime: %v", what, i, err)
+			return nil, badTime(fmt.Sprintf("status.conditions[%d].lastTransitionTime", i), err)
 		}
 		conds = append(conds, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: t})
 	}
