@@ -89,15 +89,20 @@ func safest(in Input, stable *Result) *Result {
 	// rack route reflector it makes a spine member, another cluster-ID group) are planned as if
 	// they had no role, so that the planner may give them the new one; the others are handed over.
 	kept := keptPlaces(stable, fresh)
-	inFresh := map[string]bool{}
+	// A route reflector the fresh plan puts in another tier (a rack route reflector it makes a spine
+	// member) takes its new role in place; one it keeps in its tier but with other cluster-ID peers
+	// (another group) is handed over like those it does not choose: its cluster ID stays for as long
+	// as it has the role, since a changed ID restarts every BGP session it has.
+	freshSpine := map[string]bool{}
 	for _, rr := range fresh.RouteReflectors {
-		inFresh[rr.Node] = true
+		freshSpine[rr.Node] = rr.Spine
 	}
 	moved, replaced := map[string]bool{}, map[string]bool{}
 	for _, rr := range stable.RouteReflectors {
+		spine, inFresh := freshSpine[rr.Node]
 		switch {
 		case rr.Draining || kept[rr.Node]:
-		case inFresh[rr.Node]:
+		case inFresh && spine != rr.Spine:
 			replaced[rr.Node] = true
 		default:
 			moved[rr.Node] = true

@@ -238,9 +238,9 @@ func (pl *planner) planDualPlane() {
 			// Still connected while its clients move: the spine, else its rack.
 			switch {
 			case len(spine) > 0:
-				pl.setPeers(i, pl.withDrainingTwins(i, slices.Clone(spine)))
+				pl.setPeers(i, pl.withSameID(i, slices.Clone(spine)))
 			case len(rackSet[d.rack]) > 0:
-				pl.setPeers(i, slices.Clone(rackSet[d.rack]))
+				pl.setPeers(i, pl.withSameID(i, slices.Clone(rackSet[d.rack])))
 			default: // nothing active to hand over to: the draining route reflectors mesh
 				pl.setPeers(i, slices.DeleteFunc(pl.drainingNodes(), func(j int) bool { return j == i }))
 			}

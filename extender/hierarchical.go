@@ -126,9 +126,9 @@ func (pl *planner) planHierarchical() {
 				peers = pl.drainingNodes()
 			}
 			pl.setPeers(i, peers)
-		case d.role == roleDraining && d.id == base:
-			pl.setPeers(i, pl.withDrainingTwins(i, slices.Clone(spineIdx)))
-		default: // spine, rack and draining route reflectors all peer with the spine
+		case d.role == roleDraining:
+			pl.setPeers(i, pl.withSameID(i, slices.Clone(spineIdx)))
+		default: // spine and rack route reflectors peer with the spine
 			pl.setPeers(i, slices.Clone(spineIdx))
 		}
 	}
@@ -145,38 +145,84 @@ func (pl *planner) selectSpine(n int, byZone map[string][]*NodeInfo) []*NodeInfo
 	return out
 }
 
-// assignRackIDs gives each rack one cluster ID (the spine has the first): the one its current route
-// reflectors carry when no other rack holds it, else the lowest free one.
+// assignRackIDs gives each rack one cluster ID (the spine has the first): the one its route
+// reflectors carry, the draining ones of the rack included, when no other rack holds it, else the
+// lowest free one. A rack whose route reflector is replaced keeps its ID: the replacement takes it
+// and the surviving mate keeps it (two route reflectors of a rack sharing an ID while one drains is
+// the rack's usual redundancy), because a changed ID restarts every BGP session of the mate in BIRD
+// while the drained one may already be dead. An ID a draining route reflector of another rack
+// carries goes to no rack but the one whose own route reflectors carry it: the draining one's
+// remaining clients still reach the cluster through it.
 func (pl *planner) assignRackIDs(racks []string, rackRRs map[string][]*NodeInfo) {
 	base := pl.spineID
-	used := map[uint32]bool{base: true}
+	drainingIn := map[string]map[uint32]int{} // rack -> IDs its draining route reflectors carry
 	for i, n := range pl.nodes {
-		if pl.dec[i].role == roleDraining && n.HasClusterID {
-			used[n.ClusterID] = true
+		if pl.dec[i].role == roleDraining && n.HasClusterID && n.ClusterID != base {
+			// The rack it drains from (its ID is that rack's), not the one a relabel puts it in.
+			r := n.Rack
+			if r == "" {
+				r = pl.dec[i].rack
+			}
+			if drainingIn[r] == nil {
+				drainingIn[r] = map[uint32]int{}
+			}
+			drainingIn[r][n.ClusterID]++
 		}
 	}
-	rackID := map[string]uint32{}
-	var fresh []string
-	for _, r := range racks {
-		count := map[uint32]int{}
-		for _, n := range rackRRs[r] {
-			if n.HasClusterID && n.CurrentRR && n.ClusterID != base {
-				count[n.ClusterID]++
+	// heldElsewhere: an ID a draining route reflector of a rack other than r carries.
+	heldElsewhere := func(r string, id uint32) bool {
+		for other, ids := range drainingIn {
+			if other != r && ids[id] > 0 {
+				return true
 			}
 		}
-		best, ok := mostCarried(count, func(id uint32) bool { return !used[id] })
-		if !ok {
-			fresh = append(fresh, r)
-			continue
+		return false
+	}
+	used := map[uint32]bool{base: true}
+	rackID := map[string]uint32{}
+	// Two passes: first the racks by the route reflectors that stayed in them (the draining ones of
+	// the rack included), then the racks that only have route reflectors that moved in (a relabel,
+	// a split): a route reflector that moves does not take its old rack's ID along.
+	for _, stayed := range []bool{true, false} {
+		for _, r := range racks {
+			if _, done := rackID[r]; done || len(rackRRs[r]) == 0 {
+				continue
+			}
+			count := map[uint32]int{}
+			for _, n := range rackRRs[r] {
+				if n.HasClusterID && n.CurrentRR && n.ClusterID != base && (n.Rack == r) == stayed {
+					count[n.ClusterID]++
+				}
+			}
+			// A rack's own route reflectors keep its ID even while a draining route reflector that
+			// moved away carries it too (it peers with them: withSameID); route reflectors that
+			// moved in do not take an ID another rack's draining route reflector carries. A rack
+			// whose route reflectors are all new takes the ID of the ones draining from it.
+			free := func(id uint32) bool { return !used[id] && (stayed || !heldElsewhere(r, id)) }
+			best, ok := mostCarried(count, free)
+			if !ok && stayed {
+				best, ok = mostCarried(drainingIn[r], free)
+			}
+			if ok {
+				used[best] = true
+				rackID[r] = best
+			}
 		}
-		used[best] = true
-		rackID[r] = best
+	}
+	var fresh []string
+	for _, r := range racks {
+		if _, done := rackID[r]; !done && len(rackRRs[r]) > 0 {
+			fresh = append(fresh, r)
+		}
+	}
+	for _, ids := range drainingIn {
+		for id := range ids {
+			used[id] = true
+		}
 	}
 	alloc := pl.newIDAllocator(base, used)
 	for _, r := range fresh {
-		if len(rackRRs[r]) > 0 {
-			rackID[r] = alloc.take()
-		}
+		rackID[r] = alloc.take()
 	}
 	for _, r := range racks {
 		for _, n := range rackRRs[r] {

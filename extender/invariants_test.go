@@ -374,3 +374,31 @@ func zoneFailureSafe(p *policy.Resolved, r *Result) bool {
 	}
 	return true
 }
+
+// clusterIDChanges lists the route reflectors that keep their role from prev to r (active, not
+// draining, in both; the same spine or rack place, plane, standby and zone) and still changed their
+// cluster ID: a changed ID restarts every BGP session of the route reflector in BIRD (confd renders
+// `rr cluster id` on each of them), so the README promises IDs for a route reflector's, group's,
+// zone's or rack's whole life. A Hierarchical or DualPlane rack may change its ID only when the
+// rack itself is new to the route reflector (the node moved racks).
+func clusterIDChanges(prev, r *Result) []string {
+	before := make(map[string]RouteReflector, len(prev.RouteReflectors))
+	for _, rr := range prev.RouteReflectors {
+		if !rr.Draining {
+			before[rr.Node] = rr
+		}
+	}
+	var bad []string
+	for _, rr := range r.RouteReflectors {
+		was, ok := before[rr.Node]
+		if !ok || rr.Draining || was.ClusterID == rr.ClusterID {
+			continue
+		}
+		if was.Zone != rr.Zone || was.Rack != rr.Rack || was.Spine != rr.Spine || was.Plane != rr.Plane || was.StandbyFor != rr.StandbyFor {
+			continue
+		}
+		bad = append(bad, fmt.Sprintf("route reflector %s (zone %s, rack %q, spine %v, plane %d) kept its role but its cluster ID changed from %s to %s",
+			rr.Node, rr.Zone, rr.Rack, rr.Spine, rr.Plane, was.ClusterID, rr.ClusterID))
+	}
+	return bad
+}

@@ -41,8 +41,12 @@ func (l *life) input() Input {
 // step lets d pass, plans and applies the plan.
 func (l *life) step(d time.Duration) *Result {
 	l.now = l.now.Add(d)
+	prev := l.res
 	l.res = Plan(l.input())
 	require.NoError(l.t, l.res.DrillsErr)
+	if prev != nil {
+		require.Empty(l.t, clusterIDChanges(prev, l.res), "cluster IDs of route reflectors that keep their role")
+	}
 	apply(l.p, l.nodes, l.res)
 	l.recs = l.res.Recommendations
 	return l.res

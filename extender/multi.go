@@ -185,7 +185,9 @@ func (pl *planner) assignGroupIDs(active []*NodeInfo) {
 	}
 	var rest []*NodeInfo
 	for _, n := range active {
-		if gi, ok := groupOf[n.ClusterID]; ok && n.HasClusterID && n.CurrentRR && room[gi] > 0 {
+		// A current member keeps its group even past the group's share: a changed cluster ID
+		// restarts every BGP session of the route reflector in BIRD. New members even the groups out.
+		if gi, ok := groupOf[n.ClusterID]; ok && n.HasClusterID && n.CurrentRR {
 			put(n, gi)
 			continue
 		}

@@ -355,7 +355,22 @@ func (pl *planner) retire() {
 // nothing between them (found by the churn test: two spine members cordoned in a row).
 func (pl *planner) withDrainingTwins(i int, peers []int) []int {
 	for j := range pl.dec {
-		if j != i && pl.dec[j].role == roleDraining && pl.dec[j].id == pl.dec[i].id {
+		if j != i && pl.dec[j].role == roleDraining && pl.dec[j].id == pl.dec[i].id && !slices.Contains(peers, j) {
+			peers = append(peers, j)
+		}
+	}
+	return peers
+}
+
+// withSameID appends to the peers of draining route reflector i every other route reflector that
+// carries its cluster ID, draining or active (withDrainingTwins, then the active ones: a rack's
+// route reflectors while one of the rack drains, since the rack keeps its ID). Its other peers
+// (the spine) reflect the routes of those same-ID route reflectors' clients to it with that ID on
+// their cluster list, so it would drop them; the same-ID ones reflect them to it directly.
+func (pl *planner) withSameID(i int, peers []int) []int {
+	peers = pl.withDrainingTwins(i, peers)
+	for j := range pl.dec {
+		if j != i && pl.dec[j].role == roleActive && pl.dec[j].id == pl.dec[i].id && !slices.Contains(peers, j) {
 			peers = append(peers, j)
 		}
 	}
