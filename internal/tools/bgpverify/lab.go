@@ -37,6 +37,15 @@ type Lab struct {
 	// mu holds Sync, Kill and Revive apart: a test kills a BIRD while its confd loop syncs.
 	mu   sync.Mutex
 	dead map[int]bool
+	// What Sync configured (under rmu), and the Follow loop's rounds (under followMu).
+	rmu        sync.Mutex
+	reconfigs  []Reconfigure
+	followMu   *sync.Mutex
+	followErr  func() error
+	poke       chan struct{} // Revive wakes Follow
+	rounds     int
+	roundMax   time.Duration
+	roundTotal time.Duration
 }
 
 // StartLab creates the namespaces and the folders for names (nothing runs until Sync).
@@ -61,7 +70,7 @@ func StartLab(kubeconfig string, names []string) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lab{names: names, index: map[string]int{}, confd: confd, etc: etc, dir: dir, dead: map[int]bool{},
+	l := &Lab{names: names, index: map[string]int{}, confd: confd, etc: etc, dir: dir, dead: map[int]bool{}, poke: make(chan struct{}, 1),
 		env: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + kubeconfig, "USE_POD_CIDR=true"}}
 	addrs := make([]netip.Prefix, len(names))
 	for i, n := range names {
@@ -131,6 +140,9 @@ func (l *Lab) Sync(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("bird %s: configure: %v: %s", l.names[i], err, out))
 				continue
 			}
+			l.rmu.Lock()
+			l.reconfigs = append(l.reconfigs, diffProtocols(l.names[i], l.cfgs[i], cfg))
+			l.rmu.Unlock()
 			l.cfgs[i] = cfg
 		}
 	}
@@ -170,6 +182,13 @@ func (l *Lab) startNode(ctx context.Context, i int) error {
 	}
 }
 
+// reconfigures returns the configures Sync gave so far.
+func (l *Lab) reconfigures() []Reconfigure {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	return slices.Clone(l.reconfigs)
+}
+
 // Kill stops node name's BIRD (SIGKILL: a crash, no Cease to its peers) until Revive.
 func (l *Lab) Kill(name string) {
 	l.mu.Lock()
@@ -195,6 +214,10 @@ func (l *Lab) Revive(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.dead, l.index[name])
+	select {
+	case l.poke <- struct{}{}:
+	default:
+	}
 }
 
 // Running reports whether node name's BIRD runs.

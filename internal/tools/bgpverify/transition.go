@@ -1,0 +1,567 @@
+package bgpverify
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Follow keeps the Lab in sync the way calico-node keeps its node: confd renders again and every
+// BIRD whose bird.cfg changed loads it (`configure`). With changes nil a round runs after every
+// pause; otherwise after each change the channel reports (Changes: confd's watch) once pause has
+// passed since the last round, and after Revive. It runs until ctx ends or stop is called; stop
+// waits for the round under way and returns the last round's error. Each round renders every node
+// (confd -onetime per node), so a change reaches every BIRD within about one round.
+func (l *Lab) Follow(ctx context.Context, pause time.Duration, changes <-chan struct{}) (stop func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var mu sync.Mutex
+	var last error
+	l.followMu = &mu
+	l.followErr = func() error { mu.Lock(); defer mu.Unlock(); return last }
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			start := time.Now()
+			err := l.Sync(ctx)
+			took := time.Since(start)
+			mu.Lock()
+			if ctx.Err() == nil {
+				last = err
+			}
+			l.rounds++
+			l.roundMax = max(l.roundMax, took)
+			l.roundTotal += took
+			mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
+			if changes == nil || err != nil {
+				continue // a failed round is tried again
+			}
+			select {
+			case <-ctx.Done():
+			case <-changes:
+			case <-l.poke:
+			}
+		}
+	}()
+	return func() error {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
+}
+
+// FollowErr is the last error of the Follow loop (nil before its first round).
+func (l *Lab) FollowErr() error {
+	if l.followErr == nil {
+		return nil
+	}
+	return l.followErr()
+}
+
+// FollowRounds reports the Follow loop's rounds so far, the mean and the longest (a round is one
+// confd render of every node plus the configures).
+func (l *Lab) FollowRounds() (rounds int, mean, longest time.Duration) {
+	if l.followMu == nil {
+		return 0, 0, 0
+	}
+	l.followMu.Lock()
+	defer l.followMu.Unlock()
+	if l.rounds == 0 {
+		return 0, 0, 0
+	}
+	return l.rounds, l.roundTotal / time.Duration(l.rounds), l.roundMax
+}
+
+// Reconfigure is one `configure` the Lab gave a running BIRD: the BGP protocols of its bird.cfg
+// that appeared, went, or whose configuration changed (BIRD restarts those).
+type Reconfigure struct {
+	At                      time.Time
+	Node                    string
+	Added, Removed, Changed []string // protocol names
+}
+
+// protocolBlocks returns every `protocol bgp` block of a bird.cfg by name, its text as written.
+func protocolBlocks(cfg []byte) map[string]string {
+	out := map[string]string{}
+	lines := strings.Split(string(cfg), "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(l, "protocol bgp ") {
+			continue
+		}
+		name := strings.Fields(l)[2]
+		var body []string
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "}"; i++ {
+			body = append(body, lines[i])
+		}
+		out[name] = l + "\n" + strings.Join(body, "\n")
+	}
+	return out
+}
+
+func diffProtocols(node string, before, after []byte) Reconfigure {
+	r := Reconfigure{At: time.Now(), Node: node}
+	b, a := protocolBlocks(before), protocolBlocks(after)
+	for name, text := range a {
+		old, ok := b[name]
+		switch {
+		case !ok:
+			r.Added = append(r.Added, name)
+		case old != text:
+			r.Changed = append(r.Changed, name)
+		}
+	}
+	for name := range b {
+		if _, ok := a[name]; !ok {
+			r.Removed = append(r.Removed, name)
+		}
+	}
+	slices.Sort(r.Added)
+	slices.Sort(r.Removed)
+	slices.Sort(r.Changed)
+	return r
+}
+
+// SessionRestart is a BGP session seen Established on a node that went down (or came up again
+// with a new since time) while both BIRDs ran: BIRD restarted it (a changed configuration, a
+// Cease from the peer, a reset).
+type SessionRestart struct {
+	Node, Peer string
+	At         time.Duration // since the window began
+}
+
+// TransitionFigures are what a Sampler measured over one event window on the Lab.
+type TransitionFigures struct {
+	Event    string
+	Duration time.Duration
+	Samples  int // sampling rounds (every running BIRD read once per round)
+	// MissingPairSamples counts, over the rounds, the pairs (node, other node's block) that were
+	// routed before and missing in that round, with both BIRDs running.
+	MissingPairSamples int
+	// MissingByPair is the missing samples of each such pair ("node->origin").
+	MissingByPair map[string]int
+	// LongestGap is the longest time one pair was missing (from the first round that missed it to
+	// the first that had it again, or to the window's end), and that pair.
+	LongestGap     time.Duration
+	LongestGapPair string
+	// Restarts are the sessions that went down while both BIRDs ran, seen from each end.
+	Restarts []SessionRestart
+	// DownToDeadPeers counts sessions that went down because the peer's BIRD was not running.
+	DownToDeadPeers int
+	// Reconfigured are the configures the Lab gave BIRDs in the window, with the protocols each
+	// changed (BIRD restarts a changed protocol).
+	Reconfigured []Reconfigure
+	// SteadyRoutes is the busiest node's route count (paths to pod blocks) in the window's first
+	// round; PeakRoutes the highest count of any node in any round, on PeakNode.
+	SteadyRoutes int
+	PeakRoutes   int
+	PeakNode     string
+}
+
+// RestartsByNode counts the restarted sessions per node.
+func (f *TransitionFigures) RestartsByNode() map[string]int {
+	out := map[string]int{}
+	for _, r := range f.Restarts {
+		out[r.Node]++
+	}
+	return out
+}
+
+// RestartedSessions is the restarts as node->peer strings, sorted.
+func (f *TransitionFigures) RestartedSessions() []string {
+	var out []string
+	for _, r := range f.Restarts {
+		out = append(out, r.Node+"->"+r.Peer)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// MissingWhere sums the missing pair-samples of the pairs keep accepts (keep(node, origin)).
+func (f *TransitionFigures) MissingWhere(keep func(node, origin string) bool) (samples int, pairs []string) {
+	for p, n := range f.MissingByPair {
+		a, b, _ := strings.Cut(p, "->")
+		if keep(a, b) {
+			samples += n
+			pairs = append(pairs, fmt.Sprintf("%s(%d)", p, n))
+		}
+	}
+	slices.Sort(pairs)
+	return samples, pairs
+}
+
+func (f *TransitionFigures) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %v, %d samples: %d missing pair-samples (%d pairs)", f.Event, f.Duration.Round(10*time.Millisecond), f.Samples, f.MissingPairSamples, len(f.MissingByPair))
+	if f.MissingPairSamples > 0 {
+		fmt.Fprintf(&b, ", longest gap %v (%s)", f.LongestGap.Round(10*time.Millisecond), f.LongestGapPair)
+	} else {
+		b.WriteString(", longest gap 0s")
+	}
+	byNode := f.RestartsByNode()
+	names := make([]string, 0, len(byNode))
+	for n := range byNode {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s:%d", n, byNode[n]))
+	}
+	fmt.Fprintf(&b, "; %d sessions restarted [%s], %d down to dead peers", len(f.Restarts), strings.Join(parts, " "), f.DownToDeadPeers)
+	var changed []string
+	for _, r := range f.Reconfigured {
+		if len(r.Changed) > 0 {
+			changed = append(changed, fmt.Sprintf("%s:%d", r.Node, len(r.Changed)))
+		}
+	}
+	fmt.Fprintf(&b, "; %d configures, changed protocols [%s]", len(f.Reconfigured), strings.Join(changed, " "))
+	fmt.Fprintf(&b, "; busiest node's routes %d at start, peak %d (%s)", f.SteadyRoutes, f.PeakRoutes, f.PeakNode)
+	return b.String()
+}
+
+// Sampler reads every running BIRD of a Lab every interval: the pod blocks it routes, its route
+// count, and its BGP protocols' states, and measures each event window (Begin .. End).
+type Sampler struct {
+	l        *Lab
+	interval time.Duration
+	byAddr   map[netip.Addr]int
+
+	mu    sync.Mutex
+	win   *TransitionFigures
+	began time.Time
+	// State kept across windows.
+	proc    []*exec.Cmd                // the BIRD process last read per node (a new one resets)
+	seen    map[[2]int]bool            // pairs routed at least once by the observer's current BIRD
+	since   map[[2]int]time.Time       // pairs missing now: when first missed
+	protos  []map[string]protocolState // per node, per BGP protocol
+	pollErr error
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type protocolState struct {
+	up    bool
+	since string
+}
+
+// StartSampler starts sampling every interval until Stop.
+func (l *Lab) StartSampler(ctx context.Context, interval time.Duration) *Sampler {
+	s := &Sampler{l: l, interval: interval, byAddr: map[netip.Addr]int{}, proc: make([]*exec.Cmd, len(l.names)),
+		seen: map[[2]int]bool{}, since: map[[2]int]time.Time{}, protos: make([]map[string]protocolState, len(l.names)), done: make(chan struct{})}
+	for i := range l.names {
+		s.byAddr[NodeAddress(i).Addr()] = i
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(s.done)
+		next := time.Now()
+		for ctx.Err() == nil {
+			s.round(ctx)
+			next = next.Add(interval)
+			if d := time.Until(next); d > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
+			} else {
+				next = time.Now() // a round longer than the interval: go on at once
+			}
+		}
+	}()
+	return s
+}
+
+// Stop ends sampling.
+func (s *Sampler) Stop() {
+	s.cancel()
+	<-s.done
+}
+
+// Err is the last sampling error (a BIRD that did not answer while it ran), nil if none.
+func (s *Sampler) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pollErr
+}
+
+// Begin starts the window of event (ending any window under way).
+func (s *Sampler) Begin(event string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.began = time.Now()
+	s.win = &TransitionFigures{Event: event, MissingByPair: map[string]int{}, SteadyRoutes: -1}
+	// Pairs missing when the window begins count from its start.
+	for p := range s.since {
+		s.since[p] = s.began
+	}
+}
+
+// End ends the window under way and returns its figures.
+func (s *Sampler) End() TransitionFigures {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.win
+	if f == nil {
+		return TransitionFigures{}
+	}
+	now := time.Now()
+	f.Duration = now.Sub(s.began)
+	for p, t := range s.since {
+		if g := now.Sub(t); g > f.LongestGap {
+			f.LongestGap, f.LongestGapPair = g, s.l.names[p[0]]+"->"+s.l.names[p[1]]
+		}
+	}
+	for _, r := range s.l.reconfigures() {
+		if !r.At.Before(s.began) {
+			f.Reconfigured = append(f.Reconfigured, r)
+		}
+	}
+	if f.SteadyRoutes < 0 {
+		f.SteadyRoutes = 0
+	}
+	s.win = nil
+	return *f
+}
+
+type nodeSample struct {
+	at     time.Time
+	ok     bool
+	cmd    *exec.Cmd
+	blocks []netip.Prefix
+	routes int
+	protos map[string]protocolState
+}
+
+// round reads every running BIRD once, then accounts the round.
+func (s *Sampler) round(ctx context.Context) {
+	l := s.l
+	n := len(l.names)
+	samples := make([]nodeSample, n)
+	var errs []string
+	for i := range n {
+		l.f.mu.Lock()
+		c, cmd := l.f.conns[i], l.f.procs[i]
+		l.f.mu.Unlock()
+		if c == nil || cmd == nil || ctx.Err() != nil {
+			continue
+		}
+		ns, err := readNode(c, l.f.filter)
+		l.f.mu.Lock()
+		still := l.f.procs[i] == cmd
+		l.f.mu.Unlock()
+		if err != nil {
+			if still {
+				errs = append(errs, fmt.Sprintf("bird %s: %v", l.names[i], err))
+			}
+			continue
+		}
+		ns.at, ns.ok, ns.cmd = time.Now(), true, cmd
+		samples[i] = ns
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(errs) > 0 {
+		s.pollErr = fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	w := s.win
+	if w != nil {
+		w.Samples++
+	}
+	busiest := 0
+	for i, ns := range samples {
+		if !ns.ok {
+			continue
+		}
+		if s.proc[i] != ns.cmd { // a BIRD (re)started: nothing of the last one carries over
+			s.proc[i] = ns.cmd
+			s.protos[i] = nil
+			for p := range s.seen {
+				if p[0] == i {
+					delete(s.seen, p)
+					delete(s.since, p)
+				}
+			}
+		}
+		if ns.routes > busiest {
+			busiest = ns.routes
+		}
+		if w != nil && ns.routes > w.PeakRoutes {
+			w.PeakRoutes, w.PeakNode = ns.routes, l.names[i]
+		}
+		for j := range n {
+			if j == i {
+				continue
+			}
+			p := [2]int{i, j}
+			if !samples[j].ok && !l.Running(l.names[j]) {
+				// The origin's BIRD is dead: its block does not count (nor a gap under way).
+				delete(s.since, p)
+				delete(s.seen, p)
+				continue
+			}
+			has := slices.Contains(ns.blocks, Block(j))
+			switch {
+			case has:
+				s.seen[p] = true
+				if t, ok := s.since[p]; ok {
+					delete(s.since, p)
+					if g := ns.at.Sub(t); w != nil && g > w.LongestGap {
+						w.LongestGap, w.LongestGapPair = g, l.names[i]+"->"+l.names[j]
+					}
+				}
+			case s.seen[p]:
+				if _, ok := s.since[p]; !ok {
+					s.since[p] = ns.at
+				}
+				if w != nil {
+					w.MissingPairSamples++
+					w.MissingByPair[l.names[i]+"->"+l.names[j]]++
+				}
+			}
+		}
+		// Sessions.
+		old := s.protos[i]
+		for name, st := range ns.protos {
+			prev, ok := old[name]
+			// Seen Established, then not, or Established again since another time.
+			if !ok || !prev.up || st.up && st.since == prev.since || w == nil {
+				continue
+			}
+			peer := s.peerOf(name)
+			if peer >= 0 && !l.Running(l.names[peer]) {
+				w.DownToDeadPeers++
+				continue
+			}
+			pn := name
+			if peer >= 0 {
+				pn = l.names[peer]
+			}
+			w.Restarts = append(w.Restarts, SessionRestart{Node: l.names[i], Peer: pn, At: ns.at.Sub(s.began)})
+		}
+		s.protos[i] = ns.protos
+	}
+	if w != nil && w.SteadyRoutes < 0 {
+		w.SteadyRoutes = busiest
+	}
+}
+
+// peerOf is the node a protocol named Node_, Mesh_ or Global_<address> peers with, -1 if none.
+func (s *Sampler) peerOf(protocol string) int {
+	m := labPeerName.FindStringSubmatch(protocol)
+	if m == nil {
+		return -1
+	}
+	a, err := netip.ParseAddr(strings.ReplaceAll(m[2], "_", "."))
+	if err != nil {
+		return -1
+	}
+	if i, ok := s.byAddr[a]; ok {
+		return i
+	}
+	return -1
+}
+
+// readNode reads one BIRD: the pod blocks it routes (primary routes), its count of routes to
+// pod blocks (every path), and its BGP protocols' states.
+func readNode(c *birdConn, filter string) (nodeSample, error) {
+	var ns nodeSample
+	out, err := c.command("show route" + filter + " count")
+	if err != nil {
+		return ns, err
+	}
+	m := routeCount.FindStringSubmatch(out)
+	if m == nil {
+		return ns, fmt.Errorf("unexpected reply to show route count: %q", out)
+	}
+	fmt.Sscan(m[1], &ns.routes)
+	out, err = c.command("show route" + filter + " primary")
+	if err != nil {
+		return ns, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f[0]); err == nil {
+			ns.blocks = append(ns.blocks, p)
+		}
+	}
+	out, err = c.command("show protocols")
+	if err != nil {
+		return ns, err
+	}
+	ns.protos = map[string]protocolState{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		// name proto table state since info
+		if len(f) < 5 || f[1] != "BGP" {
+			continue
+		}
+		st := protocolState{since: f[4]}
+		st.up = len(f) >= 6 && f[5] == "Established"
+		ns.protos[f[0]] = st
+	}
+	return ns, nil
+}
+
+// Changes watches what confd renders from (Nodes, Calico's BGPPeers and BGPConfigurations, as
+// crd.projectcalico.org/v1) and sends on the returned channel (capacity 1, never blocking) after
+// every change, as confd's watch wakes it; it stops with ctx. Give it to FollowChanges.
+func Changes(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}
+	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	for _, gvr := range []schema.GroupVersionResource{
+		{Version: "v1", Resource: "nodes"},
+		{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgppeers"},
+		{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgpconfigurations"},
+	} {
+		if _, err := f.ForResource(gvr).Informer().AddEventHandler(h); err != nil {
+			return nil, err
+		}
+	}
+	f.Start(ctx.Done())
+	for gvr, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("watching %s: cache not synced", gvr.Resource)
+		}
+	}
+	return ch, nil
+}
