@@ -182,8 +182,8 @@ func (l *Lab) startNode(ctx context.Context, i int) error {
 	}
 }
 
-// reconfigures returns the configures Sync gave so far.
-func (l *Lab) reconfigures() []Reconfigure {
+// Reconfigures returns the configures Sync gave so far.
+func (l *Lab) Reconfigures() []Reconfigure {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
 	return slices.Clone(l.reconfigs)

@@ -330,7 +330,7 @@ func (s *Sampler) End() TransitionFigures {
 			f.LongestGap, f.LongestGapPair = g, s.l.names[p[0]]+"->"+s.l.names[p[1]]
 		}
 	}
-	for _, r := range s.l.reconfigures() {
+	for _, r := range s.l.Reconfigures() {
 		if !r.At.Before(s.began) {
 			f.Reconfigured = append(f.Reconfigured, r)
 		}
