@@ -103,9 +103,9 @@ func TestTransitionsOnRealBIRD(t *testing.T) {
 	}
 	w.eventually("8 route reflectors (3 racks of 2, a spine of 2)", time.Minute, func() error { return w.settled(8) })
 
-	changes, err := bgpverify.Changes(ctx, w.env.Config)
+	require.NoError(t, lab.Sync(ctx), "the first confd render")
+	stopFollow, err := lab.Follow(ctx, 100*time.Millisecond)
 	require.NoError(t, err)
-	stopFollow := lab.Follow(ctx, 200*time.Millisecond, changes)
 	t.Cleanup(func() { _ = stopFollow() })
 	w.eventually("every pair routed on the 30 BIRDs", 2*time.Minute, func() error { return converged(ctx, lab, nodes) })
 	t.Logf("setup: %d nodes routed on BIRD %v after the start", nodes, time.Since(start).Round(100*time.Millisecond))

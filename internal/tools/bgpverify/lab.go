@@ -42,7 +42,6 @@ type Lab struct {
 	reconfigs  []Reconfigure
 	followMu   *sync.Mutex
 	followErr  func() error
-	poke       chan struct{} // Revive wakes Follow
 	rounds     int
 	roundMax   time.Duration
 	roundTotal time.Duration
@@ -70,7 +69,7 @@ func StartLab(kubeconfig string, names []string) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lab{names: names, index: map[string]int{}, confd: confd, etc: etc, dir: dir, dead: map[int]bool{}, poke: make(chan struct{}, 1),
+	l := &Lab{names: names, index: map[string]int{}, confd: confd, etc: etc, dir: dir, dead: map[int]bool{},
 		env: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + kubeconfig, "USE_POD_CIDR=true"}}
 	addrs := make([]netip.Prefix, len(names))
 	for i, n := range names {
@@ -113,13 +112,19 @@ func (l *Lab) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := dropEmptyKrtTunnel(dirs); err != nil {
+	l.dirs = dirs
+	return l.apply(ctx)
+}
+
+// apply (under mu, after a first render) starts the BIRDs that are not running (but those
+// killed) and has the running ones whose bird.cfg changed since they last loaded it load it.
+func (l *Lab) apply(ctx context.Context) error {
+	if err := dropEmptyKrtTunnel(l.dirs); err != nil {
 		return err
 	}
-	l.dirs = dirs
 	var errs []error
 	for i := range l.names {
-		l.f.configs[i] = filepath.Join(dirs[i], "bird.cfg")
+		l.f.configs[i] = filepath.Join(l.dirs[i], "bird.cfg")
 		cfg, err := os.ReadFile(l.f.configs[i])
 		if err != nil {
 			return err
@@ -214,10 +219,6 @@ func (l *Lab) Revive(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.dead, l.index[name])
-	select {
-	case l.poke <- struct{}{}:
-	default:
-	}
 }
 
 // Running reports whether node name's BIRD runs.

@@ -2,29 +2,58 @@ package bgpverify
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 )
 
-// Follow keeps the Lab in sync the way calico-node keeps its node: confd renders again and every
-// BIRD whose bird.cfg changed loads it (`configure`). With changes nil a round runs after every
-// pause; otherwise after each change the channel reports (Changes: confd's watch) once pause has
-// passed since the last round, and after Revive. It runs until ctx ends or stop is called; stop
-// waits for the round under way and returns the last round's error. Each round renders every node
-// (confd -onetime per node), so a change reaches every BIRD within about one round.
-func (l *Lab) Follow(ctx context.Context, pause time.Duration, changes <-chan struct{}) (stop func() error) {
+// Follow keeps the Lab in sync the way calico-node keeps its node: one confd per node runs as
+// calico-node runs it, watching the API server and rendering the node's files on every change, and
+// every pause the Lab has each BIRD whose bird.cfg changed since it last loaded one load it
+// (`configure`, what confd's reload command does in calico-node), and starts the BIRDs that are
+// not running but not killed (Revive). It runs until ctx ends or stop is called; stop ends the
+// confd processes and returns the last round's error. The Lab must have been synced once.
+func (l *Lab) Follow(ctx context.Context, pause time.Duration) (stop func() error, err error) {
+	l.mu.Lock()
+	dirs := l.dirs
+	l.mu.Unlock()
+	if dirs == nil {
+		return nil, errors.New("lab: Follow before the first Sync")
+	}
 	ctx, cancel := context.WithCancel(ctx)
+	exited := make([]atomic.Bool, len(l.names))
+	var confds sync.WaitGroup
+	for i, name := range l.names {
+		cmd := confdCommand(ctx, l.confd, dirs[i], name, l.env)
+		logf, err := os.Create(filepath.Join(dirs[i], "confd-watch.log"))
+		if err != nil {
+			cancel()
+			confds.Wait()
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		err = cmd.Start()
+		logf.Close()
+		if err != nil {
+			cancel()
+			confds.Wait()
+			return nil, fmt.Errorf("confd for node %s: %v", name, err)
+		}
+		confds.Add(1)
+		go func() {
+			defer confds.Done()
+			_ = cmd.Wait()
+			exited[i].Store(true)
+		}()
+	}
 	done := make(chan struct{})
 	var mu sync.Mutex
 	var last error
@@ -34,8 +63,15 @@ func (l *Lab) Follow(ctx context.Context, pause time.Duration, changes <-chan st
 		defer close(done)
 		for ctx.Err() == nil {
 			start := time.Now()
-			err := l.Sync(ctx)
+			l.mu.Lock()
+			err := l.apply(ctx)
+			l.mu.Unlock()
 			took := time.Since(start)
+			for i := range exited {
+				if exited[i].Load() && ctx.Err() == nil {
+					err = errors.Join(err, fmt.Errorf("confd for node %s exited: %s", l.names[i], lastLines(readFile(filepath.Join(dirs[i], "confd-watch.log")), 3)))
+				}
+			}
 			mu.Lock()
 			if ctx.Err() == nil {
 				last = err
@@ -48,23 +84,21 @@ func (l *Lab) Follow(ctx context.Context, pause time.Duration, changes <-chan st
 			case <-ctx.Done():
 			case <-time.After(pause):
 			}
-			if changes == nil || err != nil {
-				continue // a failed round is tried again
-			}
-			select {
-			case <-ctx.Done():
-			case <-changes:
-			case <-l.poke:
-			}
 		}
 	}()
 	return func() error {
 		cancel()
 		<-done
+		confds.Wait()
 		mu.Lock()
 		defer mu.Unlock()
 		return last
-	}
+	}, nil
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
 }
 
 // FollowErr is the last error of the Follow loop (nil before its first round).
@@ -75,8 +109,8 @@ func (l *Lab) FollowErr() error {
 	return l.followErr()
 }
 
-// FollowRounds reports the Follow loop's rounds so far, the mean and the longest (a round is one
-// confd render of every node plus the configures).
+// FollowRounds reports the Follow loop's rounds so far, the mean and the longest (a round reads
+// every node's bird.cfg and gives the configures).
 func (l *Lab) FollowRounds() (rounds int, mean, longest time.Duration) {
 	if l.followMu == nil {
 		return 0, 0, 0
@@ -525,43 +559,4 @@ func readNode(c *birdConn, filter string) (nodeSample, error) {
 		ns.protos[f[0]] = st
 	}
 	return ns, nil
-}
-
-// Changes watches what confd renders from (Nodes, Calico's BGPPeers and BGPConfigurations, as
-// crd.projectcalico.org/v1) and sends on the returned channel (capacity 1, never blocking) after
-// every change, as confd's watch wakes it; it stops with ctx. Give it to FollowChanges.
-func Changes(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error) {
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ch := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}
-	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	for _, gvr := range []schema.GroupVersionResource{
-		{Version: "v1", Resource: "nodes"},
-		{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgppeers"},
-		{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgpconfigurations"},
-	} {
-		if _, err := f.ForResource(gvr).Informer().AddEventHandler(h); err != nil {
-			return nil, err
-		}
-	}
-	f.Start(ctx.Done())
-	for gvr, ok := range f.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("watching %s: cache not synced", gvr.Resource)
-		}
-	}
-	return ch, nil
 }
