@@ -402,7 +402,9 @@ func (w *world) roles() *roles {
 			r.draining[n.Name] = true
 		case label && id != "":
 			r.id[n.Name] = id
-			_, r.spineName[n.Name] = n.Labels[extender.LabelTopLevel]
+			// A DualPlane rack route reflector peers with its plane's spine member through an
+			// uplink set; a spine member has none.
+			r.spineName[n.Name] = n.Labels[extender.LabelUplinkSet] == ""
 		default:
 			r.rrs[n.Name] = n.Annotations[extender.AnnotationRouteReflectors]
 		}

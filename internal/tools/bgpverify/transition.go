@@ -179,6 +179,24 @@ func diffProtocols(node string, before, after []byte) Reconfigure {
 type SessionRestart struct {
 	Node, Peer string
 	At         time.Duration // since the window began
+	Reason     string        // BIRD's last error of the protocol (`show protocols all`), if any
+}
+
+// lastError is the "Last error" BIRD reports for protocol name, "" if none.
+func lastError(c *birdConn, name string) string {
+	if c == nil {
+		return ""
+	}
+	out, err := c.command("show protocols all " + name)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Last error:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // TransitionFigures are what a Sampler measured over one event window on the Lab.
@@ -222,10 +240,14 @@ func (f *TransitionFigures) RestartsByNode() map[string]int {
 func (f *TransitionFigures) RestartedSessions() []string {
 	var out []string
 	for _, r := range f.Restarts {
-		out = append(out, r.Node+"->"+r.Peer)
+		s := fmt.Sprintf("%s->%s@%.1fs", r.Node, r.Peer, r.At.Seconds())
+		if r.Reason != "" {
+			s += "(" + r.Reason + ")"
+		}
+		out = append(out, s)
 	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }
 
 // MissingWhere sums the missing pair-samples of the pairs keep accepts (keep(node, origin)).
@@ -390,6 +412,7 @@ func (s *Sampler) round(ctx context.Context) {
 	l := s.l
 	n := len(l.names)
 	samples := make([]nodeSample, n)
+	conns := make([]*birdConn, n)
 	var errs []string
 	for i := range n {
 		l.f.mu.Lock()
@@ -409,7 +432,7 @@ func (s *Sampler) round(ctx context.Context) {
 			continue
 		}
 		ns.at, ns.ok, ns.cmd = time.Now(), true, cmd
-		samples[i] = ns
+		samples[i], conns[i] = ns, c
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -492,7 +515,7 @@ func (s *Sampler) round(ctx context.Context) {
 			if peer >= 0 {
 				pn = l.names[peer]
 			}
-			w.Restarts = append(w.Restarts, SessionRestart{Node: l.names[i], Peer: pn, At: ns.at.Sub(s.began)})
+			w.Restarts = append(w.Restarts, SessionRestart{Node: l.names[i], Peer: pn, At: ns.at.Sub(s.began), Reason: lastError(conns[i], name)})
 		}
 		s.protos[i] = ns.protos
 	}
