@@ -194,8 +194,8 @@ func TestTransitionsOnRealBIRD(t *testing.T) {
 	}, nodes-2)
 
 	t.Logf("transition figures per event (%d nodes, %v in all):\n%s", nodes, time.Since(start).Round(time.Second), strings.Join(report, "\n"))
-	rounds, mean, longest := lab.FollowRounds()
-	t.Logf("confd/BIRD follow loop: %d rounds, %v mean, %v longest", rounds, mean.Round(time.Millisecond), longest.Round(time.Millisecond))
+	rounds, mean, longest, longestErr := lab.FollowRounds()
+	t.Logf("confd/BIRD follow loop: %d rounds, %v mean, %v longest (error %v)", rounds, mean.Round(time.Millisecond), longest.Round(time.Millisecond), longestErr)
 	require.NoError(t, stopFollow(), "the confd/BIRD follow loop")
 }
 

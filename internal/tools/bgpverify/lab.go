@@ -38,13 +38,14 @@ type Lab struct {
 	mu   sync.Mutex
 	dead map[int]bool
 	// What Sync configured (under rmu), and the Follow loop's rounds (under followMu).
-	rmu        sync.Mutex
-	reconfigs  []Reconfigure
-	followMu   *sync.Mutex
-	followErr  func() error
-	rounds     int
-	roundMax   time.Duration
-	roundTotal time.Duration
+	rmu         sync.Mutex
+	reconfigs   []Reconfigure
+	followMu    *sync.Mutex
+	followErr   func() error
+	rounds      int
+	roundMax    time.Duration
+	roundMaxErr error
+	roundTotal  time.Duration
 }
 
 // StartLab creates the namespaces and the folders for names (nothing runs until Sync).

@@ -77,7 +77,9 @@ func (l *Lab) Follow(ctx context.Context, pause time.Duration) (stop func() erro
 				last = err
 			}
 			l.rounds++
-			l.roundMax = max(l.roundMax, took)
+			if took > l.roundMax {
+				l.roundMax, l.roundMaxErr = took, err
+			}
 			l.roundTotal += took
 			mu.Unlock()
 			select {
@@ -109,18 +111,18 @@ func (l *Lab) FollowErr() error {
 	return l.followErr()
 }
 
-// FollowRounds reports the Follow loop's rounds so far, the mean and the longest (a round reads
-// every node's bird.cfg and gives the configures).
-func (l *Lab) FollowRounds() (rounds int, mean, longest time.Duration) {
+// FollowRounds reports the Follow loop's rounds so far, the mean and the longest with its error
+// (a round reads every node's bird.cfg, gives the configures and starts revived BIRDs).
+func (l *Lab) FollowRounds() (rounds int, mean, longest time.Duration, longestErr error) {
 	if l.followMu == nil {
-		return 0, 0, 0
+		return 0, 0, 0, nil
 	}
 	l.followMu.Lock()
 	defer l.followMu.Unlock()
 	if l.rounds == 0 {
-		return 0, 0, 0
+		return 0, 0, 0, nil
 	}
-	return l.rounds, l.roundTotal / time.Duration(l.rounds), l.roundMax
+	return l.rounds, l.roundTotal / time.Duration(l.rounds), l.roundMax, l.roundMaxErr
 }
 
 // Reconfigure is one `configure` the Lab gave a running BIRD: the BGP protocols of its bird.cfg
@@ -173,9 +175,8 @@ func diffProtocols(node string, before, after []byte) Reconfigure {
 	return r
 }
 
-// SessionRestart is a BGP session seen Established on a node that went down (or came up again
-// with a new since time) while both BIRDs ran: BIRD restarted it (a changed configuration, a
-// Cease from the peer, a reset).
+// SessionRestart is a BGP session seen Established on a node that left Established while both
+// BIRDs ran: BIRD restarted it (a changed configuration, a Cease from the peer, a reset).
 type SessionRestart struct {
 	Node, Peer string
 	At         time.Duration // since the window began
@@ -217,6 +218,9 @@ type TransitionFigures struct {
 	Restarts []SessionRestart
 	// DownToDeadPeers counts sessions that went down because the peer's BIRD was not running.
 	DownToDeadPeers int
+	// SinceChanges counts protocols that stayed Established but whose `show protocols` since
+	// time moved between two samples (a re-feed; not counted as a restart).
+	SinceChanges int
 	// Reconfigured are the configures the Lab gave BIRDs in the window, with the protocols each
 	// changed (BIRD restarts a changed protocol).
 	Reconfigured []Reconfigure
@@ -281,7 +285,7 @@ func (f *TransitionFigures) String() string {
 	for _, n := range names {
 		parts = append(parts, fmt.Sprintf("%s:%d", n, byNode[n]))
 	}
-	fmt.Fprintf(&b, "; %d sessions restarted [%s], %d down to dead peers", len(f.Restarts), strings.Join(parts, " "), f.DownToDeadPeers)
+	fmt.Fprintf(&b, "; %d sessions restarted [%s], %d down to dead peers, %d since-changes while Established", len(f.Restarts), strings.Join(parts, " "), f.DownToDeadPeers, f.SinceChanges)
 	var changed []string
 	for _, r := range f.Reconfigured {
 		if len(r.Changed) > 0 {
@@ -502,8 +506,17 @@ func (s *Sampler) round(ctx context.Context) {
 		old := s.protos[i]
 		for name, st := range ns.protos {
 			prev, ok := old[name]
-			// Seen Established, then not, or Established again since another time.
-			if !ok || !prev.up || st.up && st.since == prev.since || w == nil {
+			if !ok || !prev.up || w == nil {
+				continue
+			}
+			if st.up {
+				// Still Established, but its since column moved: BIRD also stamps a protocol's
+				// re-feed (state feed, e.g. on a peer's route refresh), so this is no restart
+				// (a restart leaves Established for longer than a sampling interval: the peer
+				// reconnects after a Cease).
+				if st.since != prev.since {
+					w.SinceChanges++
+				}
 				continue
 			}
 			peer := s.peerOf(name)
