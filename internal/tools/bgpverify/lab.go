@@ -169,8 +169,19 @@ func (l *Lab) startNode(ctx context.Context, i int) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("bird %s: %v", l.names[i], err)
 	}
+	// A BIRD that rejects its configuration exits at once: say so without waiting (with a Follow
+	// loop, confd may rewrite bird_ipam.cfg between dropEmptyKrtTunnel and the start; the next
+	// round strips it again and starts the BIRD).
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
+			return fmt.Errorf("bird %s exited at its start: %s", l.names[i], strings.TrimSpace(string(log)))
+		default:
+		}
 		c, err := dialBIRD(f.socket(i))
 		if err == nil {
 			f.mu.Lock()
@@ -180,7 +191,7 @@ func (l *Lab) startNode(ctx context.Context, i int) error {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			<-exited
 			log, _ := os.ReadFile(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
 			return fmt.Errorf("bird %s did not start: %v: %s", l.names[i], err, strings.TrimSpace(string(log)))
 		}
