@@ -77,6 +77,11 @@ var (
 // in any sample, that a route reflector that stays one in the same rack and plane keeps its
 // cluster ID, and that none of its sessions to nodes that keep their role restarts.
 //
+// On the code of this commit (before issue 36's cluster-ID fix) events (i) and (ii) fail all
+// three assertions: the replacement changes the surviving rack mate's cluster ID, BIRD restarts
+// every session of the mate, and the rack's clients lose other nodes' blocks for seconds. The
+// assertions stay as they are: they are what the fix must make pass.
+//
 // What a faster test cannot prove: the model and the plan-level checks see only end states and
 // their own idea of a session; here BIRD itself decides which protocol restarts on `configure`
 // (a Cease withdraws the routes at once, graceful restart does not cover it), the order and
