@@ -572,13 +572,7 @@ func renderNodeEnv(ctx context.Context, confd, etc string, tomls []string, dir, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, confd, "-onetime", "-sync-only", "-confdir", dir)
-	cmd.Env = append([]string{
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + os.Getenv("HOME"),
-		"NODENAME=" + name,
-		"BGP_LOGSEVERITYSCREEN=warning",
-	}, env...)
+	cmd := confdCommand(ctx, confd, dir, name, env, "-onetime")
 	out, err := cmd.CombinedOutput()
 	_ = os.WriteFile(filepath.Join(dir, "confd.log"), out, 0o644)
 	if err != nil {
@@ -588,6 +582,19 @@ func renderNodeEnv(ctx context.Context, confd, etc string, tomls []string, dir, 
 		return fmt.Errorf("confd for node %s wrote no bird.cfg: %s", name, lastLines(string(out), 5))
 	}
 	return nil
+}
+
+// confdCommand runs confd for node name with the conf.d and the templates of dir, writing without
+// check or reload commands (-sync-only), reading the datastore that env names.
+func confdCommand(ctx context.Context, confd, dir, name string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, confd, append(args, "-sync-only", "-confdir", dir)...)
+	cmd.Env = append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+		"NODENAME=" + name,
+		"BGP_LOGSEVERITYSCREEN=warning",
+	}, env...)
+	return cmd
 }
 
 // rewriteDest points every `dest = "..."` line of a conf.d toml at a file of the same name in dir.
@@ -947,15 +954,20 @@ func dropEmptyKrtTunnel(dirs []string) error {
 		}
 		lines := strings.Split(string(b), "\n")
 		out := lines[:0]
+		dropped := false
 		for _, l := range lines {
 			t := strings.TrimSpace(l)
 			if strings.HasPrefix(t, `krt_tunnel = "";`) {
+				dropped = true
 				continue
 			}
 			if strings.Contains(t, "krt_tunnel") {
 				return fmt.Errorf("%s sets a tunnel (%s), which only Calico's fork of BIRD knows", p, t)
 			}
 			out = append(out, l)
+		}
+		if !dropped {
+			continue // (a Lab's follow loop looks every 100 ms: write only what changes)
 		}
 		if err := os.WriteFile(p, []byte(strings.Join(out, "\n")), 0o644); err != nil {
 			return err

@@ -37,6 +37,15 @@ type Lab struct {
 	// mu holds Sync, Kill and Revive apart: a test kills a BIRD while its confd loop syncs.
 	mu   sync.Mutex
 	dead map[int]bool
+	// What Sync configured (under rmu), and the Follow loop's rounds (under followMu).
+	rmu         sync.Mutex
+	reconfigs   []Reconfigure
+	followMu    *sync.Mutex
+	followErr   func() error
+	rounds      int
+	roundMax    time.Duration
+	roundMaxErr error
+	roundTotal  time.Duration
 }
 
 // StartLab creates the namespaces and the folders for names (nothing runs until Sync).
@@ -104,13 +113,19 @@ func (l *Lab) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := dropEmptyKrtTunnel(dirs); err != nil {
+	l.dirs = dirs
+	return l.apply(ctx)
+}
+
+// apply (under mu, after a first render) starts the BIRDs that are not running (but those
+// killed) and has the running ones whose bird.cfg changed since they last loaded it load it.
+func (l *Lab) apply(ctx context.Context) error {
+	if err := dropEmptyKrtTunnel(l.dirs); err != nil {
 		return err
 	}
-	l.dirs = dirs
 	var errs []error
 	for i := range l.names {
-		l.f.configs[i] = filepath.Join(dirs[i], "bird.cfg")
+		l.f.configs[i] = filepath.Join(l.dirs[i], "bird.cfg")
 		cfg, err := os.ReadFile(l.f.configs[i])
 		if err != nil {
 			return err
@@ -131,6 +146,9 @@ func (l *Lab) Sync(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("bird %s: configure: %v: %s", l.names[i], err, out))
 				continue
 			}
+			l.rmu.Lock()
+			l.reconfigs = append(l.reconfigs, diffProtocols(l.names[i], l.cfgs[i], cfg))
+			l.rmu.Unlock()
 			l.cfgs[i] = cfg
 		}
 	}
@@ -151,8 +169,19 @@ func (l *Lab) startNode(ctx context.Context, i int) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("bird %s: %v", l.names[i], err)
 	}
+	// A BIRD that rejects its configuration exits at once: say so without waiting (with a Follow
+	// loop, confd may rewrite bird_ipam.cfg between dropEmptyKrtTunnel and the start; the next
+	// round strips it again and starts the BIRD).
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
+			return fmt.Errorf("bird %s exited at its start: %s", l.names[i], strings.TrimSpace(string(log)))
+		default:
+		}
 		c, err := dialBIRD(f.socket(i))
 		if err == nil {
 			f.mu.Lock()
@@ -162,12 +191,19 @@ func (l *Lab) startNode(ctx context.Context, i int) error {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			<-exited
 			log, _ := os.ReadFile(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
 			return fmt.Errorf("bird %s did not start: %v: %s", l.names[i], err, strings.TrimSpace(string(log)))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Reconfigures returns the configures Sync gave so far.
+func (l *Lab) Reconfigures() []Reconfigure {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	return slices.Clone(l.reconfigs)
 }
 
 // Kill stops node name's BIRD (SIGKILL: a crash, no Cease to its peers) until Revive.

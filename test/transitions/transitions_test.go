@@ -1,0 +1,549 @@
+// Package transitions is the live transition proof of issue 36: the real product changes the
+// layout of a cluster whose every node runs BIRD configured by Calico's confd, and the routes are
+// sampled while each change happens.
+package transitions
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
+)
+
+const (
+	nodes = 30
+	// The policy's clocks, scaled down together from Calico's and the product's defaults
+	// (graceful restart 120 s, notReadyGracePeriod 2 m): a dead route reflector's stale routes
+	// are gone (restart time 5 s) before its replacement (grace 10 s), as in a real cluster, where
+	// the replaced RR is dead past its graceful restart when the rack's other RR is all that is left.
+	restartTime = 5 * time.Second
+	grace       = 10 * time.Second
+	policy      = `apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  topology: {type: DualPlane, maxRackSize: 10}
+  notReadyGracePeriod: 10s
+  removalDelay: 3s
+  bgpHealth: {enabled: false}
+  bgpPeer: {maxRestartTime: 5s}
+  behavior: {scaleDown: {stabilizationWindowSeconds: 3}}
+`
+	// quiet is how long the product's state and the BIRDs' configurations must stay unchanged
+	// for an event to be over (longer than removalDelay and the product's coalescing).
+	quiet = 5 * time.Second
+)
+
+var (
+	bgpPeersGVR   = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgppeers"}
+	bgpConfigGVR  = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgpconfigurations"}
+	ipPoolsGVR    = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "ippools"}
+	policyGVR     = schema.GroupVersionResource{Group: "routereflector.io", Version: "v1alpha1", Resource: "routereflectorpolicies"}
+	zones         = []string{"zone-a", "zone-b", "zone-c"}
+	calicoExtraRs = []string{"bgppeers", "bgpconfigurations", "caliconodestatuses", "ippools", "bgpfilters", "ipamblocks",
+		"blockaffinities", "ipamconfigs", "clusterinformations", "felixconfigurations", "ipreservations"}
+)
+
+// TestTransitionsOnRealBIRD is the live transition proof at about 30 nodes (issue 36, item 4):
+// the real product (the built binary's `serve`, the chart's webhooks and RBAC, a real
+// kube-apiserver) runs a DualPlane cluster of 30 nodes in 3 zones (a rack per zone, 2 route
+// reflectors each, a spine of 2); every node runs BIRD 1.6 in its own network namespace,
+// configured by Calico's confd from the same API server and reloaded (`configure`) after every
+// change the product writes, as calico-node does; every node's routes and BGP protocols are read
+// every 100 ms. The events run as one cluster's history: (i) a rack route reflector cordoned,
+// (ii) a rack route reflector NotReady past the grace with its BIRD killed, (iii) a spine member
+// the same, (iv) a zone out and back. Per event it reports the missing pair-samples, the longest
+// gap, the sessions BIRD restarted by node, the protocols each configure changed and the busiest
+// node's peak routes; and it asserts that no pair between nodes that keep their role is missing
+// in any sample, that a route reflector that stays one in the same rack and plane keeps its
+// cluster ID, and that none of its sessions to nodes that keep their role restarts.
+//
+// On the code of this commit (before issue 36's cluster-ID fix) events (i) and (ii) fail all
+// three assertions: the replacement changes the surviving rack mate's cluster ID, BIRD restarts
+// every session of the mate, and the rack's clients lose other nodes' blocks for seconds. The
+// assertions stay as they are: they are what the fix must make pass.
+//
+// What a faster test cannot prove: the model and the plan-level checks see only end states and
+// their own idea of a session; here BIRD itself decides which protocol restarts on `configure`
+// (a Cease withdraws the routes at once, graceful restart does not cover it), the order and
+// timing are the product's own (its webhooks, its reconciler, its removalDelay and grace), and
+// a pair counts as lost only when real routing tables lack it while it happens.
+func TestTransitionsOnRealBIRD(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver, etcd, confd and bird (hack/tools.sh), and root")
+	}
+	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
+	start := time.Now()
+	ctx := t.Context()
+	w := newWorld(t)
+
+	names := make([]string, nodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%02d", i)
+	}
+	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
+	require.NoError(t, err)
+	t.Cleanup(lab.Close)
+	for i, n := range names {
+		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
+	}
+	w.eventually("8 route reflectors (3 racks of 2, a spine of 2)", time.Minute, func() error { return w.settled(8) })
+
+	require.NoError(t, lab.Sync(ctx), "the first confd render")
+	stopFollow, err := lab.Follow(ctx, 100*time.Millisecond)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stopFollow() })
+	w.eventually("every pair routed on the 30 BIRDs", 2*time.Minute, func() error { return converged(ctx, lab, nodes) })
+	t.Logf("setup: %d nodes routed on BIRD %v after the start", nodes, time.Since(start).Round(100*time.Millisecond))
+
+	s := lab.StartSampler(ctx, 100*time.Millisecond)
+	t.Cleanup(s.Stop)
+	var report []string
+	event := func(name string, act func(before *roles), live int) {
+		t.Helper()
+		before := w.roles()
+		s.Begin(name)
+		act(before)
+		w.settle(lab, live)
+		f := s.End()
+		after := w.roles()
+		t.Logf("%s", f.String())
+		t.Logf("  roles changed: %s", before.diff(after))
+		if len(f.Restarts) > 0 {
+			t.Logf("  restarted sessions: %s", strings.Join(f.RestartedSessions(), " "))
+		}
+		for _, r := range f.Reconfigured {
+			if len(r.Changed)+len(r.Added)+len(r.Removed) > 0 {
+				t.Logf("  configure %s: changed %v added %v removed %v", r.Node, r.Changed, r.Added, r.Removed)
+			}
+		}
+		report = append(report, f.String())
+		require.NoError(t, s.Err(), "sampling")
+		check(t, &f, before, after)
+	}
+
+	// (i) A rack route reflector of zone-a cordoned: drained and replaced while its BIRD runs.
+	event("(i) rack RR cordoned", func(before *roles) {
+		v := before.pick(func(n *corev1.Node) bool { return !before.spine(n) && n.Labels[corev1.LabelTopologyZone] == "zone-a" })
+		require.NotEmpty(t, v, "no rack route reflector in zone-a: %v", before.id)
+		t.Logf("(i) cordon %s (rack %s, plane %s, %s)", v, before.rack(v), before.plane(v), before.id[v])
+		_, stderr, err := w.env.Kubectl(t, testenv.UserAdmin, "cordon", v)
+		require.NoError(t, err, stderr)
+		w.eventually("(i) "+v+" replaced", time.Minute, func() error { return w.replaced(v) })
+	}, nodes)
+
+	// (ii) A rack route reflector of zone-b dead (its BIRD killed, no Cease) and NotReady past
+	// the grace: replaced; its rack's other route reflector keeps the rack running meanwhile.
+	event("(ii) rack RR NotReady past the grace, BIRD killed", func(before *roles) {
+		v := before.pick(func(n *corev1.Node) bool { return !before.spine(n) && n.Labels[corev1.LabelTopologyZone] == "zone-b" })
+		require.NotEmpty(t, v, "no rack route reflector in zone-b: %v", before.id)
+		t.Logf("(ii) kill %s (rack %s, plane %s, %s) and set it NotReady", v, before.rack(v), before.plane(v), before.id[v])
+		lab.Kill(v)
+		w.ready(v, false)
+		w.eventually("(ii) "+v+" replaced", grace+time.Minute, func() error { return w.replaced(v) })
+	}, nodes-1)
+
+	// (iii) A spine member dead and NotReady past the grace: replaced.
+	event("(iii) spine member NotReady past the grace, BIRD killed", func(before *roles) {
+		v := before.pick(func(n *corev1.Node) bool {
+			return before.spine(n) && n.Labels[corev1.LabelTopologyZone] != "zone-b" && extender.IsReady(n)
+		})
+		require.NotEmpty(t, v, "no spine member outside zone-b: %v", before.id)
+		t.Logf("(iii) kill %s (spine, plane %s, %s, %s) and set it NotReady", v, before.plane(v), before.id[v], before.zone(v))
+		lab.Kill(v)
+		w.ready(v, false)
+		w.eventually("(iii) "+v+" replaced", grace+time.Minute, func() error { return w.replaced(v) })
+	}, nodes-2)
+
+	// (iv) zone-c out: every node's BIRD killed and NotReady past the grace; then back.
+	var zoneC []string
+	for i, n := range names {
+		if zones[i%3] == "zone-c" && lab.Running(n) {
+			zoneC = append(zoneC, n)
+		}
+	}
+	event("(iv) zone-c out", func(*roles) {
+		t.Logf("(iv) kill and set NotReady the %d live nodes of zone-c", len(zoneC))
+		for _, n := range zoneC {
+			lab.Kill(n)
+		}
+		for _, n := range zoneC {
+			w.ready(n, false)
+		}
+		time.Sleep(grace + 2*time.Second) // the product acts past the grace; settle waits for it to be done
+	}, nodes-2-len(zoneC))
+	event("(iv) zone-c back", func(*roles) {
+		for _, n := range zoneC {
+			lab.Revive(n)
+			w.ready(n, true)
+		}
+	}, nodes-2)
+
+	t.Logf("transition figures per event (%d nodes, %v in all):\n%s", nodes, time.Since(start).Round(time.Second), strings.Join(report, "\n"))
+	rounds, mean, longest, longestErr := lab.FollowRounds()
+	t.Logf("confd/BIRD follow loop: %d rounds, %v mean, %v longest (error %v)", rounds, mean.Round(time.Millisecond), longest.Round(time.Millisecond), longestErr)
+	require.NoError(t, stopFollow(), "the confd/BIRD follow loop")
+}
+
+// check asserts what issue 36 wants of an event: no pair lost between nodes that keep their
+// role; a route reflector that stays one in its rack and plane keeps its cluster ID; none of its
+// sessions to nodes that keep their role restarts.
+func check(t *testing.T, f *bgpverify.TransitionFigures, before, after *roles) {
+	t.Helper()
+	keeps := func(n string) bool { return before.id[n] == after.id[n] && before.ready[n] && after.ready[n] }
+	missing, pairs := f.MissingWhere(func(a, b string) bool { return keeps(a) && keeps(b) })
+	assert.Zerof(t, missing, "%s: %d missing pair-samples between nodes that keep their role: %s", f.Event, missing, strings.Join(head(pairs, 12), " "))
+
+	surviving := func(n string) bool {
+		return before.id[n] != "" && after.id[n] != "" && before.rack(n) == after.rack(n) && before.plane(n) == after.plane(n) &&
+			before.spineName[n] == after.spineName[n]
+	}
+	var changed []string
+	for n := range before.id {
+		if surviving(n) && before.id[n] != after.id[n] {
+			changed = append(changed, fmt.Sprintf("%s %s -> %s", n, before.id[n], after.id[n]))
+		}
+	}
+	sort.Strings(changed)
+	assert.Emptyf(t, changed, "%s: route reflectors that stay in their rack and plane changed cluster ID", f.Event)
+
+	var needless []string
+	for _, r := range f.Restarts {
+		if surviving(r.Node) && keeps(r.Peer) || surviving(r.Peer) && keeps(r.Node) {
+			needless = append(needless, r.Node+"->"+r.Peer)
+		}
+	}
+	slices.Sort(needless)
+	assert.Emptyf(t, needless, "%s: %d sessions of surviving route reflectors to nodes that keep their role restarted", f.Event, len(needless))
+}
+
+func head(s []string, n int) []string { return s[:min(n, len(s))] }
+
+// converged: live BIRDs run and every pair among them is routed.
+func converged(ctx context.Context, lab *bgpverify.Lab, live int) error {
+	if err := lab.FollowErr(); err != nil {
+		return err
+	}
+	running := 0
+	for i := range nodes {
+		if lab.Running(fmt.Sprintf("node-%02d", i)) {
+			running++
+		}
+	}
+	if running != live {
+		return fmt.Errorf("%d BIRDs running, want %d", running, live)
+	}
+	missing, err := lab.MissingPairs(ctx)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%d missing pairs, e.g. %s", len(missing), strings.Join(head(missing, 5), ", "))
+	}
+	return nil
+}
+
+type world struct {
+	t     *testing.T
+	env   *testenv.Env
+	admin kubernetes.Interface
+	kubel kubernetes.Interface
+	dyn   dynamic.Interface
+}
+
+// newWorld starts the API server with Calico's CRDs, an IP pool of /24 blocks and the
+// BGPConfiguration (mesh off), the product from its chart, and the policy.
+func newWorld(t *testing.T) *world {
+	env := testenv.Start(t, testenv.WithChartRBAC())
+	env.CreateNamespace(t, testenv.ChartNamespace)
+	w := &world{t: t, env: env}
+	var err error
+	w.admin, err = kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	w.kubel, err = kubernetes.NewForConfig(env.ConfigFor(testenv.UserKubelet))
+	require.NoError(t, err)
+	w.dyn, err = dynamic.NewForConfig(env.Config)
+	require.NoError(t, err)
+	calicoDir, err := crds.Dir()
+	require.NoError(t, err)
+	files := []string{testenv.RepoPath(t, "policy/crd")}
+	for _, r := range calicoExtraRs {
+		files = append(files, filepath.Join(calicoDir, "crd.projectcalico.org_"+r+".yaml"))
+	}
+	testenv.InstallCRDs(t, env.Config, files...)
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool", "metadata": map[string]any{"name": "pods"},
+		"spec": map[string]any{"cidr": "10.0.0.0/8", "ipipMode": "Never", "vxlanMode": "Never", "blockSize": int64(24), "nodeSelector": "all()"},
+	}}
+	_, err = w.dyn.Resource(ipPoolsGVR).Create(t.Context(), pool, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cfg := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "crd.projectcalico.org/v1", "kind": "BGPConfiguration", "metadata": map[string]any{"name": "default"},
+		"spec": map[string]any{"nodeToNodeMeshEnabled": false, "asNumber": int64(64512)},
+	}}
+	_, err = w.dyn.Resource(bgpConfigGVR).Create(t.Context(), cfg, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	env.StartProduct(t, false, "")
+	env.AwaitWebhooks(t, 30*time.Second)
+	out, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, policy, "apply", "-f", "-")
+	require.NoError(t, err, "apply policy\n%s%s", out, stderr)
+	// Nodes join a cluster whose policy is in force: wait for its first reconcile.
+	w.eventually("the policy's first reconcile", time.Minute, func() error {
+		p, err := w.dyn.Resource(policyGVR).Get(t.Context(), "default", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if g, _, _ := unstructured.NestedInt64(p.Object, "status", "observedGeneration"); g == 0 {
+			return fmt.Errorf("no status yet")
+		}
+		return nil
+	})
+	return w
+}
+
+func (w *world) eventually(what string, timeout time.Duration, f func() error) {
+	w.t.Helper()
+	testenv.Eventually(w.t, what, timeout, 100*time.Millisecond, f)
+}
+
+// join registers a node as the kubelet and calico-node do: its zone, its BGP address
+// (projectcalico.org/IPv4Address), its pod CIDR (confd runs with USE_POD_CIDR), Ready.
+func (w *world) join(name, zone, addr, block string) {
+	w.t.Helper()
+	ctx := w.t.Context()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels:      map[string]string{corev1.LabelTopologyZone: zone, corev1.LabelHostname: name},
+		Annotations: map[string]string{extender.AnnotationCalicoIPv4: addr}},
+		Spec: corev1.NodeSpec{PodCIDR: block, PodCIDRs: []string{block}}}
+	_, err := w.kubel.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	require.NoErrorf(w.t, err, "creating %s", name)
+	ip := strings.Split(addr, "/")[0]
+	w.updateStatus(name, func(n *corev1.Node) {
+		now := metav1.Now()
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
+	})
+}
+
+func (w *world) updateStatus(name string, change func(*corev1.Node)) {
+	w.t.Helper()
+	ctx := w.t.Context()
+	for {
+		n, err := w.kubel.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		require.NoError(w.t, err)
+		change(n)
+		_, err = w.kubel.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		require.NoError(w.t, err)
+		return
+	}
+}
+
+// ready sets the Ready condition through nodes/status, as the kubelet (or the node lifecycle
+// controller) does.
+func (w *world) ready(name string, ready bool) {
+	st := corev1.ConditionTrue
+	if !ready {
+		st = corev1.ConditionFalse
+	}
+	w.updateStatus(name, func(n *corev1.Node) {
+		now := metav1.Now()
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == corev1.NodeReady {
+				n.Status.Conditions[i].Status, n.Status.Conditions[i].LastHeartbeatTime, n.Status.Conditions[i].LastTransitionTime = st, now, now
+			}
+		}
+	})
+}
+
+// roles is the product's layout as the nodes carry it.
+type roles struct {
+	nodes     map[string]*corev1.Node
+	id        map[string]string // cluster ID of the active (not draining) route reflectors
+	draining  map[string]bool
+	ready     map[string]bool
+	spineName map[string]bool
+	rrs       map[string]string // a client's route reflectors
+	peers     []string          // the product's BGPPeers
+}
+
+func (w *world) roles() *roles {
+	w.t.Helper()
+	ctx := w.t.Context()
+	list, err := w.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	require.NoError(w.t, err)
+	r := &roles{nodes: map[string]*corev1.Node{}, id: map[string]string{}, draining: map[string]bool{}, ready: map[string]bool{},
+		spineName: map[string]bool{}, rrs: map[string]string{}}
+	for i := range list.Items {
+		n := &list.Items[i]
+		r.nodes[n.Name] = n
+		r.ready[n.Name] = extender.IsReady(n)
+		_, label := n.Labels["calico-route-reflector"]
+		id := n.Annotations[extender.AnnotationClusterID]
+		switch {
+		case label && id != "" && extender.IsDraining(n):
+			r.draining[n.Name] = true
+		case label && id != "":
+			r.id[n.Name] = id
+			// A DualPlane rack route reflector peers with its plane's spine member through an
+			// uplink set; a spine member has none.
+			r.spineName[n.Name] = n.Labels[extender.LabelUplinkSet] == ""
+		default:
+			r.rrs[n.Name] = n.Annotations[extender.AnnotationRouteReflectors]
+		}
+	}
+	peers, err := w.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
+	require.NoError(w.t, err)
+	for _, p := range peers.Items {
+		r.peers = append(r.peers, p.GetName())
+	}
+	slices.Sort(r.peers)
+	return r
+}
+
+func (r *roles) spine(n *corev1.Node) bool { return r.spineName[n.Name] }
+func (r *roles) rack(n string) string      { return r.nodes[n].Annotations[extender.AnnotationRack] }
+func (r *roles) plane(n string) string     { return r.nodes[n].Annotations[extender.AnnotationPlane] }
+func (r *roles) zone(n string) string      { return r.nodes[n].Labels[corev1.LabelTopologyZone] }
+
+// pick returns the first active route reflector (by name) that ok accepts.
+func (r *roles) pick(ok func(*corev1.Node) bool) string {
+	var names []string
+	for n := range r.id {
+		if ok(r.nodes[n]) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	slices.Sort(names)
+	return names[0]
+}
+
+// fingerprint is everything of the layout an event may change.
+func (r *roles) fingerprint() string {
+	var b strings.Builder
+	names := make([]string, 0, len(r.nodes))
+	for n := range r.nodes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		nd := r.nodes[n]
+		fmt.Fprintf(&b, "%s %s %v %s %s %s %s %s;", n, nd.Annotations[extender.AnnotationClusterID], r.draining[n], r.rrs[n],
+			nd.Labels[extender.LabelPeeringSet], nd.Labels[extender.LabelUplinkSet], r.rack(n), r.plane(n))
+	}
+	b.WriteString(strings.Join(r.peers, ","))
+	return b.String()
+}
+
+// diff says which nodes' role changed between r and o.
+func (r *roles) diff(o *roles) string {
+	var out []string
+	for n := range r.nodes {
+		a, b := r.id[n], o.id[n]
+		if a == b && r.draining[n] == o.draining[n] {
+			continue
+		}
+		desc := func(x *roles) string {
+			switch {
+			case x.draining[n]:
+				return "draining"
+			case x.id[n] != "":
+				s := x.id[n]
+				if x.spineName[n] {
+					s += " spine"
+				}
+				return s + " rack " + x.rack(n) + " plane " + x.plane(n)
+			}
+			return "client"
+		}
+		out = append(out, fmt.Sprintf("%s: %s -> %s", n, desc(r), desc(o)))
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
+}
+
+// settled: want active route reflectors, nothing draining, every client with a peering set
+// whose BGPPeer exists.
+func (w *world) settled(want int) error {
+	r := w.roles()
+	if len(r.id) != want {
+		return fmt.Errorf("%d route reflectors %v, want %d", len(r.id), r.id, want)
+	}
+	if len(r.draining) > 0 {
+		return fmt.Errorf("draining: %v", r.draining)
+	}
+	for n, nd := range r.nodes {
+		if _, rr := r.id[n]; rr {
+			continue
+		}
+		set := nd.Labels[extender.LabelPeeringSet]
+		if set == "" || !slices.Contains(r.peers, extender.BGPPeerPrefix+set) {
+			return fmt.Errorf("client %s: peering set %q without its BGPPeer", n, set)
+		}
+	}
+	return nil
+}
+
+// replaced: victim is no active route reflector any more and no route reflector drains.
+func (w *world) replaced(victim string) error {
+	r := w.roles()
+	if id, ok := r.id[victim]; ok {
+		return fmt.Errorf("%s still a route reflector (%s)", victim, id)
+	}
+	if len(r.draining) > 0 {
+		return fmt.Errorf("draining: %v", r.draining)
+	}
+	return nil
+}
+
+// settle waits until the event is over: the product's layout unchanged for quiet, the BIRDs'
+// configurations unchanged for quiet (confd rendered the last change and BIRD loaded it), live
+// BIRDs running and every pair among them routed.
+func (w *world) settle(lab *bgpverify.Lab, live int) {
+	w.t.Helper()
+	ctx := w.t.Context()
+	last, lastConf := "", -1
+	since := time.Now()
+	w.eventually("the event settled", 3*time.Minute, func() error {
+		fp, nc := w.roles().fingerprint(), len(lab.Reconfigures())
+		if fp != last || nc != lastConf {
+			last, lastConf, since = fp, nc, time.Now()
+		}
+		if err := converged(ctx, lab, live); err != nil {
+			since = time.Now()
+			return err
+		}
+		if d := time.Since(since); d < quiet {
+			return fmt.Errorf("changed %v ago", d.Round(100*time.Millisecond))
+		}
+		return nil
+	})
+}
