@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -94,6 +95,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	output := fs.String("o", "table", "output format: table or json")
 	routes := fs.Bool("routes", true, "report the graph model's route figures (routes on the busiest node, paths per prefix), beside the default layout's for the same nodes")
 	alternatives := fs.Bool("alternatives", false, "with --routes, also plan the same nodes in every explicit topology and report each one's figures")
+	bgpPeers := fs.String("bgppeers", "", "file of the cluster's Calico BGPPeers (kubectl get bgppeers -o yaml): with --routes, report the transition from the cluster as it is (these BGPPeers and the nodes' labels) to the plan (routes.transition)")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -120,6 +122,17 @@ func runPlan(args []string, stdout io.Writer) error {
 		if figures, err = evaluateRoutes(input, res, *alternatives); err != nil {
 			return err
 		}
+		if *bgpPeers != "" {
+			peers, err := nodesource.ReadBGPPeersFile(*bgpPeers)
+			if err != nil {
+				return usageError{err}
+			}
+			if figures.Transition, err = transitionOf(input, res, peers); err != nil {
+				return err
+			}
+		}
+	} else if *bgpPeers != "" {
+		return usageError{errors.New("--bgppeers reports the transition's route figures: not with --routes=false")}
 	}
 	var live *etcdFigures
 	if in.etcd != nil {
@@ -147,6 +160,9 @@ func runPlan(args []string, stdout io.Writer) error {
 		if figures.Suggestion != "" {
 			fmt.Fprintln(stdout, "\n"+figures.Suggestion)
 		}
+		if figures.Transition != nil {
+			fmt.Fprintln(stdout, "\nTransition from the cluster as it is: "+figures.Transition.String())
+		}
 	}
 	if live != nil {
 		fmt.Fprintln(stdout)
@@ -164,6 +180,39 @@ type routeFigures struct {
 	Suggestion   string                 `json:"suggestion,omitempty"`
 	// Drills are the plan's failure drills: each zone lost, each route reflector lost.
 	Drills []extender.Drill `json:"drills"`
+	// Transition (with --bgppeers): the sessions the plan adds, removes and restarts from the
+	// cluster as it is, the pairs at risk while it is applied, and its make-before-break steps.
+	Transition *bgpmodel.Transition `json:"transition,omitempty"`
+}
+
+// transitionOf compares the cluster as it is (the nodes' labels and annotations, its BGPPeers)
+// with the plan, the nodes that are not Ready counted down in every state.
+func transitionOf(in extender.Input, res *extender.Result, peers []apiv3.BGPPeer) (*bgpmodel.Transition, error) {
+	before, err := bgpmodel.FromCluster(in.Nodes, peers, in.Policy.ZoneLabel, bgpmodel.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("the cluster as it is: %w", err)
+	}
+	after, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("the plan: %w", err)
+	}
+	down := map[string]bool{}
+	for _, n := range in.Nodes {
+		ready := false
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				ready = c.Status == corev1.ConditionTrue
+			}
+		}
+		if !ready {
+			down[n.Name] = true
+		}
+	}
+	tr, err := bgpmodel.NewTransition(before, after, down)
+	if err != nil {
+		return nil, fmt.Errorf("transition: %w", err)
+	}
+	return tr, nil
 }
 
 // evaluateRoutes runs the graph model on the plan and on the default layout's plan for the same
