@@ -68,3 +68,46 @@ func TestLifeRackReplacementKeepsClusterIDs(t *testing.T) {
 		})
 	}
 }
+
+// renumbered lists the route reflectors active in both plans whose cluster ID changed, whatever
+// their place.
+func renumbered(prev, r *Result) []string {
+	was := map[string]string{}
+	for _, rr := range prev.RouteReflectors {
+		if !rr.Draining {
+			was[rr.Node] = rr.ClusterID
+		}
+	}
+	var out []string
+	for _, rr := range r.RouteReflectors {
+		if id, ok := was[rr.Node]; ok && !rr.Draining && id != rr.ClusterID {
+			out = append(out, fmt.Sprintf("%s %s -> %s", rr.Node, id, rr.ClusterID))
+		}
+	}
+	return out
+}
+
+// TestLifeSpineRelabelRenumbersOnePlane: a spine member relabelled into the other member's zone
+// used to become a rack route reflector of its new zone with a fresh ID in the same plan in which a
+// rack route reflector took its place in the spine: two IDs of one plane changed at once, and the
+// plane's spine restarted every session. Now the old member drains with the spine's ID, and each
+// plan renumbers at most one route reflector.
+func TestLifeSpineRelabelRenumbersOnePlane(t *testing.T) {
+	p := resolve(t, dualSpec(50))
+	l := newLife(t, p, cluster(300, 3))
+	l.settle(time.Minute, 3)
+	l.requireSafe("fresh")
+	for plane := 1; plane <= 2; plane++ {
+		sp := l.spine()
+		moved := l.node(sp[plane].Node)
+		other := sp[3-plane]
+		moved.Labels["topology.kubernetes.io/zone"] = other.Zone
+		for i := range 10 {
+			prev := l.res
+			l.step(time.Minute)
+			require.LessOrEqual(t, len(renumbered(prev, l.res)), 1, "plane %d, step %d after relabelling %s: %v", plane, i, moved.Name, renumbered(prev, l.res))
+		}
+		l.settle(p.RemovalDelay, 2)
+		l.requireSafe("spine member " + moved.Name + " relabelled into " + other.Zone)
+	}
+}

@@ -89,10 +89,11 @@ func safest(in Input, stable *Result) *Result {
 	// rack route reflector it makes a spine member, another cluster-ID group) are planned as if
 	// they had no role, so that the planner may give them the new one; the others are handed over.
 	kept := keptPlaces(stable, fresh)
-	// A route reflector the fresh plan puts in another tier (a rack route reflector it makes a spine
-	// member) takes its new role in place; one it keeps in its tier but with other cluster-ID peers
-	// (another group) is handed over like those it does not choose: its cluster ID stays for as long
-	// as it has the role, since a changed ID restarts every BGP session it has.
+	// A rack route reflector the fresh plan makes a spine member takes its new role in place; a
+	// spine member it puts in a rack, and one it keeps in its tier but with other cluster-ID peers
+	// (another group), are handed over like those it does not choose: a route reflector's cluster
+	// ID stays for as long as it has the role (a changed ID restarts every BGP session it has), and
+	// a step renumbers at most the one that joins the spine.
 	freshSpine := map[string]bool{}
 	for _, rr := range fresh.RouteReflectors {
 		freshSpine[rr.Node] = rr.Spine
@@ -102,7 +103,7 @@ func safest(in Input, stable *Result) *Result {
 		spine, inFresh := freshSpine[rr.Node]
 		switch {
 		case rr.Draining || kept[rr.Node]:
-		case inFresh && spine != rr.Spine:
+		case inFresh && spine && !rr.Spine:
 			replaced[rr.Node] = true
 		default:
 			moved[rr.Node] = true

@@ -97,12 +97,15 @@ func (pl *planner) planDualPlane() {
 				continue
 			}
 			// A node of a zone none of the rack's route reflectors is in, else any (a rack that
-			// spans zones keeps its planes apart).
+			// spans zones keeps its planes apart). A spine member the spine no longer keeps (a
+			// relabel moved it) drains with the spine's ID instead of taking a rack's fresh one in
+			// the plan that gives its place to a rack route reflector: one plane's IDs per step.
+			free := func(n *NodeInfo) bool { return !taken[n] && !(len(racks) > 1 && pl.leftSpine(n)) }
 			i := slices.IndexFunc(eligible[r], func(n *NodeInfo) bool {
-				return !taken[n] && !slices.ContainsFunc(rackRR[r][1:], func(x *NodeInfo) bool { return x != nil && x.Zone == n.Zone })
+				return free(n) && !slices.ContainsFunc(rackRR[r][1:], func(x *NodeInfo) bool { return x != nil && x.Zone == n.Zone })
 			})
 			if i < 0 {
-				i = slices.IndexFunc(eligible[r], func(n *NodeInfo) bool { return !taken[n] })
+				i = slices.IndexFunc(eligible[r], free)
 			}
 			if i < 0 {
 				continue
@@ -341,6 +344,12 @@ func (pl *planner) degradeRacksOnSpine(onSpine map[int][]string, spineOf []*Node
 }
 
 // isRackRR reports whether n is an active rack route reflector now (not a spine member).
+// leftSpine reports whether n is a current spine route reflector (the spine's ID, not draining)
+// that this plan's spine did not keep (it is not taken by the time rack route reflectors are picked).
+func (pl *planner) leftSpine(n *NodeInfo) bool {
+	return n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID == pl.spineID
+}
+
 func (pl *planner) isRackRR(n *NodeInfo) bool {
 	return n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID != pl.spineID
 }
