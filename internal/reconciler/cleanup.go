@@ -88,8 +88,24 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	owners, ours := meshOwners(cfg)
 	switch {
 	case meshOff && ours && len(meshKeepers(r.Policies.Valid(), pol.Name)) == 0:
-		// No live policy keeps the mesh off any more: it comes back on first, and every policy
-		// being deleted waits removalDelay for the mesh sessions before it releases a role.
+		// No live policy keeps the mesh off any more. Above spec.release.maxMeshNodes (or with
+		// Keep) the mesh stays off and the layout stays, no longer ours. Otherwise the release
+		// goes through one route reflector (release.go): the release BGPPeer to it, the others
+		// released one at a time, then the mesh comes back on, and every policy being deleted
+		// waits removalDelay for the mesh sessions before the rest goes.
+		if why := r.keepFor(st, true); why != "" {
+			return r.keepLayout(ctx, st, cfg, why)
+		}
+		done, keep, err := r.boundedRelease(ctx, st, false)
+		if err != nil || keep != "" {
+			if keep != "" {
+				return r.keepLayout(ctx, st, cfg, keep)
+			}
+			return err
+		}
+		if !done {
+			return nil
+		}
 		now := state.CeilSecond(st.Now).Format(time.RFC3339)
 		orig := cfg.DeepCopy()
 		cfg.Spec.NodeToNodeMeshEnabled = kptr.To(true)
@@ -135,12 +151,19 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		}
 	}
 	if !meshOff {
-		// Every node peers with this policy's route reflectors before any of them is released,
-		// and none is released while that loses a route (another policy being deleted may not
-		// have its own bridge yet: its route reflectors, out of the mesh, would lose this
-		// policy's nodes). Each policy writes its bridge without waiting, so this ends.
-		if err := r.ensureReleaseBridge(ctx, st); err != nil {
+		// Every node that is not a route reflector peers with one route reflector of this policy
+		// (the keeper) before the others are released, one at a time, each when that loses no
+		// route; then the keeper goes with the clients. Another policy being deleted may not have
+		// its own bridge yet: none is released while that loses a route.
+		done, keep, err := r.boundedRelease(ctx, st, true)
+		if err != nil || keep != "" {
+			if keep != "" {
+				return r.keepLayout(ctx, st, cfg, keep)
+			}
 			return err
+		}
+		if !done {
+			return nil
 		}
 		if wait, err := r.waitWhileReleaseLoses(ctx, st, true, true, "its route reflectors keep their role until every node reaches the others without them"); wait || err != nil {
 			return err
@@ -260,11 +283,11 @@ func cfgAnnotation(cfg *apiv3.BGPConfiguration, key string) string {
 	return cfg.Annotations[key]
 }
 
-// ensureReleaseBridge writes the policy's release BGPPeer (extender.ReleaseBGPPeer) as applyPeers
+// ensureReleaseBridge writes the policy's release BGPPeer to keeper (extender.ReleaseBGPPeer) as applyPeers
 // writes a plan's: created when missing, reverted when changed.
-func (r *Reconciler) ensureReleaseBridge(ctx context.Context, st *State) error {
+func (r *Reconciler) ensureReleaseBridge(ctx context.Context, st *State, keeper string) error {
 	bridge := &State{Name: st.Name, Policy: st.Policy, Managed: st.Managed,
-		Result: &extender.Result{BGPPeers: []extender.BGPPeer{extender.ReleaseBGPPeer(st.Managed.Resolved)}}}
+		Result: &extender.Result{BGPPeers: []extender.BGPPeer{extender.ReleaseBGPPeer(st.Managed.Resolved, keeper)}}}
 	if err := r.applyPeers(ctx, bridge); err != nil {
 		return fmt.Errorf("writing the release BGPPeer: %w", err)
 	}
