@@ -191,7 +191,7 @@ type releaseSim struct {
 	name   string
 	nodes  []*corev1.Node
 	peers  []apiv3.BGPPeer // every BGPPeer but the policy's release BGPPeer
-	bridge string         // the release BGPPeer's name
+	bridge string          // the release BGPPeer's name
 }
 
 func (r *Reconciler) newReleaseSim(ctx context.Context, st *State) (*releaseSim, error) {
