@@ -79,7 +79,7 @@ var CrossPolicySelector = fmt.Sprintf("has(%s)", LabelTopLevel)
 func CrossPolicyBGPPeerName(policyName string) string { return meshName("mesh.all.", policyName) }
 
 // ReleaseBGPPeer is the BGPPeer a deleted policy writes before its route reflectors lose their
-// role: every node that is not a route reflector peers with one route reflector of the policy, the
+// role: every node that is no route reflector (of any policy) peers with one route reflector of the policy, the
 // keeper (its name), which the release goes through (internal/reconciler/release.go). A route
 // reflector keeps its cluster ID until released, and with it is out of the node-to-node mesh:
 // through the keeper, every node keeps every route while the others are released. Route
@@ -90,9 +90,13 @@ func CrossPolicyBGPPeerName(policyName string) string { return meshName("mesh.al
 func ReleaseBGPPeer(p *policy.Resolved, keeper string) BGPPeer {
 	return BGPPeer{Name: meshName("release.", p.Name),
 		Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelPolicy: p.Name},
-		Spec: WithSettings(p, apiv3.BGPPeerSpec{NodeSelector: "!(" + RouteReflectorSelector(p.RRLabelKey, p.RRLabelValue) + ")",
+		Spec: WithSettings(p, apiv3.BGPPeerSpec{NodeSelector: ReleaseNodeSelector,
 			PeerSelector: routeReflectorIDSelector([]string{RouteReflectorID(keeper)})})}
 }
+
+// ReleaseNodeSelector selects the nodes that are no route reflector of any policy (every route
+// reflector the product makes carries LabelRouteReflectorID, whatever its policy's label).
+var ReleaseNodeSelector = fmt.Sprintf("!has(%s)", LabelRouteReflectorID)
 
 // OutsideBGPPeerName names a policy's BGPPeer that makes the nodes outside every policy clients of
 // the top-level route reflectors.

@@ -54,6 +54,10 @@ const (
 	releaseBound = 2.0
 	// keeperCandidates bounds the route reflectors tried as the keeper.
 	keeperCandidates = 4
+	// NoKeeper (AnnotationReleaseKeeper) is a release without a release BGPPeer of its own: every
+	// route reflector goes one at a time, each when the graph model finds every pair without it
+	// (another policy's keeper being released may peer with every node already).
+	NoKeeper = "-"
 )
 
 // restoresMesh says whether deleting the policy may turn the node-to-node mesh back on, with
@@ -111,6 +115,11 @@ func (r *Reconciler) keepLayout(ctx context.Context, st *State, cfg *apiv3.BGPCo
 func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (done bool, keep string, err error) {
 	pol, p := st.Policy, st.Managed.Resolved
 	keeper := pol.Annotations[AnnotationReleaseKeeper]
+	if other := r.releaseTurn(pol, keeper != "", mesh); other != "" {
+		r.Log.V(1).Info("policy deleted: waiting for another policy's release", "policy", st.Name, "other", other)
+		st.requeue(handoverRetry)
+		return false, "", nil
+	}
 	if keeper == "" {
 		sim, err := r.newReleaseSim(ctx, st)
 		if err != nil {
@@ -132,14 +141,20 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 		if err := r.markPolicy(ctx, pol, AnnotationReleaseBridgedAt, now); err != nil {
 			return false, "", err
 		}
+		if plan.keeper == NoKeeper {
+			st.requeue(handoverRetry)
+			return false, "", nil
+		}
 		if err := r.ensureReleaseBridge(ctx, st, plan.keeper); err != nil {
 			return false, "", err
 		}
 		st.requeue(p.RemovalDelay + 100*time.Millisecond)
 		return false, "", nil
 	}
-	if err := r.ensureReleaseBridge(ctx, st, keeper); err != nil {
-		return false, "", err
+	if keeper != NoKeeper {
+		if err := r.ensureReleaseBridge(ctx, st, keeper); err != nil {
+			return false, "", err
+		}
 	}
 	if at, err := time.Parse(time.RFC3339, pol.Annotations[AnnotationReleaseBridgedAt]); err == nil {
 		if wait := at.Add(p.RemovalDelay).Sub(st.Now); wait > 0 {
@@ -183,6 +198,42 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 	}
 	st.requeue(handoverRetry)
 	return false, "", nil
+}
+
+// releaseTurn returns another deleted policy whose release goes first ("" when none): deleted at
+// once (the chart's uninstall), policies release one at a time, each through its keeper, so that
+// the bound each one's plan checks holds for the cluster. One goes first while it releases its
+// route reflectors other than its keeper (and, with the mesh off, until it turns the mesh back
+// on), and one not started yet waits for those before it by name.
+func (r *Reconciler) releaseTurn(pol *v1alpha1.RouteReflectorPolicy, started, mesh bool) string {
+	for _, q := range r.Policies.List() {
+		if q.Name == pol.Name || q.DeletionTimestamp == nil || !slices.Contains(q.Finalizers, Finalizer) {
+			continue
+		}
+		qk := q.Annotations[AnnotationReleaseKeeper]
+		if qk == "" {
+			if !started && q.Name < pol.Name {
+				return q.Name
+			}
+			continue
+		}
+		if !started && !mesh {
+			return q.Name // it turns the mesh back on once only its keeper is left
+		}
+		rq, errs := r.Policies.Resolve(q)
+		if len(errs) > 0 {
+			continue
+		}
+		for _, n := range r.Nodes.List() {
+			if n.Name == qk || !rq.NodeSelector.Matches(labels.Set(n.Labels)) {
+				continue
+			}
+			if _, ok := policy.ParseClusterID(n.Annotations[extender.AnnotationClusterID]); ok {
+				return q.Name
+			}
+		}
+	}
+	return ""
 }
 
 // releaseSim is the cluster as the graph model sees it during a policy's release.
@@ -255,7 +306,7 @@ func (s *releaseSim) model(released map[string]bool, all bool, keeper string, dr
 		}
 		peers = append(peers, b)
 	}
-	if keeper != "" {
+	if keeper != "" && keeper != NoKeeper {
 		b := extender.ReleaseBGPPeer(s.p, keeper)
 		peers = append(peers, apiv3.BGPPeer{ObjectMeta: metaNamed(b.Name, b.Labels), Spec: b.Spec})
 	}
@@ -351,15 +402,24 @@ func (s *releaseSim) plan(mesh bool) releasePlan {
 		}
 		return c
 	}
+	// The top-level route reflectors are tried too: only they reach other policies' route
+	// reflectors (the cross-policy BGPPeer), which may need the policy's nodes through the keeper.
 	cands := slices.Clone(rrs)
 	slices.SortStableFunc(cands, func(a, b string) int { return rrPeers(a) - rrPeers(b) })
+	cands = cands[:min(len(cands), keeperCandidates)]
+	for _, rr := range rrs {
+		if _, top := s.node(rr).Labels[extender.LabelTopLevel]; top && !slices.Contains(cands, rr) {
+			cands = append(cands, rr)
+		}
+	}
+	cands = append([]string{NoKeeper}, cands...)
 	best := releasePlan{}
-	for _, k := range cands[:min(len(cands), keeperCandidates)] {
+	for _, k := range cands {
 		pl := releasePlan{keeper: k}
 		fail := ""
 		released := map[string]bool{}
 		check := func(m *bgpmodel.Model, what string) bool {
-			if m.Summary.MissingPairs > 0 {
+			if m.Summary.MissingPairs > 0 && m != after {
 				fail = fmt.Sprintf("through %s: %s loses %d pairs", k, what, m.Summary.MissingPairs)
 				return false
 			}
@@ -377,7 +437,11 @@ func (s *releaseSim) plan(mesh bool) releasePlan {
 			if err != nil || !check(m, "the release BGPPeer") {
 				return false
 			}
-			for len(released) < len(rrs)-1 {
+			last := len(rrs) - 1 // the keeper goes with the clients
+			if k == NoKeeper {
+				last = len(rrs)
+			}
+			for len(released) < last {
 				moved := false
 				for _, rr := range rrs {
 					if rr == k || released[rr] {
@@ -405,11 +469,14 @@ func (s *releaseSim) plan(mesh bool) releasePlan {
 					return false
 				}
 			}
+			// The keeper goes when the graph model finds every pair without it (cleanup's
+			// waitWhileReleaseLoses): other policies being deleted may still have route
+			// reflectors that reach this policy's nodes only through it.
 			return check(after, "the keeper released")
 		}()
 		if !ok {
-			if best.keeper == "" && best.why == "" {
-				best.why = fail
+			if best.keeper == "" {
+				best.why = strings.TrimPrefix(best.why+"; "+fail, "; ")
 			}
 			continue
 		}

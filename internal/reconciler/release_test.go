@@ -165,7 +165,7 @@ func TestPolicyDeletionBoundedRelease(t *testing.T) {
 			require.LessOrEqual(t, sessions, releaseBound, "sessions")
 			require.NotEmpty(t, run.bridges, "a release BGPPeer")
 			for _, b := range run.bridges {
-				require.Regexp(t, `^!\(has\(calico-route-reflector\)\) -> routereflector.io/rr-id in \{'[^',]+'\}$`, b)
+				require.Regexp(t, `^!has\(routereflector.io/rr-id\) -> routereflector.io/rr-id in \{'[^',]+'\}$`, b)
 			}
 			// The mesh came back only once the keeper alone was left; the others went one at a time.
 			require.Equal(t, 1, run.meshOffRRs[len(run.meshOffRRs)-1], "route reflectors when the mesh came back: %v", run.meshOffRRs)
@@ -277,4 +277,68 @@ func TestRestoresMesh(t *testing.T) {
 		require.Equalf(t, tc.want, got, "%s, max %d, %d nodes: %s", tc.mode, tc.max, tc.nodes, why)
 		require.Equal(t, got, why == "", why)
 	}
+}
+
+// TestPoliciesDeletedAtOnceBoundedRelease: two policies over two pools (DualPlane, racks of 10,
+// their own route reflector labels), both with migrateFromNodeMesh, deleted at once as the
+// chart's uninstall does. Each goes through a keeper (a top-level route reflector: only those
+// reach the other policy's); after every pass of either, the graph model finds every pair and no
+// node holds more than twice its steady state; both end, with the mesh back on.
+func TestPoliciesDeletedAtOnceBoundedRelease(t *testing.T) {
+	h := twoPolicies(t, twoPools(12), func(s *v1alpha1.RouteReflectorPolicySpec) {
+		pool := "a"
+		if s.NodeSelector.MatchLabels["pool-b"] == "true" {
+			pool = "b"
+		}
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptrTo(int32(10))}
+		s.RouteReflectorLabel = &v1alpha1.Label{Key: "rr-" + pool}
+		s.RemovalDelay = &metav1.Duration{Duration: 2 * time.Second}
+		s.MigrateFromNodeMesh = true
+	})
+	for range 4 {
+		h.reconcileBoth()
+		h.now = h.now.Add(3 * time.Second)
+	}
+	require.True(t, meshOff(h))
+	run := &releaseRun{before: h.model(false)}
+	ctx := context.Background()
+	for _, n := range []string{"default", "b"} {
+		pol := &v1alpha1.RouteReflectorPolicy{}
+		require.NoError(t, h.client.Get(ctx, client.ObjectKey{Name: n}, pol))
+		require.NoError(t, h.client.Delete(ctx, pol))
+	}
+	var events []string
+	for run.passes = 1; ; run.passes++ {
+		events = append(events, h.events()...)
+		require.Less(t, run.passes, 100, "the release does not end: %v", events)
+		left := 0
+		for _, name := range []string{"default", "b"} {
+			pol := &v1alpha1.RouteReflectorPolicy{}
+			if err := h.client.Get(ctx, client.ObjectKey{Name: name}, pol); apierrors.IsNotFound(err) {
+				continue
+			}
+			left++
+			h.policyNm = name
+			h.reconcile()
+			m := h.model(!meshOff(h))
+			require.Zerof(t, m.Summary.MissingPairs, "pass %d of %s (mesh off %v): e.g. %v", run.passes, name, meshOff(h), m.MissingPairs(3))
+			run.states = append(run.states, m)
+			if testing.Verbose() {
+				t.Logf("pass %d %s: mesh off %v, keeper %q, route reflectors %d", run.passes, name, meshOff(h), pol.Annotations[AnnotationReleaseKeeper], m.Summary.RouteReflectors)
+			}
+		}
+		if left == 0 {
+			break
+		}
+		h.now = h.now.Add(time.Second)
+	}
+	require.False(t, meshOff(h), "the mesh is back on")
+	require.Empty(t, h.peers(), "BGPPeers deleted")
+	run.after = h.model(true)
+	routes, sessions := run.peak()
+	t.Logf("%d passes: busiest node %.0f routes before, %.0f after, peak %.2f times the steady routes, %.2f the sessions",
+		run.passes, run.before.Summary.MaxRoutesPerNode, run.after.Summary.MaxRoutesPerNode, routes, sessions)
+	require.LessOrEqual(t, routes, releaseBound, "routes")
+	require.LessOrEqual(t, sessions, releaseBound, "sessions")
+	require.NotContains(t, strings.Join(append(events, h.events()...), "\n"), EventLayoutKept)
 }
