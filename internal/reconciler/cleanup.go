@@ -54,9 +54,11 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, pol *v1alpha1.RouteRef
 // cleanup takes a deleted policy's work back without leaving a node without routes:
 //
 //  1. If policies turned Calico's node-to-node mesh off (migrateFromNodeMesh, meshowners.go) and
-//     no live one still asks for it, the mesh comes back on first, and every policy being deleted
-//     waits removalDelay, so that every node has its mesh sessions before it loses its route
-//     reflectors.
+//     no live one still asks for it: above spec.release.maxMeshNodes (or with Keep) the layout
+//     stays, no longer the product's (release.go: keepLayout); otherwise the release goes through
+//     one route reflector, the keeper (release.go: boundedRelease), the others released one at a
+//     time, then the mesh comes back on, and every policy being deleted waits removalDelay, so
+//     that every node has its mesh sessions before the keeper goes.
 //  2. If live policies keep the mesh off, the policy leaves the mesh's owners and releases its
 //     nodes once that loses no route: the graph model of the cluster without its roles and
 //     BGPPeers (the other policies' top-level route reflectors take the nodes no live policy
@@ -64,8 +66,9 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, pol *v1alpha1.RouteRef
 //  3. If the mesh is off and no policy turned it off (a person did), the nodes have no other
 //     routes: the roles, labels and BGPPeers stay (a Warning Event says so) and only the
 //     finalizer goes.
-//  4. Then the route reflectors lose their role first (a node without a cluster ID joins the
-//     mesh), then the clients their peering sets (in etcd too, in that order), then the policy's
+//  4. With the mesh on, the release goes through a keeper too (never turned off by a policy, or
+//     back on). Then the remaining route reflectors lose their role first (a node without a
+//     cluster ID joins the mesh), then the clients their peering sets (in etcd too, in that order), then the policy's
 //     BGPPeers go once the graph model finds every pair without them (other policies being
 //     deleted may still have route reflectors that only they reach), then the finalizer.
 func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
@@ -93,7 +96,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		// goes through one route reflector (release.go): the release BGPPeer to it, the others
 		// released one at a time, then the mesh comes back on, and every policy being deleted
 		// waits removalDelay for the mesh sessions before the rest goes.
-		if why := r.keepFor(st, true); why != "" {
+		if why := r.keepFor(st); why != "" {
 			return r.keepLayout(ctx, st, cfg, why)
 		}
 		done, keep, err := r.boundedRelease(ctx, st, false)

@@ -487,11 +487,9 @@ func (s *releaseSim) plan(mesh bool) releasePlan {
 	return best
 }
 
-// keepFor returns why the deleted policy's layout is to be kept, "" when it is released.
-func (r *Reconciler) keepFor(st *State, migrated bool) string {
-	if !migrated {
-		return ""
-	}
+// keepFor returns why the deleted policy, which turned the mesh off, keeps its layout rather than
+// turning the mesh back on ("" when it turns it back on).
+func (r *Reconciler) keepFor(st *State) string {
 	ok, why := restoresMesh(st.Managed.Resolved, len(r.Nodes.List()))
 	if ok {
 		return ""
