@@ -342,3 +342,28 @@ func TestPoliciesDeletedAtOnceBoundedRelease(t *testing.T) {
 	require.LessOrEqual(t, sessions, releaseBound, "sessions")
 	require.NotContains(t, strings.Join(append(events, h.events()...), "\n"), EventLayoutKept)
 }
+
+// TestPolicyDeletionMeshOnBoundedRelease: a policy that never turned the mesh off (the mesh on all
+// along) is released the same way: no route reflector meshes with another of a distinct cluster
+// ID through the release BGPPeer, no pair is lost at any pass, and every node stays within twice
+// its steady state (the 24-node DualPlane, racks of 8).
+func TestPolicyDeletionMeshOnBoundedRelease(t *testing.T) {
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.RemovalDelay = &metav1.Duration{Duration: time.Minute}
+		dualPlaneRacksOf8(s)
+	}, twoZoneRacks(24))
+	h.reconcile()
+	require.False(t, meshOff(h))
+	require.Len(t, h.rrs(), 10)
+	run := h.deleteAndRelease()
+	routes, sessions := run.peak()
+	t.Logf("%d passes: busiest node %.0f routes before, %.0f after, peak %.2f times the steady routes, %.2f the sessions",
+		run.passes, run.before.Summary.MaxRoutesPerNode, run.after.Summary.MaxRoutesPerNode, routes, sessions)
+	require.LessOrEqual(t, routes, releaseBound, "routes")
+	require.LessOrEqual(t, sessions, releaseBound, "sessions")
+	for _, b := range run.bridges {
+		require.Regexp(t, `^!has\(routereflector.io/rr-id\) -> routereflector.io/rr-id in \{'[^',]+'\}$`, b)
+	}
+	require.Empty(t, h.rrs())
+	require.Empty(t, h.peers())
+}
