@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -52,6 +53,8 @@ const (
 
 	// releaseBound is how many times its steady state a node may hold during a release.
 	releaseBound = 2.0
+	// releaseStep is the wait between two route reflectors' releases (at most removalDelay).
+	releaseStep = 5 * time.Second
 	// keeperCandidates bounds the route reflectors tried as the keeper.
 	keeperCandidates = 4
 	// NoKeeper (AnnotationReleaseKeeper) is a release without a release BGPPeer of its own: every
@@ -196,7 +199,9 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 			return false, "", err
 		}
 	}
-	st.requeue(handoverRetry)
+	// The next one goes once this one's sessions are back (a cluster ID change restarts them
+	// all; about 2 s in BIRD), at most removalDelay later.
+	st.requeue(max(handoverRetry, min(p.RemovalDelay, releaseStep)))
 	return false, "", nil
 }
 
@@ -285,6 +290,11 @@ func (s *releaseSim) policyRRs() []string {
 // stripped of the policy's labels and annotations, the release BGPPeer to keeper ("" none), the
 // policy's other BGPPeers unless dropPeers, and the mesh on or off.
 func (s *releaseSim) model(released map[string]bool, all bool, keeper string, dropPeers, mesh bool) (*bgpmodel.Model, error) {
+	return s.modelDown(released, all, keeper, dropPeers, mesh, "")
+}
+
+// modelDown is model with the node down gone ("" none): its sessions down, its block not expected.
+func (s *releaseSim) modelDown(released map[string]bool, all bool, keeper string, dropPeers, mesh bool, down string) (*bgpmodel.Model, error) {
 	nodes := make([]*corev1.Node, len(s.nodes))
 	for i, n := range s.nodes {
 		if (all || released[n.Name]) && s.p.NodeSelector.Matches(labels.Set(n.Labels)) {
@@ -314,11 +324,36 @@ func (s *releaseSim) model(released map[string]bool, all bool, keeper string, dr
 	if err != nil {
 		return nil, fmt.Errorf("graph model of policy %s's release: %w", s.name, err)
 	}
-	m, err := topo.Propagate(nil)
+	var mask []bool
+	if down != "" {
+		if mask, err = topo.NamesDown(down); err != nil {
+			return nil, fmt.Errorf("graph model of policy %s's release: %w", s.name, err)
+		}
+	}
+	m, err := topo.Propagate(mask)
 	if err != nil {
 		return nil, fmt.Errorf("graph model of policy %s's release: %w", s.name, err)
 	}
 	return m, nil
+}
+
+// canGo says whether route reflector rr may lose its role on top of released: the graph model
+// finds every pair both while its sessions restart (rr down in the state before: its cluster ID
+// changes, so every session of it restarts) and after (rr released). It returns the state after.
+func (s *releaseSim) canGo(released map[string]bool, rr, keeper string, mesh bool) (*bgpmodel.Model, bool, error) {
+	m, err := s.modelDown(released, false, keeper, false, mesh, rr)
+	if err != nil || m.Summary.MissingPairs > 0 {
+		return nil, false, err
+	}
+	with := maps.Clone(released)
+	if with == nil {
+		with = map[string]bool{}
+	}
+	with[rr] = true
+	if m, err = s.model(with, false, keeper, false, mesh); err != nil || m.Summary.MissingPairs > 0 {
+		return nil, false, err
+	}
+	return m, true, nil
 }
 
 // next is the first route reflector of the policy other than keeper (by name) whose release, on
@@ -331,11 +366,11 @@ func (s *releaseSim) next(keeper string, mesh bool) (string, int, error) {
 		}
 	}
 	for _, rr := range todo {
-		m, err := s.model(map[string]bool{rr: true}, false, keeper, false, mesh)
+		_, ok, err := s.canGo(nil, rr, keeper, mesh)
 		if err != nil {
 			return "", 0, err
 		}
-		if m.Summary.MissingPairs == 0 {
+		if ok {
 			return rr, len(todo), nil
 		}
 	}
@@ -447,16 +482,15 @@ func (s *releaseSim) plan(mesh bool) releasePlan {
 					if rr == k || released[rr] {
 						continue
 					}
-					released[rr] = true
-					m, err := s.model(released, false, k, false, mesh)
-					if err == nil && m.Summary.MissingPairs == 0 {
+					m, ok, err := s.canGo(released, rr, k, mesh)
+					if err == nil && ok {
+						released[rr] = true
 						if !check(m, "releasing "+rr) {
 							return false
 						}
 						moved = true
 						break
 					}
-					delete(released, rr)
 				}
 				if !moved {
 					fail = fmt.Sprintf("through %s: no route reflector can go without losing a pair", k)
