@@ -78,17 +78,25 @@ var CrossPolicySelector = fmt.Sprintf("has(%s)", LabelTopLevel)
 // pair).
 func CrossPolicyBGPPeerName(policyName string) string { return meshName("mesh.all.", policyName) }
 
-// ReleaseBGPPeer is the BGPPeer a deleted policy writes, once the mesh is back on and before its
-// route reflectors lose their role: every node peers with each of the policy's route reflectors.
-// A route reflector keeps its cluster ID until released, and with it is out of the node-to-node
-// mesh: when several policies are deleted at once, one policy's route reflectors would otherwise
-// lose the routes of the nodes another policy releases first (their cross-policy sessions went
-// with that policy's route reflectors). It goes with the policy's other BGPPeers.
-func ReleaseBGPPeer(p *policy.Resolved) BGPPeer {
+// ReleaseBGPPeer is the BGPPeer a deleted policy writes before its route reflectors lose their
+// role: every node that is no route reflector (of any policy) peers with one route reflector of the policy, the
+// keeper (its name), which the release goes through (internal/reconciler/release.go). A route
+// reflector keeps its cluster ID until released, and with it is out of the node-to-node mesh:
+// through the keeper, every node keeps every route while the others are released. Route
+// reflectors are not selected on either side but the keeper: peering every node with every route
+// reflector meshed route reflectors of distinct cluster IDs, and with ADD-PATH every node stored
+// a path per chain of them (117,111 routes on the busiest of 24 nodes). It goes with the policy's
+// other BGPPeers.
+func ReleaseBGPPeer(p *policy.Resolved, keeper string) BGPPeer {
 	return BGPPeer{Name: meshName("release.", p.Name),
 		Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelPolicy: p.Name},
-		Spec:   WithSettings(p, apiv3.BGPPeerSpec{NodeSelector: "all()", PeerSelector: RouteReflectorSelector(p.RRLabelKey, p.RRLabelValue)})}
+		Spec: WithSettings(p, apiv3.BGPPeerSpec{NodeSelector: ReleaseNodeSelector,
+			PeerSelector: routeReflectorIDSelector([]string{RouteReflectorID(keeper)})})}
 }
+
+// ReleaseNodeSelector selects the nodes that are no route reflector of any policy (every route
+// reflector the product makes carries LabelRouteReflectorID, whatever its policy's label).
+var ReleaseNodeSelector = fmt.Sprintf("!has(%s)", LabelRouteReflectorID)
 
 // OutsideBGPPeerName names a policy's BGPPeer that makes the nodes outside every policy clients of
 // the top-level route reflectors.

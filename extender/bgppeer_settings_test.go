@@ -37,7 +37,7 @@ func TestBGPPeersCarryPolicySettings(t *testing.T) {
 			want := policy.BGPPeerSettings(spec.BGPPeer)
 			nodes := cluster(40, 3)
 			res := Plan(Input{Policy: p, Nodes: nodes, Now: t0.Add(24 * time.Hour), CrossPolicy: true, OutsideSelector: "!(pool == 'a')"})
-			peers := append(res.BGPPeers, ReleaseBGPPeer(p))
+			peers := append(res.BGPPeers, ReleaseBGPPeer(p, "node-1"))
 			require.Greater(t, len(peers), 3, "%s: %d BGPPeers", topo, len(peers))
 			for _, b := range peers {
 				got := b.Spec

@@ -29,10 +29,14 @@ const (
 	DefaultRouteReflectorLabelKey = "calico-route-reflector"
 	DefaultZoneLabel              = corev1.LabelTopologyZone
 	DefaultRemovalDelay           = 5 * time.Minute
-	DefaultNotReadyGracePeriod    = 2 * time.Minute
-	DefaultBGPHealthGracePeriod   = 2 * time.Minute
-	DefaultStabilizationWindow    = 300 * time.Second
-	DefaultHandover               = v1alpha1.HandoverDelay
+	// DefaultMaxMeshNodes is the largest cluster on which deleting a policy turns the node-to-node
+	// mesh back on (spec.release.maxMeshNodes): Calico's documentation recommends route
+	// reflectors beyond about 100 nodes (the full mesh suits "100 nodes or less").
+	DefaultMaxMeshNodes         = 100
+	DefaultNotReadyGracePeriod  = 2 * time.Minute
+	DefaultBGPHealthGracePeriod = 2 * time.Minute
+	DefaultStabilizationWindow  = 300 * time.Second
+	DefaultHandover             = v1alpha1.HandoverDelay
 )
 
 // DefaultTolerations tolerate every taint, as calico-node does.

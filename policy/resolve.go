@@ -69,6 +69,10 @@ type Resolved struct {
 	ScaleDownWindow     time.Duration
 	MigrateFromNodeMesh bool
 	AdoptBGPPeers       bool
+	// ReleaseMesh is spec.release.nodeToNodeMesh [Auto]; MaxMeshNodes its maxMeshNodes
+	// [DefaultMaxMeshNodes].
+	ReleaseMesh  v1alpha1.ReleaseMesh
+	MaxMeshNodes int
 	// BGPPeer is spec.bgpPeer in Calico's types (BGPPeerSettings): only the session settings are
 	// set; every BGPPeer the policy writes carries them.
 	BGPPeer apiv3.BGPPeerSpec
@@ -104,6 +108,12 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 		MigrateFromNodeMesh: s.MigrateFromNodeMesh,
 		AdoptBGPPeers:       s.AdoptBGPPeers,
 		BGPPeer:             BGPPeerSettings(s.BGPPeer),
+		ReleaseMesh:         v1alpha1.ReleaseMeshAuto,
+		MaxMeshNodes:        DefaultMaxMeshNodes,
+	}
+	if rel := s.Release; rel != nil {
+		r.ReleaseMesh = v1alpha1.ReleaseMesh(or(string(rel.NodeToNodeMesh), string(r.ReleaseMesh)))
+		r.MaxMeshNodes = int(deref(rel.MaxMeshNodes, int32(r.MaxMeshNodes)))
 	}
 	r.NodeSelector = selectorOr(s.NodeSelector, labels.Everything())
 	r.Preferred = selectorOr(s.PreferredNodeSelector, labels.Nothing())

@@ -91,6 +91,7 @@ func Validate(p *v1alpha1.RouteReflectorPolicy) field.ErrorList {
 		errs = append(errs, field.NotSupported(spec.Child("handover"), s.Handover, []string{"Delay", "BGPSessions"}))
 	}
 	errs = append(errs, validateBGPPeer(s.BGPPeer, spec.Child("bgpPeer"))...)
+	errs = append(errs, validateRelease(s.Release, spec.Child("release"))...)
 	if b := s.Behavior; b != nil && b.ScaleDown != nil && b.ScaleDown.StabilizationWindowSeconds != nil {
 		if w := *b.ScaleDown.StabilizationWindowSeconds; w < 0 || w > 3600 {
 			errs = append(errs, field.Invalid(spec.Child("behavior", "scaleDown", "stabilizationWindowSeconds"), w, "must be between 0 and 3600"))
@@ -266,4 +267,27 @@ func isDecimal(s string) bool {
 		}
 	}
 	return digits > 0
+}
+
+// validateRelease checks spec.release: a known nodeToNodeMesh, and maxMeshNodes (at least 2) only
+// with Auto, the one mode it applies to.
+func validateRelease(r *v1alpha1.Release, p *field.Path) field.ErrorList {
+	if r == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	switch r.NodeToNodeMesh {
+	case "", v1alpha1.ReleaseMeshAuto, v1alpha1.ReleaseMeshRestore, v1alpha1.ReleaseMeshKeep:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("nodeToNodeMesh"), r.NodeToNodeMesh, []string{"Auto", "Restore", "Keep"}))
+	}
+	if m := r.MaxMeshNodes; m != nil {
+		switch {
+		case *m < 2:
+			errs = append(errs, field.Invalid(p.Child("maxMeshNodes"), *m, "must be at least 2"))
+		case r.NodeToNodeMesh != "" && r.NodeToNodeMesh != v1alpha1.ReleaseMeshAuto:
+			errs = append(errs, field.Invalid(p.Child("maxMeshNodes"), *m, "applies only with nodeToNodeMesh Auto, not "+string(r.NodeToNodeMesh)))
+		}
+	}
+	return errs
 }

@@ -22,6 +22,14 @@ func TestValidate(t *testing.T) {
 		want []string // "field: substring" of each expected error; none when valid
 	}{
 		{"empty spec is valid", v1alpha1.RouteReflectorPolicySpec{}, nil},
+		{"release Keep", v1alpha1.RouteReflectorPolicySpec{Release: &v1alpha1.Release{NodeToNodeMesh: v1alpha1.ReleaseMeshKeep}}, nil},
+		{"release Auto at 500 nodes", v1alpha1.RouteReflectorPolicySpec{Release: &v1alpha1.Release{NodeToNodeMesh: v1alpha1.ReleaseMeshAuto, MaxMeshNodes: i32(500)}}, nil},
+		{"release maxMeshNodes alone", v1alpha1.RouteReflectorPolicySpec{Release: &v1alpha1.Release{MaxMeshNodes: i32(50)}}, nil},
+		{"release unknown mode", v1alpha1.RouteReflectorPolicySpec{Release: &v1alpha1.Release{NodeToNodeMesh: "Sometimes"}},
+			[]string{"spec.release.nodeToNodeMesh: Unsupported value: \"Sometimes\": supported values: \"Auto\", \"Restore\", \"Keep\""}},
+		{"release maxMeshNodes one", v1alpha1.RouteReflectorPolicySpec{Release: &v1alpha1.Release{MaxMeshNodes: i32(1)}}, []string{"spec.release.maxMeshNodes: Invalid value: 1: must be at least 2"}},
+		{"release maxMeshNodes with Restore", v1alpha1.RouteReflectorPolicySpec{Release: &v1alpha1.Release{NodeToNodeMesh: v1alpha1.ReleaseMeshRestore, MaxMeshNodes: i32(50)}},
+			[]string{"spec.release.maxMeshNodes: Invalid value: 50: applies only with nodeToNodeMesh Auto, not Restore"}},
 		{"min greater than max", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(5), MaxRouteReflectors: i32(2)},
 			[]string{"spec.minRouteReflectors: must not be greater than maxRouteReflectors (2)"}},
 		{"min zero", v1alpha1.RouteReflectorPolicySpec{MinRouteReflectors: i32(0)}, []string{"spec.minRouteReflectors: must be at least 1"}},

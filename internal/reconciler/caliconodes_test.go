@@ -345,6 +345,19 @@ func TestEtcdMigrateMeshAndDeletePolicy(t *testing.T) {
 	pol := &v1alpha1.RouteReflectorPolicy{}
 	require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
 	require.NoError(t, h.client.Delete(context.Background(), pol))
+	rrs := h.rrs()
+	h.reconcile() // the release BGPPeer to the keeper
+	h.now = h.now.Add(time.Minute + time.Second)
+	for range len(rrs) - 1 { // the other route reflectors, one at a time, in etcd too
+		h.reconcile()
+	}
+	released := 0
+	for name := range rrs {
+		if r := f.roles[name]; r.ClusterID == "" {
+			released++
+		}
+	}
+	require.Equal(t, len(rrs)-1, released, "route reflectors released in etcd before the mesh comes back")
 	h.reconcile()
 	require.False(t, cfgs.meshOff(), "the mesh is not back on in etcd")
 	h.now = h.now.Add(time.Minute + time.Second)

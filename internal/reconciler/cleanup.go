@@ -54,9 +54,11 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, pol *v1alpha1.RouteRef
 // cleanup takes a deleted policy's work back without leaving a node without routes:
 //
 //  1. If policies turned Calico's node-to-node mesh off (migrateFromNodeMesh, meshowners.go) and
-//     no live one still asks for it, the mesh comes back on first, and every policy being deleted
-//     waits removalDelay, so that every node has its mesh sessions before it loses its route
-//     reflectors.
+//     no live one still asks for it: above spec.release.maxMeshNodes (or with Keep) the layout
+//     stays, no longer the product's (release.go: keepLayout); otherwise the release goes through
+//     one route reflector, the keeper (release.go: boundedRelease), the others released one at a
+//     time, then the mesh comes back on, and every policy being deleted waits removalDelay, so
+//     that every node has its mesh sessions before the keeper goes.
 //  2. If live policies keep the mesh off, the policy leaves the mesh's owners and releases its
 //     nodes once that loses no route: the graph model of the cluster without its roles and
 //     BGPPeers (the other policies' top-level route reflectors take the nodes no live policy
@@ -64,8 +66,9 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, pol *v1alpha1.RouteRef
 //  3. If the mesh is off and no policy turned it off (a person did), the nodes have no other
 //     routes: the roles, labels and BGPPeers stay (a Warning Event says so) and only the
 //     finalizer goes.
-//  4. Then the route reflectors lose their role first (a node without a cluster ID joins the
-//     mesh), then the clients their peering sets (in etcd too, in that order), then the policy's
+//  4. With the mesh on, the release goes through a keeper too (never turned off by a policy, or
+//     back on). Then the remaining route reflectors lose their role first (a node without a
+//     cluster ID joins the mesh), then the clients their peering sets (in etcd too, in that order), then the policy's
 //     BGPPeers go once the graph model finds every pair without them (other policies being
 //     deleted may still have route reflectors that only they reach), then the finalizer.
 func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
@@ -88,8 +91,24 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	owners, ours := meshOwners(cfg)
 	switch {
 	case meshOff && ours && len(meshKeepers(r.Policies.Valid(), pol.Name)) == 0:
-		// No live policy keeps the mesh off any more: it comes back on first, and every policy
-		// being deleted waits removalDelay for the mesh sessions before it releases a role.
+		// No live policy keeps the mesh off any more. Above spec.release.maxMeshNodes (or with
+		// Keep) the mesh stays off and the layout stays, no longer ours. Otherwise the release
+		// goes through one route reflector (release.go): the release BGPPeer to it, the others
+		// released one at a time, then the mesh comes back on, and every policy being deleted
+		// waits removalDelay for the mesh sessions before the rest goes.
+		if why := r.keepFor(st); why != "" {
+			return r.keepLayout(ctx, st, cfg, why)
+		}
+		done, keep, err := r.boundedRelease(ctx, st, false)
+		if err != nil || keep != "" {
+			if keep != "" {
+				return r.keepLayout(ctx, st, cfg, keep)
+			}
+			return err
+		}
+		if !done {
+			return nil
+		}
 		now := state.CeilSecond(st.Now).Format(time.RFC3339)
 		orig := cfg.DeepCopy()
 		cfg.Spec.NodeToNodeMeshEnabled = kptr.To(true)
@@ -135,12 +154,19 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		}
 	}
 	if !meshOff {
-		// Every node peers with this policy's route reflectors before any of them is released,
-		// and none is released while that loses a route (another policy being deleted may not
-		// have its own bridge yet: its route reflectors, out of the mesh, would lose this
-		// policy's nodes). Each policy writes its bridge without waiting, so this ends.
-		if err := r.ensureReleaseBridge(ctx, st); err != nil {
+		// Every node that is not a route reflector peers with one route reflector of this policy
+		// (the keeper) before the others are released, one at a time, each when that loses no
+		// route; then the keeper goes with the clients. Another policy being deleted may not have
+		// its own bridge yet: none is released while that loses a route.
+		done, keep, err := r.boundedRelease(ctx, st, true)
+		if err != nil || keep != "" {
+			if keep != "" {
+				return r.keepLayout(ctx, st, cfg, keep)
+			}
 			return err
+		}
+		if !done {
+			return nil
 		}
 		if wait, err := r.waitWhileReleaseLoses(ctx, st, true, true, "its route reflectors keep their role until every node reaches the others without them"); wait || err != nil {
 			return err
@@ -260,11 +286,11 @@ func cfgAnnotation(cfg *apiv3.BGPConfiguration, key string) string {
 	return cfg.Annotations[key]
 }
 
-// ensureReleaseBridge writes the policy's release BGPPeer (extender.ReleaseBGPPeer) as applyPeers
+// ensureReleaseBridge writes the policy's release BGPPeer to keeper (extender.ReleaseBGPPeer) as applyPeers
 // writes a plan's: created when missing, reverted when changed.
-func (r *Reconciler) ensureReleaseBridge(ctx context.Context, st *State) error {
+func (r *Reconciler) ensureReleaseBridge(ctx context.Context, st *State, keeper string) error {
 	bridge := &State{Name: st.Name, Policy: st.Policy, Managed: st.Managed,
-		Result: &extender.Result{BGPPeers: []extender.BGPPeer{extender.ReleaseBGPPeer(st.Managed.Resolved)}}}
+		Result: &extender.Result{BGPPeers: []extender.BGPPeer{extender.ReleaseBGPPeer(st.Managed.Resolved, keeper)}}}
 	if err := r.applyPeers(ctx, bridge); err != nil {
 		return fmt.Errorf("writing the release BGPPeer: %w", err)
 	}

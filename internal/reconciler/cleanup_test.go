@@ -17,10 +17,12 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
-// TestPolicyDeletion: a policy that turned the node-to-node mesh off is deleted. Its finalizer turns
-// the mesh back on first, keeps every role for removalDelay, then releases the route reflectors,
-// then the clients, then deletes the BGPPeers and goes. The graph model (with the mesh as the
-// BGPConfiguration says) finds every route after every reconcile.
+// TestPolicyDeletion: a policy that turned the node-to-node mesh off is deleted. Its finalizer
+// writes the release BGPPeer to one route reflector (the keeper) and keeps every role for
+// removalDelay, releases the other route reflectors one at a time, turns the mesh back on once
+// only the keeper is left, keeps it for removalDelay, then releases it and the clients, deletes the
+// BGPPeers and goes. The graph model (with the mesh as the BGPConfiguration says) finds every
+// route after every reconcile.
 func TestPolicyDeletion(t *testing.T) {
 	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 		s.RemovalDelay = &metav1.Duration{Duration: time.Minute}
@@ -34,16 +36,30 @@ func TestPolicyDeletion(t *testing.T) {
 	pol := &v1alpha1.RouteReflectorPolicy{}
 	require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
 	require.Contains(t, pol.Finalizers, Finalizer)
+	rrs := h.rrs()
 
 	require.NoError(t, h.client.Delete(context.Background(), pol))
 	h.reconcile()
-	require.False(t, meshOff(h), "the mesh is back on first")
-	require.NotEmpty(t, h.rrs(), "the route reflectors stay while the mesh sessions come up")
+	require.True(t, meshOff(h), "the mesh stays off while the route reflectors go through the keeper")
+	require.Equal(t, rrs, h.rrs(), "every role stays while the release BGPPeer's sessions come up")
+	require.Contains(t, h.peers(), extender.BGPPeerPrefix+"release."+h.policyNm)
+	require.Zero(t, h.modelMissingMesh(false))
+
+	h.now = h.now.Add(time.Minute + time.Second)
+	for range len(rrs) - 1 {
+		h.reconcile()
+		require.True(t, meshOff(h))
+		require.Zero(t, h.modelMissingMesh(false))
+	}
+	require.Len(t, h.rrs(), 1, "the keeper is left")
+	h.reconcile()
+	require.False(t, meshOff(h), "the mesh is back on once only the keeper is left")
+	require.Len(t, h.rrs(), 1, "the keeper stays while the mesh sessions come up")
 	require.Zero(t, h.modelMissingMesh(true))
 
 	h.now = h.now.Add(30 * time.Second)
 	h.reconcile()
-	require.NotEmpty(t, h.rrs(), "still within removalDelay")
+	require.Len(t, h.rrs(), 1, "still within removalDelay")
 
 	h.now = h.now.Add(31 * time.Second)
 	h.reconcile()

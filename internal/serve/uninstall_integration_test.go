@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/uninstall"
 )
@@ -26,9 +27,12 @@ func (w *world) meshEnabled() (bool, error) {
 }
 
 // TestUninstallOnRealAPIServer: what the chart's pre-delete hook runs. A policy that migrated the
-// cluster off the node-to-node mesh is released by `uninstall`: the mesh is back on before any
-// route reflector loses its role, then every owned label, annotation and BGPPeer is gone, and the
-// policy with it.
+// cluster off the node-to-node mesh (12 nodes, below spec.release.maxMeshNodes) is released by
+// `uninstall` through one route reflector: while the mesh is off the other route reflectors go
+// one at a time, the mesh comes back on once only that one is left, then every owned label,
+// annotation and BGPPeer is gone, and the policy with it. Sampled every 100 ms, the graph model
+// of the cluster loses no pair, no node holds more than twice its steady-state routes (the larger
+// of before and after) and no route reflector more than twice its steady-state sessions.
 func TestUninstallOnRealAPIServer(t *testing.T) {
 	w := newWorld(t)
 	w.applyDefaultPolicy(`
@@ -43,10 +47,21 @@ func TestUninstallOnRealAPIServer(t *testing.T) {
 		}
 		return nil
 	})
+	sample := func(on bool) *bgpmodel.Model {
+		t.Helper()
+		topo, _, _, err := w.clusterTopology(bgpmodel.Options{NodeToNodeMesh: on})
+		require.NoError(t, err)
+		m, err := topo.Propagate(nil)
+		require.NoError(t, err)
+		require.Zerof(t, m.Summary.MissingPairs, "missing pairs with the mesh on %v, e.g. %v: %s", on, m.MissingPairs(3), w.snapshot().roles())
+		return m
+	}
+	before := sample(false)
+	peakRoutes, peakSessions := map[string]float64{}, map[string]int{}
 	var out bytes.Buffer
 	done := make(chan error, 1)
 	go func() { done <- uninstall.Run(t.Context(), w.env.ConfigFor(testenv.UserAdmin), 90*time.Second, &out) }()
-	// While the policy is released: never a route reflector gone while the mesh is still off.
+	wasOff := true
 	for released := false; !released; {
 		select {
 		case err := <-done:
@@ -57,10 +72,26 @@ func TestUninstallOnRealAPIServer(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 		on, _ := w.meshEnabled()
-		if s := w.snapshot(); !on && len(s.rrs) < 3 {
-			require.Fail(t, fmt.Sprintf("a route reflector lost its role while the mesh was off: %v", s.roles()))
+		s := w.snapshot()
+		if on && wasOff && len(s.rrs) > 1 {
+			require.Fail(t, fmt.Sprintf("the mesh came back with more than the keeper left: %v", s.roles()))
+		}
+		wasOff = !on
+		for _, n := range sample(on).Nodes {
+			peakRoutes[n.Name] = max(peakRoutes[n.Name], n.Routes)
+			peakSessions[n.Name] = max(peakSessions[n.Name], n.Sessions)
 		}
 	}
+	after := sample(true)
+	for i, n := range before.Nodes {
+		steadyRoutes := max(n.Routes, after.Nodes[i].Routes)
+		require.LessOrEqualf(t, peakRoutes[n.Name], 2*steadyRoutes, "%s: peak routes %.0f, steady %.0f", n.Name, peakRoutes[n.Name], steadyRoutes)
+		if n.ClusterID != "" {
+			steadySessions := max(n.Sessions, after.Nodes[i].Sessions)
+			require.LessOrEqualf(t, peakSessions[n.Name], 2*steadySessions, "%s: peak sessions %d, steady %d", n.Name, peakSessions[n.Name], steadySessions)
+		}
+	}
+	t.Logf("busiest node: %.0f routes before, %.0f after", before.Summary.MaxRoutesPerNode, after.Summary.MaxRoutesPerNode)
 	if on, err := w.meshEnabled(); !on || err != nil {
 		require.Fail(t, fmt.Sprintf("mesh not back on: %v", err))
 	}

@@ -194,6 +194,43 @@ type RouteReflectorPolicySpec struct {
 	// BGPPeer fields of the same names and types). A change updates the BGPPeers in place.
 	// +optional
 	BGPPeer *BGPPeerSettings `json:"bgpPeer,omitempty"`
+
+	// Release says what deleting the policy (or uninstalling the chart) does to the layout when
+	// the policy turned the node-to-node mesh off [mesh back on up to 100 nodes, layout kept
+	// above].
+	// +optional
+	Release *Release `json:"release,omitempty"`
+}
+
+// ReleaseMesh says whether deleting a policy that turned the node-to-node mesh off turns it back on.
+// +kubebuilder:validation:Enum=Auto;Restore;Keep
+type ReleaseMesh string
+
+const (
+	// ReleaseMeshAuto: the mesh comes back when the cluster has at most maxMeshNodes nodes;
+	// above, the layout is kept and released from the product's ownership.
+	ReleaseMeshAuto ReleaseMesh = "Auto"
+	// ReleaseMeshRestore: the mesh comes back at any size (every node then holds a session with
+	// every other node).
+	ReleaseMeshRestore ReleaseMesh = "Restore"
+	// ReleaseMeshKeep: the mesh never comes back: the layout (roles, labels, BGPPeers) stays,
+	// released from the product's ownership.
+	ReleaseMeshKeep ReleaseMesh = "Keep"
+)
+
+// Release tunes what deleting the policy does.
+type Release struct {
+	// NodeToNodeMesh is Auto, Restore or Keep [Auto]: whether deleting a policy that turned
+	// Calico's node-to-node mesh off (migrateFromNodeMesh) turns it back on, or keeps the
+	// route reflectors, their labels and BGPPeers in place, released from the product.
+	// +optional
+	NodeToNodeMesh ReleaseMesh `json:"nodeToNodeMesh,omitempty"`
+
+	// MaxMeshNodes is the largest cluster (all its nodes) on which Auto turns the mesh back on
+	// [100, the size beyond which Calico recommends route reflectors]. Only with Auto.
+	// +optional
+	// +kubebuilder:validation:Minimum=2
+	MaxMeshNodes *int32 `json:"maxMeshNodes,omitempty"`
 }
 
 // BGPPeerSettings are Calico BGPPeer fields (projectcalico.org/v3 BGPPeerSpec) that the product
