@@ -31,6 +31,8 @@ type planInputs struct {
 	ds       datastoreFlags
 	// etcd is the Calico state read from etcd with --datastore etcdv3.
 	etcd *calicoetcd.State
+	// given are nodes read elsewhere (verify --from): the input instead of --nodes or --simulate.
+	given []*corev1.Node
 }
 
 func (in *planInputs) register(fs *flag.FlagSet) {
@@ -52,11 +54,13 @@ func (in *planInputs) load() (extender.Input, error) {
 	switch {
 	case etcd && in.simulate != 0:
 		return out, usageError{errors.New("--datastore etcdv3 reads the nodes from etcd: no --simulate with it")}
-	case !etcd && (in.nodes == "") == (in.simulate == 0):
+	case !etcd && in.given == nil && (in.nodes == "") == (in.simulate == 0):
 		return out, usageError{errors.New("give exactly one of --nodes FILE and --simulate N")}
 	}
 	var nodes []*corev1.Node
-	if in.nodes != "" {
+	if in.given != nil {
+		nodes = in.given
+	} else if in.nodes != "" {
 		nodes, err = nodesource.ReadNodesFile(in.nodes)
 	} else if !etcd {
 		nodes, err = nodesource.Simulate(in.simulate, in.zones)

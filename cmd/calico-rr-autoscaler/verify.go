@@ -13,10 +13,12 @@ import (
 	"syscall"
 	"time"
 
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"k8s.io/client-go/rest"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/report"
 )
@@ -35,14 +37,26 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	mesh := fs.Bool("node-to-node-mesh", false, "Calico's node-to-node mesh is on: nodes without a cluster ID also peer with each other")
 	bird := fs.String("bird", "", "the bird binary (default: $BIRD, else bird from PATH)")
 	confd := fs.String("confd", "", "Calico's confd binary for --speaker calico (default: $CONFD, else the one `make tools` builds)")
+	from := fs.String("from", "", "replay the transition from a cluster's state to its plan: FILE holds the state as it is, its Nodes and Calico BGPPeers in one stream (kubectl get nodes,bgppeers.crd.projectcalico.org -o yaml); the plan is computed from those nodes (--policy, --now) and written over the running state as the product writes it, while every node's routes are sampled every 0.2 s. Nodes NotReady in FILE are dead in both states. Needs --speaker calico (the default with --from)")
 	verbose := fs.Bool("v", false, "print progress to standard error")
 	if err := parseFlags(fs, args, stdout,
-		"Usage: calico-rr-autoscaler verify (--nodes FILE | --simulate N [--zones Z] | --kubeconfig FILE | --datastore etcdv3 --etcd-endpoints URLS) [--policy FILE] [--speaker gobgp|bird|calico] [--fail-zone Z] [--fail-rr N|NAMES] [-o table|json]",
-		"Runs the plan (or a live cluster's state) on real BGP speakers (iBGP, AS 64512, one /24 per node) and reports which nodes learn which blocks. Exit status 1 when a block is missing."); err != nil {
+		"Usage: calico-rr-autoscaler verify (--nodes FILE | --simulate N [--zones Z] | --kubeconfig FILE | --datastore etcdv3 --etcd-endpoints URLS | --from FILE) [--policy FILE] [--speaker gobgp|bird|calico] [--fail-zone Z] [--fail-rr N|NAMES] [-o table|json]",
+		"Runs the plan (or a live cluster's state) on real BGP speakers (iBGP, AS 64512, one /24 per node) and reports which nodes learn which blocks; with --from, the transition from the state given to the plan. Exit status 1 when a block is missing (with --from: also when a pair of nodes that keep their role missed a route while the plan was applied)."); err != nil {
 		return err
 	}
 	if err := checkOutput(*output); err != nil {
 		return err
+	}
+	if *from != "" {
+		switch {
+		case *speaker != "" && *speaker != bgpverify.SpeakerCalico:
+			return usageError{fmt.Errorf("--from needs --speaker calico (a transition is replayed by confd re-rendering one running BIRD per node), not %q", *speaker)}
+		case in.nodes != "" || in.simulate != 0 || *kubeconfig != "" || in.ds.datastore != calicoetcd.Kubernetes:
+			return usageError{errors.New("--from FILE holds the nodes: no --nodes, --simulate, --kubeconfig or --datastore etcdv3 with it")}
+		case *failZone != "" || *failRR != "":
+			return usageError{errors.New("--from replays a transition: its failures are the nodes NotReady in FILE, not --fail-zone or --fail-rr")}
+		}
+		*speaker = bgpverify.SpeakerCalico
 	}
 	if *speaker == "" {
 		*speaker = bgpverify.SpeakerBIRD
@@ -67,6 +81,7 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var etcdState *calicoetcd.State
+	var fromPeers []apiv3.BGPPeer
 	if etcd {
 		if in.nodes != "" || in.simulate != 0 || in.policy != "" || *kubeconfig != "" {
 			return usageError{errors.New("--datastore etcdv3 verifies the state in etcd: no --nodes, --simulate, --policy or --kubeconfig with it")}
@@ -84,6 +99,11 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 		}
 	} else {
 		var err error
+		if *from != "" {
+			if in.given, fromPeers, err = nodesource.ReadStateFile(*from); err != nil {
+				return usageError{fmt.Errorf("--from: %w", err)}
+			}
+		}
 		if input, err = in.load(); err != nil {
 			return err
 		}
@@ -122,6 +142,8 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 		rep, err = bgpverify.VerifyObjects(ctx, etcdState.Nodes, etcdState.Peers, etcdState.Configs, opts)
 	case restConfig != nil:
 		rep, err = bgpverify.VerifyCluster(ctx, restConfig, opts)
+	case *from != "":
+		rep, err = bgpverify.ReplayTransition(ctx, input, extender.Plan(input), fromPeers, opts)
 	default:
 		rep, err = bgpverify.Run(ctx, input, extender.Plan(input), opts)
 	}
@@ -145,6 +167,12 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 		if err := report.VerifyTable(stdout, rep); err != nil {
 			return err
 		}
+		if rep.Transition != nil {
+			fmt.Fprintln(stdout)
+			if err := report.TransitionTable(stdout, rep.Transition); err != nil {
+				return err
+			}
+		}
 		if len(rep.ConfigDifferences) > 0 {
 			fmt.Fprintf(stdout, "\nWhere confd's configurations differ from the graph model's sessions (%d):\n", len(rep.ConfigDifferences))
 			for _, d := range rep.ConfigDifferences {
@@ -154,6 +182,9 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	}
 	if n := rep.MissingPairs(); n > 0 {
 		return fmt.Errorf("verify: %d node pairs miss each other's routes", n)
+	}
+	if tr := rep.Transition; tr != nil && tr.Measured.MissingPairSamplesKeepingRole > 0 {
+		return fmt.Errorf("verify: %d missing pair-samples between nodes that keep their role while the plan was applied", tr.Measured.MissingPairSamplesKeepingRole)
 	}
 	if !rep.Summary.Converged || rep.AfterFailure != nil && !rep.AfterFailure.Summary.Converged {
 		return errors.New("verify: the speakers did not converge within the timeout")

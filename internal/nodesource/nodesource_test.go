@@ -101,3 +101,28 @@ func FuzzDecodeNodes(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeState(t *testing.T) {
+	for _, tc := range []struct {
+		name, in   string
+		nodes, bgp int
+		err        string
+	}{
+		{"mixed List", "kind: List\nitems:\n- kind: Node\n  metadata: {name: a}\n- apiVersion: crd.projectcalico.org/v1\n  kind: BGPPeer\n  metadata: {name: p}\n  spec: {nodeSelector: all(), peerSelector: has(x)}\n", 1, 1, ""},
+		{"stream", "kind: Node\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: b}\n---\nkind: BGPPeerList\nitems:\n- metadata: {name: p}\n", 2, 1, ""},
+		{"wrong kind", "kind: List\nitems:\n- kind: Pod\n  metadata: {name: a}\n", 0, 0, `document 1: items[0]: kind "Pod" is not Node or BGPPeer`},
+		{"duplicate peer", "kind: BGPPeer\nmetadata: {name: p}\n---\nkind: BGPPeer\nmetadata: {name: p}\n", 0, 0, `document 2: metadata.name: Duplicate value: "p"`},
+		{"no kind", "metadata: {name: a}\n", 0, 0, "document 1: no kind (want Node or BGPPeer)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes, peers, err := DecodeState([]byte(tc.in))
+			if tc.err != "" {
+				require.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Len(t, nodes, tc.nodes)
+			require.Len(t, peers, tc.bgp)
+		})
+	}
+}

@@ -50,7 +50,12 @@ type Lab struct {
 
 // StartLab creates the namespaces and the folders for names (nothing runs until Sync).
 func StartLab(kubeconfig string, names []string) (*Lab, error) {
-	confd, err := FindConfd("")
+	return startLab(kubeconfig, names, "", "")
+}
+
+// startLab is StartLab with the confd and bird binaries given (as FindConfd and FindBIRD take them).
+func startLab(kubeconfig string, names []string, confdPath, birdPath string) (*Lab, error) {
+	confd, err := FindConfd(confdPath)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +63,7 @@ func StartLab(kubeconfig string, names []string) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	bin, err := FindBIRD("")
+	bin, err := FindBIRD(birdPath)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +76,8 @@ func StartLab(kubeconfig string, names []string) (*Lab, error) {
 		return nil, err
 	}
 	l := &Lab{names: names, index: map[string]int{}, confd: confd, etc: etc, dir: dir, dead: map[int]bool{},
-		env: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + kubeconfig, "USE_POD_CIDR=true"}}
+		env: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + kubeconfig, "USE_POD_CIDR=true",
+			"NAMESPACE=" + ConfdNamespace}} // where confd reads the Secrets of BGPPeer passwords
 	addrs := make([]netip.Prefix, len(names))
 	for i, n := range names {
 		l.index[n] = i

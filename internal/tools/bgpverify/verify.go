@@ -134,6 +134,9 @@ type Report struct {
 	ConfigDifferences []string `json:"configDifferences,omitempty"`
 	// Rendered (calico speaker) counts the session settings of the BGP protocols confd rendered.
 	Rendered *RenderedSettings `json:"rendered,omitempty"`
+	// Transition (verify --from) is the replayed transition from the state given to the plan:
+	// what BIRD did while the plan was applied, beside the graph model's figures.
+	Transition *TransitionReport `json:"transition,omitempty"`
 }
 
 // RenderedSettings counts what BIRD's configurations, as confd rendered them, set on their BGP
