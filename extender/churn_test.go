@@ -76,7 +76,8 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 	missing := 0 // events after which the graph model found missing node pairs
 	unsafe := 0  // events after which a drill failed that a fresh plan survives
 	var unsafeSince time.Time
-	idChanges := 0 // Hierarchical: route reflectors kept in place whose ID a drill-driven handover changed
+	transitionRisk := 0 // events whose one-step change puts pairs of nodes keeping their role at risk
+	idChanges := 0      // Hierarchical: route reflectors kept in place whose ID a drill-driven handover changed
 	for ev := 0; ev < events; ev++ {
 		now = now.Add(time.Duration(rng.IntN(30)+1) * time.Second)
 		kind, target, isRR := churnEvent(rng, p, &nodes, &next, maxNodes, now)
@@ -96,6 +97,18 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 				idChanges += len(bad)
 			} else {
 				assert.Fail(t, fmt.Sprintf("event %d (%s %s): %s", ev, kind, target, strings.Join(bad[:min(3, len(bad))], "\n")))
+			}
+		}
+		// The moment between the two plans: applied make-before-break (added sessions first,
+		// removed ones last), the change misses no pair between two nodes that keep their role
+		// while sessions restart (nodes not Ready are down). Counted and logged, not asserted yet:
+		// DualPlane has 1 such event in the 3,000 (a deletion that re-racks the cluster).
+		if ModelTransition != nil {
+			if bad := ModelTransition(Input{Policy: p, Nodes: nodes}, prev, r); len(bad) > 0 {
+				if transitionRisk == 0 {
+					t.Logf("first transition with pairs of nodes keeping their role at risk: event %d (%s %s): %s", ev, kind, target, bad[0])
+				}
+				transitionRisk++
 			}
 		}
 		if ev%*churnCheck == 0 {
@@ -175,7 +188,7 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 	}
 	sort.Strings(kinds)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d events, up to %d nodes, %d at the end, %d route reflectors, %d events with missing node pairs in the graph model, %d with a failing drill a fresh plan survives, %d cluster-ID changes of kept route reflectors (Hierarchical)\n", events, maxNodes, len(nodes), r.Summary.RouteReflectors, missing, unsafe, idChanges)
+	fmt.Fprintf(&b, "%d events, up to %d nodes, %d at the end, %d route reflectors, %d events with missing node pairs in the graph model, %d with a failing drill a fresh plan survives, %d cluster-ID changes of kept route reflectors (Hierarchical), %d transitions with pairs of nodes keeping their role at risk\n", events, maxNodes, len(nodes), r.Summary.RouteReflectors, missing, unsafe, idChanges, transitionRisk)
 	fmt.Fprintf(&b, "%-34s %7s %14s %16s %14s\n", "event", "count", "roles/event", "BGPPeers/event", "moves/event")
 	for _, k := range kinds {
 		s := stats[k]

@@ -12,3 +12,8 @@ var PlanDrills DrillFunc
 
 // CheckInvariants exports checkInvariants to the external tests.
 var CheckInvariants = checkInvariants
+
+// ModelTransition is set by model_hook_test.go: it compares the cluster as prev left it (in's
+// nodes, prev's BGPPeers) with the plan r on the graph model (bgpmodel.NewTransition) and returns
+// a problem when a node pair between two nodes that keep their role is at risk while r is applied.
+var ModelTransition func(in Input, prev, r *Result) []string

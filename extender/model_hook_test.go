@@ -10,6 +10,37 @@ import (
 func init() {
 	extender.ModelDrills = modelDrills
 	extender.PlanDrills = bgpmodel.PlanDrills
+	extender.ModelTransition = modelTransition
+}
+
+// modelTransition: applied make-before-break (bgpmodel's steps: sessions added first, removed
+// last), the transition from the cluster as prev left it to r misses no pair between two nodes that
+// keep their role while its cluster IDs change (nodes not Ready are down in every state).
+func modelTransition(in extender.Input, prev, r *extender.Result) []string {
+	before, err := bgpmodel.FromPlan(in, prev, bgpmodel.Options{})
+	if err != nil {
+		return []string{"graph model, before: " + err.Error()}
+	}
+	after, err := bgpmodel.FromPlan(in, r, bgpmodel.Options{})
+	if err != nil {
+		return []string{"graph model, after: " + err.Error()}
+	}
+	down := map[string]bool{}
+	for _, n := range in.Nodes {
+		if !extender.IsReady(n) {
+			down[n.Name] = true
+		}
+	}
+	tr, err := bgpmodel.NewTransition(before, after, down)
+	if err != nil {
+		return []string{"graph model, transition: " + err.Error()}
+	}
+	for _, st := range tr.Steps {
+		if st.KeptRoles > 0 {
+			return []string{fmt.Sprintf("graph model, transition: its %s step misses %d pairs between nodes that keep their role: %s; e.g. %v", st.Kind, st.KeptRoles, tr, tr.AtRisk)}
+		}
+	}
+	return nil
 }
 
 // modelDrills checks a plan on the graph model with every node up and, with drills, runs its

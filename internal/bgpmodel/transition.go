@@ -38,6 +38,11 @@ type Transition struct {
 	// (MissingBetween - MissingAfter, at least 0), and examples of them.
 	PairsAtRisk int64       `json:"pairsAtRisk"`
 	AtRisk      [][2]string `json:"atRisk,omitempty"`
+	// KeptRolesAtRisk: the pairs at risk between two nodes that keep their role (a route
+	// reflector with the same cluster ID, or a client, in both states); with Calico's BIRD
+	// configuration every session of a node whose role changes restarts, so the others are the
+	// ones a plan can spare. Counted up to maxAtRiskScan missing pairs.
+	KeptRolesAtRisk int64 `json:"keptRolesAtRisk"`
 	// Steps: the same change as make-before-break steps (add, change, remove), each with the pairs
 	// missing while it is applied; only the steps that change something are listed.
 	Steps []TransitionStep `json:"steps"`
@@ -61,8 +66,10 @@ type TransitionStep struct {
 	// up), remove (the sessions the plan no longer has go).
 	Kind     string `json:"kind"`
 	Sessions int    `json:"sessions"`
-	// MissingPairs while the step is applied, beyond those the state after it still misses.
+	// MissingPairs while the step is applied, beyond those the state after it still misses;
+	// KeptRoles: those between two nodes that keep their role.
 	MissingPairs int64 `json:"missingPairs"`
+	KeptRoles    int64 `json:"keptRolesMissingPairs"`
 }
 
 // String is the one-line form the plan table prints.
@@ -71,8 +78,8 @@ func (tr *Transition) String() string {
 	for _, s := range tr.Steps {
 		steps = append(steps, fmt.Sprintf("%s %d (%d pairs)", s.Kind, s.Sessions, s.MissingPairs))
 	}
-	return fmt.Sprintf("%d sessions added, %d removed, %d restarted; %d node pairs at risk in one step; steps: %s; busiest node's routes %.0f -> peak %.0f -> %.0f",
-		tr.Added, tr.Removed, tr.Restarted, tr.PairsAtRisk, strings.Join(steps, ", "), tr.RoutesBefore, tr.PeakRoutes, tr.RoutesAfter)
+	return fmt.Sprintf("%d sessions added, %d removed, %d restarted; %d node pairs at risk in one step (%d between nodes that keep their role); steps: %s; busiest node's routes %.0f -> peak %.0f -> %.0f",
+		tr.Added, tr.Removed, tr.Restarted, tr.PairsAtRisk, tr.KeptRolesAtRisk, strings.Join(steps, ", "), tr.RoutesBefore, tr.PeakRoutes, tr.RoutesAfter)
 }
 
 // sessionEnd is how one end renders a session: the cluster ID it reflects with, "" when it does not
@@ -226,7 +233,7 @@ func NewTransition(before, after *Topology, down map[string]bool) (*Transition, 
 	tr.MissingBetween = mid.Summary.MissingPairs
 	tr.PairsAtRisk = max(0, tr.MissingBetween-tr.MissingAfter)
 	if tr.PairsAtRisk > 0 {
-		tr.AtRisk = atRisk(mid, ma, 10)
+		tr.AtRisk, tr.KeptRolesAtRisk = atRisk(mid, ma, 10, keepsID)
 	}
 
 	// Steps. add: the before state with the sessions whose ends keep their IDs added (nothing goes
@@ -255,7 +262,11 @@ func NewTransition(before, after *Topology, down map[string]bool) (*Transition, 
 		if err != nil {
 			return nil, fmt.Errorf("state of the change step: %w", err)
 		}
-		tr.Steps = append(tr.Steps, TransitionStep{Kind: "change", Sessions: changed, MissingPairs: max(0, mChange.Summary.MissingPairs-tr.MissingAfter)})
+		step := TransitionStep{Kind: "change", Sessions: changed, MissingPairs: max(0, mChange.Summary.MissingPairs-tr.MissingAfter)}
+		if step.MissingPairs > 0 {
+			_, step.KeptRoles = atRisk(mChange, ma, 0, keepsID)
+		}
+		tr.Steps = append(tr.Steps, step)
 	}
 	if len(removed) > 0 {
 		tr.Steps = append(tr.Steps, TransitionStep{Kind: "remove", Sessions: len(removed)})
@@ -272,17 +283,25 @@ func keys(m map[[2]string]sessionSettings) [][2]string {
 	return out
 }
 
-// atRisk lists up to limit pairs mid misses that after has.
-func atRisk(mid, after *Model, limit int) [][2]string {
+// maxAtRiskScan bounds the missing pairs atRisk looks at.
+const maxAtRiskScan = 1 << 20
+
+// atRisk lists up to limit pairs mid misses that after has, and counts those between two nodes
+// that keep their role.
+func atRisk(mid, after *Model, limit int, kept func(string) bool) ([][2]string, int64) {
 	var out [][2]string
-	for _, p := range mid.MissingPairs(0x7fffffff) {
+	var keptRoles int64
+	for _, p := range mid.MissingPairs(maxAtRiskScan) {
 		i, j := after.t.Index(p[0]), after.t.Index(p[1])
-		if i >= 0 && j >= 0 && after.Has(i, j) {
+		if i < 0 || j < 0 || !after.Has(i, j) {
+			continue
+		}
+		if len(out) < limit {
 			out = append(out, p)
-			if len(out) == limit {
-				break
-			}
+		}
+		if kept(p[0]) && kept(p[1]) {
+			keptRoles++
 		}
 	}
-	return out
+	return out, keptRoles
 }
