@@ -41,7 +41,7 @@ type Transition struct {
 	// KeptRolesAtRisk: the pairs at risk between two nodes that keep their role (a route
 	// reflector with the same cluster ID, or a client, in both states); with Calico's BIRD
 	// configuration every session of a node whose role changes restarts, so the others are the
-	// ones a plan can spare. Counted up to maxAtRiskScan missing pairs.
+	// ones a plan can spare.
 	KeptRolesAtRisk int64 `json:"keptRolesAtRisk"`
 	// Steps: the same change as make-before-break steps (add, change, remove), each with the pairs
 	// missing while it is applied; only the steps that change something are listed.
@@ -283,25 +283,48 @@ func keys(m map[[2]string]sessionSettings) [][2]string {
 	return out
 }
 
-// maxAtRiskScan bounds the missing pairs atRisk looks at.
-const maxAtRiskScan = 1 << 20
-
-// atRisk lists up to limit pairs mid misses that after has, and counts those between two nodes
-// that keep their role.
+// atRisk lists up to limit pairs (receiver, origin) mid misses that after has, and counts those
+// between two nodes that keep their role. mid has after's nodes in after's order. It looks at each
+// receiver's counts and checks only the nodes that do not keep their role one by one, so it costs
+// the nodes times the changed nodes, not the pairs (65,000 nodes: every node misses a promoted
+// node's block in the in-between state).
 func atRisk(mid, after *Model, limit int, kept func(string) bool) ([][2]string, int64) {
+	var changed []int
+	for i, n := range after.t.Nodes {
+		if !kept(n.Name) && !isDown(after.down, i) {
+			changed = append(changed, i)
+		}
+	}
 	var out [][2]string
 	var keptRoles int64
-	for _, p := range mid.MissingPairs(maxAtRiskScan) {
-		i, j := after.t.Index(p[0]), after.t.Index(p[1])
-		if i < 0 || j < 0 || !after.Has(i, j) {
+	for n := range after.t.Nodes {
+		if isDown(after.down, n) {
 			continue
 		}
+		d := mid.Nodes[n].Missing - after.Nodes[n].Missing
+		if d <= 0 {
+			continue
+		}
+		name := after.t.Nodes[n].Name
 		if len(out) < limit {
-			out = append(out, p)
+			for o := range after.t.Nodes {
+				if len(out) == limit {
+					break
+				}
+				if o != n && !isDown(after.down, o) && !mid.Has(n, o) && after.Has(n, o) {
+					out = append(out, [2]string{name, after.t.Nodes[o].Name})
+				}
+			}
 		}
-		if kept(p[0]) && kept(p[1]) {
-			keptRoles++
+		if !kept(name) {
+			continue
 		}
+		for _, o := range changed {
+			if o != n && !mid.Has(n, o) && after.Has(n, o) {
+				d--
+			}
+		}
+		keptRoles += int64(max(d, 0))
 	}
 	return out, keptRoles
 }

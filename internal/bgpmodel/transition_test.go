@@ -109,6 +109,7 @@ func TestTransitionOfARackReplacement(t *testing.T) {
 			require.NoError(t, err)
 			t.Logf("%s: %s", tc.name, tr)
 			assert.Zero(t, tr.MissingBefore+tr.MissingAfter, "before and after keep every pair of live nodes")
+			assert.Zero(t, tr.KeptRolesAtRisk, "no pair between nodes that keep their role at risk")
 			for _, nc := range tr.RestartsByNode {
 				// A restart has two ends: one of them is a promoted node.
 				if nc.Node == mate.Node {
@@ -132,6 +133,50 @@ func TestTransitionOfARackReplacement(t *testing.T) {
 			t.Logf("%s, the mate renumbered: %s", tc.name, trBad)
 			assert.Greater(t, trBad.Restarted, tr.Restarted, "renumbering the mate restarts its sessions")
 			assert.Greater(t, trBad.PairsAtRisk, tr.PairsAtRisk, "renumbering the mate puts more pairs at risk")
+			assert.Positive(t, trBad.KeptRolesAtRisk, "pairs between nodes that keep their role among them")
 		})
+	}
+}
+
+// BenchmarkTransition65000: the transition of a rack route reflector's replacement at 65,000 nodes
+// (the settled default layout, one rack route reflector NotReady past the grace): the two
+// topologies from the plans and NewTransition. The plan with its drills is measured apart
+// (BenchmarkPlanWithDrills).
+func BenchmarkTransition65000(b *testing.B) {
+	p := policy.Default("dual")
+	r, errs := policy.Resolve(p)
+	require.NoError(b, errs.ToAggregate())
+	nodes, err := nodesource.Simulate(65000, 3)
+	require.NoError(b, err)
+	in := extender.Input{Policy: r, Nodes: nodes, Now: nodesource.SimulationStart.Add(24 * time.Hour)}
+	res := extender.Plan(in)
+	in.Nodes, in.Now = applied(in, res), in.Now.Add(time.Minute)
+	res = extender.Plan(in)
+	in.Nodes = applied(in, res)
+	var victim string
+	for _, rr := range res.RouteReflectors {
+		if !rr.Spine && victim == "" {
+			victim = rr.Node
+		}
+	}
+	next := extender.Input{Policy: r, Now: in.Now.Add(time.Minute)}
+	for _, n := range in.Nodes {
+		if n.Name == victim {
+			n = n.DeepCopy()
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(in.Now.Add(-10 * time.Minute))}}
+		}
+		next.Nodes = append(next.Nodes, n)
+	}
+	res2 := extender.Plan(next)
+	down := map[string]bool{victim: true}
+	b.ResetTimer()
+	for b.Loop() {
+		before, err := FromPlan(in, res, Options{})
+		require.NoError(b, err)
+		after, err := FromPlan(next, res2, Options{})
+		require.NoError(b, err)
+		tr, err := NewTransition(before, after, down)
+		require.NoError(b, err)
+		require.Zero(b, tr.KeptRolesAtRisk)
 	}
 }
