@@ -101,7 +101,7 @@ const (
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
 		plansTotal, absorbedEvents, fullPlanCauses, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
-		conditionGauge, pathsGauge, missingPairsGauge)
+		conditionGauge, pathsGauge, missingPairsGauge, transitionSessions, transitionAtRisk)
 }
 
 // conditionStatuses are the values of a condition's status, each a series of the condition gauge.

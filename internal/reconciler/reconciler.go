@@ -192,6 +192,7 @@ func (r *Reconciler) Steps() []Step {
 		{"bgphealth", r.bgpHealth},
 		{"plan", r.plan},
 		{"bgppeers", r.enforcing(r.applyPeers)},
+		{"transition", r.enforcing(r.transition)},
 		{"nodes", r.enforcing(r.patchNodes)},
 		{"handover", r.enforcing(r.handover)},
 		{"demote", r.enforcing(r.demote)},
