@@ -112,6 +112,6 @@ func TestPlanTransitionOfADeadRackRouteReflector(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("kind: Node\nmetadata: {name: x}\n"), 0o600))
 	err = runPlan([]string{"--nodes", nodesFile, "--bgppeers", bad, "--now", now}, &out)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "kind \"Node\" is not BGPPeer")
+	assert.Contains(t, err.Error(), "want only BGPPeers")
 	assert.NotContains(t, err.Error(), "\n")
 }
