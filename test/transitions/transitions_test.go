@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,8 +170,17 @@ func TestTransitionsOnRealBIRD(t *testing.T) {
 	h.finish()
 }
 
-// largeNodes is the size of TestTransitionsOnRealBIRDLarge (zones of a third each).
-const largeNodes = 30
+// largeNodes is the size of TestTransitionsOnRealBIRDLarge (zones of a third each);
+// RRA_TRANSITIONS_NODES sets another.
+func largeNodes(t *testing.T) int {
+	if v := os.Getenv("RRA_TRANSITIONS_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "RRA_TRANSITIONS_NODES")
+		require.GreaterOrEqual(t, n, 12, "RRA_TRANSITIONS_NODES")
+		return n
+	}
+	return 30
+}
 
 // largePolicy is the policy of TestTransitionsOnRealBIRDLarge: DualPlane with one rack per zone
 // (racks of maxRackSize), BGP health on with a short grace, the node-to-node mesh migrated off.
@@ -212,9 +222,10 @@ spec:
 // (about 3 minutes at 30 nodes; the small test already covers the commonest events).
 func TestTransitionsOnRealBIRDLarge(t *testing.T) {
 	testenv.SlowProof(t)
+	size := largeNodes(t)
 	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
 	start := time.Now()
-	perZone := (largeNodes + 2) / 3
+	perZone := (size + 2) / 3
 	leaderArgs := []string{"--leader-elect", "--leader-election-namespace=" + testenv.ChartNamespace}
 	w := newWorld(t, true, "", leaderArgs...)
 	// A second replica, without the webhooks (the API server calls the first): it takes the
@@ -224,14 +235,16 @@ func TestTransitionsOnRealBIRDLarge(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, second.Start(t.Context(), w.env.KubeconfigPath(testenv.UserServiceAccount), time.Minute))
 	t.Cleanup(second.Stop)
-	require.NoError(t, w.product.Restart(t.Context(), time.Minute), "restarting the first replica")
+	w.product.Stop() // releases the lease
 	w.eventually("the second replica leads", time.Minute, func() error {
 		if !strings.Contains(readLog(second.Log), "successfully acquired lease") {
 			return fmt.Errorf("no lease acquired in %s", second.Log)
 		}
 		return nil
 	})
-	names := nodeNames(largeNodes)
+	require.NoError(t, w.product.Restart(t.Context(), time.Minute), "starting the first replica again")
+	w.env.AwaitWebhooks(t, 30*time.Second)
+	names := nodeNames(size)
 	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
 	require.NoError(t, err)
 	t.Cleanup(lab.Close)
@@ -276,7 +289,7 @@ func TestTransitionsOnRealBIRDLarge(t *testing.T) {
 			return nil
 		})
 		t.Logf("(d) the mesh went off %v after the policy, with route reflectors %s; final %s", meshOff.Round(100*time.Millisecond), atMeshOff, lastLayout)
-	}, largeNodes)
+	}, size)
 
 	// (c) A topology change of the policy: racks of half the size, so each zone's rack splits.
 	event("(c) maxRackSize halved", func(before *roles) {
@@ -289,7 +302,7 @@ func TestTransitionsOnRealBIRDLarge(t *testing.T) {
 			}
 			return w.settledAny()
 		})
-	}, largeNodes)
+	}, size)
 
 	// (a) A spine member relabelled into the other spine member's zone.
 	event("(a) spine member relabelled into the other member's zone", func(before *roles) {
@@ -313,7 +326,7 @@ func TestTransitionsOnRealBIRDLarge(t *testing.T) {
 			}
 			return w.settledAny()
 		})
-	}, largeNodes)
+	}, size)
 
 	// (b) BGP health: a rack route reflector's BIRD killed, its Node Ready; replaced once its
 	// sessions have been down for the grace; then its BIRD back.
@@ -326,8 +339,8 @@ func TestTransitionsOnRealBIRDLarge(t *testing.T) {
 		lab.Kill(victim)
 		w.eventually("(b) "+victim+" replaced", 2*time.Minute, func() error { return w.replaced(victim) })
 		t.Logf("(b) %s replaced %v after its BIRD died", victim, time.Since(killed).Round(100*time.Millisecond))
-	}, largeNodes-1)
-	event("(b) the killed BIRD back", func(*roles) { lab.Revive(victim) }, largeNodes)
+	}, size-1)
+	event("(b) the killed BIRD back", func(*roles) { lab.Revive(victim) }, size)
 
 	// (e) Leader failover during a replacement: a rack route reflector cordoned and the leading
 	// replica killed at once (SIGKILL: its lease is not released); the other replica, which
@@ -348,7 +361,7 @@ func TestTransitionsOnRealBIRDLarge(t *testing.T) {
 		})
 		t.Logf("(e) the first replica took the lease %v after the leader was killed", time.Since(killed).Round(100*time.Millisecond))
 		w.eventually("(e) "+v+" replaced", time.Minute, func() error { return w.replaced(v) })
-	}, largeNodes)
+	}, size)
 
 	h.finish()
 }
