@@ -219,7 +219,20 @@ spec:
 // policy change that moves racks, a relabel that moves the spine, a replacement decided from BGP
 // sessions BIRD itself reports) lose no route between nodes that keep their role while they
 // happen on real BIRD, in the product's own order and timing. It runs only in `make test-all`
-// (about 3 minutes at 30 nodes; the small test already covers the commonest events).
+// (about 2.5 minutes at 30 nodes; the small test already covers the commonest events).
+//
+// On the code of this commit (three runs at 30 nodes) (b) and (e) pass, and (d), (c) and (a)
+// fail the no-loss check, with the figures in their messages: (d) 3,300-7,500 missing
+// pair-samples between clients, gaps up to 18-27 s: the mesh goes off removalDelay after the
+// layout is in the API (its Delay handover), and the clients' first sessions to their rack
+// route reflectors arrive in the same confd render that removes their mesh sessions (their
+// first peerings, to the spine members, are de-configured at the same moment); (c) 5,800-9,100
+// between clients of the zones' split racks, gaps up to 13 s; (a) the relabelled member's
+// plane moves to a rack route reflector of another zone (two cluster IDs change, as issue 36
+// says) and clients miss routes, 0-1,600 pair-samples between nodes that keep their role.
+// (c) and (a) also restart a few sessions of surviving route reflectors, and one run's (c)
+// peaked at 196 routes against 59 steady. The assertions stay: they are what the product must
+// meet.
 func TestTransitionsOnRealBIRDLarge(t *testing.T) {
 	testenv.SlowProof(t)
 	size := largeNodes(t)
