@@ -242,7 +242,7 @@ func TestTransitionsOnRealBIRDLarge(t *testing.T) {
 	leaderArgs := []string{"--leader-elect", "--leader-election-namespace=" + testenv.ChartNamespace}
 	w := newWorld(t, true, "", leaderArgs...)
 	// A second replica, without the webhooks (the API server calls the first): it takes the
-	// lease when the first restarts, so that event (e) can kill the leader while the webhooks
+	// lease while the first is stopped, so that event (e) can kill the leader while the webhooks
 	// stay up.
 	second, err := testenv.NewProduct(testenv.ProductOptions{Dir: t.TempDir(), Bin: w.product.Cmd.Path, Args: leaderArgs})
 	require.NoError(t, err)
