@@ -6,10 +6,13 @@ package transitions
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +60,7 @@ var (
 	bgpPeersGVR   = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgppeers"}
 	bgpConfigGVR  = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgpconfigurations"}
 	ipPoolsGVR    = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "ippools"}
+	nodeStatusGVR = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "caliconodestatuses"}
 	policyGVR     = schema.GroupVersionResource{Group: "routereflector.io", Version: "v1alpha1", Resource: "routereflectorpolicies"}
 	zones         = []string{"zone-a", "zone-b", "zone-c"}
 	calicoExtraRs = []string{"bgppeers", "bgpconfigurations", "caliconodestatuses", "ippools", "bgpfilters", "ipamblocks",
@@ -75,7 +79,8 @@ var (
 // gap, the sessions BIRD restarted by node, the protocols each configure changed and the busiest
 // node's peak routes; and it asserts that no pair between nodes that keep their role is missing
 // in any sample, that a route reflector that stays one in the same rack and plane keeps its
-// cluster ID, and that none of its sessions to nodes that keep their role restarts.
+// cluster ID, that none of its sessions to nodes that keep their role restarts, and that the
+// busiest node's routes peak within twice the steady state (before, or once settled after).
 //
 // On the code of this commit (before issue 36's cluster-ID fix) events (i) and (ii) fail all
 // three assertions: the replacement changes the surviving rack mate's cluster ID, BIRD restarts
@@ -93,13 +98,8 @@ func TestTransitionsOnRealBIRD(t *testing.T) {
 	}
 	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
 	start := time.Now()
-	ctx := t.Context()
-	w := newWorld(t)
-
-	names := make([]string, nodes)
-	for i := range names {
-		names[i] = fmt.Sprintf("node-%02d", i)
-	}
+	w := newWorld(t, false, policy)
+	names := nodeNames(nodes)
 	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
 	require.NoError(t, err)
 	t.Cleanup(lab.Close)
@@ -107,39 +107,8 @@ func TestTransitionsOnRealBIRD(t *testing.T) {
 		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
 	}
 	w.eventually("8 route reflectors (3 racks of 2, a spine of 2)", time.Minute, func() error { return w.settled(8) })
-
-	require.NoError(t, lab.Sync(ctx), "the first confd render")
-	stopFollow, err := lab.Follow(ctx, 100*time.Millisecond)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = stopFollow() })
-	w.eventually("every pair routed on the 30 BIRDs", 2*time.Minute, func() error { return converged(ctx, lab, nodes) })
-	t.Logf("setup: %d nodes routed on BIRD %v after the start", nodes, time.Since(start).Round(100*time.Millisecond))
-
-	s := lab.StartSampler(ctx, 100*time.Millisecond)
-	t.Cleanup(s.Stop)
-	var report []string
-	event := func(name string, act func(before *roles), live int) {
-		t.Helper()
-		before := w.roles()
-		s.Begin(name)
-		act(before)
-		w.settle(lab, live)
-		f := s.End()
-		after := w.roles()
-		t.Logf("%s", f.String())
-		t.Logf("  roles changed: %s", before.diff(after))
-		if len(f.Restarts) > 0 {
-			t.Logf("  restarted sessions: %s", strings.Join(f.RestartedSessions(), " "))
-		}
-		for _, r := range f.Reconfigured {
-			if len(r.Changed)+len(r.Added)+len(r.Removed) > 0 {
-				t.Logf("  configure %s: changed %v added %v removed %v", r.Node, r.Changed, r.Added, r.Removed)
-			}
-		}
-		report = append(report, f.String())
-		require.NoError(t, s.Err(), "sampling")
-		check(t, &f, before, after)
-	}
+	h := startHistory(t, w, lab, names, start)
+	event := h.event
 
 	// (i) A rack route reflector of zone-a cordoned: drained and replaced while its BIRD runs.
 	event("(i) rack RR cordoned", func(before *roles) {
@@ -198,20 +167,332 @@ func TestTransitionsOnRealBIRD(t *testing.T) {
 		}
 	}, nodes-2)
 
-	t.Logf("transition figures per event (%d nodes, %v in all):\n%s", nodes, time.Since(start).Round(time.Second), strings.Join(report, "\n"))
-	rounds, mean, longest, longestErr := lab.FollowRounds()
+	h.finish()
+}
+
+// largeNodes is the size of TestTransitionsOnRealBIRDLarge (zones of a third each);
+// RRA_TRANSITIONS_NODES sets another.
+func largeNodes(t *testing.T) int {
+	if v := os.Getenv("RRA_TRANSITIONS_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "RRA_TRANSITIONS_NODES")
+		require.GreaterOrEqual(t, n, 12, "RRA_TRANSITIONS_NODES")
+		return n
+	}
+	return 30
+}
+
+// largePolicy is the policy of TestTransitionsOnRealBIRDLarge: DualPlane with one rack per zone
+// (racks of maxRackSize), BGP health on with a short grace, the node-to-node mesh migrated off.
+func largePolicy(maxRackSize int) string {
+	return fmt.Sprintf(`apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  topology: {type: DualPlane, maxRackSize: %d}
+  notReadyGracePeriod: 10s
+  removalDelay: 3s
+  migrateFromNodeMesh: true
+  bgpHealth: {enabled: true, gracePeriod: 5s}
+  bgpPeer: {maxRestartTime: 5s}
+  behavior: {scaleDown: {stabilizationWindowSeconds: 3}}
+`, maxRackSize)
+}
+
+// TestTransitionsOnRealBIRDLarge is the rest of issue 36's item 4 on the same harness as
+// TestTransitionsOnRealBIRD (the built product's `serve` from the chart, a real kube-apiserver,
+// one BIRD per node configured by Calico's confd and kept in sync as calico-node does, every
+// node's routes and sessions read every 100 ms), as one cluster's history of largeNodes nodes in
+// 3 zones: (d) the cluster starts on Calico's node-to-node mesh with no policy, and a DualPlane
+// policy with migrateFromNodeMesh is applied (racks and a spine promoted, then the mesh turned
+// off); (c) the policy's maxRackSize halved so each zone's rack splits; (a) a spine member
+// relabelled into the other spine member's zone; (b) BGP health replacing a rack route reflector
+// whose BIRD is killed while its Node stays Ready (calico-node's status reporter played from
+// each BIRD's protocol table into the product's CalicoNodeStatuses), then its BIRD back; (e) the
+// product runs two replicas with leader election, and the leader is killed (SIGKILL, lease not
+// released) as a rack route reflector is cordoned, so the other replica finishes the
+// replacement once the lease expires (the issue's "during joins" would need nodes outside the
+// Lab's fixed set: a cordon stands in). Per event it reports and asserts what
+// TestTransitionsOnRealBIRD does (with the same bound on the busiest node's peak routes).
+//
+// What a faster test cannot prove: that these transitions (a whole cluster leaving the mesh, a
+// policy change that moves racks, a relabel that moves the spine, a replacement decided from BGP
+// sessions BIRD itself reports) lose no route between nodes that keep their role while they
+// happen on real BIRD, in the product's own order and timing. It runs only in `make test-all`
+// (2.5-3 minutes at 30 nodes; the small test already covers the commonest events).
+//
+// On the code of this commit (four runs at 30 nodes) (b) passes every time; the others fail
+// assertions, with the figures in their messages. (d) every run: 3,300-10,200 missing
+// pair-samples between clients, gaps of 15-27 s: the mesh goes off removalDelay after the
+// layout is in the API (the Delay handover), and the clients' first sessions to their rack
+// route reflectors arrive in the same confd render that removes their mesh sessions (their
+// first peerings, to the spine members, are de-configured at the same moment). (c) every run:
+// 5,800-17,000 between clients of the zones' split racks, gaps up to 13 s, 1-11 restarted
+// sessions of surviving route reflectors, and in two runs peaks of 196 and 135 routes against
+// 58-59 steady. (a) two runs of three: the relabelled member's plane moves to a rack route
+// reflector of another zone (two cluster IDs change, as issue 36 says) and clients that keep
+// their role miss 32 and 1,586 pair-samples (4 surviving sessions restarted in the second).
+// (e) one run of two: after the failover the sessions of a client of the cordoned RR's rack to
+// both its route reflectors are re-rendered twice (it takes a route reflector's settings and
+// drops them), so its surviving route reflector's session to it restarts twice (1,025
+// pair-samples). The assertions stay: they are what the product must meet.
+func TestTransitionsOnRealBIRDLarge(t *testing.T) {
+	testenv.SlowProof(t)
+	size := largeNodes(t)
+	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
+	start := time.Now()
+	perZone := (size + 2) / 3
+	leaderArgs := []string{"--leader-elect", "--leader-election-namespace=" + testenv.ChartNamespace}
+	w := newWorld(t, true, "", leaderArgs...)
+	// A second replica, without the webhooks (the API server calls the first): it takes the
+	// lease while the first is stopped, so that event (e) can kill the leader while the webhooks
+	// stay up.
+	second, err := testenv.NewProduct(testenv.ProductOptions{Dir: t.TempDir(), Bin: w.product.Cmd.Path, Args: leaderArgs})
+	require.NoError(t, err)
+	require.NoError(t, second.Start(t.Context(), w.env.KubeconfigPath(testenv.UserServiceAccount), time.Minute))
+	t.Cleanup(second.Stop)
+	w.product.Stop() // releases the lease
+	w.eventually("the second replica leads", time.Minute, func() error {
+		if !strings.Contains(readLog(second.Log), "successfully acquired lease") {
+			return fmt.Errorf("no lease acquired in %s", second.Log)
+		}
+		return nil
+	})
+	require.NoError(t, w.product.Restart(t.Context(), time.Minute), "starting the first replica again")
+	w.env.AwaitWebhooks(t, 30*time.Second)
+	names := nodeNames(size)
+	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
+	require.NoError(t, err)
+	t.Cleanup(lab.Close)
+	for i, n := range names {
+		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
+	}
+	h := startHistory(t, w, lab, names, start)
+	event := h.event
+	w.reportStatuses(lab)
+
+	// (d) Mesh to route reflectors: the policy arrives on a cluster that runs the mesh.
+	event("(d) mesh to route reflectors (migrateFromNodeMesh)", func(*roles) {
+		applied := time.Now()
+		w.applyPolicy(largePolicy(perZone))
+		// When the mesh went off, and the layout the product had then and last had before.
+		var meshOff time.Duration
+		var atMeshOff, lastLayout string
+		layout := func(r *roles) string {
+			var rr []string
+			for n, id := range r.id {
+				rr = append(rr, n+"="+id)
+			}
+			slices.Sort(rr)
+			return strings.Join(rr, ",")
+		}
+		w.eventually("(d) 8 route reflectors and the mesh off", 2*time.Minute, func() error {
+			r := w.roles()
+			if l := layout(r); l != lastLayout {
+				t.Logf("(d) %v after the policy: route reflectors %s", time.Since(applied).Round(100*time.Millisecond), l)
+				lastLayout = l
+			}
+			if meshOff == 0 && !w.meshOn() {
+				meshOff, atMeshOff = time.Since(applied), lastLayout
+				t.Logf("(d) node-to-node mesh off %v after the policy", meshOff.Round(100*time.Millisecond))
+			}
+			if err := w.settled(8); err != nil {
+				return err
+			}
+			if meshOff == 0 {
+				return fmt.Errorf("node-to-node mesh still on")
+			}
+			return nil
+		})
+		t.Logf("(d) the mesh went off %v after the policy, with route reflectors %s; final %s", meshOff.Round(100*time.Millisecond), atMeshOff, lastLayout)
+	}, size)
+
+	// (c) A topology change of the policy: racks of half the size, so each zone's rack splits.
+	event("(c) maxRackSize halved", func(before *roles) {
+		t.Logf("(c) maxRackSize %d -> %d (%d racks before)", perZone, (perZone+1)/2, before.racks())
+		w.applyPolicy(largePolicy((perZone + 1) / 2))
+		w.eventually("(c) racks of at most the new size", 2*time.Minute, func() error {
+			r := w.roles()
+			if big := r.racksOver((perZone + 1) / 2); len(big) > 0 {
+				return fmt.Errorf("racks over %d nodes: %v", (perZone+1)/2, big)
+			}
+			return w.settledAny()
+		})
+	}, size)
+
+	// (a) A spine member relabelled into the other spine member's zone.
+	event("(a) spine member relabelled into the other member's zone", func(before *roles) {
+		var spine []string
+		for n := range before.id {
+			if before.spineName[n] {
+				spine = append(spine, n)
+			}
+		}
+		slices.Sort(spine)
+		require.Len(t, spine, 2, "spine members: %v", before.id)
+		v, other := spine[0], spine[1]
+		require.NotEqual(t, before.zone(v), before.zone(other), "the spine's members share a zone")
+		t.Logf("(a) relabel %s (spine, plane %s, %s, %s) into %s, the zone of %s", v, before.plane(v), before.id[v], before.zone(v), before.zone(other), other)
+		_, stderr, err := w.env.Kubectl(t, testenv.UserAdmin, "label", "node", v, "--overwrite", corev1.LabelTopologyZone+"="+before.zone(other))
+		require.NoError(t, err, stderr)
+		w.eventually("(a) the relabel acted on", 2*time.Minute, func() error {
+			r := w.roles()
+			if r.spineName[v] && r.zone(v) == r.zone(other) && r.spineName[other] {
+				return fmt.Errorf("both spine members in %s", r.zone(v))
+			}
+			return w.settledAny()
+		})
+	}, size)
+
+	// (b) BGP health: a rack route reflector's BIRD killed, its Node Ready; replaced once its
+	// sessions have been down for the grace; then its BIRD back.
+	var victim string
+	event("(b) BGP health replaces a rack RR (BIRD killed, Node Ready)", func(before *roles) {
+		victim = before.pick(func(n *corev1.Node) bool { return !before.spine(n) && n.Labels[corev1.LabelTopologyZone] == "zone-c" })
+		require.NotEmpty(t, victim, "no rack route reflector in zone-c: %v", before.id)
+		t.Logf("(b) kill the BIRD of %s (rack %s, plane %s, %s); its Node stays Ready", victim, before.rack(victim), before.plane(victim), before.id[victim])
+		killed := time.Now()
+		lab.Kill(victim)
+		w.eventually("(b) "+victim+" replaced", 2*time.Minute, func() error { return w.replaced(victim) })
+		t.Logf("(b) %s replaced %v after its BIRD died", victim, time.Since(killed).Round(100*time.Millisecond))
+	}, size-1)
+	event("(b) the killed BIRD back", func(*roles) { lab.Revive(victim) }, size)
+
+	// (e) Leader failover during a replacement: a rack route reflector cordoned and the leading
+	// replica killed at once (SIGKILL: its lease is not released); the other replica, which
+	// serves the webhooks, takes the lease when it expires and finishes the replacement.
+	event("(e) leader killed as a rack RR is cordoned", func(before *roles) {
+		v := before.pick(func(n *corev1.Node) bool { return !before.spine(n) && n.Labels[corev1.LabelTopologyZone] == "zone-a" })
+		require.NotEmpty(t, v, "no rack route reflector in zone-a: %v", before.id)
+		t.Logf("(e) cordon %s (rack %s, plane %s, %s) and kill the leader", v, before.rack(v), before.plane(v), before.id[v])
+		_, stderr, err := w.env.Kubectl(t, testenv.UserAdmin, "cordon", v)
+		require.NoError(t, err, stderr)
+		killed := time.Now()
+		require.NoError(t, syscall.Kill(-second.Cmd.Process.Pid, syscall.SIGKILL))
+		w.eventually("(e) the first replica leads", time.Minute, func() error {
+			if strings.Count(readLog(w.product.Log), "successfully acquired lease") < 2 {
+				return fmt.Errorf("the first replica has not taken the lease back")
+			}
+			return nil
+		})
+		t.Logf("(e) the first replica took the lease %v after the leader was killed", time.Since(killed).Round(100*time.Millisecond))
+		w.eventually("(e) "+v+" replaced", time.Minute, func() error { return w.replaced(v) })
+	}, size)
+
+	h.finish()
+}
+
+func readLog(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func nodeNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%02d", i)
+	}
+	return names
+}
+
+// history is one cluster's life on the Lab: the confd/BIRD follow loop, the sampler, and the
+// figures of each event.
+type history struct {
+	t          *testing.T
+	w          *world
+	lab        *bgpverify.Lab
+	names      []string
+	s          *bgpverify.Sampler
+	stopFollow func() error
+	start      time.Time
+	report     []string
+}
+
+// startHistory renders every node once with confd, starts the follow loop (confd's watch and
+// `configure` on change, as calico-node), waits until every pair is routed, and starts sampling.
+func startHistory(t *testing.T, w *world, lab *bgpverify.Lab, names []string, start time.Time) *history {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, lab.Sync(ctx), "the first confd render")
+	stopFollow, err := lab.Follow(ctx, 100*time.Millisecond)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stopFollow() })
+	h := &history{t: t, w: w, lab: lab, names: names, stopFollow: stopFollow, start: start}
+	w.eventually(fmt.Sprintf("every pair routed on the %d BIRDs", len(names)), 3*time.Minute, func() error { return h.converged(len(names)) })
+	t.Logf("setup: %d nodes routed on BIRD %v after the start", len(names), time.Since(start).Round(100*time.Millisecond))
+	h.s = lab.StartSampler(ctx, 100*time.Millisecond)
+	t.Cleanup(h.s.Stop)
+	return h
+}
+
+// event runs act, waits until the cluster settled with live BIRDs running, logs the figures of
+// the window and checks them.
+func (h *history) event(name string, act func(before *roles), live int) {
+	t := h.t
+	t.Helper()
+	before := h.w.roles()
+	h.s.Begin(name)
+	act(before)
+	h.settle(live)
+	f := h.s.End()
+	after := h.w.roles()
+	// The busiest node's routes once settled: the steady state after the event (the window's
+	// first round is the one before).
+	steady := h.steadyRoutes(name)
+	t.Logf("%s; busiest node's routes once settled %d", f.String(), steady.SteadyRoutes)
+	t.Logf("  roles changed: %s", before.diff(after))
+	if len(f.Restarts) > 0 {
+		t.Logf("  restarted sessions: %s", strings.Join(f.RestartedSessions(), " "))
+	}
+	for _, r := range f.Reconfigured {
+		if len(r.Changed)+len(r.Added)+len(r.Removed) > 0 {
+			t.Logf("  configure %s: changed %v added %v removed %v", r.Node, r.Changed, r.Added, r.Removed)
+		}
+	}
+	h.report = append(h.report, fmt.Sprintf("%s; routes once settled %d", f.String(), steady.SteadyRoutes))
+	require.NoError(t, h.s.Err(), "sampling")
+	require.NotZero(t, steady.Samples, "no sample once settled")
+	check(t, &f, before, after, steady.SteadyRoutes)
+}
+
+// steadyRoutes samples the settled cluster in a window of its own until a sampling round
+// completed in it (a round reads every BIRD: slower than its interval on a loaded machine).
+func (h *history) steadyRoutes(name string) bgpverify.TransitionFigures {
+	wait := 500 * time.Millisecond
+	for {
+		h.s.Begin(name + ", steady after")
+		time.Sleep(wait)
+		f := h.s.End()
+		if f.Samples > 0 || wait > 10*time.Second {
+			return f
+		}
+		wait *= 2
+	}
+}
+
+func (h *history) finish() {
+	t := h.t
+	t.Helper()
+	t.Logf("transition figures per event (%d nodes, %v in all):\n%s", len(h.names), time.Since(h.start).Round(time.Second), strings.Join(h.report, "\n"))
+	rounds, mean, longest, longestErr := h.lab.FollowRounds()
 	t.Logf("confd/BIRD follow loop: %d rounds, %v mean, %v longest (error %v)", rounds, mean.Round(time.Millisecond), longest.Round(time.Millisecond), longestErr)
-	require.NoError(t, stopFollow(), "the confd/BIRD follow loop")
+	require.NoError(t, h.stopFollow(), "the confd/BIRD follow loop")
 }
 
 // check asserts what issue 36 wants of an event: no pair lost between nodes that keep their
 // role; a route reflector that stays one in its rack and plane keeps its cluster ID; none of its
-// sessions to nodes that keep their role restarts.
-func check(t *testing.T, f *bgpverify.TransitionFigures, before, after *roles) {
+// sessions to nodes that keep their role restarts; the busiest node's routes at their peak within
+// twice the steady state (the larger of the busiest node's routes before and once settled after).
+func check(t *testing.T, f *bgpverify.TransitionFigures, before, after *roles, steadyAfter int) {
 	t.Helper()
 	keeps := func(n string) bool { return before.id[n] == after.id[n] && before.ready[n] && after.ready[n] }
 	missing, pairs := f.MissingWhere(func(a, b string) bool { return keeps(a) && keeps(b) })
-	assert.Zerof(t, missing, "%s: %d missing pair-samples between nodes that keep their role: %s", f.Event, missing, strings.Join(head(pairs, 12), " "))
+	// The pairs missing longest first.
+	slices.SortStableFunc(pairs, func(a, b string) int {
+		return f.MissingByPair[strings.Split(b, "(")[0]] - f.MissingByPair[strings.Split(a, "(")[0]]
+	})
+	assert.Zerof(t, missing, "%s: %d missing pair-samples in %d pairs between nodes that keep their role, most missed first: %s",
+		f.Event, missing, len(pairs), strings.Join(head(pairs, 12), " "))
 
 	surviving := func(n string) bool {
 		return before.id[n] != "" && after.id[n] != "" && before.rack(n) == after.rack(n) && before.plane(n) == after.plane(n) &&
@@ -234,25 +515,30 @@ func check(t *testing.T, f *bgpverify.TransitionFigures, before, after *roles) {
 	}
 	slices.Sort(needless)
 	assert.Emptyf(t, needless, "%s: %d sessions of surviving route reflectors to nodes that keep their role restarted", f.Event, len(needless))
+
+	steady := max(f.SteadyRoutes, steadyAfter)
+	assert.LessOrEqualf(t, f.PeakRoutes, 2*steady, "%s: the busiest node's routes peaked at %d (%s), more than twice the steady state %d",
+		f.Event, f.PeakRoutes, f.PeakNode, steady)
 }
 
 func head(s []string, n int) []string { return s[:min(n, len(s))] }
 
 // converged: live BIRDs run and every pair among them is routed.
-func converged(ctx context.Context, lab *bgpverify.Lab, live int) error {
+func (h *history) converged(live int) error {
+	lab := h.lab
 	if err := lab.FollowErr(); err != nil {
 		return err
 	}
 	running := 0
-	for i := range nodes {
-		if lab.Running(fmt.Sprintf("node-%02d", i)) {
+	for _, n := range h.names {
+		if lab.Running(n) {
 			running++
 		}
 	}
 	if running != live {
 		return fmt.Errorf("%d BIRDs running, want %d", running, live)
 	}
-	missing, err := lab.MissingPairs(ctx)
+	missing, err := lab.MissingPairs(h.t.Context())
 	if err != nil {
 		return err
 	}
@@ -263,16 +549,18 @@ func converged(ctx context.Context, lab *bgpverify.Lab, live int) error {
 }
 
 type world struct {
-	t     *testing.T
-	env   *testenv.Env
-	admin kubernetes.Interface
-	kubel kubernetes.Interface
-	dyn   dynamic.Interface
+	t       *testing.T
+	env     *testenv.Env
+	product *testenv.Product
+	admin   kubernetes.Interface
+	kubel   kubernetes.Interface
+	dyn     dynamic.Interface
 }
 
 // newWorld starts the API server with Calico's CRDs, an IP pool of /24 blocks and the
-// BGPConfiguration (mesh off), the product from its chart, and the policy.
-func newWorld(t *testing.T) *world {
+// BGPConfiguration (Calico's node-to-node mesh on or off), the product from its chart, and the
+// policy (none when policy is empty).
+func newWorld(t *testing.T, mesh bool, policy string, serveArgs ...string) *world {
 	env := testenv.Start(t, testenv.WithChartRBAC())
 	env.CreateNamespace(t, testenv.ChartNamespace)
 	w := &world{t: t, env: env}
@@ -298,27 +586,36 @@ func newWorld(t *testing.T) *world {
 	require.NoError(t, err)
 	cfg := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "crd.projectcalico.org/v1", "kind": "BGPConfiguration", "metadata": map[string]any{"name": "default"},
-		"spec": map[string]any{"nodeToNodeMeshEnabled": false, "asNumber": int64(64512)},
+		"spec": map[string]any{"nodeToNodeMeshEnabled": mesh, "asNumber": int64(64512)},
 	}}
 	_, err = w.dyn.Resource(bgpConfigGVR).Create(t.Context(), cfg, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	env.StartProduct(t, false, "")
+	w.product = env.StartProduct(t, false, "", serveArgs...)
 	env.AwaitWebhooks(t, 30*time.Second)
-	out, stderr, err := env.KubectlStdin(t, testenv.UserAdmin, policy, "apply", "-f", "-")
-	require.NoError(t, err, "apply policy\n%s%s", out, stderr)
-	// Nodes join a cluster whose policy is in force: wait for its first reconcile.
-	w.eventually("the policy's first reconcile", time.Minute, func() error {
-		p, err := w.dyn.Resource(policyGVR).Get(t.Context(), "default", metav1.GetOptions{})
+	if policy != "" {
+		// Nodes join a cluster whose policy is in force.
+		w.applyPolicy(policy)
+	}
+	return w
+}
+
+// applyPolicy applies the policy (named default) and waits until the product has reconciled
+// this generation of it.
+func (w *world) applyPolicy(policy string) {
+	w.t.Helper()
+	out, stderr, err := w.env.KubectlStdin(w.t, testenv.UserAdmin, policy, "apply", "-f", "-")
+	require.NoError(w.t, err, "apply policy\n%s%s", out, stderr)
+	w.eventually("the policy's reconcile", time.Minute, func() error {
+		p, err := w.dyn.Resource(policyGVR).Get(w.t.Context(), "default", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if g, _, _ := unstructured.NestedInt64(p.Object, "status", "observedGeneration"); g == 0 {
-			return fmt.Errorf("no status yet")
+		if g, _, _ := unstructured.NestedInt64(p.Object, "status", "observedGeneration"); g < p.GetGeneration() {
+			return fmt.Errorf("observed generation %d of %d", g, p.GetGeneration())
 		}
 		return nil
 	})
-	return w
 }
 
 func (w *world) eventually(what string, timeout time.Duration, f func() error) {
@@ -490,6 +787,98 @@ func (r *roles) diff(o *roles) string {
 	return strings.Join(out, "; ")
 }
 
+// racks is the number of racks the route reflectors serve.
+func (r *roles) racks() int {
+	seen := map[string]bool{}
+	for n := range r.id {
+		seen[r.rack(n)] = true
+	}
+	return len(seen)
+}
+
+// racksOver lists the racks (rack annotation of the nodes) with more than max nodes.
+func (r *roles) racksOver(max int) []string {
+	count := map[string]int{}
+	for n := range r.nodes {
+		if rk := r.rack(n); rk != "" {
+			count[rk]++
+		}
+	}
+	var out []string
+	for rk, c := range count {
+		if c > max {
+			out = append(out, fmt.Sprintf("%s:%d", rk, c))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// meshOn reads Calico's node-to-node mesh setting (on unless the default BGPConfiguration says no).
+func (w *world) meshOn() bool {
+	w.t.Helper()
+	cfg, err := w.dyn.Resource(bgpConfigGVR).Get(w.t.Context(), "default", metav1.GetOptions{})
+	require.NoError(w.t, err)
+	on, found, _ := unstructured.NestedBool(cfg.Object, "spec", "nodeToNodeMeshEnabled")
+	return on || !found
+}
+
+// reportStatuses plays calico-node's status reporter until the test ends: every second, every
+// CalicoNodeStatus of a node of the Lab gets status.bgp from that node's BIRD protocol table
+// (empty when BIRD does not answer), lastUpdated now.
+func (w *world) reportStatuses(lab *bgpverify.Lab) {
+	ctx, stop := context.WithCancel(w.t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			w.reportBIRD(ctx, lab)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	w.t.Cleanup(func() { stop(); <-done })
+}
+
+func (w *world) reportBIRD(ctx context.Context, lab *bgpverify.Lab) {
+	list, err := w.dyn.Resource(nodeStatusGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, o := range list.Items {
+		node, _, _ := unstructured.NestedString(o.Object, "spec", "node")
+		if lab.Index(node) < 0 {
+			continue
+		}
+		var peers []any
+		var up int64
+		for _, p := range lab.Peers(node) {
+			peers = append(peers, map[string]any{"peerIP": p.PeerIP, "type": string(p.Type), "state": string(p.State), "since": p.Since})
+			if p.State == "Established" {
+				up++
+			}
+		}
+		// As calico-node serializes apiv3.CalicoNodeBGPStatus: the four counts always.
+		bgp := map[string]any{"numberEstablishedV4": up, "numberNotEstablishedV4": int64(len(peers)) - up,
+			"numberEstablishedV6": int64(0), "numberNotEstablishedV6": int64(0)}
+		if len(peers) > 0 {
+			bgp["peersV4"] = peers
+		}
+		o.Object["status"] = map[string]any{"lastUpdated": time.Now().UTC().Format(time.RFC3339), "bgp": bgp}
+		if _, err := w.dyn.Resource(nodeStatusGVR).Update(ctx, &o, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			w.t.Logf("writing the CalicoNodeStatus of %s: %v", node, err)
+		}
+	}
+}
+
+// settledAny: nothing draining, every client with a peering set whose BGPPeer exists.
+func (w *world) settledAny() error {
+	r := w.roles()
+	return w.settled(len(r.id))
+}
+
 // settled: want active route reflectors, nothing draining, every client with a peering set
 // whose BGPPeer exists.
 func (w *world) settled(want int) error {
@@ -527,9 +916,9 @@ func (w *world) replaced(victim string) error {
 // settle waits until the event is over: the product's layout unchanged for quiet, the BIRDs'
 // configurations unchanged for quiet (confd rendered the last change and BIRD loaded it), live
 // BIRDs running and every pair among them routed.
-func (w *world) settle(lab *bgpverify.Lab, live int) {
+func (h *history) settle(live int) {
+	w, lab := h.w, h.lab
 	w.t.Helper()
-	ctx := w.t.Context()
 	last, lastConf := "", -1
 	since := time.Now()
 	w.eventually("the event settled", 3*time.Minute, func() error {
@@ -537,7 +926,7 @@ func (w *world) settle(lab *bgpverify.Lab, live int) {
 		if fp != last || nc != lastConf {
 			last, lastConf, since = fp, nc, time.Now()
 		}
-		if err := converged(ctx, lab, live); err != nil {
+		if err := h.converged(live); err != nil {
 			since = time.Now()
 			return err
 		}
