@@ -85,9 +85,9 @@ func safest(in Input, stable *Result) *Result {
 	}
 	fresh := planOnce(Input{Policy: in.Policy, Nodes: withoutRoles(in, nil), Now: in.Now, ForeignClusterIDs: in.ForeignClusterIDs,
 		CrossPolicy: in.CrossPolicy, OutsideSelector: in.OutsideSelector, Filters: in.Filters, Scores: in.Scores})
-	// Route reflectors the fresh plan keeps in their place stay; those it puts in another place (a
-	// rack route reflector it makes a spine member, another cluster-ID group) are planned as if
-	// they had no role, so that the planner may give them the new one; the others are handed over.
+	// Route reflectors the fresh plan keeps in their place stay; a rack route reflector it makes a
+	// spine member is planned as if it had no role, so that the planner may give it the new one;
+	// the others are handed over.
 	kept := keptPlaces(stable, fresh)
 	// A rack route reflector the fresh plan makes a spine member takes its new role in place; a
 	// spine member it puts in a rack, and one it keeps in its tier but with other cluster-ID peers

@@ -343,13 +343,13 @@ func (pl *planner) degradeRacksOnSpine(onSpine map[int][]string, spineOf []*Node
 	}
 }
 
-// isRackRR reports whether n is an active rack route reflector now (not a spine member).
-// leftSpine reports whether n is a current spine route reflector (the spine's ID, not draining)
-// that this plan's spine did not keep (it is not taken by the time rack route reflectors are picked).
+// leftSpine reports whether n is a current spine route reflector (the spine's ID, not draining);
+// by the time rack route reflectors are picked, one that is not taken is one the spine let go.
 func (pl *planner) leftSpine(n *NodeInfo) bool {
 	return n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID == pl.spineID
 }
 
+// isRackRR reports whether n is an active rack route reflector now (not a spine member).
 func (pl *planner) isRackRR(n *NodeInfo) bool {
 	return n.CurrentRR && !n.Draining() && n.HasClusterID && n.ClusterID != pl.spineID
 }
