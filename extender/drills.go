@@ -71,8 +71,8 @@ func TallyDrills(drills []Drill) map[string]DrillTally {
 
 // safest is the planner's preference for a plan that survives its drills (Input.Drills set): the
 // stable plan when it passes; else a handover toward the fresh plan of the same nodes (no current
-// roles): the route reflectors the fresh plan keeps in their place stay, those it puts in another
-// place are planned as if they had no role, and those it does not choose go through the HandedOver
+// roles): the route reflectors the fresh plan keeps in their place stay, a rack route reflector it
+// makes a spine member is planned as if it had no role, and the others go through the HandedOver
 // filter (they drain as usual, so no route is lost on the way); that plan is taken when its drills
 // lose fewer node pairs (it still carries the draining route reflectors; once they are gone, it
 // passes where the fresh plan does); else the stable plan. Its drills go on the result either way
