@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
 )
 
@@ -72,10 +73,10 @@ func settledState(t *testing.T, n int, now string) (string, *extender.Result, st
 // nodes that keep their role misses a route in any 200 ms sample, and the graph model's pairs at
 // risk all involve the promoted node. It fails when the surviving mate's cluster ID changes (its
 // sessions restart and its rack's clients lose routes) or when a sample misses such a pair.
-func TestVerifyFromDeadRackRouteReflector(t *testing.T) {
-	if testing.Short() {
-		t.Skip("confd on a kube-apiserver and BIRD in network namespaces run without -short")
-	}
+func TestVerifyFromDeadRackRouteReflectorLarge(t *testing.T) {
+	// A slow proof (about 40 s: a scratch API server, confd and 24 BIRDs): make test-all runs it,
+	// make test keeps to its 10 minutes.
+	testenv.SlowProof(t)
 	if err := bgpverify.NetnsAvailable(); err != nil {
 		if errors.Is(err, bgpverify.ErrNoNetns) {
 			t.Skipf("verify --from needs network namespaces: %v", err)
