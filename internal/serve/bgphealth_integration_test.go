@@ -254,32 +254,7 @@ func (w *world) joinCalico(name, zone, addr, block string) {
 // reportBIRD plays calico-node's status reporter for every CalicoNodeStatus: status.bgp from the
 // node's BIRD protocol table (empty when BIRD does not answer), lastUpdated now.
 func (w *world) reportBIRD(ctx context.Context, lab *bgpverify.Lab) {
-	list, err := w.dyn.Resource(nodeStatusGVR).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return
-	}
-	for _, o := range list.Items {
-		node, _, _ := unstructured.NestedString(o.Object, "spec", "node")
-		if lab.Index(node) < 0 {
-			continue
-		}
-		var peers []any
-		var up int64
-		for _, p := range lab.Peers(node) {
-			peers = append(peers, map[string]any{"peerIP": p.PeerIP, "type": string(p.Type), "state": string(p.State), "since": p.Since})
-			if p.State == "Established" {
-				up++
-			}
-		}
-		// As calico-node serializes apiv3.CalicoNodeBGPStatus: the four counts always.
-		bgp := map[string]any{"numberEstablishedV4": up, "numberNotEstablishedV4": int64(len(peers)) - up,
-			"numberEstablishedV6": int64(0), "numberNotEstablishedV6": int64(0)}
-		if len(peers) > 0 {
-			bgp["peersV4"] = peers
-		}
-		o.Object["status"] = map[string]any{"lastUpdated": time.Now().UTC().Format(time.RFC3339), "bgp": bgp}
-		if _, err := w.dyn.Resource(nodeStatusGVR).Update(ctx, &o, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) {
-			w.t.Logf("writing the CalicoNodeStatus of %s: %v", node, err)
-		}
+	for _, err := range lab.ReportStatuses(ctx, w.dyn, nodeStatusGVR) {
+		w.t.Log(err)
 	}
 }
