@@ -189,30 +189,9 @@ type routeFigures struct {
 	Transition *bgpmodel.Transition `json:"transition,omitempty"`
 }
 
-// transitionOf compares the cluster as it is (the nodes' labels and annotations, its BGPPeers)
-// with the plan, the nodes that are not Ready counted down in every state.
+// transitionOf is bgpmodel.ClusterTransition with plan's error wording.
 func transitionOf(in extender.Input, res *extender.Result, peers []apiv3.BGPPeer) (*bgpmodel.Transition, error) {
-	before, err := bgpmodel.FromCluster(in.Nodes, peers, in.Policy.ZoneLabel, bgpmodel.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("the cluster as it is: %w", err)
-	}
-	after, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("the plan: %w", err)
-	}
-	down := map[string]bool{}
-	for _, n := range in.Nodes {
-		ready := false
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				ready = c.Status == corev1.ConditionTrue
-			}
-		}
-		if !ready {
-			down[n.Name] = true
-		}
-	}
-	tr, err := bgpmodel.NewTransition(before, after, down)
+	tr, err := bgpmodel.ClusterTransition(in, res, in.Nodes, peers)
 	if err != nil {
 		return nil, fmt.Errorf("transition: %w", err)
 	}

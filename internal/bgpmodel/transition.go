@@ -5,6 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
 
 // maxMeshTransitionNodes bounds the nodes of a transition whose before or after state has Calico's
@@ -173,19 +178,17 @@ func NewTransition(before, after *Topology, down map[string]bool) (*Transition, 
 		return i >= 0 && ok && after.Nodes[i].ClusterID == id
 	}
 	restarts := map[string]int{}
-	var stable, added, addedFirst, restarted [][2]string
+	var stable, addedFirst [][2]string
 	for k, s := range sa {
 		was, ok := sb[k]
 		switch {
 		case !ok:
 			tr.Added++
-			added = append(added, k)
 			if keepsID(k[0]) && keepsID(k[1]) {
 				addedFirst = append(addedFirst, k)
 			}
 		case was != s:
 			tr.Restarted++
-			restarted = append(restarted, k)
 			restarts[k[0]]++
 			restarts[k[1]]++
 		default:
@@ -249,7 +252,7 @@ func NewTransition(before, after *Topology, down map[string]bool) (*Transition, 
 	if len(addedFirst) > 0 {
 		tr.Steps = append(tr.Steps, TransitionStep{Kind: "add", Sessions: len(addedFirst)}) // nothing goes down
 	}
-	changed := len(restarted) + len(added) - len(addedFirst)
+	changed := tr.Restarted + tr.Added - len(addedFirst)
 	if changed > 0 {
 		// Sessions to be removed stay up through the change when their ends keep their IDs.
 		up := slices.Concat(stable, addedFirst)
@@ -272,6 +275,31 @@ func NewTransition(before, after *Topology, down map[string]bool) (*Transition, 
 		tr.Steps = append(tr.Steps, TransitionStep{Kind: "remove", Sessions: len(removed)})
 	}
 	return tr, nil
+}
+
+// ClusterTransition is the transition from the cluster as it is (its nodes' labels and annotations,
+// its BGPPeers) to a plan of those nodes, the nodes that are not Ready down in every state: what
+// `plan --bgppeers` reports and the reconciler's transition step says.
+func ClusterTransition(in extender.Input, res *extender.Result, nodes []*corev1.Node, peers []apiv3.BGPPeer) (*Transition, error) {
+	zone := corev1.LabelTopologyZone
+	if in.Policy != nil {
+		zone = in.Policy.ZoneLabel
+	}
+	before, err := FromCluster(nodes, peers, zone, Options{})
+	if err != nil {
+		return nil, fmt.Errorf("the cluster as it is: %w", err)
+	}
+	after, err := FromPlan(in, res, Options{})
+	if err != nil {
+		return nil, fmt.Errorf("the plan: %w", err)
+	}
+	down := map[string]bool{}
+	for _, n := range nodes {
+		if !extender.IsReady(n) {
+			down[n.Name] = true
+		}
+	}
+	return NewTransition(before, after, down)
 }
 
 func keys(m map[[2]string]sessionSettings) [][2]string {

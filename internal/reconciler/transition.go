@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
@@ -52,33 +53,16 @@ func (r *Reconciler) transition(_ context.Context, st *State) error {
 		return nil
 	}
 	nodes := make([]*corev1.Node, 0, len(st.View))
-	down := map[string]bool{}
 	for _, n := range st.View {
 		nodes = append(nodes, n)
-		if !extender.IsReady(n) {
-			down[n.Name] = true
-		}
 	}
-	peers := make([]extender.BGPPeer, 0, len(st.Peers))
+	peers := make([]apiv3.BGPPeer, 0, len(st.Peers))
 	for _, p := range st.Peers {
-		peers = append(peers, extender.BGPPeer{Name: p.Name, Labels: p.Labels, Spec: p.Spec})
+		peers = append(peers, *p)
 	}
-	zone := st.Managed.Resolved.ZoneLabel
-	bn := make([]bgpmodel.Node, 0, len(nodes))
-	for _, n := range nodes {
-		bn = append(bn, bgpmodel.NodeFromObject(n.Name, n.Labels, n.Annotations, zone))
-	}
-	before, err := bgpmodel.Build(bn, peers, bgpmodel.Options{})
+	tr, err := bgpmodel.ClusterTransition(st.Input, st.Result, nodes, peers)
 	if err != nil {
 		return nil // the model cannot read this cluster: no figures; the plan goes on
-	}
-	after, err := bgpmodel.FromPlan(st.Input, st.Result, bgpmodel.Options{})
-	if err != nil {
-		return nil
-	}
-	tr, err := bgpmodel.NewTransition(before, after, down)
-	if err != nil {
-		return nil
 	}
 	transitionSessions.WithLabelValues(st.Name, "added").Set(float64(tr.Added))
 	transitionSessions.WithLabelValues(st.Name, "removed").Set(float64(tr.Removed))
