@@ -154,7 +154,9 @@ func (f *gobgpFleet) addPeer(ctx context.Context, s *server.BgpServer, local, re
 	peer := &api.Peer{
 		Conf:      &api.PeerConf{NeighborAddress: remote.String(), PeerAsn: f.opts.ASN},
 		Transport: &api.Transport{LocalAddress: local.String(), PassiveMode: passive, RemotePort: uint32(f.opts.Port)},
-		Timers:    &api.Timers{Config: &api.TimersConfig{ConnectRetry: 5, HoldTime: 90, KeepaliveInterval: 30}},
+		// IdleHoldTimeAfterReset: GoBGP's default (30 s) equals stuckAfter, so a reset session was
+		// reset again before it left Idle, forever (make test-all, DualPlane at 300 nodes).
+		Timers: &api.Timers{Config: &api.TimersConfig{ConnectRetry: 5, HoldTime: 90, KeepaliveInterval: 30, IdleHoldTimeAfterReset: 1}},
 		AfiSafis: []*api.AfiSafi{{
 			Config:   &api.AfiSafiConfig{Family: ipv4Unicast, Enabled: true},
 			AddPaths: &api.AddPaths{Config: &api.AddPathsConfig{Receive: true, SendMax: 255}},
