@@ -88,6 +88,11 @@ type handoverMemo struct {
 	adoptWhy map[string]string
 	// bgpAnnounced: route reflectors whose BGP failure was announced (RouteReflectorBGPDown).
 	bgpAnnounced map[string]bool
+	// idStage: the last kept route reflector whose cluster ID changed (stages.go); idStageSeen
+	// that a CalicoNodeStatus reported it since, idStageUp that all its clients were Established.
+	idStage     idStage
+	idStageSeen bool
+	idStageUp   bool
 }
 
 var handoverTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -154,6 +159,12 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 				addNeed(rr)
 			}
 		}
+		if rr := m.idStage.node; rr != "" && !m.idStageUp {
+			addNeed(rr)
+			if len(need[rr]) == 0 {
+				m.idStageUp = true // no clients to wait for
+			}
+		}
 	}
 	if len(draining) == 0 && len(need) == 0 && !(sessions && (r.meshPending(st, m) || m.adoptWaiting)) {
 		clear(m.verified)
@@ -168,7 +179,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	calicoIPs := r.calicoBGPAddresses(ctx, len(statuses) > 0)
 	for rr, cs := range need {
 		cns := statuses[rr]
-		if cns == nil {
+		if cns == nil || idStageStale(m, rr, cns) {
 			continue
 		}
 		ips := map[string][]string{}
@@ -187,6 +198,9 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 			if !slices.Contains(missing, c) {
 				m.verified[rr][c] = true
 			}
+		}
+		if rr == m.idStage.node {
+			idStageSessions(m, missing)
 		}
 	}
 	if len(need) > 0 {

@@ -85,6 +85,7 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		}
 		phases[phase] = append(phases[phase], np)
 	}
+	r.stageClusterIDs(st, &phases)
 	for _, patches := range phases {
 		if err := r.applyPatches(ctx, st, patches); err != nil {
 			return err

@@ -1,0 +1,265 @@
+package reconciler
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// A route reflector that keeps its role but changes its cluster ID restarts every BGP session it
+// has: confd renders `rr client` / `rr cluster id` anew on each of them and BIRD restarts every
+// protocol whose configuration changed, with a Cease its peers act on at once. Two such changes at
+// once (a layout switch, a rack split, a relabel) can restart both route reflectors a client has.
+// So the nodes step changes one kept route reflector's cluster ID at a time, each once the last
+// one's sessions are back: seen Established with all its clients in a CalicoNodeStatus reported
+// after the change settled (handover BGPSessions), or after idSettle (otherwise, and at the
+// latest after idSettleMax). Promotions and demotions are not held: a new route reflector has no
+// sessions to lose, and an old one is released by the handover.
+const (
+	// idSettle is how long a cluster-ID change is given to restart its sessions when they cannot
+	// be read: confd renders within a second and BIRD re-establishes within a few (1-4 s on the
+	// live lab, README "Transitions").
+	idSettle = 10 * time.Second
+	// idSettleMin is how long after a change a CalicoNodeStatus report counts: a report made
+	// before BIRD reconfigured would still show the old sessions Established.
+	idSettleMin = 3 * time.Second
+	// idSettleMax bounds the wait for the sessions (a dead peer never comes back): the next
+	// change then goes ahead.
+	idSettleMax = time.Minute
+)
+
+// idStage is the last cluster-ID change of a kept route reflector the nodes step made.
+type idStage struct {
+	node string
+	at   time.Time
+}
+
+// stageClusterIDs takes the kept route reflectors' cluster-ID changes out of the phases and puts
+// back at most one, once the previous one has settled; the others wait for a later reconcile
+// (requeued). A held change must not cost a route: the graph model checks the state the
+// reconcile leaves (the view with the patches written, the plan's BGPPeers beside the old ones,
+// the NotReady nodes down) against the plan applied whole. The change to make is the first, in
+// name order, whose state passes, with the other patches or alone (they then wait); while one settles, the other patches go only if holding the
+// changes passes, else nothing goes. Where no staged state passes (or the policy has more than
+// transitionMaxNodes nodes, beyond the model's budget per reconcile), everything goes at once, as
+// before staging.
+func (r *Reconciler) stageClusterIDs(st *State, phases *[3][]nodePatch) {
+	var held []nodePatch
+	for i := range phases {
+		phases[i] = slices.DeleteFunc(phases[i], func(np nodePatch) bool {
+			if np.change != nil && np.change.Kind == KindClusterIDChanged {
+				held = append(held, np)
+				return true
+			}
+			return false
+		})
+	}
+	if len(held) == 0 {
+		return
+	}
+	slices.SortFunc(held, func(a, b nodePatch) int { return strings.Compare(a.name, b.name) })
+	putBack := func(nps ...nodePatch) {
+		for _, np := range nps {
+			phase := 0
+			if np.ann[extender.AnnotationDrainingSince] != nil || st.View[np.name].Annotations[extender.AnnotationDrainingSince] != "" {
+				phase = 2
+			}
+			phases[phase] = append(phases[phase], np)
+		}
+	}
+	if len(st.View) > transitionMaxNodes {
+		putBack(held...)
+		return
+	}
+	chk, err := newStageCheck(st, phases, held)
+	if err != nil {
+		r.Log.V(1).Info("cluster-ID changes not staged: the graph model cannot read the cluster", "policy", st.Name, "error", err.Error())
+		putBack(held...)
+		return
+	}
+	m := r.memo(st.Name)
+	if wait := r.idStageWait(st, m); wait > 0 {
+		switch {
+		case chk.safe():
+			st.requeue(wait)
+		case chk.safeNone():
+			st.requeue(wait)
+			*phases = [3][]nodePatch{}
+		default:
+			putBack(held...)
+			return
+		}
+		r.Log.V(1).Info("cluster-ID change held until the last one's sessions are back", "policy", st.Name,
+			"node", held[0].name, "after", m.idStage.node, "reason", "ClusterIDChangeStaged")
+		return
+	}
+	for i, np := range held[:min(len(held), stageCandidates)] {
+		switch {
+		case chk.safe(np):
+		case chk.safeAlone(np):
+			// The others wait: they need this change first (a rack split gives this route
+			// reflector's old ID to another rack).
+			*phases = [3][]nodePatch{}
+		default:
+			continue
+		}
+		putBack(np)
+		m.idStage = idStage{node: np.name, at: st.Now}
+		m.idStageUp, m.idStageSeen = false, false
+		delete(m.verified, np.name) // its sessions restart: seen again before the next change
+		if len(held) > 1 {
+			st.requeue(idSettleMin)
+			r.Log.V(1).Info("cluster-ID changes staged", "policy", st.Name, "node", np.name, "waiting", len(held)-1, "tried", i+1, "reason", "ClusterIDChangeStaged")
+		}
+		return
+	}
+	putBack(held...)
+}
+
+// stageCandidates bounds the cluster-ID changes the model tries one by one in a reconcile.
+const stageCandidates = 4
+
+// stageCheck evaluates, with the graph model, the states a reconcile can leave.
+type stageCheck struct {
+	st     *State
+	others []nodePatch // every patch but the held ones
+	peers  []extender.BGPPeer
+	down   map[string]bool
+	target int64 // missing pairs with every patch written
+}
+
+func newStageCheck(st *State, phases *[3][]nodePatch, held []nodePatch) (*stageCheck, error) {
+	c := &stageCheck{st: st, down: map[string]bool{}}
+	for _, ps := range phases {
+		c.others = append(c.others, ps...)
+	}
+	planned := map[string]bool{}
+	for _, p := range st.Result.BGPPeers {
+		planned[p.Name] = true
+		c.peers = append(c.peers, p)
+	}
+	for _, p := range st.Peers {
+		if !planned[p.Name] {
+			c.peers = append(c.peers, extender.BGPPeer{Name: p.Name, Labels: p.Labels, Spec: p.Spec})
+		}
+	}
+	for name, n := range st.View {
+		if !extender.IsReady(n) {
+			c.down[name] = true
+		}
+	}
+	var err error
+	c.target, err = c.missing(append(slices.Clone(c.others), held...))
+	return c, err
+}
+
+// safe: the state with the other patches and these written loses no pair the full plan keeps.
+func (c *stageCheck) safe(extra ...nodePatch) bool {
+	got, err := c.missing(append(slices.Clone(c.others), extra...))
+	return err == nil && got <= c.target
+}
+
+// safeAlone: the state with only this patch written loses no pair the full plan keeps.
+func (c *stageCheck) safeAlone(np nodePatch) bool {
+	got, err := c.missing([]nodePatch{np})
+	return err == nil && got <= c.target
+}
+
+// safeNone: the state with no patch written (only the BGPPeers) loses no pair the full plan keeps.
+func (c *stageCheck) safeNone() bool {
+	got, err := c.missing(nil)
+	return err == nil && got <= c.target
+}
+
+// missing is the graph model's missing pairs between Ready nodes with the patches written.
+func (c *stageCheck) missing(patches []nodePatch) (int64, error) {
+	byName := make(map[string]nodePatch, len(patches))
+	for _, np := range patches {
+		byName[np.name] = np
+	}
+	names := slices.Sorted(maps.Keys(c.st.View))
+	nodes := make([]bgpmodel.Node, 0, len(names))
+	down := make([]bool, 0, len(names))
+	zone := c.st.Managed.Resolved.ZoneLabel
+	for _, name := range names {
+		n := c.st.View[name]
+		lbl, ann := n.Labels, n.Annotations
+		if np, ok := byName[name]; ok {
+			lbl, ann = withPatch(lbl, np.lbl), withPatch(ann, np.ann)
+		}
+		nodes = append(nodes, bgpmodel.NodeFromObject(name, lbl, ann, zone))
+		down = append(down, c.down[name])
+	}
+	topo, err := bgpmodel.Build(nodes, c.peers, bgpmodel.Options{})
+	if err != nil {
+		return 0, err
+	}
+	m, err := topo.Propagate(down)
+	if err != nil {
+		return 0, err
+	}
+	return m.Summary.MissingPairs, nil
+}
+
+// withPatch is m with a merge patch's keys set (nil: removed), m unchanged.
+func withPatch(m map[string]string, patch map[string]*string) map[string]string {
+	if len(patch) == 0 {
+		return m
+	}
+	out := maps.Clone(m)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for k, v := range patch {
+		if v == nil {
+			delete(out, k)
+		} else {
+			out[k] = *v
+		}
+	}
+	return out
+}
+
+// idStageWait is how long the next cluster-ID change must still wait for the last one (0: go).
+func (r *Reconciler) idStageWait(st *State, m *handoverMemo) time.Duration {
+	last := m.idStage
+	if last.node == "" || st.View[last.node] == nil {
+		return 0
+	}
+	since := st.Now.Sub(last.at)
+	switch {
+	case since >= idSettleMax:
+		return 0
+	case since < idSettleMin:
+		return idSettleMin - since
+	}
+	if st.Managed.Resolved.Handover != v1alpha1.HandoverBGPSessions {
+		return max(0, idSettle-since)
+	}
+	if m.idStageUp || (!m.idStageSeen && since >= idSettle) {
+		return 0 // back, or no CalicoNodeStatus to read: as without BGPSessions
+	}
+	return handoverRetry
+}
+
+// idStageSessions is called by the handover step with the CalicoNodeStatus of the route
+// reflector whose cluster ID changed last: once a report made idSettleMin after the change shows
+// every one of its clients Established, the next change may go.
+func idStageSessions(m *handoverMemo, missing []string) {
+	m.idStageSeen = true
+	m.idStageUp = len(missing) == 0
+}
+
+// idStageStale: the CalicoNodeStatus of the route reflector whose cluster ID changed last was
+// reported too soon after the change to show its restarted sessions.
+func idStageStale(m *handoverMemo, rr string, cns *apiv3.CalicoNodeStatus) bool {
+	return rr == m.idStage.node && cns.Status.LastUpdated.Time.Before(m.idStage.at.Add(idSettleMin))
+}
+
