@@ -1,6 +1,8 @@
 package extender
 
 import (
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -20,7 +22,7 @@ import (
 )
 
 var (
-	churnEvents = flag.Int("churn.events", 3000, "events per topology in TestChurn (the long run uses 100000)")
+	churnEvents = flag.Int("churn.events", 1500, "events per topology in TestChurn (TestChurnLarge runs 3000; the long run uses 100000)")
 	churnNodes  = flag.Int("churn.nodes", 600, "largest cluster in TestChurn (the long run uses 5000)")
 	churnCheck  = flag.Int("churn.check-every", 1, "check the full invariants every N events (the route check is quadratic in the worst case)")
 )
@@ -37,14 +39,23 @@ type churnStats struct {
 // failure drill fails where a fresh plan of the same nodes passes. It reports the role changes and BGPPeer writes per
 // event kind, and fails when a client-only event that leaves the desired count alone changes a
 // role, or when a lost route reflector costs more than one promotion.
-func TestChurn(t *testing.T) {
+func TestChurn(t *testing.T) { churnAll(t, *churnEvents) }
+
+// TestChurnLarge is TestChurn with 3,000 events per topology (make test-all): twice the history,
+// the same invariants; make test's 1,500 already reach every event kind many times.
+func TestChurnLarge(t *testing.T) {
+	testenv.SlowProof(t)
+	churnAll(t, 2*(*churnEvents))
+}
+
+func churnAll(t *testing.T, events int) {
 	for _, top := range []*v1alpha1.Topology{nil, perRR, single, hier, dual} {
 		name := "MultiCluster-Grouped"
 		if top != nil {
 			name = string(top.Type) + string(top.ClusterIDs)
 		}
 		t.Run(name, func(t *testing.T) {
-			runChurn(t, top, *churnEvents, *churnNodes, uint64(len(name)))
+			runChurn(t, top, events, *churnNodes, uint64(len(name)))
 		})
 	}
 }
