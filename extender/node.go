@@ -44,6 +44,8 @@ type NodeInfo struct {
 	StandbyFor string
 	// BGP is what the leader saw of the node's BGP sessions (Input.BGPHealth; zero: nothing wrong).
 	BGP BGPHealth
+	// Families are the address families the node peers in (NodeFamilies: its Calico addresses).
+	Families Families
 
 	// Filled by the pipeline.
 	Eligible  bool
@@ -72,6 +74,7 @@ func NewNodeInfo(n *corev1.Node, p *policy.Resolved) *NodeInfo {
 		Condition:     PressureCondition(n),
 		Unschedulable: n.Spec.Unschedulable,
 		Deleting:      n.DeletionTimestamp != nil,
+		Families:      NodeFamilies(n),
 	}
 	if s, ok := n.Annotations[AnnotationClusterID]; ok {
 		ni.ClusterID, ni.HasClusterID = policy.ParseClusterID(s)

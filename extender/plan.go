@@ -165,6 +165,7 @@ func newPlanner(in Input) *planner {
 			pl.healthy++
 		}
 	}
+	pl.filterFamilies()
 	slices.SortFunc(pl.nodes, func(a, b *NodeInfo) int { return cmp.Compare(a.Name, b.Name) })
 	for z := range zoneSet {
 		pl.zones = append(pl.zones, z)

@@ -288,6 +288,9 @@ func (pl *planner) result() *Result {
 	}
 	res.BGPPeers = pl.bgpPeers(sets, uplinks, meshed && len(rrs) > 0)
 	s.BGPPeers = len(res.BGPPeers)
+	if c := pl.clientsMissingFamily(); c != nil {
+		pl.degraded = append(pl.degraded, *c)
+	}
 	for _, c := range pl.degraded {
 		res.Conditions = append(res.Conditions, Condition{Type: "Degraded", Reason: c.reason, Message: c.message})
 	}

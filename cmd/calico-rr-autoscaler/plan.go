@@ -6,6 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
@@ -99,6 +103,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	output := fs.String("o", "table", "output format: table or json")
 	routes := fs.Bool("routes", true, "report the graph model's route figures (routes on the busiest node, paths per prefix), beside the default layout's for the same nodes")
 	alternatives := fs.Bool("alternatives", false, "with --routes, also plan the same nodes in every explicit topology and report each one's figures")
+	routerID := fs.String("calico-router-id", "", "calico-node's CALICO_ROUTER_ID: empty (unset: each node's IPv4 address is its BGP router ID) or hash; checked when a node has an IPv6 address (routes.routerIDs)")
 	bgpPeers := fs.String("bgppeers", "", "file of the cluster's Calico BGPPeers (kubectl get bgppeers -o yaml): with --routes, report the transition from the cluster as it is (these BGPPeers and the nodes' labels) to the plan (routes.transition)")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -113,6 +118,9 @@ func runPlan(args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("plan: unexpected argument %q", fs.Arg(0))}
 	}
+	if *routerID != "" && *routerID != bgpmodel.RouterIDHash {
+		return usageError{fmt.Errorf("--calico-router-id: %q is not hash (or empty)", *routerID)}
+	}
 	if *output != "table" && *output != "json" {
 		return usageError{fmt.Errorf("-o: %q is not table or json", *output)}
 	}
@@ -123,8 +131,11 @@ func runPlan(args []string, stdout io.Writer) error {
 	res := extender.Plan(input)
 	var figures *routeFigures
 	if *routes {
-		if figures, err = evaluateRoutes(input, res, *alternatives); err != nil {
+		if figures, err = evaluateRoutes(input, res, *alternatives, *routerID); err != nil {
 			return err
+		}
+		if figures.RouterIDs != nil && !figures.RouterIDs.OK() {
+			fmt.Fprintln(os.Stderr, "plan: warning: "+figures.RouterIDs.String())
 		}
 		if *bgpPeers != "" {
 			peers, err := nodesource.ReadBGPPeersFile(*bgpPeers)
@@ -161,6 +172,14 @@ func runPlan(args []string, stdout io.Writer) error {
 		if err := report.RouteFigures(stdout, figures.Summary, figures.Cost, figures.Drills); err != nil {
 			return err
 		}
+		for _, k := range slices.Sorted(maps.Keys(figures.Families)) {
+			name := "IPv" + strings.TrimPrefix(k, "ipv")
+			fmt.Fprintf(stdout, "\n%s (the sessions both of whose ends have an %s address)\n", name, name)
+			ff := figures.Families[k]
+			if err := report.RouteFigures(stdout, ff.Summary, ff.Cost, ff.Drills); err != nil {
+				return err
+			}
+		}
 		if figures.Suggestion != "" {
 			fmt.Fprintln(stdout, "\n"+figures.Suggestion)
 		}
@@ -184,6 +203,12 @@ type routeFigures struct {
 	Suggestion   string                 `json:"suggestion,omitempty"`
 	// Drills are the plan's failure drills: each zone lost, each route reflector lost.
 	Drills []extender.Drill `json:"drills"`
+	// Families (when a node has an IPv6 address): the same figures per address family, "ipv4" and
+	// "ipv6", each on the sessions both of whose ends have an address of the family (bird.cfg and
+	// bird6.cfg). Summary, Cost and Drills above stay the family-blind figures.
+	Families map[string]*bgpmodel.FamilyFigures `json:"families,omitempty"`
+	// RouterIDs (when a node has an IPv6 address): the check of the nodes' BGP router IDs.
+	RouterIDs *bgpmodel.RouterIDs `json:"routerIDs,omitempty"`
 	// Transition (with --bgppeers): the sessions the plan adds, removes and restarts from the
 	// cluster as it is, the pairs at risk while it is applied, and its make-before-break steps.
 	Transition *bgpmodel.Transition `json:"transition,omitempty"`
@@ -201,8 +226,12 @@ func transitionOf(in extender.Input, res *extender.Result, peers []apiv3.BGPPeer
 // evaluateRoutes runs the graph model on the plan and on the default layout's plan for the same
 // nodes, and says so when the plan stores more than twice the default's paths: with Calico's
 // ADD-PATH the cost of a topology is part of its correctness.
-func evaluateRoutes(in extender.Input, res *extender.Result, alternatives bool) (*routeFigures, error) {
-	m, err := bgpmodel.Evaluate(in, res, bgpmodel.Options{})
+func evaluateRoutes(in extender.Input, res *extender.Result, alternatives bool, calicoRouterID string) (*routeFigures, error) {
+	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("route model: %w", err)
+	}
+	m, err := topo.Propagate(nil)
 	if err != nil {
 		return nil, fmt.Errorf("route model: %w", err)
 	}
@@ -218,6 +247,16 @@ func evaluateRoutes(in extender.Input, res *extender.Result, alternatives bool) 
 		if f.Drills, err = bgpmodel.PlanDrills(in, res); err != nil {
 			return nil, fmt.Errorf("failure drills: %w", err)
 		}
+	}
+	if f.Families, err = bgpmodel.FamiliesOf(in, res, topo); err != nil {
+		return nil, fmt.Errorf("route model: %w", err)
+	}
+	if f.Families != nil {
+		ids, err := bgpmodel.CheckRouterIDs(topo.Nodes, calicoRouterID)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		f.RouterIDs = &ids
 	}
 	if cost.Expensive() {
 		f.Suggestion = fmt.Sprintf("The default layout (%s) would store %.1f paths per prefix on the mean node instead of %.1f (%.1f instead of %.1f on the busiest) for the same nodes.",

@@ -50,7 +50,7 @@ func BenchmarkPlanRoutes(b *testing.B) {
 				var res *extender.Result
 				for b.Loop() {
 					res = extender.Plan(in)
-					f, err = evaluateRoutes(in, res, false)
+					f, err = evaluateRoutes(in, res, false, "")
 					require.NoError(b, err)
 				}
 				b.ReportMetric(float64(res.Summary.RouteReflectors), "RRs")

@@ -24,28 +24,38 @@ var (
 // Drills runs the failure drills on a plan's topology: every zone lost (when there are two zones
 // or more) and every route reflector lost, each a propagation of the graph model with those nodes
 // down. The drills come in a stable order: zones by name, then route reflectors by name.
-func (t *Topology) Drills() ([]extender.Drill, error) {
+func (t *Topology) Drills() ([]extender.Drill, error) { return t.drills(nil) }
+
+// drills runs the drills with the nodes of base down throughout (nil: none; a family's down-mask):
+// the zones and route reflectors of the nodes up in base.
+func (t *Topology) drills(base []bool) ([]extender.Drill, error) {
 	var out []extender.Drill
 	var zones []string
-	for _, n := range t.Nodes {
-		if !slices.Contains(zones, n.Zone) {
+	for i, n := range t.Nodes {
+		if !isDown(base, i) && !slices.Contains(zones, n.Zone) {
 			zones = append(zones, n.Zone)
 		}
 	}
 	slices.Sort(zones)
+	with := func(down []bool) []bool {
+		for i := range down {
+			down[i] = down[i] || isDown(base, i)
+		}
+		return down
+	}
 	if len(zones) > 1 {
 		for _, z := range zones {
-			m, err := t.Propagate(t.ZoneDown(z))
+			m, err := t.Propagate(with(t.ZoneDown(z)))
 			if err != nil {
 				return nil, fmt.Errorf("zone %s drill: %w", z, err)
 			}
 			out = append(out, extender.Drill{Kind: extender.DrillZone, Name: z, MissingPairs: m.Summary.MissingPairs})
 		}
 	}
-	for _, class := range t.rrClasses() {
+	for _, class := range t.rrClasses(base) {
 		down := make([]bool, len(t.Nodes))
 		down[class[0]] = true
-		m, err := t.Propagate(down)
+		m, err := t.Propagate(with(down))
 		if err != nil {
 			return nil, fmt.Errorf("route reflector %s drill: %w", t.Nodes[class[0]].Name, err)
 		}
@@ -64,10 +74,10 @@ func (t *Topology) Drills() ([]extender.Drill, error) {
 // other IDs, and of client peers, and the same number of route reflectors sharing their ID (a
 // rack's planes, or the spine). Classes and their members are in name order; the first member
 // runs the drill.
-func (t *Topology) rrClasses() [][]int {
+func (t *Topology) rrClasses(base []bool) [][]int {
 	var rrs []int
 	for i := range t.Nodes {
-		if t.IsRR(i) {
+		if t.IsRR(i) && !isDown(base, i) {
 			rrs = append(rrs, i)
 		}
 	}

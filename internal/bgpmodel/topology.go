@@ -43,6 +43,19 @@ type Node struct {
 	// IP is Calico's BGP address of the node (projectcalico.org/IPv4Address), "" when unknown: a
 	// BGPPeer whose peerIP is this address peers with the node.
 	IP string `json:"ip,omitempty"`
+	// IP6 is the node's IPv6 BGP address (projectcalico.org/IPv6Address), "" when none.
+	IP6 string `json:"ip6,omitempty"`
+	// Families are the families the node peers in (extender.FamiliesOf its annotations; IPv4 when
+	// it has no address annotation). The zero value counts as IPv4.
+	Families extender.Families `json:"families,omitempty"`
+}
+
+// families returns the node's families, IPv4 for the zero value.
+func (n *Node) families() extender.Families {
+	if n.Families == 0 {
+		return extender.FamilyIPv4
+	}
+	return n.Families
 }
 
 // Topology is the nodes and the BGP sessions between them.
@@ -150,7 +163,8 @@ func planNode(name string, labels, ann map[string]string, ownedLabels, ownedAnn 
 	}
 	return Node{Name: name, Zone: overlaid(labels, ownedLabels, setLabels, zoneLabel),
 		ClusterID: ParseClusterID(overlaid(ann, ownedAnn, setAnn, extender.AnnotationClusterID)), Labels: merged,
-		IP: nodeAddress(overlaid(ann, ownedAnn, setAnn, extender.AnnotationCalicoIPv4))}
+		IP:  nodeAddress(overlaid(ann, ownedAnn, setAnn, extender.AnnotationCalicoIPv4)),
+		IP6: nodeAddress(ann[extender.AnnotationCalicoIPv6]), Families: extender.FamiliesOf(ann)}
 }
 
 // overlaid is extender.ApplyOwned(base, owned, set)[k].
@@ -182,7 +196,8 @@ func NodeFromObject(name string, labels, annotations map[string]string, zoneLabe
 		merged[k] = v
 	}
 	return Node{Name: name, Zone: labels[zoneLabel], ClusterID: ParseClusterID(annotations[extender.AnnotationClusterID]), Labels: merged,
-		IP: nodeAddress(annotations[extender.AnnotationCalicoIPv4])}
+		IP: nodeAddress(annotations[extender.AnnotationCalicoIPv4]), IP6: nodeAddress(annotations[extender.AnnotationCalicoIPv6]),
+		Families: extender.FamiliesOf(annotations)}
 }
 
 // nodeAddress is the address of Calico's BGP address annotation ("10.0.0.1/24" or a bare address).

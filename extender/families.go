@@ -1,0 +1,198 @@
+package extender
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+)
+
+// Families is a set of IP address families a node peers in. Calico's confd renders bird.cfg (IPv4)
+// sessions between nodes that both have an IPv4 address and bird6.cfg (IPv6) sessions between nodes
+// that both have an IPv6 address: a BGPPeer's selectors make a session in each family where both
+// ends have an address of it.
+type Families uint8
+
+// The address families.
+const (
+	FamilyIPv4 Families = 1 << iota
+	FamilyIPv6
+)
+
+// AllFamilies lists the families in their stable order.
+var AllFamilies = []Families{FamilyIPv4, FamilyIPv6}
+
+// Has reports whether f holds every family of g.
+func (f Families) Has(g Families) bool { return f&g == g }
+
+// Key is the family's name in JSON figures ("ipv4", "ipv6"); for a set, the names joined by "+".
+func (f Families) Key() string { return strings.ToLower(f.String()) }
+
+// String names the families: "IPv4", "IPv6", "IPv4+IPv6" ("none" for the empty set).
+func (f Families) String() string {
+	var parts []string
+	if f.Has(FamilyIPv4) {
+		parts = append(parts, "IPv4")
+	}
+	if f.Has(FamilyIPv6) {
+		parts = append(parts, "IPv6")
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "+")
+}
+
+// annotation is the Calico address annotation of one family.
+func (f Families) annotation() string {
+	if f == FamilyIPv6 {
+		return AnnotationCalicoIPv6
+	}
+	return AnnotationCalicoIPv4
+}
+
+// FamiliesOf returns the families of a node from its Calico address annotations (KDD mode, written
+// by calico-node: projectcalico.org/IPv4Address and projectcalico.org/IPv6Address, "addr/len" or a
+// bare address): a family whose annotation holds an address of that family. A node with neither
+// annotation (calico-node has not written them yet, simulated nodes, nodes files without them)
+// counts as IPv4, Calico's default, so that IPv4 plans stay what they were.
+func FamiliesOf(annotations map[string]string) Families {
+	var f Families
+	present := false
+	for _, fam := range AllFamilies {
+		s, ok := annotations[fam.annotation()]
+		if !ok || strings.TrimSpace(s) == "" {
+			continue
+		}
+		present = true
+		if a, ok := parseAddress(s); ok && a.Is4() == (fam == FamilyIPv4) {
+			f |= fam
+		}
+	}
+	if !present {
+		return FamilyIPv4
+	}
+	return f
+}
+
+// parseAddress reads "10.0.0.1/24", "fd00::1/64" or a bare address.
+func parseAddress(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Addr().Unmap(), true
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+// NodeFamilies returns the families of a node (FamiliesOf its annotations).
+func NodeFamilies(n *corev1.Node) Families { return FamiliesOf(n.Annotations) }
+
+// Filter and Degraded reasons of the address families.
+const (
+	AddressFamiliesName = "AddressFamilies"
+	// RuleMissingAddressFamily: the node lacks an address family that other nodes of the policy
+	// peer in, so it could not reflect their routes of that family.
+	RuleMissingAddressFamily = "missing-address-family"
+	reasonMissingFamily      = "node has no %s address (%s) while nodes of the policy peer in %s: as a route reflector it could not reflect their %s routes"
+	// ReasonClientsMissingFamily: clients peer with no route reflector that has an address of a
+	// family they have (IPv6-only clients of IPv4-only route reflectors): their routes of that
+	// family are missing.
+	ReasonClientsMissingFamily = "ClientsWithoutRouteReflectorInFamily"
+)
+
+// AddressFamilies rejects, when the policy's nodes peer in more than one family, the nodes that do
+// not have every one of them: a route reflector must serve each family its clients have. The
+// planner adds it (to any filter list) when the nodes it plans use both families; in an IPv4-only
+// or IPv6-only cluster it is not there, so it changes nothing.
+type AddressFamilies struct{ want Families }
+
+var _ FilterPlugin = &AddressFamilies{}
+
+// NewAddressFamilies returns the AddressFamilies filter for the families the policy's nodes use.
+func NewAddressFamilies(want Families) *AddressFamilies { return &AddressFamilies{want: want} }
+
+// Name implements FilterPlugin.
+func (*AddressFamilies) Name() string { return AddressFamiliesName }
+
+// Rule implements FilterPlugin.
+func (*AddressFamilies) Rule() string { return RuleMissingAddressFamily }
+
+// Filter implements FilterPlugin.
+func (f *AddressFamilies) Filter(_ *policy.Resolved, n *NodeInfo) string {
+	for _, fam := range AllFamilies {
+		if f.want.Has(fam) && !n.Families.Has(fam) {
+			return fmt.Sprintf(reasonMissingFamily, fam, fam.annotation(), fam, fam)
+		}
+	}
+	return ""
+}
+
+// filterFamilies runs AddressFamilies after the other filters when the policy's nodes peer in both
+// families (as the last filter of the list: a node already rejected keeps its first reason, and
+// one that failed NodeReady only is no longer awaited).
+func (pl *planner) filterFamilies() {
+	var families Families
+	for _, n := range pl.nodes {
+		families |= n.Families
+	}
+	if !families.Has(FamilyIPv4 | FamilyIPv6) {
+		return
+	}
+	f := NewAddressFamilies(families)
+	for _, n := range pl.nodes {
+		r := f.Filter(pl.p, n)
+		if r == "" {
+			continue
+		}
+		if n.Eligible {
+			n.Eligible, n.Reason, n.Rule = false, r, f.Rule()
+		}
+		n.Awaited = false
+	}
+}
+
+// clientsMissingFamily returns a Degraded condition when clients of the plan have a family none of
+// their route reflectors has: the model's figures of that family miss their routes.
+func (pl *planner) clientsMissingFamily() *condition {
+	var names []string
+	count := map[Families]int{}
+	for i, n := range pl.nodes {
+		d := &pl.dec[i]
+		if d.role != roleClient || len(d.peers) == 0 {
+			continue
+		}
+		var served Families
+		for _, j := range d.peers {
+			served |= pl.nodes[j].Families
+		}
+		lack := n.Families &^ served
+		if lack == 0 {
+			continue
+		}
+		for _, fam := range AllFamilies {
+			if lack.Has(fam) {
+				count[fam]++
+			}
+		}
+		if len(names) < 5 {
+			names = append(names, n.Name)
+		}
+	}
+	if len(count) == 0 {
+		return nil
+	}
+	var parts []string
+	for _, fam := range AllFamilies {
+		if count[fam] > 0 {
+			parts = append(parts, fmt.Sprintf("%d in %s", count[fam], fam))
+		}
+	}
+	return &condition{ReasonClientsMissingFamily, fmt.Sprintf("clients peer with no route reflector that has an address of a family they have (%s), so their routes of that family are missing: %s",
+		strings.Join(parts, ", "), strings.Join(names, ", "))}
+}

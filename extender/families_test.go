@@ -1,0 +1,121 @@
+package extender
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+)
+
+func v4(i int) nodeOpt { return annot(AnnotationCalicoIPv4, fmt.Sprintf("10.0.0.%d/24", i)) }
+func v6(i int) nodeOpt { return annot(AnnotationCalicoIPv6, fmt.Sprintf("fd00::%x/64", i)) }
+
+func TestFamiliesOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ann  map[string]string
+		want Families
+	}{
+		{"no address annotation: IPv4, Calico's default", nil, FamilyIPv4},
+		{"IPv4 with a prefix length", map[string]string{AnnotationCalicoIPv4: "10.0.0.1/24"}, FamilyIPv4},
+		{"IPv6 only", map[string]string{AnnotationCalicoIPv6: "fd00::1/64"}, FamilyIPv6},
+		{"dual-stack, bare addresses", map[string]string{AnnotationCalicoIPv4: "10.0.0.1", AnnotationCalicoIPv6: "fd00::1"}, FamilyIPv4 | FamilyIPv6},
+		{"an IPv6 address in the IPv4 annotation counts for nothing", map[string]string{AnnotationCalicoIPv4: "fd00::1/64"}, 0},
+		{"an unparsable IPv6 annotation beside a good IPv4 one", map[string]string{AnnotationCalicoIPv4: "10.0.0.1/24", AnnotationCalicoIPv6: "junk"}, FamilyIPv4},
+		{"empty annotations: as absent", map[string]string{AnnotationCalicoIPv4: " ", AnnotationCalicoIPv6: ""}, FamilyIPv4},
+	} {
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, FamiliesOf(tc.ann)) })
+	}
+	assert.Equal(t, "IPv4+IPv6", (FamilyIPv4 | FamilyIPv6).String())
+	assert.Equal(t, "ipv6", FamilyIPv6.Key())
+}
+
+func TestAddressFamiliesFilter(t *testing.T) {
+	p := policy.MustResolve(policy.Default("default"))
+	both := FamilyIPv4 | FamilyIPv6
+	for _, tc := range []struct {
+		name       string
+		want, node Families
+		rejected   bool
+	}{
+		{"dual-stack node, dual-stack cluster", both, both, false},
+		{"IPv4-only node, dual-stack cluster", both, FamilyIPv4, true},
+		{"IPv6-only node, dual-stack cluster", both, FamilyIPv6, true},
+		{"IPv6-only node, IPv6-only cluster", FamilyIPv6, FamilyIPv6, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewAddressFamilies(tc.want).Filter(p, &NodeInfo{Families: tc.node})
+			assert.Equal(t, tc.rejected, r != "", r)
+		})
+	}
+}
+
+// TestPlanFamilies: the planner makes route reflectors of the nodes that have every family of the
+// policy's nodes, adds the filter only when the nodes use both, and says so when clients are left
+// without a route reflector in a family they have.
+func TestPlanFamilies(t *testing.T) {
+	p := policy.MustResolve(policy.Default("default"))
+	t.Run("IPv4-only nodes: no filter, as before", func(t *testing.T) {
+		var nodes []*corev1.Node
+		for i := range 12 {
+			nodes = append(nodes, node(fmt.Sprintf("n%02d", i), fmt.Sprintf("z%d", i%3), i, v4(i+1)))
+		}
+		res := plan(t, p, nodes)
+		assert.Empty(t, res.Ineligible)
+		assert.False(t, res.Summary.Degraded)
+	})
+	t.Run("IPv6-only nodes: no filter", func(t *testing.T) {
+		var nodes []*corev1.Node
+		for i := range 12 {
+			nodes = append(nodes, node(fmt.Sprintf("n%02d", i), fmt.Sprintf("z%d", i%3), i, v6(i+1)))
+		}
+		res := plan(t, p, nodes)
+		assert.Empty(t, res.Ineligible)
+		assert.False(t, res.Summary.Degraded)
+	})
+	t.Run("mixed: the oldest nodes are IPv4-only, the route reflectors dual-stack", func(t *testing.T) {
+		var nodes []*corev1.Node
+		for i := range 12 {
+			opts := []nodeOpt{v4(i + 1)}
+			if i >= 6 {
+				opts = append(opts, v6(i+1))
+			}
+			nodes = append(nodes, node(fmt.Sprintf("n%02d", i), fmt.Sprintf("z%d", i%3), i, opts...))
+		}
+		res := plan(t, p, nodes)
+		require.NotEmpty(t, res.RouteReflectors)
+		for _, rr := range res.RouteReflectors {
+			assert.GreaterOrEqual(t, rr.Node, "n06", "route reflector %s is IPv4-only", rr.Node)
+		}
+		require.Len(t, res.Ineligible, 6)
+		assert.Equal(t, RuleMissingAddressFamily, res.Ineligible[0].Rule)
+		assert.Contains(t, res.Ineligible[0].Reason, "no IPv6 address")
+		assert.False(t, res.Summary.Degraded, "%+v", res.Conditions)
+	})
+	t.Run("IPv6-only clients of IPv4-only route reflectors: Degraded", func(t *testing.T) {
+		// The current route reflectors are IPv4-only and no node has both families: none is
+		// eligible, the current ones stay (draining) and their IPv6-only clients have no IPv6 routes.
+		var nodes []*corev1.Node
+		for i := range 9 {
+			opts := []nodeOpt{v6(i + 1)}
+			if i < 3 {
+				opts = []nodeOpt{v4(i + 1), asRR("224.0.0.1")}
+			}
+			nodes = append(nodes, node(fmt.Sprintf("n%02d", i), fmt.Sprintf("z%d", i%3), i, opts...))
+		}
+		res := plan(t, p, nodes)
+		var reasons []string
+		for _, c := range res.Conditions {
+			reasons = append(reasons, c.Reason)
+			if c.Reason == ReasonClientsMissingFamily {
+				assert.Contains(t, c.Message, "6 in IPv6")
+				assert.Contains(t, c.Message, "n03")
+			}
+		}
+		assert.Contains(t, reasons, ReasonClientsMissingFamily)
+	})
+}
