@@ -173,6 +173,18 @@ func (f *birdFleet) start(ctx context.Context) error {
 		f.conns[i] = c
 		f.mu.Unlock()
 	}
+	if f.configs != nil {
+		// confd's configurations keep BIRD's default timers (error wait 60-300 s, connect retry
+		// 120 s): a BIRD that started early and found a peer not listening yet waits a minute or
+		// more before it tries again, which made a fresh lab of 50 take up to 80 s to converge. Every
+		// BIRD listens now: each restarts its protocols once, as an operator's `birdcl restart all`
+		// after a rollout, and they connect within BIRD's start delay.
+		for i := range f.nodes {
+			if _, err := f.conns[i].command("restart all"); err != nil {
+				return fmt.Errorf("bird %s: restart all: %w", f.nodes[i].name, err)
+			}
+		}
+	}
 	return nil
 }
 
