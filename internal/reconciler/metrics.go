@@ -101,7 +101,7 @@ const (
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
 		plansTotal, absorbedEvents, fullPlanCauses, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
-		conditionGauge, pathsGauge, missingPairsGauge, transitionSessions, transitionAtRisk)
+		conditionGauge, pathsGauge, missingPairsGauge, transitionSessions, transitionAtRisk, transitionHeld)
 }
 
 // conditionStatuses are the values of a condition's status, each a series of the condition gauge.

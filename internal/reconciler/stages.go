@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
@@ -62,6 +63,7 @@ func (r *Reconciler) stageClusterIDs(st *State, phases *[3][]nodePatch) {
 		})
 	}
 	if len(held) == 0 {
+		transitionHeld.DeleteLabelValues(st.Name)
 		return
 	}
 	slices.SortFunc(held, func(a, b nodePatch) int { return strings.Compare(a.name, b.name) })
@@ -96,6 +98,7 @@ func (r *Reconciler) stageClusterIDs(st *State, phases *[3][]nodePatch) {
 			putBack(held...)
 			return
 		}
+		transitionHeld.WithLabelValues(st.Name).Set(float64(len(held)))
 		r.Log.V(1).Info("cluster-ID change held until the last one's sessions are back", "policy", st.Name,
 			"node", held[0].name, "after", m.idStage.node, "reason", "ClusterIDChangeStaged")
 		return
@@ -114,13 +117,28 @@ func (r *Reconciler) stageClusterIDs(st *State, phases *[3][]nodePatch) {
 		m.idStage = idStage{node: np.name, at: st.Now}
 		m.idStageUp, m.idStageSeen = false, false
 		delete(m.verified, np.name) // its sessions restart: seen again before the next change
+		transitionHeld.WithLabelValues(st.Name).Set(float64(len(held) - 1))
 		if len(held) > 1 {
 			st.requeue(idSettleMin)
-			r.Log.V(1).Info("cluster-ID changes staged", "policy", st.Name, "node", np.name, "waiting", len(held)-1, "tried", i+1, "reason", "ClusterIDChangeStaged")
+			r.Log.Info("cluster-ID changes staged", "policy", st.Name, "node", np.name, "waiting", len(held)-1, "tried", i+1, "reason", EventClusterIDStaged)
+			r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventClusterIDStaged,
+				"%s's cluster ID changes first: its BGP sessions restart; %d more route reflectors keeping their role wait for them (%s)",
+				np.name, len(held)-1, joinCapped(heldNames(held, np.name), 5))
 		}
 		return
 	}
+	transitionHeld.WithLabelValues(st.Name).Set(0)
 	putBack(held...)
+}
+
+func heldNames(held []nodePatch, except string) []string {
+	var out []string
+	for _, np := range held {
+		if np.name != except {
+			out = append(out, np.name)
+		}
+	}
+	return out
 }
 
 // stageCandidates bounds the cluster-ID changes the model tries one by one in a reconcile.

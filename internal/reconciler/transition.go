@@ -18,6 +18,10 @@ import (
 // while they restart.
 const EventTransition = "RouteReflectorTransition"
 
+// EventClusterIDStaged names a cluster-ID change made while others of the same plan wait for
+// its BGP sessions (stages.go).
+const EventClusterIDStaged = "ClusterIDChangeStaged"
+
 // transitionMaxNodes bounds the policies whose transitions the reconciler models on every plan
 // that changes a cluster ID (1.4 s at 65,000 nodes: BENCHMARKS.md); `plan --bgppeers` and
 // `verify --from` model larger ones.
@@ -32,6 +36,10 @@ var (
 		Name: "calico_rr_autoscaler_transition_pairs_at_risk",
 		Help: "Node pairs the graph model finds without a route while the last plan that changed a cluster ID is applied (scope all, or kept: between nodes that keep their role).",
 	}, []string{"policy", "scope"})
+	transitionHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "calico_rr_autoscaler_transition_held_cluster_id_changes",
+		Help: "Cluster-ID changes of route reflectors that keep their role, planned but held until the last one's BGP sessions are back (one at a time).",
+	}, []string{"policy"})
 )
 
 // transition models what applying the plan does to the BGP sessions of the cluster as it is (the
