@@ -360,6 +360,11 @@ func TestEntrypointAsChartRunsIt(t *testing.T) {
 			environ = append(environ, e.Name+"="+testenv.ChartNamespace)
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			environ = append(environ, e.Name+"="+podName)
+		case e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
+			// What the kubelet gives: the container's memory limit in bytes (divisor 1).
+			lim, ok := c.Resources.Limits[corev1.ResourceMemory]
+			require.True(t, ok, "env %s: no memory limit", e.Name)
+			environ = append(environ, fmt.Sprintf("%s=%d", e.Name, lim.Value()))
 		case e.ValueFrom == nil:
 			environ = append(environ, e.Name+"="+e.Value)
 		default:
@@ -421,14 +426,19 @@ func TestEntrypointAsChartRunsIt(t *testing.T) {
 
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
+	// controller-runtime's identity is the host name (in a pod, the pod's name) and a UUID; the
+	// process shares this machine's host name.
+	hostname, err := os.Hostname()
+	require.NoError(t, err)
 	testenv.Eventually(t, "the leader Lease", 30*time.Second, 200*time.Millisecond, func() error {
 		l, err := cs.CoordinationV1().Leases(testenv.ChartNamespace).Get(t.Context(), "calico-rr-autoscaler", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if l.Spec.HolderIdentity == nil || !strings.HasPrefix(*l.Spec.HolderIdentity, podName) {
+		if l.Spec.HolderIdentity == nil || !strings.HasPrefix(*l.Spec.HolderIdentity, hostname+"_") {
 			return fmt.Errorf("holder %v", l.Spec.HolderIdentity)
 		}
+		t.Logf("leader: %s", *l.Spec.HolderIdentity)
 		return nil
 	})
 	sec, err := cs.CoreV1().Secrets(testenv.ChartNamespace).Get(t.Context(), dep.Name+"-tls", metav1.GetOptions{})
