@@ -39,8 +39,10 @@ import (
 )
 
 // One build of both platforms serves every test of the package (the reproducibility test
-// builds a second one). A cold build of the two binaries takes minutes on 2 cores; with Go's
-// build cache warm (a previous `make image` or test run) a build of both is about 10 s.
+// builds a second one). With Go's build cache warm for these flags (a previous `make image` or
+// run of these tests) a build of both is 9 to 15 s and the package about 40 s; with it cold, the
+// first build compiles everything for linux/amd64 and linux/arm64 without cgo: 17 min 40 s on 2
+// loaded cores (BENCHMARKS.md, Image).
 var shared struct {
 	once sync.Once
 	dir  string
