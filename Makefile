@@ -7,6 +7,7 @@ CONTROLLER_GEN_VERSION := v0.19.0
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 TOOLS_ENV := $${RRA_CACHE:-$$HOME/.cache/calico-rr-autoscaler}/bin/env.sh
 IMAGE ?= calico-rr-autoscaler:dev
+IMAGE_DIR ?= bin/image
 
 .PHONY: all build test test-all test-transitions test-short lint generate tools bench fuzz image demo clean
 
@@ -49,8 +50,8 @@ bench: ## Planner benchmarks (figures go to BENCHMARKS.md)
 fuzz: ## Fuzz the planner for a minute
 	$(GO) test -run '^$$' -fuzz FuzzPlan -fuzztime 60s ./extender/
 
-image: ## Build the container image (needs a Docker engine)
-	docker build -t $(IMAGE) .
+image: ## Build the OCI image (linux/amd64 and linux/arm64) into bin/image without a container engine; prints its digests
+	$(GO) run ./hack/image -out $(IMAGE_DIR) -image $(IMAGE)
 
 clean:
 	rm -rf bin/
