@@ -28,7 +28,7 @@ func ChartDir() (string, error) {
 // cluster, trusting caPEM), the RBAC of the service account and the rest of the release, in
 // ChartNamespace (which must exist: see CreateNamespace). The chart is the only source of the webhook registrations, their rules and
 // conditions, and the product's permissions. values (YAML, may be empty) is added after the
-// test's own: no CRDs (crds.enabled=false: the test installs them), no policy (the test applies its own), no hooks.
+// test's own: no CRDs (the test installs them), no policy (the test applies its own), no hooks.
 // The Deployment stays inert: the test API server runs no controllers. It returns the manifest.
 func (e *Env) InstallChart(t testing.TB, url string, caPEM []byte, values string) string {
 	t.Helper()
@@ -36,13 +36,13 @@ func (e *Env) InstallChart(t testing.TB, url string, caPEM []byte, values string
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := fmt.Sprintf("certManager: {enabled: false}\nwebhook: {url: %q, caBundle: %s}\npolicy: {create: false}\ncrds: {enabled: false}\n",
+	base := fmt.Sprintf("certManager: {enabled: false}\nwebhook: {url: %q, caBundle: %s}\npolicy: {create: false}\n",
 		url, base64.StdEncoding.EncodeToString(caPEM))
 	files := []string{"-f", writeTemp(t, e.Dir, "values-base-*.yaml", base)}
 	if values != "" {
 		files = append(files, "-f", writeTemp(t, e.Dir, "values-test-*.yaml", values))
 	}
-	args := append([]string{"template", ChartRelease, dir, "--namespace", ChartNamespace, "--no-hooks"}, files...)
+	args := append([]string{"template", ChartRelease, dir, "--namespace", ChartNamespace, "--no-hooks", "--skip-crds"}, files...)
 	manifest, stderr, err := e.Helm(t, UserAdmin, args...)
 	if err != nil {
 		t.Fatalf("testenv: helm template: %v: %s", err, stderr)

@@ -158,8 +158,7 @@ func TestCertManagerEndToEnd(t *testing.T) {
 	portStr := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	start := time.Now()
 	out, stderr, err := env.Helm(t, testenv.UserAdmin, "install", releaseName, chartDir(t),
-		"--namespace", releaseNamespace, "--set", "service.port="+portStr,
-		"--set", "crds.enabled=false") // installCRDs installed it
+		"--namespace", releaseNamespace, "--set", "service.port="+portStr)
 	require.NoError(t, err, "helm install: %s\n%s", out, stderr)
 	t.Logf("helm install in %s", time.Since(start).Round(time.Millisecond))
 

@@ -67,14 +67,13 @@ func (e *moduleError) Error() string { return e.mod + ": " + strings.TrimSpace(e
 // crdSet says which optional CRDs were installed.
 type crdSet struct{ serviceMonitor, prometheusRule bool }
 
-// installCRDs installs the chart's CRD (from policy/crd: the tests that then
-// install the chart pass crds.enabled=false), cert-manager's (from its module),
+// installCRDs installs the chart's CRD, cert-manager's (from its module),
 // Calico's crd.projectcalico.org CRDs (from its module) and, when its module
 // can be fetched, prometheus-operator's ServiceMonitor and PrometheusRule.
 func installCRDs(t *testing.T, env *testenv.Env) crdSet {
 	t.Helper()
 	start := time.Now()
-	paths := []string{filepath.Join("..", "..", "policy", "crd")} // the chart's CRD template is made from it
+	paths := []string{filepath.Join(chartDir(t), "crds")}
 	cm, err := moduleDir(t, certManagerModule)
 	require.NoError(t, err)
 	paths = append(paths, filepath.Join(cm, "deploy", "crds"))

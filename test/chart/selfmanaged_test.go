@@ -48,7 +48,6 @@ func TestSelfManagedCertsWithChartRBAC(t *testing.T) {
 
 	ln := freeListener(t)
 	out, stderr, err := env.Helm(t, testenv.UserAdmin, "install", "rra", chartDir(t), "--namespace", ns,
-		"--set", "crds.enabled=false", // installCRDs installed it
 		"--set", "certManager.enabled=false", "--set", "service.port="+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	require.NoError(t, err, "helm install: %s\n%s", out, stderr)
 	const fullname = "rra-calico-rr-autoscaler"

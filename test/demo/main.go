@@ -86,7 +86,7 @@ func run(ctx context.Context, nNodes, nZones int) error {
 	}
 
 	step("Installing CRDs: RouteReflectorPolicy, Calico, cert-manager")
-	crdPaths := []string{filepath.Join(root, "policy", "crd")} // the chart's CRD template is made from it
+	crdPaths := []string{filepath.Join(root, "charts", "calico-rr-autoscaler", "crds")}
 	for _, m := range []struct{ mod, glob string }{
 		{"github.com/projectcalico/calico", "libcalico-go/config/crd/crd.projectcalico.org_*.yaml"},
 		{"github.com/cert-manager/cert-manager", "deploy/crds/*.yaml"},
@@ -121,7 +121,6 @@ func run(ctx context.Context, nNodes, nZones int) error {
 
 	step("Rendering the Helm chart and applying it (webhooks pointed at the local backend)")
 	values := fmt.Sprintf(`certManager: {enabled: false}
-crds: {enabled: false}
 webhook:
   url: https://127.0.0.1:%d
   caBundle: %s

@@ -182,17 +182,3 @@ webhooks whatever webhooks.node.watchedAnnotations says.
 - routereflector.io/plane
 - routereflector.io/standby-for
 {{- end }}
-
-{{/*
-"true" when templates/policy.yaml renders the default RouteReflectorPolicy: policy.create, and its
-kind is known when Helm builds the release. Helm maps every object of a release to its API before
-it creates any, so a RouteReflectorPolicy cannot be in the same release as the CRD's first
-creation (crds.enabled on a cluster without the CRD): that install leaves it out (NOTES say so),
-and the next `helm upgrade`, the CRD then served, creates it. With crds.enabled=false the CRD must
-exist before the chart.
-*/}}
-{{- define "rra.policyRendered" -}}
-{{- if and .Values.policy.create (or (not .Values.crds.enabled) (.Capabilities.APIVersions.Has "routereflector.io/v1alpha1/RouteReflectorPolicy")) -}}
-true
-{{- end -}}
-{{- end }}
