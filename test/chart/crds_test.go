@@ -46,6 +46,7 @@ func TestRenderCRDUpgradeHook(t *testing.T) {
 	require.Len(t, r.CRDs, 1)
 	require.Equal(t, crdName, r.CRDs[0].GetName())
 	r.get(t, "RouteReflectorPolicy", "default")
+	require.NotContains(t, r.Notes, "crds apply")
 
 	job := typed[batchv1.Job](t, r.get(t, "Job", crdsHook))
 	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"} {
@@ -95,6 +96,7 @@ func TestRenderCRDUpgradeHook(t *testing.T) {
 		require.NotEqual(t, "pre-upgrade", o.GetAnnotations()["helm.sh/hook"], "%s %s", o.GetKind(), o.GetName())
 	}
 	require.Len(t, r.CRDs, 1, "crds/ stays: helm install creates the CRD")
+	require.Contains(t, r.Notes, "calico-rr-autoscaler crds apply", "NOTES say how to upgrade the CRD by hand")
 	r.get(t, "RouteReflectorPolicy", "default")
 
 	for _, bad := range []string{"crds: {upgrade: yes please}", "crds: {upgrade: 1}", "crds: {enabled: true}", "crds: true"} {
