@@ -18,6 +18,7 @@ Usage:
   calico-rr-autoscaler serve  [flags]   run the admission webhooks and the reconciler in a cluster
   calico-rr-autoscaler status [flags]   what the product manages in a live cluster (also: kubectl rr)
   calico-rr-autoscaler uninstall [flags] delete every policy and wait until its route reflectors are released
+  calico-rr-autoscaler crds apply [flags] apply the RouteReflectorPolicy CRD built into this binary (server-side)
   calico-rr-autoscaler help   [command]
 
 Run "calico-rr-autoscaler <command> -h" for a command's flags.
@@ -48,6 +49,8 @@ func run(args []string) int {
 		err = runStatus(args[1:], os.Stdout)
 	case "uninstall":
 		err = runUninstall(args[1:], os.Stdout)
+	case "crds":
+		err = runCRDs(args[1:], os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(os.Stdout, usage)
 		return 0

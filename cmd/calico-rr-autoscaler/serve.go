@@ -5,10 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
-	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
@@ -46,7 +46,8 @@ func runServe(args []string, stdout io.Writer) error {
 	var ds datastoreFlags
 	ds.register(fs)
 	o.Certs.BindFlags(fs)
-	verbosity := fs.Int("v", 0, "log verbosity")
+	var logging loggingFlags
+	logging.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
@@ -75,6 +76,10 @@ func runServe(args []string, stdout io.Writer) error {
 	if etcd {
 		o.Datastore, o.Etcd = ds.datastore, ds.etcd
 	}
-	ctrl.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity))))
+	log, err := logging.setup(os.Stderr)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(log)
 	return serve.Run(ctrl.SetupSignalHandler(), o)
 }

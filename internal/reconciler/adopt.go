@@ -163,7 +163,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 			key := b.Name + "@" + b.ResourceVersion
 			m.adoptRetry[key] = st.Now.Add(adoptModelRetry)
 			st.requeue(adoptModelRetry)
-			r.Log.Info("hand-written BGPPeer kept: the graph model needs it", "policy", st.Name, "bgppeer", b.Name, "missing", lost)
+			r.Log.Info("hand-written BGPPeer kept: the graph model needs it", "policy", st.Name, "bgppeer", b.Name, "reason", m.adoptWhy[b.Name], "missing", lost)
 			continue
 		}
 		if err := r.peers().Delete(ctx, b); err != nil {

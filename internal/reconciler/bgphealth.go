@@ -193,7 +193,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 				rr, nh.DownSince.UTC().Format(time.RFC3339), p.BGPGrace, joinCapped(nh.Sessions, 20))
 			r.Recorder.Event(ref, corev1.EventTypeWarning, EventBGPDown, msg)
 			r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventBGPDown, msg)
-			r.Log.Info("route reflector BGP down", "policy", st.Name, "node", rr, "sessions", nh.Sessions)
+			r.Log.Info("route reflector BGP down", "policy", st.Name, "node", rr, "reason", EventBGPDown, "sessions", nh.Sessions)
 		case wasFailed && !keep:
 			delete(m.bgpAnnounced, rr)
 			msg := fmt.Sprintf("%s: BGP sessions Established again for %s: it may be a route reflector again", rr, extender.BGPHold(p))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -130,6 +131,15 @@ replicaCount: 1
 		pod.Spec.Containers[0].SecurityContext.SeccompProfile = nil
 		_, err = cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.ErrorContains(t, err, "seccompProfile", "restricted is enforced")
+		// The hook Jobs' pods (pre-upgrade crds apply, pre-delete uninstall) too.
+		for _, name := range []string{"calico-rr-autoscaler-crds", "calico-rr-autoscaler-uninstall"} {
+			require.NoError(t, a.apply(ctx, r.get(t, "ServiceAccount", name), false))
+			job := typed[batchv1.Job](t, r.get(t, "Job", name))
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: job.Spec.Template.Labels},
+				Spec: job.Spec.Template.Spec}
+			_, err = cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			require.NoError(t, err, "the %s Job's pod under Pod Security restricted", name)
+		}
 	}
 
 	// The dry runs do catch mistakes: a misspelled field, a CEL expression

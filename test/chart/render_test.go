@@ -175,6 +175,12 @@ func serveFlags() (*flag.FlagSet, *certs.Options) {
 	fs.String("etcd-key-file", "", "")
 	fs.String("etcd-cert-file", "", "")
 	fs.String("etcd-ca-cert-file", "", "")
+	fs.Func("logging-format", "", func(v string) error {
+		if v != "text" && v != "json" {
+			return fmt.Errorf("%q is not text or json", v)
+		}
+		return nil
+	})
 	var o certs.Options
 	o.BindFlags(fs)
 	return fs, &o

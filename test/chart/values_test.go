@@ -506,6 +506,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{`policy: {spec: {scaling: {ratio: "0.1", clientsPerRouteReflector: 50}}}`, "/policy/spec/scaling"},
 		{`policy: {name: Default}`, "/policy/name"},
 		{`topologySpread: {whenUnsatisfiable: Sometimes}`, "/topologySpread/whenUnsatisfiable"},
+		{`logging: {format: xml}`, "/logging/format"},
 	} {
 		t.Run(tc.values, func(t *testing.T) {
 			_, err := renderErr(t, releaseNamespace, valuesYAML(t, tc.values))

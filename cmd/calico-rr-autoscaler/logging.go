@@ -1,0 +1,48 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/go-logr/logr"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // the json format of --logging-format
+	"k8s.io/klog/v2"
+)
+
+// logFormats are the values of --logging-format, as Kubernetes components have them.
+var logFormats = []string{"text", "json"}
+
+// loggingFlags are serve's logging flags: --logging-format and -v.
+type loggingFlags struct {
+	format    string
+	verbosity int
+}
+
+func (l *loggingFlags) register(fs *flag.FlagSet) {
+	l.format = "text"
+	fs.Func("logging-format", "log format: text (klog's) or json (one JSON object a line: ts, v, msg and the key/value pairs) [text]", func(v string) error {
+		if !slices.Contains(logFormats, v) {
+			return fmt.Errorf("%q is not one of %s", v, strings.Join(logFormats, ", "))
+		}
+		l.format = v
+		return nil
+	})
+	fs.IntVar(&l.verbosity, "v", 0, "log verbosity")
+}
+
+// setup makes klog's logger, which client-go writes to, the format asked for on out (stderr in
+// serve), through k8s.io/component-base's logging configuration like a Kubernetes component, and
+// returns it for controller-runtime. It can be applied once per process.
+func (l *loggingFlags) setup(out io.Writer) (logr.Logger, error) {
+	c := logsapi.NewLoggingConfiguration()
+	c.Format = l.format
+	c.Verbosity = logsapi.VerbosityLevel(l.verbosity)
+	if err := logsapi.ValidateAndApplyWithOptions(c, &logsapi.LoggingOptions{ErrorStream: out, InfoStream: out}, nil); err != nil {
+		return logr.Logger{}, fmt.Errorf("--logging-format: %v", err)
+	}
+	return klog.Background(), nil
+}
