@@ -30,10 +30,10 @@ tools: ## Build (or reuse the cached) kube-apiserver, etcd, kubectl and helm
 test: tools ## Run every test: unit, fuzz seeds, integration on a real kube-apiserver
 	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m ./internal/serve/ ./...
 
-test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller); .ci/run runs it after make test
-	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 40m -run 'Large$$' ./...
+test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller, and the live transitions proof); .ci/run runs it after make test
+	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 40m -run 'Large$$|^TestTransitionsOnRealBIRD$$' ./...
 
-test-transitions: tools ## The live transitions proof on confd + BIRD, the short history and the long one (not in CI: some events still lose routes, issue 36)
+test-transitions: tools ## The live transitions proof on confd + BIRD, the short history (also in make test-all) and the long one (not in CI: some events still lose routes, issue 36)
 	source $(TOOLS_ENV) && RRA_TRANSITIONS_HISTORY=1 $(GO) test -count=1 -v -timeout 30m -run 'TestTransitions' ./test/transitions/
 
 test-short: ## Unit tests only (no cluster binaries needed)

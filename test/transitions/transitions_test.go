@@ -85,10 +85,13 @@ var (
 // Before issue 36's cluster-ID fix events (i) and (ii) failed all three assertions (the
 // replacement changed the surviving rack mate's cluster ID, BIRD restarted every session of the
 // mate, and the rack's clients lost other nodes' blocks for seconds: 1,968 and 5,639 pair-samples
-// between nodes keeping their role). With it, some runs pass and some still miss a few: on
-// 2026-11-26 one run missed 150 pair-samples between kept nodes in (i) (a restarted session of
-// spine member node-02) and 1 in (ii). So it runs with make test-transitions, not in CI, until
-// those are explained; the assertions stay as they are: they are what the product must meet.
+// between nodes keeping their role). With it, one run on 2026-11-26 still missed 150
+// pair-samples between kept nodes in (i) (a restarted session of spine member node-02) and 1 in
+// (ii); later that day the Lab's configures were found a round late on some nodes (a confd watch
+// rewrote bird_ipam.cfg after the lab's strip, which Debian's BIRD refused: now retried), and two
+// runs beside four other builds and tests (load 6 to 12) missed none between kept nodes. It runs
+// in make test-all (CI) and make test-transitions, 2.5 to 4 minutes: make test stays under its
+// time budget.
 //
 // What a faster test cannot prove: the model and the plan-level checks see only end states and
 // their own idea of a session; here BIRD itself decides which protocol restarts on `configure`
@@ -96,8 +99,8 @@ var (
 // timing are the product's own (its webhooks, its reconciler, its removalDelay and grace), and
 // a pair counts as lost only when real routing tables lack it while it happens.
 func TestTransitionsOnRealBIRD(t *testing.T) {
-	if os.Getenv(envHistory) == "" {
-		t.Skip("the live transitions proof: `make test-transitions` runs it (" + envHistory + "=1); it still misses a few pair-samples in some runs, so CI does not run it until issue 36 is done")
+	if os.Getenv(envHistory) == "" && os.Getenv(testenv.EnvAll) == "" {
+		t.Skip("the live transitions proof: `make test-all` and `make test-transitions` run it (" + testenv.EnvAll + "=1 or " + envHistory + "=1)")
 	}
 	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
 	start := time.Now()
