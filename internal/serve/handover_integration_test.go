@@ -61,9 +61,9 @@ type calicoNode struct {
 	// down6: status nodes whose IPv6 sessions are all Active (BIRD6 down, IPv4 up); client6: nodes
 	// whose IPv6 sessions are Active on every status.
 	down6, client6 map[string]bool
-	live map[string]bool // object name -> exists
-	max  int
-	seen map[string]bool // nodes that had one
+	live           map[string]bool // object name -> exists
+	max            int
+	seen           map[string]bool // nodes that had one
 }
 
 func (w *world) startCalicoNode(down ...string) *calicoNode {
