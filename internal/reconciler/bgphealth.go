@@ -35,7 +35,10 @@ import (
 // has none Established either; one broken client never makes its route reflector down, as its
 // other sessions stay up. A status calico-node has not updated for staleAfter counts as down too
 // (calico-node, and with it BIRD, is not running); one never filled in is not judged (a calico-node
-// older than 3.22 does not fill them in).
+// older than 3.22 does not fill them in). Each address family is judged on its own list
+// (downFamilies): a dual-stack route reflector whose IPv6 sessions are all down while IPv4 is up is
+// down for its IPv6 clients, and replaced as a whole as any down one is (the record's Families, the
+// Event and the plan's reason name the family).
 //
 // While bgpHealth is on, the statuses are read every healthEvery (half calico-node's update
 // period) by watchBGPHealth, which plans a policy again only when what they say changed (a route

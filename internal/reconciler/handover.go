@@ -43,9 +43,10 @@ import (
 //
 // Clients are matched by IP, per address family: Calico's BGP addresses (the
 // projectcalico.org/IPv4Address and IPv6Address annotations calico-node writes), else the node's
-// InternalIPs. A client counts as established when every family it has an address in has an
-// Established session (peersV4, peersV6): IPv4-only, IPv6-only and dual-stack clusters alike. The
-// informer cache keeps both (see state.StripNode), so no extra read is needed.
+// InternalIPs. A client counts as established when, in every family both it and the replacement
+// have an address of, its address of the family has an Established session in that family's list
+// (peersV4 for IPv4, peersV6 for IPv6; see sessionfamilies.go): IPv4-only, IPv6-only and dual-stack
+// clusters alike. The informer cache keeps both (see state.StripNode), so no extra read is needed.
 
 // Handover constants.
 const (
