@@ -428,11 +428,21 @@ func lackingNames(m *handoverMemo, rrs, clients []string, famOf func(string) ext
 	return out
 }
 
-// nodeIPs are the addresses a node's BGP peers see, at most one per family: Calico's BGP address
-// of the family, else the node's first InternalIP of that family. IPv4 first.
+// nodeIPs are the addresses a node's BGP peers see, at most one per family, IPv4 first: Calico's
+// BGP addresses (the projectcalico.org/IPv4Address and IPv6Address annotations calico-node writes);
+// a node with neither annotation (calico-node has not written them) has its first InternalIP of
+// each family instead. A node with Calico's IPv4 address only peers in IPv4 only, whatever
+// InternalIPs it has (a dual-stack Kubernetes cluster whose Calico runs IPv4 BGP): its IPv6
+// InternalIP is no BGP address, so no IPv6 session is waited for or judged.
 func nodeIPs(n *corev1.Node) []string {
 	if n == nil {
 		return nil
+	}
+	calico := false
+	for _, a := range []string{extender.AnnotationCalicoIPv4, extender.AnnotationCalicoIPv6} {
+		if strings.TrimSpace(n.Annotations[a]) != "" {
+			calico = true
+		}
 	}
 	var out []string
 	for _, fam := range [...]struct {
@@ -441,6 +451,9 @@ func nodeIPs(n *corev1.Node) []string {
 	}{{extender.AnnotationCalicoIPv4, true}, {extender.AnnotationCalicoIPv6, false}} {
 		if ip := annotatedIP(n.Annotations[fam.annotation]); ip != nil && (ip.To4() != nil) == fam.v4 {
 			out = append(out, ip.String())
+			continue
+		}
+		if calico {
 			continue
 		}
 		for _, a := range n.Status.Addresses {

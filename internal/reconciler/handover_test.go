@@ -116,6 +116,9 @@ func TestNodeIPs(t *testing.T) {
 		{n(nil, internal6, internal), "[10.1.0.1 fd00::1]"},
 		{n(map[string]string{extender.AnnotationCalicoIPv6: "fd00::5/64"}), "[fd00::5]"},
 		{n(map[string]string{extender.AnnotationCalicoIPv4: "192.168.0.5/24", extender.AnnotationCalicoIPv6: "fd00::5/64"}, internal, internal6), "[192.168.0.5 fd00::5]"},
+		// Calico peers in IPv4 only: the IPv6 InternalIP of a dual-stack Kubernetes node is no BGP address.
+		{n(map[string]string{extender.AnnotationCalicoIPv4: "192.168.0.5/24"}, internal, internal6), "[192.168.0.5]"},
+		{n(map[string]string{extender.AnnotationCalicoIPv6: "fd00::5/64"}, internal, internal6), "[fd00::5]"},
 		{n(nil, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "1.2.3.4"}), "[]"},
 		{nil, "[]"},
 	} {

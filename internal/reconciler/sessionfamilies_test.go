@@ -280,3 +280,19 @@ func TestHandoverBGPSessionsDualStack(t *testing.T) {
 		require.Contains(t, ev, "Warning HandoverTimeout node-01: handover timed out after 1m0s; clients that never established a BGP session with node-04: node-07 (IPv6)", "events:\n%s", ev)
 	})
 }
+
+// TestSessionsDownCalicoIPv4Only: a dual-stack Kubernetes cluster whose Calico peers in IPv4 only
+// (Calico's IPv4 address annotation, IPv6 InternalIPs): calico-node reports no IPv6 session, and
+// none is judged.
+func TestSessionsDownCalicoIPv4Only(t *testing.T) {
+	n := func(name string, i int) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{extender.AnnotationCalicoIPv4: fmt.Sprintf("10.0.0.%d/24", i)}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.0.0.%d", i)},
+				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("fd00::%d", i)}}}}
+	}
+	view := map[string]*corev1.Node{"rr": n("rr", 9), "c1": n("c1", 1)}
+	cns := statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", true)}, nil)
+	cns.Status.LastUpdated = metav1.NewTime(t0)
+	down, sessions := sessionsDown(cns, nodeIPs(view["rr"]), []string{"c1"}, view, nil, t0)
+	require.Equal(t, "none", down.String(), "sessions %v", sessions)
+}
