@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -32,6 +33,11 @@ type BGPHealth struct {
 	UpSince time.Time
 	// Sessions names the sessions that were down at the last observation (for Events).
 	Sessions []string
+	// Families are the address families whose sessions were down at the last observation: the
+	// leader judges each family of the route reflector on its own (a dual-stack route reflector
+	// whose IPv6 sessions are all down while IPv4 is up is down for its IPv6 clients, and replaced
+	// as a whole). 0: not said (every family).
+	Families Families
 }
 
 // DrainingReasonBGPDown: drained because its BGP sessions were down past bgpHealth.gracePeriod
@@ -43,7 +49,19 @@ const (
 	BGPSessionsName = "BGPSessions"
 	RuleBGPDownNode = "bgp-down-node"
 	ReasonBGPDown   = "node's BGP sessions have been down for longer than bgpHealth.gracePeriod (its Node is Ready)"
+	// reasonBGPDownFamily: only some of the node's families are down (%s: those down, then those up).
+	reasonBGPDownFamily = "node's %s BGP sessions have been down for longer than bgpHealth.gracePeriod (its Node is Ready, %s up): its %s clients have no routes through it"
 )
+
+// BGPDownReason is the BGPSessions filter's reason for a node failed by its sessions: ReasonBGPDown
+// when every family of the node is down (or the record does not say), else the families down.
+func BGPDownReason(h BGPHealth, node Families) string {
+	up := node &^ h.Families
+	if h.Families == 0 || up == 0 {
+		return ReasonBGPDown
+	}
+	return fmt.Sprintf(reasonBGPDownFamily, h.Families, up, h.Families)
+}
 
 // BGPHold is how long a failed route reflector's sessions must stay Established before it counts
 // healthy again: the scale-down stabilization window, at most gracePeriod.
@@ -103,7 +121,7 @@ func (*BGPSessions) Rule() string { return RuleBGPDownNode }
 // Filter implements FilterPlugin.
 func (*BGPSessions) Filter(p *policy.Resolved, n *NodeInfo) string {
 	if n.Ready && n.BGPFailed(p) {
-		return ReasonBGPDown
+		return BGPDownReason(n.BGP, n.Families)
 	}
 	return ""
 }

@@ -165,3 +165,22 @@ func TestLifeRouteReflectorBGPDown(t *testing.T) {
 		})
 	}
 }
+
+// TestBGPDownReason: the filter's reason names the families down when others are up.
+func TestBGPDownReason(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		down, node Families
+		want       string
+	}{
+		{"the record does not say", 0, FamilyIPv4 | FamilyIPv6, ReasonBGPDown},
+		{"IPv4-only node, IPv4 down", FamilyIPv4, FamilyIPv4, ReasonBGPDown},
+		{"dual stack, both down", FamilyIPv4 | FamilyIPv6, FamilyIPv4 | FamilyIPv6, ReasonBGPDown},
+		{"dual stack, IPv6 down", FamilyIPv6, FamilyIPv4 | FamilyIPv6,
+			"node's IPv6 BGP sessions have been down for longer than bgpHealth.gracePeriod (its Node is Ready, IPv4 up): its IPv6 clients have no routes through it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, BGPDownReason(BGPHealth{Families: tc.down}, tc.node))
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -42,7 +43,8 @@ func TestStatusOnRealAPIServer(t *testing.T) {
 	dir, err := crds.Dir()
 	require.NoError(t, err)
 	testenv.InstallCRDs(t, env.Config, filepath.Join(dir, "crd.projectcalico.org_bgppeers.yaml"),
-		filepath.Join(dir, "crd.projectcalico.org_bgpconfigurations.yaml"), filepath.Join("..", "..", "policy", "crd"))
+		filepath.Join(dir, "crd.projectcalico.org_bgpconfigurations.yaml"), filepath.Join(dir, "crd.projectcalico.org_caliconodestatuses.yaml"),
+		filepath.Join("..", "..", "policy", "crd"))
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, v1alpha1.AddToScheme(scheme))
@@ -59,6 +61,10 @@ func TestStatusOnRealAPIServer(t *testing.T) {
 		case i < 3:
 			n.Labels["calico-route-reflector"] = ""
 			n.Annotations[extender.AnnotationClusterID] = "224.0.0." + string(rune('1'+i))
+			if i == 0 { // dual-stack
+				n.Annotations[extender.AnnotationCalicoIPv4] = "10.0.0.1/24"
+				n.Annotations[extender.AnnotationCalicoIPv6] = "fd00::1/64"
+			}
 		case i == 3:
 			n.Labels["calico-route-reflector"] = ""
 			n.Annotations[extender.AnnotationClusterID] = "224.0.0.1"
@@ -87,6 +93,18 @@ func TestStatusOnRealAPIServer(t *testing.T) {
 		Conditions:     []metav1.Condition{{Type: "Ready", Status: "False", Reason: "Observe", Message: "x", LastTransitionTime: metav1.Now()}}}
 	require.NoError(t, c.Status().Update(ctx, pol))
 
+	// bgpHealth's CalicoNodeStatus of node-a, as calico-node fills it in: its IPv4 sessions up, its
+	// IPv6 ones down.
+	cns := &apiv3.CalicoNodeStatus{TypeMeta: metav1.TypeMeta{APIVersion: calico.CRD.String(), Kind: apiv3.KindCalicoNodeStatus},
+		ObjectMeta: metav1.ObjectMeta{Name: "rr-autoscaler-handover-node-a", Labels: map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: "default"}},
+		Spec:       apiv3.CalicoNodeStatusSpec{Node: "node-a", Classes: []apiv3.NodeStatusClassType{apiv3.NodeStatusClassTypeBGP}}}
+	cns.Status.LastUpdated = metav1.Now()
+	for i := range 8 {
+		cns.Status.BGP.PeersV4 = append(cns.Status.BGP.PeersV4, apiv3.CalicoNodePeer{PeerIP: fmt.Sprintf("10.0.0.%d", i+5), Type: "NodePeer", State: apiv3.BGPSessionStateEstablished})
+		cns.Status.BGP.PeersV6 = append(cns.Status.BGP.PeersV6, apiv3.CalicoNodePeer{PeerIP: fmt.Sprintf("fd00::%d", i+5), Type: "NodePeer", State: apiv3.BGPSessionStateActive})
+	}
+	require.NoError(t, c.Create(ctx, cns))
+
 	kubeconfig := env.KubeconfigPath(testenv.UserAdmin)
 	var out bytes.Buffer
 	require.NoError(t, runStatus([]string{"--kubeconfig", kubeconfig}, &out))
@@ -112,6 +130,11 @@ func TestStatusOnRealAPIServer(t *testing.T) {
 	require.Equal(t, []string{"hand-made-rr-mesh"}, rep.ForeignBGPPeers)
 	require.Equal(t, int64(0), rep.Routes.MissingPairs)
 	require.Equal(t, 8, p.Zones[0].RouteReflectors[0].Clients)
+	require.Equal(t, "IPv4+IPv6", p.Zones[0].RouteReflectors[0].Families)
+	require.Equal(t, []clusterstatus.FamilySessions{{Family: "IPv4", Established: 8, Listed: 8}, {Family: "IPv6", Established: 0, Listed: 8}},
+		p.Zones[0].RouteReflectors[0].Sessions)
+	require.Equal(t, "IPv4", p.Zones[1].RouteReflectors[0].Families)
+	require.Nil(t, p.Zones[1].RouteReflectors[0].Sessions, "no CalicoNodeStatus")
 }
 
 // TestStatusFromEtcd: with --datastore etcdv3, status reads the BGPPeers and the mesh setting from

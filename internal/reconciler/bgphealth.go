@@ -35,7 +35,10 @@ import (
 // has none Established either; one broken client never makes its route reflector down, as its
 // other sessions stay up. A status calico-node has not updated for staleAfter counts as down too
 // (calico-node, and with it BIRD, is not running); one never filled in is not judged (a calico-node
-// older than 3.22 does not fill them in).
+// older than 3.22 does not fill them in). Each address family is judged on its own list
+// (downFamilies): a dual-stack route reflector whose IPv6 sessions are all down while IPv4 is up is
+// down for its IPv6 clients, and replaced as a whole as any down one is (the record's Families, the
+// Event and the plan's reason name the family).
 //
 // While bgpHealth is on, the statuses are read every healthEvery (half calico-node's update
 // period) by watchBGPHealth, which plans a policy again only when what they say changed (a route
@@ -55,8 +58,20 @@ const (
 
 var bgpDownGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "calico_rr_autoscaler_route_reflectors_bgp_down",
-	Help: "Route reflectors whose Node is Ready but whose BGP sessions are down: within bgpHealth.gracePeriod (state=\"grace\") or past it, replaced (state=\"failed\").",
-}, []string{"policy", "state"})
+	Help: "Route reflectors whose Node is Ready but whose BGP sessions are down: within bgpHealth.gracePeriod (state=\"grace\") or past it, replaced (state=\"failed\"), by the address families down (family=\"ipv4\", \"ipv6\" or \"ipv4+ipv6\"; each route reflector counts once: sum by state for the count).",
+}, []string{"policy", "state", "family"})
+
+// gaugeFamily is a record's families as the gauge counts them (a record that does not say counts
+// in every family).
+func gaugeFamily(f extender.Families) extender.Families {
+	if f == 0 {
+		return extender.FamilyIPv4 | extender.FamilyIPv6
+	}
+	return f
+}
+
+// bgpDownFamilies are the values of the gauge's family label.
+var bgpDownFamilies = []extender.Families{extender.FamilyIPv4, extender.FamilyIPv6, extender.FamilyIPv4 | extender.FamilyIPv6}
 
 func init() { metrics.Registry.MustRegister(bgpDownGauge) }
 
@@ -159,7 +174,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	clients := clientsOf(p, view)
 	ips := r.calicoBGPAddresses(ctx, len(rrs) > 0)
 	next := map[string]extender.BGPHealth{}
-	grace, failed := 0, 0
+	grace, failed := map[extender.Families]int{}, map[extender.Families]int{}
 	for _, rr := range rrs {
 		cns := have[rr]
 		h, had := prev[rr]
@@ -169,17 +184,21 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			}
 			continue
 		}
-		down, sessions := sessionsDown(cns, clients[rr], view, ips, st.Now)
-		nh, keep := h.Observe(down, sessions, st.Now, p)
+		rrIPs := bgpAddresses(ips, view, rr)
+		down, sessions := sessionsDown(cns, rrIPs, clients[rr], view, ips, st.Now)
+		nh, keep := h.Observe(down != 0, sessions, st.Now, p)
+		if keep && down != 0 {
+			nh.Families = down
+		}
 		wasFailed, isFailed := m.bgpAnnounced[rr], keep && nh.Failed(st.Now, p)
 		if keep {
 			next[rr] = nh
 			switch {
 			case nh.Suspect() && !isFailed:
-				grace++
+				grace[gaugeFamily(nh.Families)]++
 				st.requeue(nh.DownSince.Add(p.BGPGrace).Sub(st.Now) + 100*time.Millisecond)
 			case isFailed:
-				failed++
+				failed[gaugeFamily(nh.Families)]++
 			}
 			if !nh.UpSince.IsZero() {
 				st.requeue(nh.UpSince.Add(extender.BGPHold(p)).Sub(st.Now) + 100*time.Millisecond)
@@ -189,11 +208,14 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		switch {
 		case isFailed && !wasFailed:
 			m.bgpAnnounced[rr] = true
-			msg := fmt.Sprintf("%s: Node Ready but no BGP session Established since %s (bgpHealth.gracePeriod %s): its replacement is promoted; down: %s",
-				rr, nh.DownSince.UTC().Format(time.RFC3339), p.BGPGrace, joinCapped(nh.Sessions, 20))
+			var clientFams extender.Families
+			for _, c := range clients[rr] {
+				clientFams |= ipsFamilies(bgpAddresses(ips, view, c))
+			}
+			msg := bgpDownMessage(rr, nh, rrFamilies(rrIPs, cns, clientFams), p.BGPGrace)
 			r.Recorder.Event(ref, corev1.EventTypeWarning, EventBGPDown, msg)
 			r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventBGPDown, msg)
-			r.Log.Info("route reflector BGP down", "policy", st.Name, "node", rr, "reason", EventBGPDown, "sessions", nh.Sessions)
+			r.Log.Info("route reflector BGP down", "policy", st.Name, "node", rr, "reason", EventBGPDown, "families", nh.Families.String(), "sessions", nh.Sessions)
 		case wasFailed && !keep:
 			delete(m.bgpAnnounced, rr)
 			msg := fmt.Sprintf("%s: BGP sessions Established again for %s: it may be a route reflector again", rr, extender.BGPHold(p))
@@ -207,20 +229,23 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 	}
 	r.setBGP(st.Name, next)
-	bgpDownGauge.WithLabelValues(st.Name, "grace").Set(float64(grace))
-	bgpDownGauge.WithLabelValues(st.Name, "failed").Set(float64(failed))
+	bgpDownGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
+	for _, fam := range bgpDownFamilies {
+		bgpDownGauge.WithLabelValues(st.Name, "grace", fam.Key()).Set(float64(grace[fam]))
+		bgpDownGauge.WithLabelValues(st.Name, "failed", fam.Key()).Set(float64(failed[fam]))
+	}
 	return nil
 }
 
 // healthFingerprint is what the statuses say that the plan reads: per route reflector, whether its
-// status is filled in, stale, and has an Established session.
+// status is filled in, stale, and which families have an Established session and which are listed
+// (an IPv6 family gone down or unlisted while IPv4 stays up is a change).
 func healthFingerprint(list []*apiv3.CalicoNodeStatus, now time.Time) string {
 	parts := make([]string, 0, len(list))
 	for _, o := range list {
 		last := o.Status.LastUpdated.Time
-		up := slices.ContainsFunc(append(slices.Clone(o.Status.BGP.PeersV4), o.Status.BGP.PeersV6...),
-			func(p apiv3.CalicoNodePeer) bool { return p.State == apiv3.BGPSessionStateEstablished })
-		parts = append(parts, fmt.Sprintf("%s:%t:%t:%t", o.Spec.Node, last.IsZero(), now.Sub(last) > staleAfter, up))
+		parts = append(parts, fmt.Sprintf("%s:%t:%t:%s:%s", o.Spec.Node, last.IsZero(), now.Sub(last) > staleAfter,
+			establishedFamilies(o).Key(), listedFamilies(o).Key()))
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ",")
@@ -263,35 +288,45 @@ func clientsOf(p interface{ IsRouteReflectorLabel(map[string]string) bool }, vie
 	return rrClients(view, func(n *corev1.Node) bool { return p.IsRouteReflectorLabel(n.Labels) })
 }
 
-// sessionsDown reads a route reflector's CalicoNodeStatus: down when no session is Established
-// (or the status is stale), with the sessions that are not Established: its clients' first (by
-// name and address), then its other peers'.
-func sessionsDown(cns *apiv3.CalicoNodeStatus, clients []string, view map[string]*corev1.Node, calicoIPs map[string][]string, now time.Time) (bool, []string) {
+// sessionsDown reads a route reflector's CalicoNodeStatus per address family (downFamilies): the
+// families down (every one when the status is stale; 0: up), with the sessions of those families
+// that are not Established: its clients' first (by name and address), then its other peers'.
+// rrIPs are the route reflector's BGP addresses.
+func sessionsDown(cns *apiv3.CalicoNodeStatus, rrIPs []string, clients []string, view map[string]*corev1.Node, calicoIPs map[string][]string, now time.Time) (extender.Families, []string) {
+	addrs := make(map[string][]string, len(clients))
+	var clientFams extender.Families
+	for _, c := range clients {
+		addrs[c] = bgpAddresses(calicoIPs, view, c)
+		clientFams |= ipsFamilies(addrs[c])
+	}
+	rr := rrFamilies(rrIPs, cns, clientFams)
 	if last := cns.Status.LastUpdated.Time; now.Sub(last) > staleAfter {
-		return true, []string{fmt.Sprintf("all (calico-node has not reported since %s)", last.UTC().Format(time.RFC3339))}
+		return rr, []string{fmt.Sprintf("all (calico-node has not reported since %s)", last.UTC().Format(time.RFC3339))}
 	}
-	peers := append(slices.Clone(cns.Status.BGP.PeersV4), cns.Status.BGP.PeersV6...)
+	down := downFamilies(cns, rr, clientFams)
+	if down == 0 {
+		return 0, nil
+	}
 	state := map[string]apiv3.BGPSessionState{}
-	established := 0
-	for _, p := range peers {
-		if ip := net.ParseIP(p.PeerIP); ip != nil {
-			state[ip.String()] = p.State
+	var peers []apiv3.CalicoNodePeer
+	for _, fam := range extender.AllFamilies {
+		if !down.Has(fam) {
+			continue
 		}
-		if p.State == apiv3.BGPSessionStateEstablished {
-			established++
+		for _, p := range familyPeers(cns, fam) {
+			peers = append(peers, p)
+			if ip := net.ParseIP(p.PeerIP); ip != nil {
+				state[ip.String()] = p.State
+			}
 		}
-	}
-	if established > 0 {
-		return false, nil
 	}
 	var out []string
 	seen := map[string]bool{}
 	for _, c := range clients {
-		ips, ok := calicoIPs[c]
-		if !ok {
-			ips = nodeIPs(view[c])
-		}
-		for _, ip := range ips {
+		for _, ip := range addrs[c] {
+			if !down.Has(ipFamily(ip)) {
+				continue
+			}
 			seen[ip] = true
 			s := string(state[ip])
 			if s == "" {
@@ -308,5 +343,19 @@ func sessionsDown(cns *apiv3.CalicoNodeStatus, clients []string, view map[string
 	if len(out) == 0 {
 		out = []string{"all (no BGP session reported)"}
 	}
-	return true, out
+	return down, out
+}
+
+// bgpDownMessage is the RouteReflectorBGPDown Event's message: every family down ("no BGP session
+// Established"), or the families down beside those up ("IPv6 sessions down since ..., IPv4
+// Established"): a dual-stack route reflector whose IPv6 sessions are down is replaced for its IPv6
+// clients' sake.
+func bgpDownMessage(rr string, h extender.BGPHealth, all extender.Families, grace time.Duration) string {
+	since := h.DownSince.UTC().Format(time.RFC3339)
+	if up := all &^ h.Families; h.Families != 0 && up != 0 {
+		return fmt.Sprintf("%s: Node Ready, %s sessions Established but %s sessions down since %s (bgpHealth.gracePeriod %s): its %s clients have no routes through it, its replacement is promoted; down: %s",
+			rr, up, h.Families, since, grace, h.Families, joinCapped(h.Sessions, 20))
+	}
+	return fmt.Sprintf("%s: Node Ready but no BGP session Established since %s (bgpHealth.gracePeriod %s): its replacement is promoted; down: %s",
+		rr, since, grace, joinCapped(h.Sessions, 20))
 }

@@ -20,6 +20,13 @@ func TestHealthFingerprint(t *testing.T) {
 		}
 		return s
 	}
+	// with6 adds IPv6 sessions to a status.
+	with6 := func(s *apiv3.CalicoNodeStatus, states ...apiv3.BGPSessionState) *apiv3.CalicoNodeStatus {
+		for _, st := range states {
+			s.Status.BGP.PeersV6 = append(s.Status.BGP.PeersV6, apiv3.CalicoNodePeer{PeerIP: "fd00::1", State: st})
+		}
+		return s
+	}
 	up, down := apiv3.BGPSessionStateEstablished, apiv3.BGPSessionStateActive
 	base := healthFingerprint([]*apiv3.CalicoNodeStatus{status("a", now, up, down), status("b", now, up)}, now)
 	for _, tt := range []struct {
@@ -34,6 +41,8 @@ func TestHealthFingerprint(t *testing.T) {
 		{"a's status stale", []*apiv3.CalicoNodeStatus{status("a", now, up), status("b", now.Add(time.Minute), up)}, now.Add(time.Minute), false},
 		{"a new route reflector's status, not filled in", []*apiv3.CalicoNodeStatus{status("a", now, up), status("b", now, up), status("c", time.Time{})}, now, false},
 		{"b's status gone", []*apiv3.CalicoNodeStatus{status("a", now, up)}, now, false},
+		{"a's IPv6 sessions listed, all down (IPv4 up)", []*apiv3.CalicoNodeStatus{with6(status("a", now, up, down), down), status("b", now, up)}, now, false},
+		{"a's IPv6 sessions up too", []*apiv3.CalicoNodeStatus{with6(status("a", now, up, down), up), status("b", now, up)}, now, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := healthFingerprint(tt.list, tt.at) == base; got != tt.same {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -42,9 +43,10 @@ import (
 //
 // Clients are matched by IP, per address family: Calico's BGP addresses (the
 // projectcalico.org/IPv4Address and IPv6Address annotations calico-node writes), else the node's
-// InternalIPs. A client counts as established when every family it has an address in has an
-// Established session (peersV4, peersV6): IPv4-only, IPv6-only and dual-stack clusters alike. The
-// informer cache keeps both (see state.StripNode), so no extra read is needed.
+// InternalIPs. A client counts as established when, in every family both it and the replacement
+// have an address of, its address of the family has an Established session in that family's list
+// (peersV4 for IPv4, peersV6 for IPv6; see sessionfamilies.go): IPv4-only, IPv6-only and dual-stack
+// clusters alike. The informer cache keeps both (see state.StripNode), so no extra read is needed.
 
 // Handover constants.
 const (
@@ -65,8 +67,10 @@ const (
 type handoverMemo struct {
 	// announced: the pending changes last recorded as Events (Observe mode).
 	announced []string
-	// verified: replacement -> client -> seen Established.
+	// verified: replacement -> client -> seen Established (in every family both have).
 	verified map[string]map[string]bool
+	// lacking: replacement -> client -> the families last seen without an Established session.
+	lacking map[string]map[string]extender.Families
 	// reported: draining route reflectors (name and mark) whose timeout was reported.
 	reported map[string]bool
 	// degraded holds the HandoverTimeout condition's message until degradedUntil.
@@ -110,7 +114,7 @@ func (r *Reconciler) memo(name string) *handoverMemo {
 	}
 	m := r.memos[name]
 	if m == nil {
-		m = &handoverMemo{verified: map[string]map[string]bool{}, reported: map[string]bool{},
+		m = &handoverMemo{verified: map[string]map[string]bool{}, lacking: map[string]map[string]extender.Families{}, reported: map[string]bool{},
 			adoptSince: map[string]time.Time{}, adoptRetry: map[string]time.Time{}}
 		r.memos[name] = m
 	}
@@ -168,6 +172,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	}
 	if len(draining) == 0 && len(need) == 0 && !(sessions && (r.meshPending(st, m) || m.adoptWaiting)) {
 		clear(m.verified)
+		clear(m.lacking)
 	}
 	// Without the CalicoNodeStatus API (or the right to use it) the handover falls back to
 	// removalDelay: an error here never stops the other steps.
@@ -184,23 +189,25 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		}
 		ips := map[string][]string{}
 		for _, c := range cs {
-			if a, ok := calicoIPs[c]; ok {
-				ips[c] = a
-			} else {
-				ips[c] = nodeIPs(st.View[c])
-			}
+			ips[c] = bgpAddresses(calicoIPs, st.View, c)
 		}
-		missing := missingSessions(ips, append(slices.Clone(cns.Status.BGP.PeersV4), cns.Status.BGP.PeersV6...))
+		missing := missingSessions(ips, bgpAddresses(calicoIPs, st.View, rr), cns)
 		if m.verified[rr] == nil {
 			m.verified[rr] = map[string]bool{}
 		}
+		if m.lacking[rr] == nil {
+			m.lacking[rr] = map[string]extender.Families{}
+		}
 		for _, c := range cs {
-			if !slices.Contains(missing, c) {
+			if fams, ok := missing[c]; ok {
+				m.lacking[rr][c] = fams
+			} else {
 				m.verified[rr][c] = true
+				delete(m.lacking[rr], c)
 			}
 		}
 		if rr == m.idStage.node {
-			idStageSessions(m, missing)
+			idStageSessions(m, slices.Sorted(maps.Keys(missing)))
 		}
 	}
 	if len(need) > 0 {
@@ -209,6 +216,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	if !sessions {
 		return nil
 	}
+	famOf := func(c string) extender.Families { return ipsFamilies(bgpAddresses(calicoIPs, st.View, c)) }
 	var patches []nodePatch
 	for _, d := range draining {
 		if !r.handoverInPlace(st, d) {
@@ -244,7 +252,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		}
 		m.reported[d+"@"+mark] = true
 		msg := fmt.Sprintf("%s: handover timed out after %s; clients that never established a BGP session with %s: %s",
-			d, p.RemovalDelay, strings.Join(replacementsAll(st, d), ", "), joinCapped(missing, 20))
+			d, p.RemovalDelay, strings.Join(replacementsAll(st, d), ", "), joinCapped(lackingNames(m, replacementsAll(st, d), missing, famOf), 20))
 		m.degraded, m.degradedUntil = msg, st.Now.Add(max(p.RemovalDelay, time.Minute))
 		r.Recorder.Event(nodeRef(d, cur), corev1.EventTypeWarning, EventHandoverTimeout, msg)
 		r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventHandoverTimeout, msg)
@@ -367,32 +375,74 @@ func planNodeStatuses(want, have []string, bound int) (create, del []string) {
 }
 
 // missingSessions returns the clients (name -> their BGP addresses) that lack an Established
-// session in peers (IPv4 and IPv6 alike) for one of their addresses, sorted. A client without an
-// address is missing.
-func missingSessions(clients map[string][]string, peers []apiv3.CalicoNodePeer) []string {
-	up := map[string]bool{}
-	for _, p := range peers {
-		if p.State == apiv3.BGPSessionStateEstablished {
-			if ip := net.ParseIP(p.PeerIP); ip != nil {
-				up[ip.String()] = true
-			}
-		}
+// session with the route reflector whose status is cns (rrIPs: its BGP addresses) in a family both
+// ends have, with the families they lack: an IPv4 address needs an Established session in peersV4,
+// an IPv6 one in peersV6 (a dual-stack client is verified only once both are up). A family the
+// route reflector has no address of is not waited for (Calico renders no session there). A client
+// without an address is missing (families 0).
+func missingSessions(clients map[string][]string, rrIPs []string, cns *apiv3.CalicoNodeStatus) map[string]extender.Families {
+	var all extender.Families
+	for _, ips := range clients {
+		all |= ipsFamilies(ips)
 	}
-	var out []string
+	rr := rrFamilies(rrIPs, cns, all)
+	up := establishedIPs(cns)
+	out := map[string]extender.Families{}
 	for name, ips := range clients {
-		if len(ips) == 0 || slices.ContainsFunc(ips, func(ip string) bool { return !up[ip] }) {
-			out = append(out, name)
+		if len(ips) == 0 {
+			out[name] = 0
+			continue
+		}
+		if f := missingFamilies(ips, rr, up); f != 0 {
+			out[name] = f
 		}
 	}
-	slices.Sort(out)
 	return out
 }
 
-// nodeIPs are the addresses a node's BGP peers see, at most one per family: Calico's BGP address
-// of the family, else the node's first InternalIP of that family. IPv4 first.
+// bgpAddresses are a node's BGP addresses: Calico's (calicoIPs, the etcd datastore), else the
+// Node's (nodeIPs).
+func bgpAddresses(calicoIPs map[string][]string, view map[string]*corev1.Node, name string) []string {
+	if a, ok := calicoIPs[name]; ok {
+		return a
+	}
+	return nodeIPs(view[name])
+}
+
+// lackingNames names the clients, each with the families it was last seen lacking when it has
+// others (famOf: the client's families): "node-07 (IPv6)", a dual-stack client whose IPv6 session
+// never came up while its IPv4 one did.
+func lackingNames(m *handoverMemo, rrs, clients []string, famOf func(string) extender.Families) []string {
+	out := make([]string, 0, len(clients))
+	for _, c := range clients {
+		var fams extender.Families
+		for _, rr := range rrs {
+			fams |= m.lacking[rr][c]
+		}
+		if fams != 0 && fams != famOf(c) {
+			out = append(out, fmt.Sprintf("%s (%s)", c, fams))
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// nodeIPs are the addresses a node's BGP peers see, at most one per family, IPv4 first: Calico's
+// BGP addresses (the projectcalico.org/IPv4Address and IPv6Address annotations calico-node writes);
+// a node with neither annotation (calico-node has not written them) has its first InternalIP of
+// each family instead. A node with Calico's IPv4 address only peers in IPv4 only, whatever
+// InternalIPs it has (a dual-stack Kubernetes cluster whose Calico runs IPv4 BGP): its IPv6
+// InternalIP is no BGP address, so no IPv6 session is waited for or judged.
 func nodeIPs(n *corev1.Node) []string {
 	if n == nil {
 		return nil
+	}
+	calico := false
+	for _, a := range []string{extender.AnnotationCalicoIPv4, extender.AnnotationCalicoIPv6} {
+		if strings.TrimSpace(n.Annotations[a]) != "" {
+			calico = true
+		}
 	}
 	var out []string
 	for _, fam := range [...]struct {
@@ -401,6 +451,9 @@ func nodeIPs(n *corev1.Node) []string {
 	}{{extender.AnnotationCalicoIPv4, true}, {extender.AnnotationCalicoIPv6, false}} {
 		if ip := annotatedIP(n.Annotations[fam.annotation]); ip != nil && (ip.To4() != nil) == fam.v4 {
 			out = append(out, ip.String())
+			continue
+		}
+		if calico {
 			continue
 		}
 		for _, a := range n.Status.Addresses {

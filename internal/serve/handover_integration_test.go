@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -57,13 +58,16 @@ type calicoNode struct {
 	w    *world
 	mu   sync.Mutex
 	down map[string]bool
-	live map[string]bool // object name -> exists
-	max  int
-	seen map[string]bool // nodes that had one
+	// down6: status nodes whose IPv6 sessions are all Active (BIRD6 down, IPv4 up); client6: nodes
+	// whose IPv6 sessions are Active on every status.
+	down6, client6 map[string]bool
+	live           map[string]bool // object name -> exists
+	max            int
+	seen           map[string]bool // nodes that had one
 }
 
 func (w *world) startCalicoNode(down ...string) *calicoNode {
-	c := &calicoNode{w: w, down: map[string]bool{}, live: map[string]bool{}, seen: map[string]bool{}}
+	c := &calicoNode{w: w, down: map[string]bool{}, down6: map[string]bool{}, client6: map[string]bool{}, live: map[string]bool{}, seen: map[string]bool{}}
 	for _, d := range down {
 		c.down[d] = true
 	}
@@ -119,6 +123,7 @@ func (c *calicoNode) report(ctx context.Context) {
 			}
 			c.mu.Lock()
 			down := c.down[n.Name]
+			down6 := c.down6[node] || c.client6[n.Name]
 			c.mu.Unlock()
 			for _, a := range n.Status.Addresses {
 				ip := net.ParseIP(a.Address)
@@ -127,7 +132,7 @@ func (c *calicoNode) report(ctx context.Context) {
 				}
 				v4 := ip.To4() != nil
 				state := "Established"
-				if down {
+				if down || !v4 && down6 {
 					state = "Active"
 				} else {
 					established[v4]++
@@ -147,6 +152,19 @@ func (c *calicoNode) report(ctx context.Context) {
 		}
 		o.Object["status"] = map[string]any{"lastUpdated": time.Now().UTC().Format(time.RFC3339), "bgp": bgp}
 		_, _ = c.w.dyn.Resource(nodeStatusGVR).Update(ctx, &o, metav1.UpdateOptions{})
+	}
+}
+
+// setIPv6Down sets the IPv6 sessions of a route reflector's status (rr) or of a client on every
+// status (client) down or back up; IPv4 stays as it is.
+func (c *calicoNode) setIPv6Down(rr, client string, down bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rr != "" {
+		c.down6[rr] = down
+	}
+	if client != "" {
+		c.client6[client] = down
 	}
 }
 
@@ -331,6 +349,125 @@ func TestHandoverBGPSessionsIPv6OnRealAPIServer(t *testing.T) {
 	_, _, seen := cn.stats()
 	t.Logf("handed over in %s over IPv6 sessions (removalDelay 10m); CalicoNodeStatus for %v", time.Since(start).Round(10*time.Millisecond), seen)
 	require.NotEmpty(t, seen, "no CalicoNodeStatus was used")
+}
+
+// joinDual registers a dual-stack Ready node (InternalIPs 10.0.0.i and fd00::i) and writes Calico's
+// address annotations of both families on it, as calico-node does.
+func (w *world) joinDual(i int) string {
+	w.t.Helper()
+	name := fmt.Sprintf("node-%02d", i)
+	w.joinIP(name, fmt.Sprintf("zone-%c", 'a'+i%3), fmt.Sprintf("10.0.0.%d", i+1))
+	v6 := fmt.Sprintf("fd00::%x", i+1)
+	w.updateStatus(name, func(n *corev1.Node) {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: v6})
+	})
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"10.0.0.%d/24",%q:"%s/64"}}}`, extender.AnnotationCalicoIPv4, i+1, extender.AnnotationCalicoIPv6, v6)
+	_, err := w.admin.CoreV1().Nodes().Patch(w.t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	require.NoError(w.t, err)
+	return name
+}
+
+// TestDualStackBGPFamiliesOnRealAPIServer: a dual-stack cluster joins (12 nodes, Calico addresses
+// of both families); calico-node reports peersV4 and peersV6 per route reflector.
+//   - A route reflector's IPv6 sessions go down in its CalicoNodeStatus while IPv4 stays up: past
+//     bgpHealth.gracePeriod it is replaced (draining, reason BGPDown, Event "IPv6 sessions down")
+//     and handed over.
+//   - A cordoned route reflector whose moving client has its IPv4 session Established with the
+//     replacement but not its IPv6 one keeps its role (removalDelay is 10m); the IPv6 session up,
+//     the handover completes.
+func TestDualStackBGPFamiliesOnRealAPIServer(t *testing.T) {
+	w := newWorld(t)
+	w.applyDefaultPolicy(`
+  topology: {type: MultiCluster}
+  removalDelay: 10m
+  handover: BGPSessions
+  bgpHealth: {enabled: true, gracePeriod: 3s}
+  behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
+`)
+	cn := w.startCalicoNode()
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.joinDual(i)
+		}()
+	}
+	wg.Wait()
+	w.eventually("settled on 3 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(3) })
+
+	t.Run("IPv6 sessions down, IPv4 up: replaced for its IPv6 clients", func(t *testing.T) {
+		victim := slices.Sorted(maps.Keys(w.snapshot().rrs))[0]
+		start := time.Now()
+		cn.setIPv6Down(victim, "", true)
+		var drained time.Duration
+		w.eventually("draining with reason BGPDown", 30*time.Second, func() error {
+			n := w.snapshot().nodes[victim]
+			if r := n.Annotations[extender.AnnotationDrainingReason]; r != extender.DrainingReasonBGPDown {
+				return fmt.Errorf("%s draining reason %q", victim, r)
+			}
+			drained = time.Since(start)
+			return nil
+		})
+		w.waitHandedOver("handed over", victim)
+		t.Logf("IPv6 down on %s: draining (BGPDown) after %s, handed over after %s (gracePeriod 3s)", victim,
+			drained.Round(10*time.Millisecond), time.Since(start).Round(10*time.Millisecond))
+		if drained < 3*time.Second {
+			require.Fail(t, fmt.Sprintf("drained after %s, within gracePeriod", drained))
+		}
+		w.eventually("the RouteReflectorBGPDown Event names IPv6", 10*time.Second, func() error {
+			for _, msg := range w.events("Node", victim, reconciler.EventBGPDown) {
+				if strings.Contains(msg, "IPv4 sessions Established but IPv6 sessions down since") {
+					t.Logf("Event: %s", msg)
+					return nil
+				}
+			}
+			return fmt.Errorf("no RouteReflectorBGPDown Event naming IPv6 on %s: %v", victim, w.events("Node", victim, reconciler.EventBGPDown))
+		})
+		cn.setIPv6Down(victim, "", false)
+		w.eventually("settled on 3 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(3) })
+	})
+
+	t.Run("a cordon handover waits for both families' sessions", func(t *testing.T) {
+		s := w.snapshot()
+		victim := slices.Sorted(maps.Keys(s.rrs))[0]
+		zone := s.nodes[victim].Labels[corev1.LabelTopologyZone]
+		// The victim's clients move to its replacement, one of its zone-mates: the zone-mates' IPv6
+		// sessions are down (on every status: the other route reflectors' other IPv6 sessions stay
+		// up, so none is BGP-down), so whichever is promoted has lagging clients.
+		var lagging []string
+		for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
+			if _, rr := s.rrs[name]; !rr && s.nodes[name].Labels[corev1.LabelTopologyZone] == zone {
+				lagging = append(lagging, name)
+			}
+		}
+		require.GreaterOrEqual(t, len(lagging), 2, "zone-mates of %s", victim)
+		for _, l := range lagging {
+			cn.setIPv6Down("", l, true)
+		}
+		start := time.Now()
+		w.cordon(victim)
+		// The replacement's status shows every IPv4 session and the other IPv6 ones Established: the
+		// handover (removalDelay 10m) waits.
+		w.eventually("replacement in place", 30*time.Second, func() error {
+			s := w.snapshot()
+			if len(s.rrs) < 4 {
+				return fmt.Errorf("route reflectors %v", s.rrs)
+			}
+			return nil
+		})
+		time.Sleep(8 * time.Second)
+		if _, ok := w.snapshot().rrs[victim]; !ok {
+			require.Fail(t, fmt.Sprintf("%s handed over with %s's IPv6 session down", victim, lagging))
+		}
+		up := time.Now()
+		for _, l := range lagging {
+			cn.setIPv6Down("", l, false)
+		}
+		w.waitHandedOver("handed over once IPv6 is up", victim)
+		t.Logf("cordoned %s: still a route reflector %s later with %s's IPv6 session down; handed over %s after it came up",
+			victim, up.Sub(start).Round(10*time.Millisecond), lagging, time.Since(up).Round(10*time.Millisecond))
+	})
 }
 
 func TestHandoverBGPSessionsTimeoutOnRealAPIServer(t *testing.T) {

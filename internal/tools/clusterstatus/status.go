@@ -67,18 +67,35 @@ type ZoneReport struct {
 	RouteReflectors []RouteReflector `json:"routeReflectors"`
 }
 
-// RouteReflector is a route reflector with its cluster ID and its clients.
+// RouteReflector is a route reflector with its cluster ID, its clients, its address families and,
+// when the product keeps a CalicoNodeStatus for it (bgpHealth, the BGPSessions handover), its BGP
+// sessions per family.
 type RouteReflector struct {
 	Node      string `json:"node"`
 	ClusterID string `json:"clusterID"`
 	Clients   int    `json:"clients"`
+	// Families are the node's address families (extender.FamiliesOf its Calico addresses): "IPv4",
+	// "IPv6" or "IPv4+IPv6".
+	Families string `json:"families"`
+	// Sessions are the BGP sessions its CalicoNodeStatus lists, per family (none: no status).
+	Sessions []FamilySessions `json:"bgpSessions,omitempty"`
+}
+
+// FamilySessions counts a route reflector's BGP sessions of one address family (peersV4 or
+// peersV6 of its CalicoNodeStatus). A family with none Established is down (README: BGP health).
+type FamilySessions struct {
+	Family      string `json:"family"`
+	Established int    `json:"established"`
+	Listed      int    `json:"listed"`
 }
 
 // Draining is a route reflector being handed over, and for how long.
 type Draining struct {
-	Node  string `json:"node"`
-	Since string `json:"since"`
-	Age   string `json:"age"`
+	Node     string           `json:"node"`
+	Since    string           `json:"since"`
+	Age      string           `json:"age"`
+	Families string           `json:"families"`
+	Sessions []FamilySessions `json:"bgpSessions,omitempty"`
 }
 
 // RouteFigures are the graph model's figures for the cluster as it is.
@@ -151,14 +168,50 @@ func Read(ctx context.Context, cfg *rest.Config, gv schema.GroupVersion, now tim
 	}
 	slices.SortFunc(ptrs, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(pols.Items, func(a, b v1alpha1.RouteReflectorPolicy) int { return strings.Compare(a.Name, b.Name) })
+	// The product's CalicoNodeStatuses (bgpHealth, the BGPSessions handover), when the API serves
+	// them: with the etcd datastore, or without the right to read them, the sessions are left out.
+	statuses := map[string]*apiv3.CalicoNodeStatus{}
+	cnsList := &apiv3.CalicoNodeStatusList{}
+	if err := c.List(ctx, cnsList, client.MatchingLabels{extender.LabelManagedBy: extender.ManagedByValue}); err == nil {
+		for i := range cnsList.Items {
+			statuses[cnsList.Items[i].Spec.Node] = &cnsList.Items[i]
+		}
+	}
 	for i := range pols.Items {
-		rep.Policies = append(rep.Policies, policyReport(&pols.Items[i], ptrs, now))
+		rep.Policies = append(rep.Policies, policyReport(&pols.Items[i], ptrs, statuses, now))
 	}
 	rep.Routes = routeFigures(ptrs, cal.Peers, rep.NodeToNodeMesh)
 	return rep, nil
 }
 
-func policyReport(pol *v1alpha1.RouteReflectorPolicy, nodes []*corev1.Node, now time.Time) PolicyReport {
+// familySessions counts a status's sessions per family, the families it lists (nil without one).
+func familySessions(cns *apiv3.CalicoNodeStatus) []FamilySessions {
+	if cns == nil || cns.Status.LastUpdated.IsZero() {
+		return nil
+	}
+	var out []FamilySessions
+	for _, f := range []struct {
+		fam   extender.Families
+		peers []apiv3.CalicoNodePeer
+	}{{extender.FamilyIPv4, cns.Status.BGP.PeersV4}, {extender.FamilyIPv6, cns.Status.BGP.PeersV6}} {
+		if len(f.peers) == 0 {
+			continue
+		}
+		fs := FamilySessions{Family: f.fam.String(), Listed: len(f.peers)}
+		for _, p := range f.peers {
+			if p.State == apiv3.BGPSessionStateEstablished {
+				fs.Established++
+			}
+		}
+		out = append(out, fs)
+	}
+	if out == nil {
+		out = []FamilySessions{} // filled in, nothing listed: BIRD does not answer
+	}
+	return out
+}
+
+func policyReport(pol *v1alpha1.RouteReflectorPolicy, nodes []*corev1.Node, statuses map[string]*apiv3.CalicoNodeStatus, now time.Time) PolicyReport {
 	pr := PolicyReport{Name: pol.Name, Mode: string(pol.Status.Mode), Desired: pol.Status.DesiredRouteReflectors,
 		Pending: pol.Status.PendingChanges, Zones: []ZoneReport{}, Draining: []Draining{}}
 	if pr.Pending == nil {
@@ -207,7 +260,7 @@ func policyReport(pol *v1alpha1.RouteReflectorPolicy, nodes []*corev1.Node, now 
 			continue
 		}
 		if since := n.Annotations[extender.AnnotationDrainingSince]; since != "" {
-			d := Draining{Node: n.Name, Since: since}
+			d := Draining{Node: n.Name, Since: since, Families: extender.NodeFamilies(n).String(), Sessions: familySessions(statuses[n.Name])}
 			if t, err := time.Parse(time.RFC3339, since); err == nil {
 				d.Age = now.Sub(t).Round(time.Second).String()
 			}
@@ -216,7 +269,8 @@ func policyReport(pol *v1alpha1.RouteReflectorPolicy, nodes []*corev1.Node, now 
 		}
 		pr.RouteReflectors++
 		zr := zones[n.Labels[r.ZoneLabel]]
-		zr.RouteReflectors = append(zr.RouteReflectors, RouteReflector{Node: n.Name, ClusterID: policy.ClusterIDString(id), Clients: clients[n.Name]})
+		zr.RouteReflectors = append(zr.RouteReflectors, RouteReflector{Node: n.Name, ClusterID: policy.ClusterIDString(id), Clients: clients[n.Name],
+			Families: extender.NodeFamilies(n).String(), Sessions: familySessions(statuses[n.Name])})
 	}
 	slices.Sort(names)
 	for _, z := range names {
@@ -264,21 +318,25 @@ func Table(w io.Writer, r *Report) error {
 			fmt.Fprintf(tw, "  invalid: %s\n", p.Invalid)
 			continue
 		}
-		fmt.Fprintln(tw, "  ZONE\tNODES\tROUTE REFLECTOR\tCLUSTER ID\tCLIENTS")
+		fmt.Fprintln(tw, "  ZONE\tNODES\tROUTE REFLECTOR\tCLUSTER ID\tCLIENTS\tFAMILIES\tBGP SESSIONS (ESTABLISHED/LISTED)")
 		for _, z := range p.Zones {
 			if len(z.RouteReflectors) == 0 {
-				fmt.Fprintf(tw, "  %s\t%d\t-\t-\t-\n", dash(z.Zone), z.Nodes)
+				fmt.Fprintf(tw, "  %s\t%d\t-\t-\t-\t-\t-\n", dash(z.Zone), z.Nodes)
 			}
 			for i, rr := range z.RouteReflectors {
 				zone, count := dash(z.Zone), fmt.Sprint(z.Nodes)
 				if i > 0 {
 					zone, count = "", ""
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\n", zone, count, rr.Node, rr.ClusterID, rr.Clients)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\n", zone, count, rr.Node, rr.ClusterID, rr.Clients, rr.Families, sessionsText(rr.Sessions))
 			}
 		}
 		for _, d := range p.Draining {
-			fmt.Fprintf(tw, "  handover in flight: %s draining since %s (%s)\n", d.Node, d.Since, d.Age)
+			line := fmt.Sprintf("  handover in flight: %s draining since %s (%s); %s", d.Node, d.Since, d.Age, d.Families)
+			if d.Sessions != nil {
+				line += "; BGP sessions " + sessionsText(d.Sessions)
+			}
+			fmt.Fprintln(tw, line)
 		}
 		for _, c := range p.Pending {
 			fmt.Fprintf(tw, "  %s would: %s\n", p.Mode, c)
@@ -301,6 +359,26 @@ func Table(w io.Writer, r *Report) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// sessionsText prints a route reflector's sessions per family ("IPv4 8/8, IPv6 0/8 DOWN"): "-"
+// without a CalicoNodeStatus, "none" when it lists no session.
+func sessionsText(fs []FamilySessions) string {
+	if fs == nil {
+		return "-"
+	}
+	if len(fs) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(fs))
+	for _, f := range fs {
+		s := fmt.Sprintf("%s %d/%d", f.Family, f.Established, f.Listed)
+		if f.Established == 0 {
+			s += " DOWN"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func dash(s string) string {

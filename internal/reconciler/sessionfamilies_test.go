@@ -1,0 +1,298 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+const (
+	v4   = extender.FamilyIPv4
+	v6   = extender.FamilyIPv6
+	both = extender.FamilyIPv4 | extender.FamilyIPv6
+)
+
+func peer(ip string, up bool) apiv3.CalicoNodePeer {
+	s := apiv3.BGPSessionStateActive
+	if up {
+		s = apiv3.BGPSessionStateEstablished
+	}
+	return apiv3.CalicoNodePeer{PeerIP: ip, Type: "NodePeer", State: s}
+}
+
+func statusOf(pv4, pv6 []apiv3.CalicoNodePeer) *apiv3.CalicoNodeStatus {
+	cns := &apiv3.CalicoNodeStatus{}
+	cns.Status.BGP.PeersV4, cns.Status.BGP.PeersV6 = pv4, pv6
+	return cns
+}
+
+// TestDownFamilies: a route reflector's status judged per address family.
+func TestDownFamilies(t *testing.T) {
+	ps := func(p ...apiv3.CalicoNodePeer) []apiv3.CalicoNodePeer { return p }
+	for _, tc := range []struct {
+		name        string
+		pv4, pv6    []apiv3.CalicoNodePeer
+		rr, clients extender.Families
+		want        extender.Families
+	}{
+		{"IPv4: all up", ps(peer("10.0.0.1", true), peer("10.0.0.2", true)), nil, v4, v4, 0},
+		{"IPv4: one broken client", ps(peer("10.0.0.1", true), peer("10.0.0.2", false)), nil, v4, v4, 0},
+		{"IPv4: all down", ps(peer("10.0.0.1", false), peer("10.0.0.2", false)), nil, v4, v4, v4},
+		{"IPv4: nothing reported (BIRD does not answer)", nil, nil, v4, v4, v4},
+		{"IPv6-only: all up", nil, ps(peer("fd00::1", true)), v6, v6, 0},
+		{"IPv6-only: all down", nil, ps(peer("fd00::1", false)), v6, v6, v6},
+		{"dual stack: both up", ps(peer("10.0.0.1", true)), ps(peer("fd00::1", true)), both, both, 0},
+		{"dual stack: IPv6 down, IPv4 up", ps(peer("10.0.0.1", true)), ps(peer("fd00::1", false), peer("fd00::2", false)), both, both, v6},
+		{"dual stack: IPv6 not reported, IPv4 up", ps(peer("10.0.0.1", true)), nil, both, both, v6},
+		{"dual stack: one IPv6 session up is enough", ps(peer("10.0.0.1", true)), ps(peer("fd00::1", false), peer("fd00::2", true)), both, both, 0},
+		{"dual stack: IPv4 down, IPv6 up", ps(peer("10.0.0.1", false)), ps(peer("fd00::1", true)), both, both, v4},
+		{"dual stack: IPv4 not reported, IPv6 up", nil, ps(peer("fd00::1", true)), both, both, v4},
+		{"dual stack: nothing up", ps(peer("10.0.0.1", false)), ps(peer("fd00::1", false)), both, both, both},
+		{"dual stack: nothing reported", nil, nil, both, both, both},
+		{"IPv4-only clients: IPv6 not reported is not judged", ps(peer("10.0.0.1", true)), nil, both, v4, 0},
+		{"IPv4-only clients: IPv6 sessions listed, all down (other route reflectors)", ps(peer("10.0.0.1", true)), ps(peer("fd00::9", false)), both, v4, v6},
+		{"IPv4-only route reflector: its clients' IPv6 is the planner's business", ps(peer("10.0.0.1", true)), nil, v4, both, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := downFamilies(statusOf(tc.pv4, tc.pv6), tc.rr, tc.clients)
+			require.Equal(t, tc.want.String(), got.String())
+		})
+	}
+}
+
+// TestSessionsDownFamilies: the families down and the sessions named, from a status and the
+// clients' addresses.
+func TestSessionsDownFamilies(t *testing.T) {
+	now := t0
+	dualNode := func(name string, i int) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
+			extender.AnnotationCalicoIPv4: fmt.Sprintf("10.0.0.%d/24", i), extender.AnnotationCalicoIPv6: fmt.Sprintf("fd00::%d/64", i)}}}
+	}
+	view := map[string]*corev1.Node{"c1": dualNode("c1", 1), "c2": dualNode("c2", 2)}
+	rrIPs := []string{"10.0.0.9", "fd00::9"}
+	for _, tc := range []struct {
+		name     string
+		cns      *apiv3.CalicoNodeStatus
+		updated  time.Time
+		families string
+		sessions string
+	}{
+		{"all up", statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", true), peer("10.0.0.2", true)}, []apiv3.CalicoNodePeer{peer("fd00::1", true), peer("fd00::2", true)}),
+			now, "none", "[]"},
+		{"IPv6 down: the IPv6 sessions are named", statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", true), peer("10.0.0.2", true)}, []apiv3.CalicoNodePeer{peer("fd00::1", false)}),
+			now, "IPv6", "[c1 (fd00::1, Active) c2 (fd00::2, no session)]"},
+		{"everything down", statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", false)}, nil),
+			now, "IPv4+IPv6", "[c1 (10.0.0.1, Active) c1 (fd00::1, no session) c2 (10.0.0.2, no session) c2 (fd00::2, no session)]"},
+		{"stale: every family", statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", true)}, []apiv3.CalicoNodePeer{peer("fd00::1", true)}),
+			now.Add(-time.Minute), "IPv4+IPv6", "[all (calico-node has not reported since 2025-06-01T11:59:00Z)]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cns.Status.LastUpdated = metav1.NewTime(tc.updated)
+			down, sessions := sessionsDown(tc.cns, rrIPs, []string{"c1", "c2"}, view, nil, now)
+			require.Equal(t, tc.families, down.String())
+			require.Equal(t, tc.sessions, fmt.Sprint(sessions))
+		})
+	}
+}
+
+func TestBGPDownMessage(t *testing.T) {
+	h := extender.BGPHealth{DownSince: t0, Sessions: []string{"c1 (fd00::1, Active)"}, Families: v6}
+	msg := bgpDownMessage("rr-1", h, both, 5*time.Second)
+	require.Equal(t, "rr-1: Node Ready, IPv4 sessions Established but IPv6 sessions down since 2025-06-01T12:00:00Z (bgpHealth.gracePeriod 5s): its IPv6 clients have no routes through it, its replacement is promoted; down: c1 (fd00::1, Active)", msg)
+	h.Families = both
+	require.Contains(t, bgpDownMessage("rr-1", h, both, 5*time.Second), "rr-1: Node Ready but no BGP session Established since")
+	h.Families = v4
+	require.Contains(t, bgpDownMessage("rr-1", h, v4, 5*time.Second), "rr-1: Node Ready but no BGP session Established since", "an IPv4-only route reflector: as before")
+}
+
+// dualCluster is ipCluster(n) with an IPv6 address too (InternalIP fd00::i), and Calico's address
+// annotations of both families, as calico-node writes them.
+func dualCluster(n int) []*corev1.Node {
+	nodes := ipCluster(n)
+	for i, nd := range nodes {
+		nd.Status.Addresses = append(nd.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("fd00::%x", i+1)})
+		if nd.Annotations == nil {
+			nd.Annotations = map[string]string{}
+		}
+		nd.Annotations[extender.AnnotationCalicoIPv4] = fmt.Sprintf("10.0.0.%d/24", i+1)
+		nd.Annotations[extender.AnnotationCalicoIPv6] = fmt.Sprintf("fd00::%x/64", i+1)
+	}
+	return nodes
+}
+
+// calicoNodeBy writes every CalicoNodeStatus's BGP peers as calico-node would in a dual-stack
+// cluster: one session per address family with each client that lists the node and each other
+// route reflector (peersV4, peersV6), in the state up says.
+func (h *harness) calicoNodeBy(up func(rr, client string, fam extender.Families) bool) {
+	h.t.Helper()
+	ctx := context.Background()
+	list := &apiv3.CalicoNodeStatusList{}
+	require.NoError(h.t, h.client.List(ctx, list))
+	nodes := &corev1.NodeList{}
+	require.NoError(h.t, h.client.List(ctx, nodes))
+	for i := range list.Items {
+		cns := &list.Items[i]
+		cns.Status.BGP.PeersV4, cns.Status.BGP.PeersV6 = nil, nil
+		for _, n := range nodes.Items {
+			_, rr := n.Labels["calico-route-reflector"]
+			if n.Name == cns.Spec.Node || !rr && !slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), cns.Spec.Node) {
+				continue
+			}
+			for _, a := range n.Status.Addresses {
+				fam := ipFamily(a.Address)
+				if a.Type != corev1.NodeInternalIP || fam == 0 {
+					continue
+				}
+				p := peer(a.Address, up(cns.Spec.Node, n.Name, fam))
+				if fam == v6 {
+					cns.Status.BGP.PeersV6 = append(cns.Status.BGP.PeersV6, p)
+				} else {
+					cns.Status.BGP.PeersV4 = append(cns.Status.BGP.PeersV4, p)
+				}
+			}
+		}
+		cns.Status.LastUpdated = metav1.NewTime(h.now)
+		require.NoError(h.t, h.client.Update(ctx, cns))
+	}
+}
+
+// TestBGPHealthIPv6DownReplaced: in a dual-stack cluster, a route reflector whose IPv6 sessions are
+// all down while its IPv4 ones are up is down for its IPv6 clients: past gracePeriod it is
+// replaced (draining, reason BGPDown), the Event says "IPv6 sessions down", and the gauge counts it
+// under family="ipv6".
+func TestBGPHealthIPv6DownReplaced(t *testing.T) {
+	on := true
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.BGPHealth = &v1alpha1.BGPHealth{Enabled: &on, GracePeriod: &metav1.Duration{Duration: 5 * time.Second}}
+		s.Behavior = &v1alpha1.Behavior{ScaleDown: &v1alpha1.ScaleDown{StabilizationWindowSeconds: ptr(int32(0))}}
+	}, dualCluster(12))
+	h.r.Ledger.BGPHealth = h.r.BGPHealthRecords
+	h.reconcile()
+	h.reconcile()
+	before := h.rrs()
+	require.Len(t, before, 3)
+	require.Len(t, h.nodeStatuses(), 3, "one CalicoNodeStatus per route reflector")
+	allUp := func(string, string, extender.Families) bool { return true }
+	h.calicoNodeBy(allUp)
+	h.now = h.now.Add(time.Second)
+	h.reconcile()
+	victim := slices.Sorted(func(yield func(string) bool) {
+		for rr := range before {
+			if !yield(rr) {
+				return
+			}
+		}
+	})[0]
+	h.events()
+	ipv6Down := func(rr, _ string, fam extender.Families) bool { return rr != victim || fam != v6 }
+	h.calicoNodeBy(ipv6Down)
+	h.now = h.now.Add(time.Second)
+	h.reconcile()
+	require.Equal(t, float64(1), testutil.ToFloat64(bgpDownGauge.WithLabelValues("default", "grace", "ipv6")), "within gracePeriod")
+	require.NotEmpty(t, h.node(victim).Annotations[extender.AnnotationClusterID])
+	require.Empty(t, h.node(victim).Annotations[extender.AnnotationDrainingSince], "drained within gracePeriod")
+
+	h.now = h.now.Add(6 * time.Second)
+	h.calicoNodeBy(ipv6Down)
+	for range 3 {
+		h.reconcile()
+	}
+	v := h.node(victim)
+	require.NotEmpty(t, v.Annotations[extender.AnnotationDrainingSince], "not draining past gracePeriod: %v", h.rrs())
+	require.Equal(t, extender.DrainingReasonBGPDown, v.Annotations[extender.AnnotationDrainingReason])
+	require.Equal(t, float64(1), testutil.ToFloat64(bgpDownGauge.WithLabelValues("default", "failed", "ipv6")))
+	require.Equal(t, float64(0), testutil.ToFloat64(bgpDownGauge.WithLabelValues("default", "failed", "ipv4+ipv6")))
+	ev := strings.Join(h.events(), "\n")
+	require.Contains(t, ev, "Warning RouteReflectorBGPDown "+victim+": Node Ready, IPv4 sessions Established but IPv6 sessions down since", "events:\n%s", ev)
+	require.Contains(t, ev, "its IPv6 clients have no routes through it")
+	after := h.rrs()
+	require.Len(t, after, 4, "the replacement is promoted while the victim drains: %v", after)
+
+	// IPv6 back: after the hold (0 s window, so at once) it may take its role back.
+	h.calicoNodeBy(allUp)
+	h.now = h.now.Add(time.Second)
+	for range 3 {
+		h.reconcile()
+	}
+	require.Contains(t, strings.Join(h.events(), "\n"), "Normal RouteReflectorBGPUp "+victim)
+	require.Equal(t, float64(0), testutil.ToFloat64(bgpDownGauge.WithLabelValues("default", "failed", "ipv6")))
+}
+
+// TestHandoverBGPSessionsDualStack: a cordoned route reflector of a dual-stack cluster hands over
+// only once its clients are Established with the replacement in both families; a client whose
+// IPv6 session never comes up is named with its family at the timeout.
+func TestHandoverBGPSessionsDualStack(t *testing.T) {
+	t.Run("waits for both families", func(t *testing.T) {
+		h := newHarness(t, sessionsPolicy(time.Hour), dualCluster(30))
+		h.reconcile()
+		h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
+		for range 3 {
+			h.reconcile()
+		}
+		require.Equal(t, "[node-04]", fmt.Sprint(h.nodeStatuses()), "the replacement's status")
+		h.calicoNodeBy(func(_, _ string, fam extender.Families) bool { return fam == v4 })
+		for range 3 {
+			h.now = h.now.Add(time.Second)
+			h.reconcile()
+		}
+		require.Contains(t, h.rrs(), "node-01", "demoted with IPv4 up and IPv6 down")
+		h.calicoNodeBy(func(_, c string, fam extender.Families) bool { return fam == v4 || c != "node-07" })
+		for range 3 {
+			h.now = h.now.Add(time.Second)
+			h.reconcile()
+		}
+		require.Contains(t, h.rrs(), "node-01", "demoted with node-07's IPv6 session down")
+		h.calicoNodeBy(func(string, string, extender.Families) bool { return true })
+		for range 3 {
+			h.now = h.now.Add(time.Second)
+			h.reconcile()
+		}
+		require.NotContains(t, h.rrs(), "node-01", "not demoted with both families up")
+		h.checkClients()
+		require.Empty(t, h.nodeStatuses())
+	})
+	t.Run("the timeout names the family", func(t *testing.T) {
+		h := newHarness(t, sessionsPolicy(time.Minute), dualCluster(30))
+		h.reconcile()
+		h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
+		h.reconcile()
+		h.reconcile()
+		h.calicoNodeBy(func(_, c string, fam extender.Families) bool { return fam == v4 || c != "node-07" })
+		h.reconcile()
+		require.Contains(t, h.rrs(), "node-01")
+		h.now = h.now.Add(time.Minute + time.Second)
+		h.reconcile()
+		h.reconcile()
+		require.NotContains(t, h.rrs(), "node-01", "not demoted after the timeout")
+		ev := strings.Join(h.events(), "\n")
+		require.Contains(t, ev, "Warning HandoverTimeout node-01: handover timed out after 1m0s; clients that never established a BGP session with node-04: node-07 (IPv6)", "events:\n%s", ev)
+	})
+}
+
+// TestSessionsDownCalicoIPv4Only: a dual-stack Kubernetes cluster whose Calico peers in IPv4 only
+// (Calico's IPv4 address annotation, IPv6 InternalIPs): calico-node reports no IPv6 session, and
+// none is judged.
+func TestSessionsDownCalicoIPv4Only(t *testing.T) {
+	n := func(name string, i int) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{extender.AnnotationCalicoIPv4: fmt.Sprintf("10.0.0.%d/24", i)}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.0.0.%d", i)},
+				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("fd00::%d", i)}}}}
+	}
+	view := map[string]*corev1.Node{"rr": n("rr", 9), "c1": n("c1", 1)}
+	cns := statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", true)}, nil)
+	cns.Status.LastUpdated = metav1.NewTime(t0)
+	down, sessions := sessionsDown(cns, nodeIPs(view["rr"]), []string{"c1"}, view, nil, t0)
+	require.Equal(t, "none", down.String(), "sessions %v", sessions)
+}
