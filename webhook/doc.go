@@ -11,6 +11,6 @@
 //
 // Every replica serves every webhook and decides from the shared informer cache (internal/state:
 // NodeStore, Policies, Ledger): no API round trip on the hot path. Only decisions that allocate (promotions,
-// demotions, cluster IDs) are restricted to the replica holding the leader lease; see README.md
+// demotions, cluster IDs) are restricted to the replica holding the leader lease; see docs/architecture.md
 // in this directory for the design and why.
 package webhook

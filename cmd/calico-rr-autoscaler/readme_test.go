@@ -15,20 +15,24 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
 
-// TestReadmePolicyExamples runs plan on every RouteReflectorPolicy example of the README, as a user
+// TestReadmePolicyExamples runs plan on every RouteReflectorPolicy example of the README and docs/, as a user
 // who copies one would: it must be valid, give no warning, and plan 300 nodes in three zones
 // without being Degraded.
 func TestReadmePolicyExamples(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	require.NoError(t, err)
+	var docs []byte
+	for _, f := range docFiles(t) {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		docs = append(docs, b...)
+	}
 	var examples []string
-	for _, block := range strings.Split(string(readme), "```yaml\n")[1:] {
+	for _, block := range strings.Split(string(docs), "```yaml\n")[1:] {
 		body, _, _ := strings.Cut(block, "```")
 		if strings.Contains(body, "kind: RouteReflectorPolicy") {
 			examples = append(examples, body)
 		}
 	}
-	require.NotEmpty(t, examples, "the README has policy examples")
+	require.NotEmpty(t, examples, "the README and docs/ have policy examples")
 	for i, ex := range examples {
 		path := filepath.Join(t.TempDir(), "policy.yaml")
 		require.NoError(t, os.WriteFile(path, []byte(ex), 0o644))

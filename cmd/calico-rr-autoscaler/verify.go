@@ -28,7 +28,7 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	var in planInputs
 	in.register(fs)
 	output := fs.String("o", "table", "output format: table or json")
-	speaker := fs.String("speaker", "", "BGP speakers: bird (one BIRD 1.6 process per node: Calico's daemon, the reference), gobgp (in-process GoBGP servers; see the README for where they differ from BIRD) or calico (Calico's confd renders each node's BIRD configuration from a kube-apiserver; one BIRD per node in its own network namespace; root) (default: bird when it is installed, else gobgp)")
+	speaker := fs.String("speaker", "", "BGP speakers: bird (one BIRD 1.6 process per node: Calico's daemon, the reference), gobgp (in-process GoBGP servers; see docs/topologies.md for where they differ from BIRD) or calico (Calico's confd renders each node's BIRD configuration from a kube-apiserver; one BIRD per node in its own network namespace; root) (default: bird when it is installed, else gobgp)")
 	kubeconfig := fs.String("kubeconfig", "", "verify a live cluster's own state (Nodes, BGPPeers, BGPConfigurations; read only) instead of a plan")
 	failZone := fs.String("fail-zone", "", "after convergence, stop every speaker of this zone and check the survivors again")
 	failRR := fs.String("fail-rr", "", "after convergence, stop these route reflectors (comma-separated node names, or N for the plan's first N) and check the survivors again")
@@ -62,7 +62,7 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 		*speaker = bgpverify.SpeakerBIRD
 		if _, err := bgpverify.FindBIRD(*bird); err != nil {
 			*speaker = bgpverify.SpeakerGoBGP
-			fmt.Fprintln(stderr, "verify: bird is not installed; using GoBGP, which loses a route reflector's own routes where BIRD does not after some failures (see the README)")
+			fmt.Fprintln(stderr, "verify: bird is not installed; using GoBGP, which loses a route reflector's own routes where BIRD does not after some failures (see docs/topologies.md)")
 		}
 	}
 	if *speaker != bgpverify.SpeakerGoBGP && *speaker != bgpverify.SpeakerBIRD && *speaker != bgpverify.SpeakerCalico {

@@ -39,11 +39,11 @@ var (
 	}, []string{"policy", "result"})
 	absorbedEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_node_events_absorbed_total",
-		Help: "Node changes a reconcile absorbed without a full plan: clients changed in nothing the last quiet plan decided (README: Absorbed node events).",
+		Help: "Node changes a reconcile absorbed without a full plan: clients changed in nothing the last quiet plan decided (docs/architecture.md: Absorbed node events).",
 	}, []string{"policy"})
 	fullPlanCauses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_full_plan_causes_total",
-		Help: "Reconciles that planned a policy whole, by cause: event (a join, deletion, policy, BGPPeer, BGP health or datastore change), timer, too-many-nodes, window-passed, policies-changed, a node's change (node-unsettled, node-outside, node-topology, node-role, node-state, route-reflector), or last-plan-<why> when the last full plan was not quiet (README: Absorbed node events).",
+		Help: "Reconciles that planned a policy whole, by cause: event (a join, deletion, policy, BGPPeer, BGP health or datastore change), timer, too-many-nodes, window-passed, policies-changed, a node's change (node-unsettled, node-outside, node-topology, node-role, node-state, route-reflector), or last-plan-<why> when the last full plan was not quiet (docs/architecture.md: Absorbed node events).",
 	}, []string{"policy", "cause"})
 	nodePatches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_node_patches_total",

@@ -41,14 +41,14 @@ func checkRules(t *testing.T, ruleFile []byte, want int) {
 
 // The chart with prometheusRule.enabled and grafanaDashboard.enabled, through the real helm,
 // renders a PrometheusRule whose every alert has a severity, a summary, a description and a
-// runbook_url pointing at a section of the README, and the dashboard ConfigMap with the Grafana
+// runbook_url pointing at a section of docs/operations.md, and the dashboard ConfigMap with the Grafana
 // sidecar's label (key, value and namespace from the values). Without them neither renders.
 func TestMonitoringRender(t *testing.T) {
 	m := testenv.RenderMonitoring(t)
 	require.GreaterOrEqual(t, len(m.Alerts), 10)
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	ops, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 	require.NoError(t, err)
-	anchors := readmeAnchors(string(readme))
+	anchors := readmeAnchors(string(ops))
 	var names []string
 	for _, a := range m.Alerts {
 		names = append(names, a.Alert)
@@ -57,9 +57,9 @@ func TestMonitoringRender(t *testing.T) {
 		require.NotEmpty(t, a.Annotations["description"], a.Alert)
 		url, anchor, ok := strings.Cut(a.Annotations["runbook_url"], "#")
 		require.True(t, ok, "%s: runbook_url %q has no anchor", a.Alert, a.Annotations["runbook_url"])
-		require.Equal(t, "https://github.com/calico-rr-autoscaler/calico-rr-autoscaler/blob/main/README.md", url, a.Alert)
+		require.Equal(t, "https://github.com/calico-rr-autoscaler/calico-rr-autoscaler/blob/main/docs/operations.md", url, a.Alert)
 		require.Equal(t, strings.ToLower(a.Alert), anchor, a.Alert)
-		require.True(t, anchors[anchor], "%s: the README has no section #%s (its runbook)", a.Alert, anchor)
+		require.True(t, anchors[anchor], "%s: docs/operations.md has no section #%s (its runbook)", a.Alert, anchor)
 		refs, err := testenv.ParsePromQLRefs(a.Expr)
 		require.NoError(t, err, a.Alert)
 		// The description names what the alert is about: the labels the expression keeps.
