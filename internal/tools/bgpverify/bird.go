@@ -36,10 +36,10 @@ type birdFleet struct {
 	tag       string
 	sharedLab bool
 	// pool is the prefix the lab's own configuration exports (birdConfig) [10.0.0.0/8].
-	pool netip.Prefix
-	mu   sync.Mutex
-	procs   []*exec.Cmd
-	conns   []*birdConn
+	pool  netip.Prefix
+	mu    sync.Mutex
+	procs []*exec.Cmd
+	conns []*birdConn
 }
 
 // FindBIRD returns the path of the bird binary (path, else $BIRD, else bird from PATH), or an

@@ -101,20 +101,20 @@ func confdEtc() (string, error) {
 
 // calicoState is what confd reads from the API server, and the graph model of it.
 type calicoState struct {
-	policy  string
-	nodes   []*corev1.Node // in the model's order, with addresses and pod blocks
-	addrs   []netip.Prefix // invalid for a node without an IPv4 address
-	blocks  []netip.Prefix
+	policy string
+	nodes  []*corev1.Node // in the model's order, with addresses and pod blocks
+	addrs  []netip.Prefix // invalid for a node without an IPv4 address
+	blocks []netip.Prefix
 	// The IPv6 addresses (NodeAddress6) and blocks (Block6) of the nodes with an IPv6 address
 	// (projectcalico.org/IPv6Address), invalid for the others.
 	addrs6  []netip.Prefix
 	blocks6 []netip.Prefix
 	// routerID is confd's CALICO_ROUTER_ID ("" or "hash").
 	routerID string
-	peers   []apiv3.BGPPeer
-	configs []apiv3.BGPConfiguration
-	model   *bgpmodel.Topology // the project's derivation of the sessions
-	rrs     []string           // route reflectors in the order --fail-rr N counts them
+	peers    []apiv3.BGPPeer
+	configs  []apiv3.BGPConfiguration
+	model    *bgpmodel.Topology // the project's derivation of the sessions
+	rrs      []string           // route reflectors in the order --fail-rr N counts them
 }
 
 // planState is the state the product writes for a plan: every node of the plan with its labels
@@ -685,7 +685,8 @@ func parseBIRDConfig(text string) (*renderedConfig, error) {
 	for i := 0; i < len(lines); i++ {
 		l := strings.TrimSpace(lines[i])
 		if v, ok := strings.CutPrefix(l, "router id "); ok {
-			rc.routerID = strings.TrimSuffix(v, ";")
+			v, _, _ = strings.Cut(v, "#") // bird6.cfg: "router id A.B.C.D;  # Use IPv4 address ..."
+			rc.routerID = strings.TrimSuffix(strings.TrimSpace(v), ";")
 			continue
 		}
 		if !strings.HasPrefix(l, "protocol bgp ") && !strings.HasPrefix(l, "template bgp ") {
@@ -817,7 +818,7 @@ func confdTopologyFamily(st *calicoState, dirs []string, fam extender.Families) 
 	manual := apiv3.ReversePeeringManual
 	for i := range nodes {
 		m := st.model.Nodes[i]
-		nodes[i] = bgpmodel.Node{Name: m.Name, Zone: m.Zone, ClusterID: m.ClusterID, Labels: map[string]string{"verify.node": strconv.Itoa(i)}}
+		nodes[i] = bgpmodel.Node{Name: m.Name, Zone: m.Zone, ClusterID: m.ClusterID, Families: m.Families, Labels: map[string]string{"verify.node": strconv.Itoa(i)}}
 		if len(configured[i]) == 0 {
 			continue
 		}

@@ -189,7 +189,7 @@ func runFamilies(ctx context.Context, fleets []famFleet, r famRun, opts Options)
 	phases := func(down []bool, names []string, start time.Time) ([]*Phase, error) {
 		out := make([]*Phase, len(fleets))
 		for k, fl := range fleets {
-			d := or(down, fl.topo.FamilyDown(fl.fam, nil))
+			d := or(down, r.model.FamilyDown(fl.fam, nil))
 			ph, err := converge(ctx, fl.f, fl.topo, fl.nodes, d, start, opts)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", fl.fam, err)
