@@ -75,7 +75,10 @@ func (f *birdFleet) socket(i int) string { return f.file(i, "ctl") }
 
 // file is node i's file of this fleet with extension ext.
 func (f *birdFleet) file(i int, ext string) string {
-	return filepath.Join(f.dir, fmt.Sprintf("n%d%s.%s", i, f.tag, ext))
+	if f.tag != "" {
+		return filepath.Join(f.dir, fmt.Sprintf("n%d-%s.%s", i, f.tag, ext)) // n2-6 is not n26
+	}
+	return filepath.Join(f.dir, fmt.Sprintf("n%d.%s", i, ext))
 }
 
 // Config is BIRD's configuration for node nd, written as Calico's bird.cfg.template writes it for
