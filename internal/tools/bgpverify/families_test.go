@@ -106,7 +106,8 @@ func calicoFamilies(t *testing.T, in extender.Input, res *extender.Result, o Opt
 // TestCalicoDualStack: 30 dual-stack nodes in 3 zones, DualPlane (racks under a spine). confd
 // renders bird.cfg and bird6.cfg, BIRD and BIRD6 run them side by side in every node's namespace:
 // 0 missing pairs in each family fresh and after each zone and each single route reflector is
-// lost, the model's missing blocks node by node.
+// lost, the model's missing blocks node by node. Slow: about 5 minutes on a loaded 2-core machine
+// (each drill starts the stopped BIRDs again and waits out their peers' error wait, 5-30 s).
 func TestCalicoDualStack(t *testing.T) {
 	in, res := familyPlan(t, 30, dualStack)
 	calicoFamilies(t, in, res, Options{}, extender.FamilyIPv4, extender.FamilyIPv6)
@@ -124,7 +125,7 @@ func TestCalicoIPv6Only(t *testing.T) {
 	calicoFamilies(t, in, res, Options{CalicoRouterID: bgpmodel.RouterIDHash}, extender.FamilyIPv6)
 }
 
-// TestSpeakersDualStack: GoBGP (IPv4 and IPv6 unicast servers) and the lab's own BIRD and BIRD6
+// TestSpeakersDualStack (about 5 minutes on a loaded 2-core machine, BIRD's drills most of it): GoBGP (IPv4 and IPv6 unicast servers) and the lab's own BIRD and BIRD6
 // on a dual-stack plan where a third of the nodes are IPv4-only (the route reflectors are among
 // the dual-stack ones): each family as the model says node by node, fresh and after zone-a and
 // the first route reflector are lost; BIRD runs every drill.
