@@ -280,7 +280,11 @@ ensure_apt() {
   exec 8>&-
 }
 
-ensure_bird() { ensure_apt bird bird "verify --speaker bird|calico and its tests"; }
+# Debian's bird package ships bird6 (BIRD 1.6 for IPv6) beside bird: verify runs it for IPv6.
+ensure_bird() {
+  ensure_apt bird bird "verify --speaker bird|calico and its tests"
+  command -v bird6 >/dev/null 2>&1 || ensure_apt bird6 bird "verify's IPv6 runs (bird6)"
+}
 
 # The prometheus package also installs a Prometheus server service; in a
 # container without an init system it is not started (policy-rc.d), and only

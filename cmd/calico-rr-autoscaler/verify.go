@@ -38,6 +38,8 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	bird := fs.String("bird", "", "the bird binary (default: $BIRD, else bird from PATH)")
 	confd := fs.String("confd", "", "Calico's confd binary for --speaker calico (default: $CONFD, else the one `make tools` builds)")
 	from := fs.String("from", "", "replay the transition from a cluster's state to its plan: FILE holds the state as it is, its Nodes and Calico BGPPeers in one stream (kubectl get nodes,bgppeers.crd.projectcalico.org -o yaml); the plan is computed from those nodes (--policy, --now) and written over the running state as the product writes it, while every node's routes are sampled every 0.2 s. Nodes NotReady in FILE are dead in both states. Needs --speaker calico (the default with --from)")
+	drills := fs.Bool("drills", false, "after convergence, stop each zone and then each route reflector in turn, check the survivors, and start them again (bird and calico speakers); the outcomes are per address family in -o json's families")
+	routerID := fs.String("calico-router-id", "", "calico-node's CALICO_ROUTER_ID for confd (--speaker calico): empty (each node's IPv4 address) or hash (what IPv6-only nodes need)")
 	verbose := fs.Bool("v", false, "print progress to standard error")
 	if err := parseFlags(fs, args, stdout,
 		"Usage: calico-rr-autoscaler verify (--nodes FILE | --simulate N [--zones Z] | --kubeconfig FILE | --datastore etcdv3 --etcd-endpoints URLS | --from FILE) [--policy FILE] [--speaker gobgp|bird|calico] [--fail-zone Z] [--fail-rr N|NAMES] [-o table|json]",
@@ -109,7 +111,10 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	opts := bgpverify.Options{Speaker: *speaker, MaxNodes: *maxNodes, Timeout: *timeout, FailZone: *failZone,
-		NodeToNodeMesh: *mesh, BIRD: *bird, Confd: *confd}
+		NodeToNodeMesh: *mesh, BIRD: *bird, Confd: *confd, Drills: *drills, CalicoRouterID: *routerID}
+	if *routerID != "" && *routerID != "hash" {
+		return usageError{fmt.Errorf("--calico-router-id: %q is not hash (or empty)", *routerID)}
+	}
 	if *failRR != "" {
 		for _, s := range strings.Split(*failRR, ",") {
 			if s = strings.TrimSpace(s); s != "" {

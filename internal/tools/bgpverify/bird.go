@@ -31,9 +31,15 @@ type birdFleet struct {
 	lab     *netLab
 	configs []string
 	filter  string
-	mu      sync.Mutex
-	procs   []*exec.Cmd
-	conns   []*birdConn
+	// tag names this fleet's files beside another's in the same folder ("6": the bird6 fleet of
+	// a dual-stack run), and sharedLab says the lab belongs to another fleet (close leaves it).
+	tag       string
+	sharedLab bool
+	// pool is the prefix the lab's own configuration exports (birdConfig) [10.0.0.0/8].
+	pool  netip.Prefix
+	mu    sync.Mutex
+	procs []*exec.Cmd
+	conns []*birdConn
 }
 
 // FindBIRD returns the path of the bird binary (path, else $BIRD, else bird from PATH), or an
@@ -65,7 +71,15 @@ func newBIRDFleet(nodes []speakerNode, opts Options) (fleet, error) {
 	return &birdFleet{nodes: nodes, opts: opts, bin: bin, dir: dir, procs: make([]*exec.Cmd, len(nodes)), conns: make([]*birdConn, len(nodes))}, nil
 }
 
-func (f *birdFleet) socket(i int) string { return filepath.Join(f.dir, fmt.Sprintf("n%d.ctl", i)) }
+func (f *birdFleet) socket(i int) string { return f.file(i, "ctl") }
+
+// file is node i's file of this fleet with extension ext.
+func (f *birdFleet) file(i int, ext string) string {
+	if f.tag != "" {
+		return filepath.Join(f.dir, fmt.Sprintf("n%d-%s.%s", i, f.tag, ext)) // n2-6 is not n26
+	}
+	return filepath.Join(f.dir, fmt.Sprintf("n%d.%s", i, ext))
+}
 
 // Config is BIRD's configuration for node nd, written as Calico's bird.cfg.template writes it for
 // a node with node-specific BGP peers (the Node_ protocols): the template's BGP settings, `rr
@@ -74,12 +88,15 @@ func (f *birdFleet) socket(i int) string { return filepath.Join(f.dir, fmt.Sprin
 // passes the pod blocks (Calico's calico_export_to_bgp_peers passes its IP pools). Calico's kernel
 // and direct protocols are left out: nothing is programmed into the kernel and no interface route
 // is counted. TestBIRDConfigMatchesConfd holds it to what Calico's confd renders.
-func birdConfig(nd speakerNode, asn uint32, port int) string {
+//
+// The same configuration with IPv6 addresses and blocks (and pool, the IPv6 pod pool) is bird6's,
+// as bird6.cfg.template writes it: the router ID stays a 4-octet ID (nd.routerID).
+func birdConfig(nd speakerNode, asn uint32, port int, pool netip.Prefix) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Node %s\nrouter id %s;\nlisten bgp address %s port %d;\n\n", nd.name, nd.addr, nd.addr, port)
+	fmt.Fprintf(&b, "# Node %s\nrouter id %s;\nlisten bgp address %s port %d;\n\n", nd.name, nd.routerIDOrAddr(), nd.addr, port)
 	b.WriteString("protocol device {\n  scan time 2;\n}\n\n")
 	fmt.Fprintf(&b, "protocol static {\n  route %s blackhole;\n}\n\n", nd.block)
-	b.WriteString("function calico_export_to_bgp_peers() {\n  if ( net ~ 10.0.0.0/8 ) then { accept; }\n  reject;\n}\n\n")
+	fmt.Fprintf(&b, "function calico_export_to_bgp_peers() {\n  if ( net ~ %s ) then { accept; }\n  reject;\n}\n\n", pool)
 	fmt.Fprintf(&b, `template bgp bgp_template {
   description "Connection to BGP peer";
   local as %d;
@@ -96,7 +113,7 @@ func birdConfig(nd speakerNode, asn uint32, port int) string {
 	}
 	b.WriteString("\n# ------------- Node-specific peers -------------\n")
 	for _, p := range nd.peers {
-		id := strings.ReplaceAll(p.addr.String(), ".", "_")
+		id := strings.NewReplacer(".", "_", ":", "_").Replace(p.addr.String())
 		fmt.Fprintf(&b, "protocol bgp Node_%s from bgp_template {\n  ttl security off;\n  multihop;\n", id)
 		portPart := ""
 		if port != 179 {
@@ -116,62 +133,22 @@ func birdConfig(nd speakerNode, asn uint32, port int) string {
 }
 
 func (f *birdFleet) start(ctx context.Context) error {
-	for i, nd := range f.nodes {
-		var cfg string
-		if f.configs != nil {
-			cfg = f.configs[i]
-		} else {
-			cfg = filepath.Join(f.dir, fmt.Sprintf("n%d.conf", i))
-			if err := os.WriteFile(cfg, []byte(birdConfig(nd, f.opts.ASN, f.opts.Port)), 0o644); err != nil {
-				return err
-			}
+	for i := range f.nodes {
+		if f.nodes[i].absent {
+			continue
 		}
-		logFile, err := os.Create(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
-		if err != nil {
+		if err := f.startProc(i); err != nil {
 			return err
 		}
-		args := []string{"-f", "-c", cfg, "-s", f.socket(i), "-P", filepath.Join(f.dir, fmt.Sprintf("n%d.pid", i))}
-		var cmd *exec.Cmd
-		if f.lab != nil {
-			// `ip netns exec` enters the namespace and execs bird: the process is bird itself.
-			cmd = f.lab.command(i, f.bin, args...)
-		} else {
-			cmd = exec.Command(f.bin, args...)
-		}
-		cmd.Dir = filepath.Dir(cfg) // confd's bird.cfg includes bird_aggr.cfg and bird_ipam.cfg by relative path
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		cmd.SysProcAttr = procAttr()
-		if err := cmd.Start(); err != nil {
-			logFile.Close()
-			return fmt.Errorf("bird %s: %v", nd.name, err)
-		}
-		logFile.Close()
-		f.mu.Lock()
-		f.procs[i] = cmd
-		f.mu.Unlock()
 	}
 	// Connect to every control socket.
-	for i, nd := range f.nodes {
-		var c *birdConn
-		var err error
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			c, err = dialBIRD(f.socket(i))
-			if err == nil || time.Now().After(deadline) {
-				break
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			time.Sleep(50 * time.Millisecond)
+	for i := range f.nodes {
+		if f.nodes[i].absent {
+			continue
 		}
-		if err != nil {
-			log, _ := os.ReadFile(filepath.Join(f.dir, fmt.Sprintf("n%d.log", i)))
-			return fmt.Errorf("bird %s did not start: %v: %s", nd.name, err, strings.TrimSpace(string(log)))
+		if err := f.dial(ctx, i); err != nil {
+			return err
 		}
-		f.mu.Lock()
-		f.conns[i] = c
-		f.mu.Unlock()
 	}
 	if f.configs != nil {
 		// confd's configurations keep BIRD's default timers (error wait 60-300 s, connect retry
@@ -185,6 +162,83 @@ func (f *birdFleet) start(ctx context.Context) error {
 			}
 		}
 	}
+	return nil
+}
+
+// restart starts node i's BIRD again after stop (a failure drill's node coming back).
+func (f *birdFleet) restart(ctx context.Context, i int) error {
+	if f.nodes[i].absent {
+		return nil
+	}
+	if err := f.startProc(i); err != nil {
+		return err
+	}
+	return f.dial(ctx, i)
+}
+
+// startProc starts node i's BIRD.
+func (f *birdFleet) startProc(i int) error {
+	nd := f.nodes[i]
+	var cfg string
+	if f.configs != nil {
+		cfg = f.configs[i]
+	} else {
+		cfg = f.file(i, "conf")
+		pool := f.pool
+		if !pool.IsValid() {
+			pool = podPool
+		}
+		if err := os.WriteFile(cfg, []byte(birdConfig(nd, f.opts.ASN, f.opts.Port, pool)), 0o644); err != nil {
+			return err
+		}
+	}
+	logFile, err := os.Create(f.file(i, "log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	args := []string{"-f", "-c", cfg, "-s", f.socket(i), "-P", f.file(i, "pid")}
+	var cmd *exec.Cmd
+	if f.lab != nil {
+		// `ip netns exec` enters the namespace and execs bird: the process is bird itself.
+		cmd = f.lab.command(i, f.bin, args...)
+	} else {
+		cmd = exec.Command(f.bin, args...)
+	}
+	cmd.Dir = filepath.Dir(cfg) // confd's bird.cfg includes bird_aggr.cfg and bird_ipam.cfg by relative path
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s %s: %v", filepath.Base(f.bin), nd.name, err)
+	}
+	f.mu.Lock()
+	f.procs[i] = cmd
+	f.mu.Unlock()
+	return nil
+}
+
+// dial connects to node i's control socket, waiting up to 20 s for BIRD to open it.
+func (f *birdFleet) dial(ctx context.Context, i int) error {
+	var c *birdConn
+	var err error
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err = dialBIRD(f.socket(i))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		log, _ := os.ReadFile(f.file(i, "log"))
+		return fmt.Errorf("%s %s did not start: %v: %s", filepath.Base(f.bin), f.nodes[i].name, err, strings.TrimSpace(string(log)))
+	}
+	f.mu.Lock()
+	f.conns[i] = c
+	f.mu.Unlock()
 	return nil
 }
 
@@ -278,7 +332,7 @@ func (f *birdFleet) stop(i int) error {
 
 func (f *birdFleet) close() {
 	stopAll(len(f.nodes), f.stop)
-	if f.lab != nil {
+	if f.lab != nil && !f.sharedLab {
 		f.lab.close()
 	}
 	if os.Getenv("RRV_KEEP_BIRD_DIR") == "" {

@@ -101,14 +101,20 @@ func confdEtc() (string, error) {
 
 // calicoState is what confd reads from the API server, and the graph model of it.
 type calicoState struct {
-	policy  string
-	nodes   []*corev1.Node // in the model's order, with addresses and pod blocks
-	addrs   []netip.Prefix
-	blocks  []netip.Prefix
-	peers   []apiv3.BGPPeer
-	configs []apiv3.BGPConfiguration
-	model   *bgpmodel.Topology // the project's derivation of the sessions
-	rrs     []string           // route reflectors in the order --fail-rr N counts them
+	policy string
+	nodes  []*corev1.Node // in the model's order, with addresses and pod blocks
+	addrs  []netip.Prefix // invalid for a node without an IPv4 address
+	blocks []netip.Prefix
+	// The IPv6 addresses (NodeAddress6) and blocks (Block6) of the nodes with an IPv6 address
+	// (projectcalico.org/IPv6Address), invalid for the others.
+	addrs6  []netip.Prefix
+	blocks6 []netip.Prefix
+	// routerID is confd's CALICO_ROUTER_ID ("" or "hash").
+	routerID string
+	peers    []apiv3.BGPPeer
+	configs  []apiv3.BGPConfiguration
+	model    *bgpmodel.Topology // the project's derivation of the sessions
+	rrs      []string           // route reflectors in the order --fail-rr N counts them
 }
 
 // planState is the state the product writes for a plan: every node of the plan with its labels
@@ -160,10 +166,25 @@ func (st *calicoState) assign(realIP map[string]int) error {
 	}
 	st.addrs = make([]netip.Prefix, len(st.nodes))
 	st.blocks = make([]netip.Prefix, len(st.nodes))
+	st.addrs6 = make([]netip.Prefix, len(st.nodes))
+	st.blocks6 = make([]netip.Prefix, len(st.nodes))
+	no4 := st.model.FamilyDown(extender.FamilyIPv4, nil)
+	no6 := st.model.FamilyDown(extender.FamilyIPv6, nil)
 	for i, n := range st.nodes {
-		st.addrs[i], st.blocks[i] = NodeAddress(i), Block(i)
-		n.Annotations = extender.ApplyOwned(n.Annotations, nil, map[string]string{annotationIPv4Address: st.addrs[i].String()})
-		n.Spec.PodCIDR, n.Spec.PodCIDRs = st.blocks[i].String(), []string{st.blocks[i].String()}
+		ann := map[string]string{}
+		var cidrs []string
+		if !no4[i] {
+			st.addrs[i], st.blocks[i] = NodeAddress(i), Block(i)
+			ann[annotationIPv4Address] = st.addrs[i].String()
+			cidrs = append(cidrs, st.blocks[i].String())
+		}
+		if !no6[i] {
+			st.addrs6[i], st.blocks6[i] = NodeAddress6(i), Block6(i)
+			ann[annotationIPv6Address] = st.addrs6[i].String()
+			cidrs = append(cidrs, st.blocks6[i].String())
+		}
+		n.Annotations = extender.ApplyOwned(n.Annotations, []string{annotationIPv4Address, annotationIPv6Address}, ann)
+		n.Spec.PodCIDR, n.Spec.PodCIDRs = cidrs[0], cidrs
 	}
 	for k := range st.peers {
 		p := &st.peers[k]
@@ -174,7 +195,7 @@ func (st *calicoState) assign(realIP map[string]int) error {
 		if ap, err := netip.ParseAddrPort(host); err == nil {
 			host, port = ap.Addr().String(), strconv.Itoa(int(ap.Port()))
 		}
-		if i, ok := realIP[host]; ok {
+		if i, ok := realIP[host]; ok && st.addrs[i].IsValid() {
 			p.Spec.PeerIP = st.addrs[i].Addr().String()
 			if port != "" {
 				p.Spec.PeerIP += ":" + port
@@ -184,7 +205,10 @@ func (st *calicoState) assign(realIP map[string]int) error {
 	return nil
 }
 
-const annotationIPv4Address = "projectcalico.org/IPv4Address"
+const (
+	annotationIPv4Address = "projectcalico.org/IPv4Address"
+	annotationIPv6Address = "projectcalico.org/IPv6Address"
+)
 
 // liveState reads a live cluster's state: its Nodes, BGPPeers and BGPConfigurations, from the API
 // group that serves them (calico.Detect), and derives its graph model (see objectState).
@@ -447,6 +471,14 @@ func (s *Scratch) write(ctx context.Context, st *calicoState) error {
 	}}); err != nil {
 		return err
 	}
+	if st.model.Families().Has(extender.FamilyIPv6) {
+		// The IPv6 pool: bird6_ipam.cfg's calico_export_to_bgp_peers passes its blocks.
+		if err := add(apiv3.KindIPPool, &apiv3.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "verify-pods-v6"}, Spec: apiv3.IPPoolSpec{
+			CIDR: podPool6.String(), IPIPMode: never, VXLANMode: apiv3.VXLANModeNever, BlockSize: 122, NodeSelector: "all()",
+		}}); err != nil {
+			return err
+		}
+	}
 	var mu sync.Mutex
 	var errs []error
 	sem := make(chan struct{}, 8)
@@ -503,12 +535,16 @@ func (s *Scratch) renderState(ctx context.Context, st *calicoState, confd, dir s
 		names[i] = n.Name
 	}
 	start := time.Now()
-	dirs, err := renderAll(ctx, confd, etc, dir, names, []string{
+	env := []string{
 		"DATASTORE_TYPE=kubernetes",
 		"KUBECONFIG=" + s.kubeconfig,
 		"USE_POD_CIDR=true",
 		"NAMESPACE=" + ConfdNamespace, // where confd reads the Secrets of BGPPeer passwords
-	})
+	}
+	if st.routerID != "" {
+		env = append(env, "CALICO_ROUTER_ID="+st.routerID) // calico-node's environment
+	}
+	dirs, err := renderAll(ctx, confd, etc, dir, names, env)
 	if err != nil {
 		return nil, err
 	}
@@ -649,7 +685,8 @@ func parseBIRDConfig(text string) (*renderedConfig, error) {
 	for i := 0; i < len(lines); i++ {
 		l := strings.TrimSpace(lines[i])
 		if v, ok := strings.CutPrefix(l, "router id "); ok {
-			rc.routerID = strings.TrimSuffix(v, ";")
+			v, _, _ = strings.Cut(v, "#") // bird6.cfg: "router id A.B.C.D;  # Use IPv4 address ..."
+			rc.routerID = strings.TrimSuffix(strings.TrimSpace(v), ";")
 			continue
 		}
 		if !strings.HasPrefix(l, "protocol bgp ") && !strings.HasPrefix(l, "template bgp ") {
@@ -713,26 +750,47 @@ var templateNeeds = []string{"add paths on;", "graceful restart;"}
 // has and the other has not, an `rr client` or `rr cluster id` the model does not expect, a
 // template without an option the model relies on.
 func confdTopology(st *calicoState, dirs []string) (*bgpmodel.Topology, [][]birdProtocol, []string, error) {
+	return confdTopologyFamily(st, dirs, extender.FamilyIPv4)
+}
+
+// confdTopologyFamily is confdTopology in family fam: bird.cfg (IPv4) or bird6.cfg (IPv6) of the
+// nodes with an address of fam, against the model's sessions between such nodes.
+func confdTopologyFamily(st *calicoState, dirs []string, fam extender.Families) (*bgpmodel.Topology, [][]birdProtocol, []string, error) {
 	n := len(st.nodes)
+	file, addrs := "bird.cfg", st.addrs
+	if fam == extender.FamilyIPv6 {
+		file, addrs = "bird6.cfg", st.addrs6
+	}
+	absent := st.model.FamilyDown(fam, nil)
 	byAddr := make(map[netip.Addr]int, n)
-	for i, a := range st.addrs {
-		byAddr[a.Addr()] = i
+	for i, a := range addrs {
+		if a.IsValid() {
+			byAddr[a.Addr()] = i
+		}
 	}
 	protos := make([][]birdProtocol, n)
 	configured := make([]map[int]birdProtocol, n)
 	var diffs []string
 	for i, d := range dirs {
-		b, err := os.ReadFile(filepath.Join(d, "bird.cfg"))
+		if absent[i] {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d, file))
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		rc, err := parseBIRDConfig(string(b))
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%s/bird.cfg: %w", d, err)
+			return nil, nil, nil, fmt.Errorf("%s/%s: %w", d, file, err)
 		}
 		name := st.nodes[i].Name
-		if rc.routerID != st.addrs[i].Addr().String() {
-			diffs = append(diffs, fmt.Sprintf("%s: router id %s, not its address %s", name, rc.routerID, st.addrs[i].Addr()))
+		switch {
+		case st.routerID == bgpmodel.RouterIDHash:
+			if want := bgpmodel.HashToIPv4(name); rc.routerID != want {
+				diffs = append(diffs, fmt.Sprintf("%s: %s: router id %s, not the hash of its name %s", name, file, rc.routerID, want))
+			}
+		case rc.routerID != st.addrs[i].Addr().String():
+			diffs = append(diffs, fmt.Sprintf("%s: %s: router id %s, not its IPv4 address %s", name, file, rc.routerID, st.addrs[i].Addr()))
 		}
 		for _, need := range templateNeeds {
 			if len(rc.protocols) > 0 && !strings.Contains(rc.template, need) {
@@ -760,7 +818,7 @@ func confdTopology(st *calicoState, dirs []string) (*bgpmodel.Topology, [][]bird
 	manual := apiv3.ReversePeeringManual
 	for i := range nodes {
 		m := st.model.Nodes[i]
-		nodes[i] = bgpmodel.Node{Name: m.Name, Zone: m.Zone, ClusterID: m.ClusterID, Labels: map[string]string{"verify.node": strconv.Itoa(i)}}
+		nodes[i] = bgpmodel.Node{Name: m.Name, Zone: m.Zone, ClusterID: m.ClusterID, Families: m.Families, Labels: map[string]string{"verify.node": strconv.Itoa(i)}}
 		if len(configured[i]) == 0 {
 			continue
 		}
@@ -777,7 +835,7 @@ func confdTopology(st *calicoState, dirs []string) (*bgpmodel.Topology, [][]bird
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	diffs = append(diffs, compareSessions(st, topo, configured)...)
+	diffs = append(diffs, compareSessions(st, topo, configured, absent)...)
 	diffs = append(diffs, settingsDifferences(st, protos)...)
 	return topo, protos, diffs, nil
 }
@@ -856,17 +914,21 @@ func renderedSettings(protos [][]birdProtocol) *RenderedSettings {
 }
 
 // compareSessions lists where confd's sessions and options differ from the model's derivation.
-func compareSessions(st *calicoState, got *bgpmodel.Topology, configured []map[int]birdProtocol) []string {
+// Only the sessions between nodes not absent (without an address of the family compared) are
+// the model's.
+func compareSessions(st *calicoState, got *bgpmodel.Topology, configured []map[int]birdProtocol, absent []bool) []string {
 	m := st.model
 	name := func(i int) string { return m.Nodes[i].Name }
 	want := map[[2]int]bool{}
 	for _, s := range m.Sessions {
-		want[[2]int{int(s[0]), int(s[1])}] = true
+		if !absent[s[0]] && !absent[s[1]] {
+			want[[2]int{int(s[0]), int(s[1])}] = true
+		}
 	}
 	if m.Mesh {
 		for a := range m.Nodes {
 			for b := a + 1; b < len(m.Nodes); b++ {
-				if !m.IsRR(a) && !m.IsRR(b) {
+				if !m.IsRR(a) && !m.IsRR(b) && !absent[a] && !absent[b] {
 					want[[2]int{a, b}] = true
 				}
 			}
@@ -887,7 +949,7 @@ func compareSessions(st *calicoState, got *bgpmodel.Topology, configured []map[i
 			diffs = append(diffs, fmt.Sprintf("session %s-%s: confd configures it at both ends, the model has none", name(k[0]), name(k[1])))
 		}
 	}
-	if got.OneSided != m.OneSided {
+	if got.OneSided != m.OneSided && !slices.Contains(absent, true) {
 		diffs = append(diffs, fmt.Sprintf("one-sided peerings: confd %d, the model %d", got.OneSided, m.OneSided))
 	}
 	for a := range configured {
@@ -1006,10 +1068,21 @@ func runCalico(ctx context.Context, st *calicoState, opts Options) (*Report, err
 	if err != nil {
 		return nil, err
 	}
+	st.routerID = opts.CalicoRouterID
+	if ids, err := bgpmodel.CheckRouterIDs(st.model.Nodes, st.routerID); err != nil || len(ids.Missing) > 0 {
+		os.RemoveAll(dir)
+		if err != nil {
+			return nil, InputError{err}
+		}
+		return nil, inputErr("%s: BIRD would not load their configurations (run with --calico-router-id hash, calico-node's CALICO_ROUTER_ID=hash)", ids)
+	}
 	dirs, err := scratch.renderState(ctx, st, confd, dir, logv)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
+	}
+	if usesFamilies(st.model, opts) {
+		return runCalicoFamilies(ctx, st, opts, ip, bird, dir, dirs)
 	}
 	topo, protos, diffs, err := confdTopology(st, dirs)
 	if err != nil {
@@ -1041,7 +1114,7 @@ func runCalico(ctx context.Context, st *calicoState, opts Options) (*Report, err
 	f := &birdFleet{nodes: nodes, opts: opts, bin: bird, dir: dir, lab: lab, configs: configs,
 		filter: " where net ~ " + podPool.String(), procs: make([]*exec.Cmd, len(nodes)), conns: make([]*birdConn, len(nodes))}
 	t := time.Now()
-	if err := lab.setup(st.addrs); err != nil {
+	if err := lab.setup(st.addrs, nil); err != nil {
 		f.close()
 		return nil, fmt.Errorf("%w: %v", ErrNoNetns, err)
 	}
@@ -1053,6 +1126,94 @@ func runCalico(ctx context.Context, st *calicoState, opts Options) (*Report, err
 	}
 	rep.ConfigDifferences = diffs
 	rep.Rendered = renderedSettings(protos)
+	return rep, nil
+}
+
+// runCalicoFamilies runs confd's configurations per address family: bird with bird.cfg on the
+// nodes with an IPv4 address, bird6 with bird6.cfg on those with an IPv6 address, side by side in
+// the nodes' namespaces (each eth0 has the node's addresses of both families).
+func runCalicoFamilies(ctx context.Context, st *calicoState, opts Options, ip, bird, dir string, dirs []string) (*Report, error) {
+	logv := func(format string, a ...any) { logf(opts, format, a...) }
+	down, downNames, err := failureMask(st.model, st.rrs, opts)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	n := len(st.nodes)
+	lab, err := newNetLab(ip, n)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	run := famRun{policy: st.policy, model: st.model, rrs: st.rrs, down: down, downNames: downNames,
+		cleanup: func() { lab.close(); os.RemoveAll(dir) }}
+	var fleets []famFleet
+	var diffs []string
+	rendered := &RenderedSettings{}
+	fail := func(err error) (*Report, error) {
+		for _, fl := range fleets {
+			fl.f.close()
+		}
+		run.cleanup()
+		return nil, err
+	}
+	fams := st.model.Families()
+	for _, fam := range extender.AllFamilies {
+		if !fams.Has(fam) {
+			continue
+		}
+		topo, protos, d, err := confdTopologyFamily(st, dirs, fam)
+		if err != nil {
+			return fail(err)
+		}
+		for _, x := range d {
+			diffs = append(diffs, fam.String()+": "+x)
+		}
+		r := renderedSettings(protos)
+		rendered.Protocols += r.Protocols
+		rendered.Password += r.Password
+		rendered.TTLSecurity += r.TTLSecurity
+		for k, v := range r.RestartTime {
+			if rendered.RestartTime == nil {
+				rendered.RestartTime = map[string]int{}
+			}
+			rendered.RestartTime[k] += v
+		}
+		bin, file, addrs, blocks, pool, tag := bird, "bird.cfg", st.addrs, st.blocks, podPool, ""
+		if fam == extender.FamilyIPv6 {
+			if bin, err = exec.LookPath("bird6"); err != nil {
+				return fail(fmt.Errorf("bird6 not found (%v): Debian's bird package ships it (make tools)", err))
+			}
+			file, addrs, blocks, pool, tag = "bird6.cfg", st.addrs6, st.blocks6, podPool6, "6"
+		}
+		as := make([]netip.Addr, n)
+		for i, a := range addrs {
+			as[i] = a.Addr()
+		}
+		nodes := familyNodes(topo, fam, as, blocks, nil)
+		configs := make([]string, n)
+		for i := range nodes {
+			configs[i] = filepath.Join(dirs[i], file)
+		}
+		f := &birdFleet{nodes: nodes, opts: opts, bin: bin, dir: dir, lab: lab, sharedLab: true, tag: tag, configs: configs,
+			filter: " where net ~ " + pool.String(), procs: make([]*exec.Cmd, n), conns: make([]*birdConn, n)}
+		fleets = append(fleets, famFleet{fam: fam, f: f, topo: topo, nodes: nodes})
+		logv("%s: %d sessions in confd's %s", fam, topo.SessionCount(topo.FamilyDown(fam, nil)), file)
+	}
+	for _, d := range diffs {
+		logv("confd and the model differ: %s", d)
+	}
+	t := time.Now()
+	if err := lab.setup(st.addrs, st.addrs6); err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrNoNetns, err))
+	}
+	logv("created %d network namespaces on one bridge in %v", n, time.Since(t).Round(time.Millisecond))
+	rep, err := runFamilies(ctx, fleets, run, opts)
+	if err != nil {
+		return nil, err
+	}
+	rep.ConfigDifferences = diffs
+	rep.Rendered = rendered
 	return rep, nil
 }
 
@@ -1092,6 +1253,9 @@ func verifyState(ctx context.Context, st *calicoState, opts Options) (*Report, e
 	}
 	if opts.Speaker == SpeakerCalico {
 		return runCalico(ctx, st, opts)
+	}
+	if usesFamilies(st.model, opts) {
+		return runSpeakerFamilies(ctx, st.policy, st.model, st.rrs, opts)
 	}
 	return runSpeakers(ctx, st.policy, st.model, st.rrs, opts)
 }

@@ -289,7 +289,7 @@ func testBIRDConfigMatchesConfd(t *testing.T) {
 		}
 		nodes := speakerNodesAt(st.model, addrs, st.blocks)
 		for i, nd := range nodes {
-			mine, err := parseBIRDConfig(birdConfig(nd, DefaultASN, 179))
+			mine, err := parseBIRDConfig(birdConfig(nd, DefaultASN, 179, podPool))
 			require.NoError(t, err)
 			b, err := os.ReadFile(filepath.Join(dirs[i], "bird.cfg"))
 			require.NoError(t, err)

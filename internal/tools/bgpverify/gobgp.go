@@ -41,8 +41,10 @@ import (
 // gobgpFleet runs one in-process GoBGP server per node, and one shadow per route reflector that
 // peers with route reflectors.
 type gobgpFleet struct {
-	nodes   []speakerNode
-	opts    Options
+	nodes []speakerNode
+	opts  Options
+	// v6: the fleet carries IPv6 unicast (speakers on IPv6 addresses, Address6), not IPv4.
+	v6      bool
 	mu      sync.Mutex
 	servers []*server.BgpServer
 	shadows []*server.BgpServer // by node index; nil for nodes without one
@@ -67,13 +69,32 @@ func newGoBGPFleet(nodes []speakerNode, opts Options) (fleet, error) {
 	return &gobgpFleet{nodes: nodes, opts: opts, servers: make([]*server.BgpServer, len(nodes)), shadows: make([]*server.BgpServer, len(nodes))}, nil
 }
 
-var ipv4Unicast = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+var (
+	ipv4Unicast = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+	ipv6Unicast = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+)
+
+// family is the AFI-SAFI the fleet carries.
+func (f *gobgpFleet) family() *api.Family {
+	if f.v6 {
+		return ipv6Unicast
+	}
+	return ipv4Unicast
+}
 
 // shadowBase is the first node index of the shadows' addresses: node i's shadow is at
 // Address(net, shadowBase+i).
 const shadowBase = 0x7f00
 
 func shadowAddr(net, i int) netip.Addr { return Address(net, shadowBase+i) }
+
+// shadow is node i's shadow's address in the fleet's family.
+func (f *gobgpFleet) shadow(i int) netip.Addr {
+	if f.v6 {
+		return Address6(f.opts.Net, shadowBase+i)
+	}
+	return shadowAddr(f.opts.Net, i)
+}
 
 // rrPeers are the peers of node i that are route reflectors (they forward what they learn).
 func (f *gobgpFleet) rrPeers(i int) []speakerPeer {
@@ -90,6 +111,9 @@ func (f *gobgpFleet) rrPeers(i int) []speakerPeer {
 }
 
 func (f *gobgpFleet) newServer(ctx context.Context, name string, routerID, listen netip.Addr) (*server.BgpServer, error) {
+	if !routerID.Is4() {
+		return nil, fmt.Errorf("gobgp %s: router ID %s is not a 4-octet ID", name, routerID)
+	}
 	s := server.NewBgpServer(server.LoggerOption(quietLogger{}))
 	go s.Serve()
 	err := s.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
@@ -105,7 +129,10 @@ func (f *gobgpFleet) newServer(ctx context.Context, name string, routerID, liste
 func (f *gobgpFleet) start(ctx context.Context) error {
 	// Every server listens before any connects.
 	for i, nd := range f.nodes {
-		s, err := f.newServer(ctx, nd.name, nd.addr, nd.addr)
+		if nd.absent {
+			continue
+		}
+		s, err := f.newServer(ctx, nd.name, nd.routerIDOrAddr(), nd.addr)
 		if err != nil {
 			return err
 		}
@@ -113,7 +140,7 @@ func (f *gobgpFleet) start(ctx context.Context) error {
 		f.servers[i] = s
 		f.mu.Unlock()
 		if len(f.rrPeers(i)) > 0 {
-			sh, err := f.newServer(ctx, nd.name+" (shadow)", nd.addr, shadowAddr(f.opts.Net, i))
+			sh, err := f.newServer(ctx, nd.name+" (shadow)", nd.routerIDOrAddr(), f.shadow(i))
 			if err != nil {
 				return err
 			}
@@ -123,6 +150,9 @@ func (f *gobgpFleet) start(ctx context.Context) error {
 		}
 	}
 	for i, nd := range f.nodes {
+		if nd.absent {
+			continue
+		}
 		s := f.servers[i]
 		for _, p := range nd.peers {
 			// As Calico configures it, but a route reflector treats every peer as a client (see
@@ -133,7 +163,7 @@ func (f *gobgpFleet) start(ctx context.Context) error {
 			if sh := f.shadows[p.idx]; sh != nil && f.nodes[p.idx].clusterID != "" && nd.clusterID != "" {
 				// The peer's shadow brings its block: this node takes it as it takes the
 				// peer's routes; the shadow connects.
-				if err := f.addPeer(ctx, s, nd.addr, shadowAddr(f.opts.Net, p.idx), true, true, nd.clusterID); err != nil {
+				if err := f.addPeer(ctx, s, nd.addr, f.shadow(p.idx), true, true, nd.clusterID); err != nil {
 					return fmt.Errorf("gobgp %s: %v", nd.name, err)
 				}
 			}
@@ -158,7 +188,7 @@ func (f *gobgpFleet) addPeer(ctx context.Context, s *server.BgpServer, local, re
 		// reset again before it left Idle, forever (make test-all, DualPlane at 300 nodes).
 		Timers: &api.Timers{Config: &api.TimersConfig{ConnectRetry: 5, HoldTime: 90, KeepaliveInterval: 30, IdleHoldTimeAfterReset: 1}},
 		AfiSafis: []*api.AfiSafi{{
-			Config:   &api.AfiSafiConfig{Family: ipv4Unicast, Enabled: true},
+			Config:   &api.AfiSafiConfig{Family: f.family(), Enabled: true},
 			AddPaths: &api.AddPaths{Config: &api.AddPathsConfig{Receive: true, SendMax: 255}},
 		}},
 	}
@@ -175,8 +205,12 @@ func (f *gobgpFleet) originate(ctx context.Context, s *server.BgpServer, nd spea
 	nlri, _ := apb.New(&api.IPAddressPrefix{Prefix: nd.block.Addr().String(), PrefixLen: uint32(nd.block.Bits())})
 	origin, _ := apb.New(&api.OriginAttribute{Origin: 0})
 	nh, _ := apb.New(&api.NextHopAttribute{NextHop: nd.addr.String()})
+	if f.v6 {
+		// IPv6 routes carry their next hop in MP_REACH_NLRI.
+		nh, _ = apb.New(&api.MpReachNLRIAttribute{Family: ipv6Unicast, NextHops: []string{nd.addr.String()}, Nlris: []*apb.Any{nlri}})
+	}
 	_, err := s.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: &api.Path{
-		Family: ipv4Unicast, Nlri: nlri, Pattrs: []*apb.Any{origin, nh},
+		Family: f.family(), Nlri: nlri, Pattrs: []*apb.Any{origin, nh},
 	}})
 	if err != nil {
 		return fmt.Errorf("gobgp %s: originate %s: %v", nd.name, nd.block, err)
@@ -190,7 +224,7 @@ func (f *gobgpFleet) startShadow(ctx context.Context, s, sh *server.BgpServer, i
 	nd := f.nodes[i]
 	var rrs []string
 	for _, p := range f.rrPeers(i) {
-		rrs = append(rrs, p.addr.String()+"/32")
+		rrs = append(rrs, netip.PrefixFrom(p.addr, p.addr.BitLen()).String())
 	}
 	const set, pol = "route-reflectors", "own-block-by-shadow"
 	err := s.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: set, List: rrs}})
@@ -224,7 +258,7 @@ func (f *gobgpFleet) startShadow(ctx context.Context, s, sh *server.BgpServer, i
 		return fmt.Errorf("gobgp %s: own-block policy: %v", nd.name, err)
 	}
 	for _, p := range f.rrPeers(i) {
-		if err := f.addPeer(ctx, sh, shadowAddr(f.opts.Net, i), p.addr, false, false, ""); err != nil {
+		if err := f.addPeer(ctx, sh, f.shadow(i), p.addr, false, false, ""); err != nil {
 			return fmt.Errorf("gobgp %s (shadow): %v", nd.name, err)
 		}
 	}
@@ -243,8 +277,8 @@ func (f *gobgpFleet) isShadow(addr string) bool {
 	if err != nil {
 		return false
 	}
-	b := a.As4()
-	return int(b[2])<<8|int(b[3]) > shadowBase
+	b := a.AsSlice()
+	return int(b[len(b)-2])<<8|int(b[len(b)-1]) > shadowBase
 }
 
 func (f *gobgpFleet) poll(ctx context.Context, i int) (nodeState, error) {
@@ -253,7 +287,7 @@ func (f *gobgpFleet) poll(ctx context.Context, i int) (nodeState, error) {
 	if s == nil {
 		return st, errStopped
 	}
-	err := s.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: ipv4Unicast}, func(d *api.Destination) {
+	err := s.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: f.family()}, func(d *api.Destination) {
 		if p, err := netip.ParsePrefix(d.Prefix); err == nil {
 			st.blocks = append(st.blocks, p)
 		}

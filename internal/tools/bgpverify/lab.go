@@ -94,7 +94,7 @@ func startLab(kubeconfig string, names []string, confdPath, birdPath string) (*L
 	for i, n := range names {
 		l.f.nodes[i] = speakerNode{name: n}
 	}
-	if err := lab.setup(addrs); err != nil {
+	if err := lab.setup(addrs, nil); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("%w: %v", ErrNoNetns, err)
 	}

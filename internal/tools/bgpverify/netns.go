@@ -49,7 +49,7 @@ func NetnsAvailable() error {
 		return err
 	}
 	defer lab.close()
-	if err := lab.setup([]netip.Prefix{netip.MustParsePrefix("100.64.0.1/16")}); err != nil {
+	if err := lab.setup([]netip.Prefix{netip.MustParsePrefix("100.64.0.1/16")}, nil); err != nil {
 		return fmt.Errorf("%w: %v", ErrNoNetns, err)
 	}
 	return nil
@@ -116,8 +116,10 @@ func (l *netLab) batch(ns string, lines []string) error {
 	return nil
 }
 
-// setup creates the hub with its bridge and one namespace per node with its address.
-func (l *netLab) setup(addrs []netip.Prefix) error {
+// setup creates the hub with its bridge and one namespace per node with its addresses: addrs[i]
+// and addrs6[i] (nil, or an invalid prefix: none of that family). IPv6 addresses skip duplicate
+// address detection (nodad): BIRD6 binds them at once.
+func (l *netLab) setup(addrs, addrs6 []netip.Prefix) error {
 	names := []string{l.hub()}
 	for i := range addrs {
 		names = append(names, l.ns(i))
@@ -156,12 +158,18 @@ func (l *netLab) setup(addrs []netip.Prefix) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs[i] = l.batch(l.ns(i), []string{
-				"link set lo up",
-				fmt.Sprintf("addr add %s dev eth0", a),
-				"link set eth0 up",
-				"route add default dev eth0",
-			})
+			cmds := []string{"link set lo up"}
+			if a.IsValid() {
+				cmds = append(cmds, fmt.Sprintf("addr add %s dev eth0", a))
+			}
+			if i < len(addrs6) && addrs6[i].IsValid() {
+				cmds = append(cmds, fmt.Sprintf("addr add %s dev eth0 nodad", addrs6[i]))
+			}
+			cmds = append(cmds, "link set eth0 up")
+			if a.IsValid() {
+				cmds = append(cmds, "route add default dev eth0")
+			}
+			errs[i] = l.batch(l.ns(i), cmds)
 		}()
 	}
 	wg.Wait()

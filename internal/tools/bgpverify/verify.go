@@ -58,6 +58,14 @@ type Options struct {
 	// FailRR stops those route reflectors after convergence: node names, or a count N for the
 	// plan's first N route reflectors.
 	FailRR []string
+	// Drills, after the first convergence, stops each zone and then each route reflector in turn,
+	// checks the survivors and starts them again (gobgp cannot: use FailZone or FailRR). Each
+	// drill's outcome is in Report.Families (every run with Drills reports per family).
+	Drills bool
+	// CalicoRouterID is calico-node's CALICO_ROUTER_ID for confd (calico speaker): "" (each
+	// node's IPv4 address is its router ID) or "hash" (a hash of the node name: what IPv6-only
+	// nodes need).
+	CalicoRouterID string
 	// NodeToNodeMesh turns Calico's node-to-node mesh on for nodes without a cluster ID.
 	NodeToNodeMesh bool
 	// Net is the second octet of the speakers' 127.Net.x.y addresses [random in 100..249].
@@ -128,6 +136,11 @@ type Report struct {
 	Nodes   []NodeReport `json:"nodes"`
 	// AfterFailure is the outcome after the failure drill, when one was asked for.
 	AfterFailure *Phase `json:"afterFailure,omitempty"`
+	// Families (when a node has an IPv6 address, or with Options.Drills) is the outcome per
+	// address family, "ipv4" and "ipv6": each family's speakers (bird and bird6) on the sessions
+	// both of whose ends have an address of it. Summary, Nodes and AfterFailure above are then the
+	// first family's (ipv4 when a node has it).
+	Families map[string]*FamilyReport `json:"families,omitempty"`
 	// ConfigDifferences (calico speaker) lists where the BIRD configurations confd rendered differ
 	// from this project's derivation of the sessions (internal/bgpmodel): a session one has and
 	// the other has not, an rr client flag or cluster ID the model does not expect.
@@ -159,6 +172,9 @@ func (r *Report) MissingPairs() int {
 	if r.AfterFailure != nil {
 		n = max(n, r.AfterFailure.Summary.MissingPairs)
 	}
+	for _, f := range r.Families {
+		n = max(n, f.MissingPairs())
+	}
 	return n
 }
 
@@ -174,6 +190,18 @@ type speakerNode struct {
 	block     netip.Prefix
 	clusterID string
 	peers     []speakerPeer
+	// routerID is the BGP router ID when it is not addr (an IPv6 speaker's: a 4-octet ID).
+	routerID netip.Addr
+	// absent: the node has no address of the fleet's family, and no speaker in it.
+	absent bool
+}
+
+// routerIDOrAddr is the node's router ID: routerID, else its address.
+func (nd speakerNode) routerIDOrAddr() netip.Addr {
+	if nd.routerID.IsValid() {
+		return nd.routerID
+	}
+	return nd.addr
 }
 
 type speakerPeer struct {
@@ -228,6 +256,9 @@ func Run(ctx context.Context, in extender.Input, res *extender.Result, opts Opti
 			return nil, err
 		}
 		return runCalico(ctx, st, opts)
+	}
+	if usesFamilies(topo, opts) {
+		return runSpeakerFamilies(ctx, res.Policy, topo, rrs, opts)
 	}
 	return runSpeakers(ctx, res.Policy, topo, rrs, opts)
 }

@@ -27,6 +27,31 @@ func VerifyTable(w io.Writer, r *bgpverify.Report) error {
 		fmt.Fprintf(tw, "\nAfter stopping %d speakers (%s):\n\n", len(a.Down), abbreviate(a.Down, 6))
 		phase(tw, "", a.Summary, a.Nodes)
 	}
+	if len(r.Families) > 0 {
+		// Per address family (bird.cfg on BIRD, bird6.cfg on BIRD6): every phase's missing pairs.
+		fmt.Fprintf(tw, "\nPer address family (missing node pairs, graph model in brackets):\n\n")
+		fmt.Fprintln(tw, "FAMILY\tNODES\tSESSIONS\tFRESH\tAFTER FAILURE\tDRILLS (EACH ZONE, EACH RR)")
+		for _, k := range slices.Sorted(maps.Keys(r.Families)) {
+			f := r.Families[k]
+			after := "-"
+			if f.AfterFailure != nil {
+				after = fmt.Sprintf("%d (%d)", f.AfterFailure.Summary.MissingPairs, f.AfterFailure.Summary.ModelMissingPairs)
+			}
+			drills := "-"
+			if len(f.Drills) > 0 {
+				worst, passed := 0, 0
+				for _, d := range f.Drills {
+					worst = max(worst, d.Summary.MissingPairs)
+					if d.Summary.MissingPairs == 0 {
+						passed++
+					}
+				}
+				drills = fmt.Sprintf("%d of %d with 0, worst %d", passed, len(f.Drills), worst)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d (%d established)\t%d (%d)\t%s\t%s\n", k, f.Summary.Nodes, f.Summary.Sessions, f.Summary.EstablishedSessions,
+				f.Summary.MissingPairs, f.Summary.ModelMissingPairs, after, drills)
+		}
+	}
 	return tw.Flush()
 }
 
