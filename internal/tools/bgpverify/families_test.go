@@ -10,6 +10,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
 // familyPlan is the DualPlane sample plan (racks under a spine, 3 zones) of n nodes whose Calico
@@ -76,10 +77,10 @@ func familiesMatchModel(t *testing.T, name string, in extender.Input, res *exten
 	}
 }
 
-// calicoFamilies runs the plan on confd + BIRD + BIRD6 with every drill (each zone, each route
-// reflector) and checks each family against the model, and 0 missing pairs in every phase (the
-// plan's drills pass in each family: bgpmodel.FamiliesOf).
-func calicoFamilies(t *testing.T, in extender.Input, res *extender.Result, o Options, want ...extender.Families) {
+// calicoFamilies runs the plan on confd + BIRD + BIRD6, with every drill (each zone, each route
+// reflector) when drills is set, and checks each family against the model, and 0 missing pairs in
+// every phase (the plan's drills pass in each family: bgpmodel.FamiliesOf).
+func calicoFamilies(t *testing.T, in extender.Input, res *extender.Result, o Options, drills bool, want ...extender.Families) {
 	s := calicoScratch(t, true)
 	_, err := FindBIRD("bird6")
 	require.NoError(t, err)
@@ -90,12 +91,15 @@ func calicoFamilies(t *testing.T, in extender.Input, res *extender.Result, o Opt
 	for _, fam := range want {
 		require.Empty(t, extender.FailedDrills(figs[fam.Key()].Drills), "%s: the model's drills", fam)
 	}
-	o.Drills = true
+	o.Drills = drills
 	start := time.Now()
 	rep := runCalicoPlan(t, s, in, res, o)
 	noConfigDifferences(t, "calico", rep.ConfigDifferences)
 	familiesMatchModel(t, "calico", in, res, rep, want...)
 	masks, _ := drillMasks(topo)
+	if !drills {
+		masks = nil
+	}
 	for _, fam := range want {
 		assert.Lenf(t, rep.Families[fam.Key()].Drills, len(masks), "%s: drills", fam)
 	}
@@ -103,46 +107,66 @@ func calicoFamilies(t *testing.T, in extender.Input, res *extender.Result, o Opt
 	t.Logf("%d nodes, %d route reflectors, %d drills in %v", len(res.Nodes), len(res.RouteReflectors), len(masks), time.Since(start).Round(time.Second))
 }
 
-// TestCalicoDualStack: 30 dual-stack nodes in 3 zones, DualPlane (racks under a spine). confd
-// renders bird.cfg and bird6.cfg, BIRD and BIRD6 run them side by side in every node's namespace:
-// 0 missing pairs in each family fresh and after each zone and each single route reflector is
-// lost, the model's missing blocks node by node. Slow: about 5 minutes on a loaded 2-core machine
-// (each drill starts the stopped BIRDs again and waits out their peers' error wait, 5-30 s).
-func TestCalicoDualStack(t *testing.T) {
-	in, res := familyPlan(t, 30, dualStack)
-	calicoFamilies(t, in, res, Options{}, extender.FamilyIPv4, extender.FamilyIPv6)
+// TestCalicoFamilies: 30 nodes in 3 zones, DualPlane (racks under a spine), on confd + BIRD +
+// BIRD6 (BIRD and BIRD6 side by side in every node's namespace, as calico-node runs them): a
+// dual-stack cluster and an IPv6-only one (calico-node's CALICO_ROUTER_ID=hash: confd renders the
+// hash of the node name as the router ID; without it verify refuses the plan), 0 missing pairs in
+// each family, the model's missing blocks node by node. TestCalicoFamiliesLarge adds every drill.
+func TestCalicoFamilies(t *testing.T) { calicoFamilyCases(t, false) }
+
+// TestCalicoFamiliesLarge (make test-all) is TestCalicoFamilies after each zone and each single
+// route reflector is lost (11 drills). Slow: about 5 minutes per cluster on a loaded 2-core
+// machine (each drill starts the stopped BIRDs again and waits out their peers' error wait, 5-30 s).
+func TestCalicoFamiliesLarge(t *testing.T) {
+	testenv.SlowProof(t)
+	calicoFamilyCases(t, true)
 }
 
-// TestCalicoIPv6Only: the same plan, every node IPv6-only, calico-node's CALICO_ROUTER_ID=hash
-// (confd renders the hash of the node name as the router ID; without it verify refuses the plan).
-func TestCalicoIPv6Only(t *testing.T) {
-	in, res := familyPlan(t, 30, ipv6Only)
-	if !testing.Short() {
-		_, err := Run(t.Context(), in, res, Options{Speaker: SpeakerCalico, Scratch: calicoScratch(t, true)})
-		var ie InputError
-		require.ErrorAs(t, err, &ie, "an IPv6-only plan without router IDs")
+func calicoFamilyCases(t *testing.T, drills bool) {
+	t.Run("DualStack", func(t *testing.T) {
+		in, res := familyPlan(t, 30, dualStack)
+		calicoFamilies(t, in, res, Options{}, drills, extender.FamilyIPv4, extender.FamilyIPv6)
+	})
+	t.Run("IPv6Only", func(t *testing.T) {
+		in, res := familyPlan(t, 30, ipv6Only)
+		if !drills {
+			_, err := Run(t.Context(), in, res, Options{Speaker: SpeakerCalico, Scratch: calicoScratch(t, true)})
+			var ie InputError
+			require.ErrorAs(t, err, &ie, "an IPv6-only plan without router IDs")
+		}
+		calicoFamilies(t, in, res, Options{CalicoRouterID: bgpmodel.RouterIDHash}, drills, extender.FamilyIPv6)
+	})
+}
+
+// mixedFamilies: a third of the nodes IPv4-only, the others dual-stack (the route reflectors are
+// among the dual-stack ones).
+func mixedFamilies(i int) extender.Families {
+	if i%3 == 2 {
+		return extender.FamilyIPv4
 	}
-	calicoFamilies(t, in, res, Options{CalicoRouterID: bgpmodel.RouterIDHash}, extender.FamilyIPv6)
+	return extender.FamilyIPv4 | extender.FamilyIPv6
 }
 
-// TestSpeakersDualStack (about 5 minutes on a loaded 2-core machine, BIRD's drills most of it): GoBGP (IPv4 and IPv6 unicast servers) and the lab's own BIRD and BIRD6
-// on a dual-stack plan where a third of the nodes are IPv4-only (the route reflectors are among
-// the dual-stack ones): each family as the model says node by node, fresh and after zone-a and
-// the first route reflector are lost; BIRD runs every drill.
+// TestSpeakersDualStack: GoBGP (IPv4 and IPv6 unicast servers) on a dual-stack plan where a third
+// of the nodes are IPv4-only: each family as the model says node by node, fresh and after zone-a
+// and the first route reflector are lost.
 func TestSpeakersDualStack(t *testing.T) {
 	t.Parallel()
-	in, res := familyPlan(t, 30, func(i int) extender.Families {
-		if i%3 == 2 {
-			return extender.FamilyIPv4
-		}
-		return extender.FamilyIPv4 | extender.FamilyIPv6
-	})
+	in, res := familyPlan(t, 30, mixedFamilies)
 	both := []extender.Families{extender.FamilyIPv4, extender.FamilyIPv6}
 	for _, o := range []Options{{FailZone: "zone-a"}, {FailRR: []string{"1"}}} {
 		rep := run(t, SpeakerGoBGP, in, res, o)
 		familiesMatchModel(t, "gobgp", in, res, rep, both...)
 	}
+}
+
+// TestSpeakersDualStackLarge (make test-all; about 5 minutes on a loaded 2-core machine, BIRD's
+// drills most of it): the lab's own BIRD and BIRD6 on the same plan, every drill.
+func TestSpeakersDualStackLarge(t *testing.T) {
+	testenv.SlowProof(t)
+	t.Parallel()
 	ensureBIRD(t)
+	in, res := familyPlan(t, 30, mixedFamilies)
 	rep := run(t, SpeakerBIRD, in, res, Options{Drills: true})
-	familiesMatchModel(t, "bird", in, res, rep, both...)
+	familiesMatchModel(t, "bird", in, res, rep, extender.FamilyIPv4, extender.FamilyIPv6)
 }
