@@ -157,6 +157,9 @@ func (f *birdFleet) start(ctx context.Context) error {
 		// BIRD listens now: each restarts its protocols once, as an operator's `birdcl restart all`
 		// after a rollout, and they connect within BIRD's start delay.
 		for i := range f.nodes {
+			if f.nodes[i].absent {
+				continue
+			}
 			if _, err := f.conns[i].command("restart all"); err != nil {
 				return fmt.Errorf("bird %s: restart all: %w", f.nodes[i].name, err)
 			}
