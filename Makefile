@@ -25,10 +25,12 @@ generate: ## Regenerate deepcopy, the CRD and its reference (docs/policy-referen
 tools: ## Build (or reuse the cached) kube-apiserver, etcd, kubectl and helm
 	hack/tools.sh
 
-# internal/serve first: the longest package (about 530 s) starts at once, and the others share
-# the second of go test's two package slots (-p is the core count) beside it.
+# internal/serve first: the longest package starts at once. Three packages at a time and four
+# parallel tests in each (the defaults are the core count, 2): the live tests mostly wait on their
+# own API servers, BGP timers and grace periods, so on two cores they overlap their waits.
+TEST_FLAGS ?= -p 3 -parallel 4
 test: tools ## Run every test: unit, fuzz seeds, integration on a real kube-apiserver
-	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m ./internal/serve/ ./...
+	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./internal/serve/ ./...
 
 test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller, and the live transitions proof); .ci/run runs it after make test
 	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 40m -run 'Large$$|^TestTransitionsOnRealBIRD$$' ./...

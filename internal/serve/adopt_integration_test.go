@@ -154,6 +154,7 @@ func (w *world) policyField(jsonpath string) string {
 // missing pairs in the graph model after every reconcile; Paused keeps a cordoned route reflector
 // and still refuses a label removal below the minimum.
 func TestAdoptHandBuiltClusterOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	w.createBGPConfiguration(false)
 	w.joinCluster(100)

@@ -26,6 +26,7 @@ import (
 // which the Calico API server admits without review, by the guard refusing that server's CRD
 // delete); the Calico API server's identity is no exemption through v3.
 func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newEnv(t, testenv.WithCalicoAPIServer())
 	dir, err := crds.Dir()
 	require.NoError(t, err)

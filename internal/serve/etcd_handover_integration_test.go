@@ -86,6 +86,7 @@ func (e *etcdCalicoNode) report(ctx context.Context, w *world, c *calicoetcd.Sto
 // InternalIPs); the role moves on them, long before removalDelay (10m), and the CalicoNodeStatus
 // goes. Nothing of it reaches the Kubernetes API.
 func TestEtcdHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w, calicoctl := newEtcdWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}

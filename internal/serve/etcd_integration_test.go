@@ -171,6 +171,7 @@ func (s *etcdState) settled(want int) error {
 // reverted with Events, the graph model on etcd's state missing no pair, and nothing of Calico
 // written to the Kubernetes API.
 func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w, calicoctl := newEtcdWorld(t)
 	ctx := t.Context()
 	var err error
@@ -395,6 +396,7 @@ func (w *world) events(kind, name, reason string) []string {
 // TestEtcdUnreachableNotReady: with etcd endpoints where nothing answers, serve starts, stays up
 // and reports not ready through /readyz, naming etcd; bad TLS files are one line at start.
 func TestEtcdUnreachableNotReady(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newEnv(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -37,6 +37,7 @@ func etcdRouting(t *testing.T, c *calicoetcd.Store) (missing int64, mesh bool, s
 // etcd's state misses no pair at any step (sampled every 100 ms), and at the end the mesh is on in
 // etcd, no Calico Node keeps an owned label or a cluster ID, and no BGPPeer is left there.
 func TestEtcdPoliciesUninstallOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w, calicoctl := newEtcdWorld(t)
 	var err error
 	const pools, n = "ab", 24

@@ -31,6 +31,7 @@ func (w *world) setCondition(name string, typ corev1.NodeConditionType, status c
 // MemoryPressure may not be made a route reflector by hand ([node-condition]) while a route
 // reflector under pressure keeps its role; and a leader change keeps the scale-down window.
 func TestFieldCasesOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: MultiCluster, clusterIDs: PerRouteReflector}

@@ -248,6 +248,7 @@ func (w *world) cordon(names ...string) {
 }
 
 func TestHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	// removalDelay is long: a role can only move by the sessions.
 	w.applyDefaultPolicy(`
@@ -323,6 +324,7 @@ func TestHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
 // TestHandoverBGPSessionsIPv6OnRealAPIServer: with IPv6-only nodes (calico-node reports peersV6
 // only), a cordoned route reflector hands over by its sessions, long before removalDelay (10m).
 func TestHandoverBGPSessionsIPv6OnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
@@ -376,6 +378,7 @@ func (w *world) joinDual(i int) string {
 //     replacement but not its IPv6 one keeps its role (removalDelay is 10m); the IPv6 session up,
 //     the handover completes.
 func TestDualStackBGPFamiliesOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
@@ -471,6 +474,7 @@ func TestDualStackBGPFamiliesOnRealAPIServer(t *testing.T) {
 }
 
 func TestHandoverBGPSessionsTimeoutOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
@@ -535,6 +539,7 @@ func TestHandoverBGPSessionsTimeoutOnRealAPIServer(t *testing.T) {
 }
 
 func TestMigrateFromNodeMeshOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	for _, mode := range []string{"Delay", "BGPSessions"} {
 		t.Run(mode, func(t *testing.T) { testMigrateFromNodeMesh(t, mode) })
 	}

@@ -91,6 +91,7 @@ func (w *world) clusterTopology(opts bgpmodel.Options) (topo *bgpmodel.Topology,
 // fed to the graph model after every reconcile, from the edit until the new layout has settled (no
 // draining route reflector left, Ready): 0 missing node pairs after each.
 func TestLayoutSwitchOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	if testing.Short() {
 		t.Skip("-short: needs the real API server")
 	}

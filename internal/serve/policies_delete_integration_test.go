@@ -25,6 +25,7 @@ import (
 // its own API server: what it proves is the order of real finalizers and reconciles, which a faster
 // fake could not show.
 func TestPoliciesDeletionOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	policiesDeletion(t, []deletionCase{
 		{"two, both migrate, all at once", "ab", "ab", nil, "", false},
 		{"two, both migrate, b then a", "ab", "ab", []string{"b", "a"}, "", false},

@@ -62,6 +62,7 @@ func (w *world) joinPools(pools string, n, outside int) {
 // client relabelled from one pool to the other is handed over to the other policy's route
 // reflectors, with 0 missing pairs again.
 func TestTwoPoliciesOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	w.applyPoolPolicies("ab", "")
 	w.joinPools("ab", 60, 4)

@@ -29,6 +29,7 @@ import (
 // route reflector relabels nobody) is TestLifeRackRouteReflectorReplacedKeepsLabels; this test
 // proves the live migration of a cluster written by the former scheme.
 func TestRackSetMigrationOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: DualPlane, maxRackSize: 10}

@@ -34,6 +34,7 @@ func (w *world) meshEnabled() (bool, error) {
 // of the cluster loses no pair, no node holds more than twice its steady-state routes (the larger
 // of before and after) and no route reflector more than twice its steady-state sessions.
 func TestUninstallOnRealAPIServer(t *testing.T) {
+	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	w.applyDefaultPolicy(`
   topology: {type: MultiCluster}
