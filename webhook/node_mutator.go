@@ -76,10 +76,22 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 			return Allowed(), nil
 		}
 		if len(ans.Labels)+len(ans.Annotations) > 0 && !dryRun {
-			decisionsTotal.WithLabelValues(ans.Role.String()).Inc()
+			decisionsTotal.WithLabelValues(roleLabel(ans.Role)).Inc()
 		}
 	}
 	return Patched(metadataPatch(node.Labels, node.Annotations, ans.Labels, ans.Annotations))
+}
+
+// roleLabel is a decision's metric label (AdmitRole's String, spelled here: the walk does not
+// go back to the extender for it).
+func roleLabel(r extender.AdmitRole) string {
+	switch r {
+	case extender.AdmitClient:
+		return "client"
+	case extender.AdmitRouteReflector:
+		return "route-reflector"
+	}
+	return "none"
 }
 
 func (m *NodeMutator) now() time.Time {
