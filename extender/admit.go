@@ -137,6 +137,8 @@ type AdmitState struct {
 	// one (ZoneRackName("", 1)); the zones' first racks the admission path puts nodes in once it is
 	// full are not racks of the plan yet.
 	oneRack bool
+	// remembered takes back out, per node, the decision recorded through Remember.
+	remembered map[string]func()
 }
 
 type admitZone struct {
@@ -490,9 +492,12 @@ func (s *AdmitState) Admit(n *corev1.Node) Admission {
 }
 
 // AdmitNode decides the role of a node already read through the filters (NewNodeInfo, RunFilters):
-// the mutating webhook reads each admitted node once and passes its NodeInfo through the shared
-// state (state.Ledger.Admit) to here. It does not change the state (see Record).
-func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission {
+// the mutating webhook's admission reads each node once (AdmitNodeRequest) and decides here
+// (Decide). It does not change the state (see Record).
+func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission { return s.admitNode(ni, false) }
+
+// admitNode is AdmitNode; noPromotion keeps the node from becoming a route reflector.
+func (s *AdmitState) admitNode(ni *NodeInfo, noPromotion bool) Admission {
 	p := s.Policy
 	if ni.Eligible && s.registered != nil {
 		if r := s.registered.Filter(p, ni); r != "" {
@@ -507,6 +512,8 @@ func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission {
 	if known && prev.zone == a.Zone && prev.healthy == a.Healthy && prev.eligible == a.Eligible && prev.awaited == a.Awaited {
 		// A known node whose facts did not change: the plan's answer.
 		switch {
+		case prev.role == AdmitRouteReflector && noPromotion:
+			return a // no role now: the plan being committed gives it
 		case prev.role == AdmitRouteReflector:
 			a.Role, a.ClusterID, a.Reason = AdmitRouteReflector, policy.ClusterIDString(prev.id), "planned"
 			a.Rack, a.planned = prev.rack, prev.planned
@@ -538,7 +545,7 @@ func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission {
 	// Racked topologies promote by rack (DualPlane: promoteRackRR; Hierarchical in the reconciler
 	// only): a new rack route reflector changes its rack's peering set.
 	racked := p.Topology == v1alpha1.Hierarchical || p.Topology == v1alpha1.DualPlane
-	if a.Eligible && !racked && s.active < p.Max {
+	if a.Eligible && !racked && s.active < p.Max && !noPromotion {
 		if want, ok := s.promotion(a.Zone, healthy, zoneHealthy, eligible, awaited); ok {
 			a.Role = AdmitRouteReflector
 			a.ClusterID = policy.ClusterIDString(s.clusterID(a.Zone))
@@ -553,7 +560,7 @@ func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission {
 	case v1alpha1.Hierarchical:
 		s.chooseRackSet(&a, n)
 	case v1alpha1.DualPlane:
-		if a.Eligible && s.active < p.Max && s.promoteRackRR(&a, ni) {
+		if a.Eligible && s.active < p.Max && !noPromotion && s.promoteRackRR(&a, ni) {
 			return a
 		}
 		s.chooseZoneRack(&a)

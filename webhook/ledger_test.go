@@ -31,8 +31,8 @@ func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
 	require.Equal(t, extender.AdmitRouteReflector, first.Role, "admit: %+v", first)
 	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
 	require.False(t, f.ledger.Commit(1, in, extender.Plan(in), seq), "commit of a plan that missed a promotion succeeded")
-	// With decisions blocked, the plan sees the promotion (the created node from the overlay).
-	unblock := f.ledger.BlockDecisions()
+	// With promotions held, the plan sees the promotion (the created node from the overlay).
+	unblock := f.ledger.HoldPromotions()
 	nodes, seq = f.ledger.Overlay(nil)
 	in.Nodes = nodes
 	res := extender.Plan(in)

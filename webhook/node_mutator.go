@@ -31,7 +31,10 @@ type NodeMutator struct {
 	Now func() time.Time
 }
 
-// Handle implements Handler.
+// Handle implements Handler. One admission is one walk through three packages: webhook (decode),
+// state (state.Ledger.AdmitNode: the node's policy, the plan's admission state, the record),
+// extender (extender.AdmitNodeRequest: the node read once, the decision), back to state (the
+// record), back to webhook (the patch). See the README's architecture section.
 func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return Allowed(), nil
@@ -49,76 +52,46 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 			return nil, err
 		}
 	}
-	mp, ok := m.Policies.ForNode(node.Labels)
+	// A dry run gets the same answer and leaves no trace: nothing assumed, nothing recorded.
+	dryRun := req.DryRun != nil && *req.DryRun
+	mp, ans, ok := m.Ledger.AdmitNode(m.Policies, state.NodeAdmission{Node: node, Old: old, Now: m.now(), DryRun: dryRun, DeferRoles: m.DeferRoles})
 	if !ok {
 		return Allowed(), nil
 	}
-	p := mp.Resolved
-	ni := extender.NewNodeInfo(node, p)
-	ni.Now = m.now()
-	extender.RunFilters(extender.DefaultFilters(), p, ni)
-	// The node before the update, read once: its role here, its eligibility below only when the
-	// decision needs it (wasEligible).
-	var was *extender.NodeInfo
-	if old != nil {
-		was = extender.NewNodeInfo(old, p)
+	if mp.Resolved.Mode != v1alpha1.Enforce {
+		return Allowed(wouldDo(mp, node, &ans)...), nil
 	}
-	if p.Mode != v1alpha1.Enforce {
-		return Allowed(m.wouldDo(mp, node, was, ni)...), nil
+	switch ans.Action {
+	case extender.AdmitPass:
+		return Allowed(), nil
+	case extender.AdmitDeferred:
+		decisionsTotal.WithLabelValues("deferred").Inc()
+		return Allowed(), nil
+	case extender.AdmitDrain:
+		if !dryRun {
+			decisionsTotal.WithLabelValues("draining").Inc()
+		}
+	case extender.AdmitDecide:
+		if !ans.Decided {
+			return Allowed(), nil
+		}
+		if len(ans.Labels)+len(ans.Annotations) > 0 && !dryRun {
+			decisionsTotal.WithLabelValues(roleLabel(ans.Role)).Inc()
+		}
 	}
-	change := state.Change{Node: node.Name, Object: node.DeepCopy(), Create: old == nil}
-	if old != nil {
-		change.BaseRV = old.ResourceVersion
-	}
+	return Patched(metadataPatch(node.Labels, node.Annotations, ans.Labels, ans.Annotations))
+}
 
-	// A dry run gets the same answer and leaves no trace: nothing assumed, nothing recorded.
-	dryRun := req.DryRun != nil && *req.DryRun
-	var lbl, ann map[string]*string
-	switch {
-	case ni.CurrentRR:
-		if !ni.Eligible && !extender.IsDraining(node) {
-			ts := state.CeilSecond(m.now()).Format(time.RFC3339)
-			ann = map[string]*string{extender.AnnotationDrainingSince: &ts}
-			if ni.Rule == extender.RuleNotReadyNode {
-				reason := extender.DrainingReasonNotReady
-				ann[extender.AnnotationDrainingReason] = &reason
-			}
-			if !dryRun {
-				change.Annotations = ann
-				change.Object = state.ApplyChange(change.Object, &change)
-				m.Ledger.Assume(p.Name, change)
-				decisionsTotal.WithLabelValues("draining").Inc()
-			}
-		}
-	case was != nil && was.CurrentRR:
-		// The role is being removed (by the reconciler, or by hand as the validator allows): the
-		// reconciler decides what the node becomes.
-	default:
-		hasSet := node.Labels[extender.LabelPeeringSet] != ""
-		becameEligible := ni.Eligible && (was == nil || !wasEligible(was, mp))
-		if hasSet && !becameEligible {
-			break
-		}
-		if !m.Ledger.Leader() || m.DeferRoles {
-			decisionsTotal.WithLabelValues("deferred").Inc()
-			break
-		}
-		var a extender.Admission
-		var ok bool
-		if dryRun {
-			a, ok = m.Ledger.Decide(mp, ni)
-		} else {
-			a, ok = m.Ledger.Admit(mp, ni, change)
-		}
-		if !ok {
-			break
-		}
-		lbl, ann = state.OwnedChanges(p.RRLabelKey, node, a.State(p))
-		if len(lbl)+len(ann) > 0 && !dryRun {
-			decisionsTotal.WithLabelValues(a.Role.String()).Inc()
-		}
+// roleLabel is a decision's metric label (AdmitRole's String, spelled here: the walk does not
+// go back to the extender for it).
+func roleLabel(r extender.AdmitRole) string {
+	switch r {
+	case extender.AdmitClient:
+		return "client"
+	case extender.AdmitRouteReflector:
+		return "route-reflector"
 	}
-	return Patched(metadataPatch(node.Labels, node.Annotations, lbl, ann))
+	return "none"
 }
 
 func (m *NodeMutator) now() time.Time {
@@ -128,33 +101,19 @@ func (m *NodeMutator) now() time.Time {
 	return time.Now()
 }
 
-// wasEligible runs the planner's filters on the node as it was before the update, without a
-// decision time: no grace period and no awaiting apply to what it was.
-func wasEligible(was *extender.NodeInfo, mp state.Managed) bool {
-	extender.RunFilters(extender.DefaultFilters(), mp.Resolved, was)
-	return was.Eligible
-}
-
 // wouldDo says what Enforce would do to the node, for a policy in Observe or Paused mode: the
 // webhook changes nothing then, and answers with a warning instead.
-func (m *NodeMutator) wouldDo(mp state.Managed, node *corev1.Node, was, ni *extender.NodeInfo) []string {
+func wouldDo(mp state.Managed, node *corev1.Node, ans *extender.AdmitAnswer) []string {
 	p := mp.Resolved
 	prefix := fmt.Sprintf("policy %q is in %s mode: Enforce would ", p.Name, p.Mode)
 	switch {
-	case ni.CurrentRR:
-		if !ni.Eligible && !extender.IsDraining(node) {
-			return []string{prefix + "hand route reflector " + node.Name + " over (" + ni.Reason + ")"}
-		}
-	case was != nil && was.CurrentRR:
-	case node.Labels[extender.LabelPeeringSet] == "":
-		a, ok := m.Ledger.Decide(mp, ni)
-		switch {
-		case !ok:
-		case a.Role == extender.AdmitRouteReflector:
-			return []string{prefix + "make " + node.Name + " a route reflector (cluster ID " + a.ClusterID + "): " + a.Reason}
-		case a.Role == extender.AdmitClient:
-			return []string{prefix + "make " + node.Name + " a client of " + strings.Join(a.RouteReflectors, ", ")}
-		}
+	case ans.Action == extender.AdmitDrain:
+		return []string{prefix + "hand route reflector " + node.Name + " over (" + ans.DrainReason + ")"}
+	case ans.Action != extender.AdmitDecide:
+	case ans.Role == extender.AdmitRouteReflector:
+		return []string{prefix + "make " + node.Name + " a route reflector (cluster ID " + ans.ClusterID + "): " + ans.Reason}
+	case ans.Role == extender.AdmitClient:
+		return []string{prefix + "make " + node.Name + " a client of " + strings.Join(ans.RouteReflectors, ", ")}
 	}
 	return nil
 }

@@ -62,7 +62,8 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 
 // plan computes the plan from the cache and the ledger's assumed changes, and commits it to the
 // ledger. When an admission promoted a node after the input was read, the plan is computed again
-// with admission decisions blocked, so that the two never fill the same gap.
+// with promotions held (state.Ledger.HoldPromotions: admissions are still answered at once, as
+// clients or without a role), so that the two never fill the same gap.
 func (r *Reconciler) plan(_ context.Context, st *State) error {
 	if st.Invalid != nil {
 		st.Done = true
@@ -82,7 +83,7 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 	for attempt := 0; ; attempt++ {
 		var unblock func()
 		if attempt > 0 {
-			unblock = r.Ledger.BlockDecisions()
+			unblock = r.Ledger.HoldPromotions()
 		}
 		start := time.Now()
 		var ok bool

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // DefaultAssumeTTL is how long an assumed decision counts when its object never shows up.
@@ -21,18 +23,24 @@ const DefaultAssumeTTL = 30 * time.Second
 // with every admission decided since. See doc.go for the design.
 //
 // Admission decisions that allocate (promotions, cluster IDs) are taken only while Leader is true.
+//
+// Locks: an admission takes its policy's planState.mu for its one decision and its record, then mu
+// for the record's entry; Commit builds the next plan's state under no lock, and takes them only
+// to catch up with the decisions recorded meanwhile and swap the state in (states, a pointer to a
+// map written copy-on-write under statesMu). mu is held for map operations only, never for a pass
+// over the cache's nodes. Lock order: statesMu, planState.mu, mu.
 type Ledger struct {
-	// decide is held for reading by admission decisions and for writing by a plan that must not
-	// race them (the fallback when a plan keeps conflicting with admissions).
-	decide sync.RWMutex
-	mu     sync.Mutex
-	leader atomic.Bool
+	mu       sync.Mutex
+	statesMu sync.Mutex
+	states   atomic.Pointer[map[string]*planState]
+	leader   atomic.Bool
+	// hold counts HoldPromotions in force: decisions then promote no node.
+	hold atomic.Int32
 
 	ttl     time.Duration
 	now     func() time.Time
 	seq     uint64
 	entries map[string]*entry
-	states  map[string]*planState
 
 	// Drills runs the failure drills on every plan the leader computes (Plan): the planner then
 	// prefers a plan that survives them. nil plans without drills.
@@ -44,12 +52,20 @@ type Ledger struct {
 	// BGPHealth returns the leader's BGP health records of route reflectors (the policies'
 	// bgpHealth), nil when none: every plan reads them (extender.Input.BGPHealth).
 	BGPHealth func() map[string]extender.BGPHealth
+
+	// built, when set (tests), is called by Commit once it has built the plan's state, before it
+	// takes any lock to publish it.
+	built func()
 }
 
+// planState is a committed plan's admission state. Admissions decide and record on st holding mu;
+// once a newer state is published, retired sends them to it.
 type planState struct {
+	mu         sync.Mutex
 	st         *extender.AdmitState
 	seq        uint64 // the overlay sequence the plan's input reflected
 	generation int64
+	retired    bool
 }
 
 type entry struct {
@@ -59,7 +75,6 @@ type entry struct {
 	change  Change
 	expires time.Time
 	adm     *extender.Admission // an admission decision (leader only)
-	undo    func()              // takes adm back out of its policy's current state
 }
 
 // Change is a write to the owned keys of a node that the cache may not show yet.
@@ -90,7 +105,9 @@ func NewLedger(ttl time.Duration, now func() time.Time) *Ledger {
 	if now == nil {
 		now = time.Now
 	}
-	return &Ledger{ttl: ttl, now: now, entries: map[string]*entry{}, states: map[string]*planState{}}
+	l := &Ledger{ttl: ttl, now: now, entries: map[string]*entry{}}
+	l.states.Store(&map[string]*planState{})
+	return l
 }
 
 // SetLeader says whether this replica holds the leader lease. Losing it drops the plan states, so
@@ -98,67 +115,151 @@ func NewLedger(ttl time.Duration, now func() time.Time) *Ledger {
 func (l *Ledger) SetLeader(v bool) {
 	l.leader.Store(v)
 	if !v {
-		l.mu.Lock()
-		clear(l.states)
-		l.mu.Unlock()
+		l.publish(func(m map[string]*planState) { clear(m) })
 	}
 }
 
 // Leader reports whether this replica holds the leader lease.
 func (l *Ledger) Leader() bool { return l.leader.Load() }
 
-// Decide decides the role of a node as Admit does, without recording anything: for a dry-run
-// request, which must leave no trace.
-func (l *Ledger) Decide(m Managed, ni *extender.NodeInfo) (extender.Admission, bool) {
-	return l.admit(m, ni, nil)
+// publish swaps in a copy of the plan states changed by edit, and retires the states it replaced
+// or dropped (an admission holding one finishes first).
+func (l *Ledger) publish(edit func(map[string]*planState)) {
+	l.statesMu.Lock()
+	defer l.statesMu.Unlock()
+	l.publishLocked(edit)
+}
+
+func (l *Ledger) publishLocked(edit func(map[string]*planState)) {
+	cur := *l.states.Load()
+	next := maps.Clone(cur)
+	edit(next)
+	l.states.Store(&next)
+	for name, ps := range cur {
+		if next[name] != ps {
+			ps.mu.Lock()
+			ps.retired = true
+			ps.mu.Unlock()
+		}
+	}
+}
+
+// lockState returns the published state of m's plan of m's generation, locked, nil when none is
+// committed. It waits for the one admission deciding on it, never for a plan.
+func (l *Ledger) lockState(m Managed) *planState {
+	for {
+		ps := (*l.states.Load())[m.Policy.Name]
+		if ps == nil || ps.generation != m.Policy.Generation {
+			return nil
+		}
+		ps.mu.Lock()
+		if !ps.retired {
+			return ps
+		}
+		ps.mu.Unlock() // a newer state was published meanwhile
+	}
+}
+
+// options returns a decision's options on m's state (held): whether to record it, whether
+// promotions are held, and the node's last decision the cache does not show yet.
+func (l *Ledger) options(m Managed, node string, record bool) extender.DecideOptions {
+	o := extender.DecideOptions{Record: record, NoPromotion: l.hold.Load() > 0}
+	if record {
+		l.mu.Lock()
+		if e := l.entries[node]; e != nil && e.adm != nil && e.policy == m.Policy.Name {
+			o.Prev = e.adm
+		}
+		l.mu.Unlock()
+	}
+	return o
+}
+
+// NodeAdmission is one admission of a node by the mutating webhook.
+type NodeAdmission struct {
+	Node *corev1.Node
+	// Old is the node before an UPDATE, nil for a CREATE.
+	Old *corev1.Node
+	// Now is the webhook's time of the request.
+	Now time.Time
+	// DryRun: the same answer, and no trace (nothing assumed, nothing recorded).
+	DryRun bool
+	// DeferRoles: a role decision is left to the reconciler (see webhook.NodeMutator.DeferRoles).
+	DeferRoles bool
+}
+
+// AdmitNode is the mutating webhook's admission of a node, in one walk: it finds the node's
+// policy, asks the planner once (extender.AdmitNodeRequest) on the policy's admission state, held
+// for the call, and records the answer: a draining mark (Assume), a role decision (the entry the
+// next plan sees). A replica without the lease decides no role (extender.AdmitDeferred). ok is
+// false when no valid policy selects the node. The answer's Labels and Annotations are the patch.
+func (l *Ledger) AdmitNode(pols *Policies, req NodeAdmission) (m Managed, ans extender.AdmitAnswer, ok bool) {
+	m, ok = pols.ForNode(req.Node.Labels)
+	if !ok {
+		return m, ans, false
+	}
+	p := m.Resolved
+	enforce := p.Mode == v1alpha1.Enforce
+	record := enforce && !req.DryRun
+	xr := extender.AdmitRequest{Node: req.Node, Old: req.Old, Now: req.Now, Observe: !enforce,
+		Defer: !l.Leader() || enforce && req.DeferRoles}
+	if !xr.Defer {
+		if ps := l.lockState(m); ps != nil {
+			defer ps.mu.Unlock()
+			ps.st.Now = l.now()
+			xr.State, xr.Decide = ps.st, l.options(m, req.Node.Name, record)
+		}
+	}
+	ans = extender.AdmitNodeRequest(p, xr)
+	if !record || ans.Action != extender.AdmitDrain && !ans.Recorded {
+		return m, ans, true
+	}
+	change := Change{Node: req.Node.Name, Object: req.Node.DeepCopy(), Create: req.Old == nil}
+	if req.Old != nil {
+		change.BaseRV = req.Old.ResourceVersion
+	}
+	if ans.Action == extender.AdmitDrain {
+		change.Annotations = ans.Annotations
+		change.Object = ApplyChange(change.Object, &change)
+		l.Assume(p.Name, change)
+	} else {
+		l.record(m, &ans.Decision, change)
+	}
+	return m, ans, true
 }
 
 // Admit decides the role of a node that is not a route reflector, read once by the caller through
-// the planner's filters (see extender.AdmitState.AdmitNode), and records the decision. It returns
-// false when this replica is not the leader, when no plan of the policy's current generation is
-// committed, or when there is nothing to decide.
+// the planner's filters (see extender.AdmitState.AdmitNode), and records the decision with change
+// as AdmitNode does. It returns false when this replica is not the leader, when no plan of the
+// policy's current generation is committed, or when there is nothing to decide.
 func (l *Ledger) Admit(m Managed, ni *extender.NodeInfo, change Change) (extender.Admission, bool) {
-	return l.admit(m, ni, &change)
-}
-
-// admit decides, and records the decision with change unless change is nil.
-func (l *Ledger) admit(m Managed, ni *extender.NodeInfo, change *Change) (extender.Admission, bool) {
-	n := ni.Node
 	if !l.Leader() {
 		return extender.Admission{}, false
 	}
-	l.decide.RLock()
-	defer l.decide.RUnlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ps := l.states[m.Policy.Name]
-	if ps == nil || ps.generation != m.Policy.Generation {
+	ps := l.lockState(m)
+	if ps == nil {
 		return extender.Admission{}, false
 	}
+	defer ps.mu.Unlock()
 	ps.st.Now = l.now()
-	a := ps.st.AdmitNode(ni)
-	decided := a.Role != extender.AdmitNone
-	// An awaited node without a role is recorded too (its zone keeps a share of route reflectors
-	// for it), with no change to its keys.
-	if change == nil || !decided && !a.Awaited {
-		return a, decided
+	d := ps.st.Decide(ni, l.options(m, ni.Node.Name, true))
+	if d.Recorded {
+		change.Node = ni.Node.Name
+		l.record(m, &d, change)
 	}
-	prev := l.entries[n.Name]
-	if prev != nil && prev.adm != nil && prev.policy == m.Policy.Name && sameAdmission(prev.adm, &a) {
-		return *prev.adm, decided // a retry or a reinvocation of the same decision
-	}
-	if prev != nil && prev.undo != nil {
-		prev.undo()
-	}
-	change.Node = n.Name
-	change.Labels, change.Annotations = nil, nil
-	if decided {
-		change.Labels, change.Annotations = OwnedChanges(m.Resolved.RRLabelKey, n, a.State(m.Resolved))
-	}
+	return d.Admission, d.Decided
+}
+
+// record adds the entry of a decision recorded on m's state, which the caller holds: the next
+// commit replays it on its plan's state when the plan's input did not see it.
+func (l *Ledger) record(m Managed, d *extender.Decision, change Change) {
+	change.Labels, change.Annotations = d.Labels, d.Annotations
 	if change.Object != nil {
-		change.Object = ApplyChange(change.Object, change)
+		change.Object = ApplyChange(change.Object, &change)
 	}
-	if prev != nil {
+	adm := d.Admission
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if prev := l.entries[change.Node]; prev != nil {
 		// A node created but not in the cache yet stays a creation.
 		change.Create = change.Create || prev.change.Create
 		// Keep what an earlier change not seen yet wrote on other keys.
@@ -166,15 +267,7 @@ func (l *Ledger) admit(m Managed, ni *extender.NodeInfo, change *Change) (extend
 		change.Annotations = mergeChanges(prev.change.Annotations, change.Annotations)
 	}
 	l.seq++
-	e := &entry{seq: l.seq, at: l.now(), policy: m.Policy.Name, change: *change, expires: l.now().Add(l.ttl), adm: &a}
-	e.undo = ps.st.Record(e.adm)
-	l.entries[n.Name] = e
-	return a, decided
-}
-
-func sameAdmission(a, b *extender.Admission) bool {
-	return a.Role == b.Role && a.ClusterID == b.ClusterID && a.PeeringSet == b.PeeringSet && a.Rack == b.Rack &&
-		a.Healthy == b.Healthy && a.Eligible == b.Eligible && a.Awaited == b.Awaited && a.Zone == b.Zone
+	l.entries[change.Node] = &entry{seq: l.seq, at: l.now(), policy: m.Policy.Name, change: change, expires: l.now().Add(l.ttl), adm: &adm}
 }
 
 // Assume records a write that is not an admission decision (a draining mark, a patch of the
@@ -250,31 +343,36 @@ func (l *Ledger) Pending() int {
 // Overlay returns the nodes as the planner must see them: each with the assumed changes the cache
 // does not show yet, plus the admitted nodes the cache does not hold yet; and the sequence number
 // of the last change it reflects, for Commit. It drops settled and expired changes. The nodes it
-// is given are not modified.
+// is given are not modified. It holds the ledger's lock only to copy the changes and to drop the
+// settled ones, not over the nodes.
 func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	seq := l.seq
 	if len(l.entries) == 0 {
-		return nodes, l.seq
+		l.mu.Unlock()
+		return nodes, seq
 	}
+	entries := maps.Clone(l.entries) // entries are never changed once made
 	now := l.now()
-	pos := make(map[string]int, len(l.entries))
+	l.mu.Unlock()
+	pos := make(map[string]int, len(entries))
 	for i, n := range nodes {
-		if _, ok := l.entries[n.Name]; ok {
+		if _, ok := entries[n.Name]; ok {
 			pos[n.Name] = i
 		}
 	}
 	out := nodes
 	copied := false
-	for _, name := range slices.Sorted(maps.Keys(l.entries)) {
-		e := l.entries[name]
+	var drop []*entry
+	for _, name := range slices.Sorted(maps.Keys(entries)) {
+		e := entries[name]
 		i, inCache := pos[name]
 		var cached *corev1.Node
 		if inCache {
 			cached = nodes[i]
 		}
 		if stale(e, cached, now) {
-			delete(l.entries, name)
+			drop = append(drop, e)
 			continue
 		}
 		if !copied {
@@ -289,7 +387,16 @@ func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
 			out[i] = ApplyChange(nodes[i], &e.change)
 		}
 	}
-	return out, l.seq
+	if len(drop) > 0 {
+		l.mu.Lock()
+		for _, e := range drop {
+			if l.entries[e.change.Node] == e { // not replaced meanwhile
+				delete(l.entries, e.change.Node)
+			}
+		}
+		l.mu.Unlock()
+	}
+	return out, seq
 }
 
 // stale reports whether entry e no longer changes what a plan sees of its node, cached as the
@@ -402,26 +509,67 @@ func ApplyChange(n *corev1.Node, c *Change) *corev1.Node {
 // Commit publishes the plan of a policy computed from Overlay's nodes at seq. It fails, and the
 // caller must plan again, when a promotion was admitted after seq: the plan did not count it. On
 // success, admissions decide on this plan plus the decisions admitted after seq.
+//
+// The plan's admission state is built, and the decisions admitted after seq replayed on it, under
+// no lock an admission takes; Commit then waits for the one admission deciding on the policy's
+// current state, replays the decisions recorded since it looked, and swaps the new state in.
 func (l *Ledger) Commit(generation int64, in extender.Input, res *extender.Result, seq uint64) bool {
 	pol := in.Policy.Name
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, e := range l.entries {
-		if e.policy == pol && e.seq > seq && e.adm != nil && e.adm.Role == extender.AdmitRouteReflector {
-			return false
-		}
+	since, conflict := l.decidedSince(pol, seq)
+	mark := l.seq
+	l.mu.Unlock()
+	if conflict {
+		return false
 	}
 	st := extender.NewAdmitState(in, res)
-	for _, node := range slices.Sorted(maps.Keys(l.entries)) {
-		if e := l.entries[node]; e.policy == pol {
-			e.undo = nil
-			if e.seq > seq && e.adm != nil {
-				e.undo = st.Record(e.adm)
-			}
-		}
+	for _, e := range since {
+		st.Remember(e.adm)
 	}
-	l.states[pol] = &planState{st: st, seq: seq, generation: generation}
+	if l.built != nil {
+		l.built()
+	}
+	l.statesMu.Lock()
+	defer l.statesMu.Unlock()
+	if old := (*l.states.Load())[pol]; old != nil {
+		old.mu.Lock() // no decision on the old state from here: it is retired below
+		defer old.mu.Unlock()
+	}
+	l.mu.Lock()
+	late, conflict := l.decidedSince(pol, mark)
+	l.mu.Unlock()
+	if conflict {
+		return false
+	}
+	for _, e := range late {
+		st.Remember(e.adm)
+	}
+	ps := &planState{st: st, seq: seq, generation: generation}
+	cur := *l.states.Load()
+	next := maps.Clone(cur)
+	next[pol] = ps
+	l.states.Store(&next)
+	if old := cur[pol]; old != nil {
+		old.retired = true // its lock is held
+	}
 	return true
+}
+
+// decidedSince returns policy pol's admission decisions recorded after seq, in their order, and
+// whether one of them promoted a node. The caller holds mu.
+func (l *Ledger) decidedSince(pol string, seq uint64) ([]*entry, bool) {
+	var out []*entry
+	for _, e := range l.entries {
+		if e.policy != pol || e.seq <= seq || e.adm == nil {
+			continue
+		}
+		if e.adm.Role == extender.AdmitRouteReflector {
+			return nil, true
+		}
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
+	return out, false
 }
 
 // Plan computes policy m's plan from the cache with the ledger's assumed changes and commits it, as
@@ -447,53 +595,29 @@ func (l *Ledger) Plan(valid []Managed, cache []*corev1.Node, m Managed, now time
 	return in, res, l.Commit(m.Policy.Generation, in, res, seq)
 }
 
-// BlockDecisions stops admission decisions until the returned function is called, so that a plan
-// computed meanwhile cannot conflict with them.
-func (l *Ledger) BlockDecisions() (unblock func()) {
-	l.decide.Lock()
-	return l.decide.Unlock
+// HoldPromotions keeps admission decisions from promoting a node until the returned function is
+// called, so that a plan computed meanwhile cannot conflict with them (the reconciler's plan after
+// a conflict). Admissions are still answered at once: a client role, or none. It waits only for
+// the decisions being taken as it starts.
+func (l *Ledger) HoldPromotions() (release func()) {
+	l.hold.Add(1)
+	for _, ps := range *l.states.Load() {
+		ps.mu.Lock() // a decision that read no hold is recorded before this returns
+		ps.mu.Unlock()
+	}
+	var once sync.Once
+	return func() { once.Do(func() { l.hold.Add(-1) }) }
 }
 
 // DropPolicy forgets a deleted policy's plan.
 func (l *Ledger) DropPolicy(name string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.states, name)
+	l.publish(func(m map[string]*planState) { delete(m, name) })
 }
 
 // OwnedChanges returns the label and annotation changes that turn n's owned keys into want's.
 func OwnedChanges(rrLabelKey string, n *corev1.Node, want extender.NodeState) (lbl, ann map[string]*string) {
-	return diffKeys(extender.OwnedLabelKeys(rrLabelKey), n.Labels, want.Labels), diffKeys(ownedAnnotationKeys, n.Annotations, want.Annotations)
+	return extender.OwnedChanges(rrLabelKey, n, want)
 }
 
-var ownedAnnotationKeys = extender.OwnedAnnotationKeys()
-
-func diffKeys(keys []string, cur, want map[string]string) map[string]*string {
-	var out map[string]*string
-	for _, k := range keys {
-		w, wok := want[k]
-		c, cok := cur[k]
-		if wok == cok && w == c {
-			continue
-		}
-		if out == nil {
-			out = map[string]*string{}
-		}
-		if wok {
-			out[k] = &w
-		} else {
-			out[k] = nil
-		}
-	}
-	return out
-}
-
-// CeilSecond rounds t up to the second, in UTC. Draining marks have a resolution of one second
-// (RFC 3339); rounding up keeps the removalDelay from ever being cut short.
-func CeilSecond(t time.Time) time.Time {
-	u := t.UTC().Truncate(time.Second)
-	if u.Before(t) {
-		u = u.Add(time.Second)
-	}
-	return u
-}
+// CeilSecond rounds t up to the second, in UTC (extender.CeilSecond).
+func CeilSecond(t time.Time) time.Time { return extender.CeilSecond(t) }

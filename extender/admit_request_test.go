@@ -1,0 +1,44 @@
+package extender_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+// TestAdmitRequestDecidesOnceAndRemembers: one call reads the node, decides on the state and
+// remembers the decision in place of the node's earlier one; a decision equal to Prev is Prev
+// again, not recorded twice; NoPromotion keeps the node from becoming a route reflector.
+func TestAdmitRequestDecidesOnceAndRemembers(t *testing.T) {
+	p := admitPolicy(t, nil)
+	in := extender.Input{Policy: p, Now: admitT0}
+	st := extender.NewAdmitState(in, extender.Plan(in))
+	req := func(n *corev1.Node, o extender.DecideOptions) extender.AdmitAnswer {
+		return extender.AdmitNodeRequest(p, extender.AdmitRequest{Node: n, Now: admitT0, State: st, Decide: o})
+	}
+	n := admitNode(1, "zone-a", true)
+	held := req(n, extender.DecideOptions{Record: true, NoPromotion: true})
+	require.Equal(t, extender.AdmitDecide, held.Action, "%+v", held)
+	require.NotEqual(t, extender.AdmitRouteReflector, held.Role, "promoted with promotions held: %+v", held)
+
+	a := req(n, extender.DecideOptions{Record: true})
+	require.Equal(t, extender.AdmitRouteReflector, a.Role, "%+v", a)
+	require.True(t, a.Recorded, "%+v", a)
+	require.Equal(t, "224.0.0.1", *a.Annotations[extender.AnnotationClusterID], "the patch's cluster ID: %+v", a.Annotations)
+	require.Equal(t, 1, st.RouteReflectors())
+
+	again := req(n, extender.DecideOptions{Record: true, Prev: &a.Admission})
+	require.True(t, again.Same, "%+v", again)
+	require.False(t, again.Recorded, "%+v", again)
+	require.Equal(t, 1, st.RouteReflectors())
+
+	// The node turns NotReady before the cache showed its role: the new decision replaces the
+	// promotion in the counts.
+	n.Status.Conditions[0].Status = corev1.ConditionFalse
+	down := req(n, extender.DecideOptions{Record: true, Prev: &a.Admission})
+	require.NotEqual(t, extender.AdmitRouteReflector, down.Role, "%+v", down)
+	require.Zero(t, st.RouteReflectors(), "the promotion still counts after the node's next decision")
+}

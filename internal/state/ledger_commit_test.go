@@ -1,0 +1,243 @@
+package state
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// admitFixture is a leader's ledger with the default policy (MultiCluster) committed on a cache of
+// settled nodes over three zones.
+type admitFixture struct {
+	l     *Ledger
+	pols  *Policies
+	m     Managed
+	cache []*corev1.Node
+}
+
+func newAdmitFixture(t *testing.T, nodes int) *admitFixture {
+	t.Helper()
+	p := policy.Default("default")
+	p.UID, p.Generation = types.UID("uid-default"), 1
+	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
+	idx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	require.NoError(t, idx.Add(p))
+	f := &admitFixture{l: NewLedger(0, func() time.Time { return tNow }), pols: NewPolicies(idx)}
+	f.m, _ = f.pols.Get("default")
+	for i := range nodes {
+		f.cache = append(f.cache, mkNode(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3)))
+	}
+	f.l.SetLeader(true)
+	in, res, ok := f.l.Plan(f.pols.Valid(), f.cache, f.m, tNow, nil)
+	require.True(t, ok, "first commit")
+	for i, n := range in.Nodes { // the cache shows the plan
+		for k, v := range res.Nodes[i].Labels {
+			n.Labels[k] = v
+		}
+		for k, v := range res.Nodes[i].Annotations {
+			n.Annotations[k] = v
+		}
+	}
+	_, _, ok = f.l.Plan(f.pols.Valid(), f.cache, f.m, tNow, nil)
+	require.True(t, ok, "commit on the settled cache")
+	return f
+}
+
+// join admits a new Ready node of zone as the mutating webhook does.
+func (f *admitFixture) join(name, zone string) extender.AdmitAnswer {
+	_, ans, _ := f.l.AdmitNode(f.pols, NodeAdmission{Node: mkNode(name, zone), Now: tNow})
+	return ans
+}
+
+// known returns the role the published state of the default policy gives the node.
+func (f *admitFixture) known(name string) (extender.AdmitRole, bool) {
+	ps := (*f.l.states.Load())["default"]
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.st.Known(name)
+}
+
+// within fails the test when ch gives nothing for a minute: what it waits for is blocked (the
+// minute only turns a deadlock into a failure; the order is the channels').
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+		require.FailNow(t, what)
+		panic("unreachable")
+	}
+}
+
+// TestLedgerAdmissionDuringCommit: an admission is answered while a commit holds the state it built
+// (it takes no lock an admission takes then), and the decisions taken after the plan's input was
+// read (before the commit, and during it) are in the state the commit publishes.
+func TestLedgerAdmissionDuringCommit(t *testing.T) {
+	f := newAdmitFixture(t, 12)
+	nodes, seq := f.l.Overlay(f.cache)   // the reconciler reads its input...
+	before := f.join("join-1", "zone-a") // ...then a node joins
+	require.Equal(t, extender.AdmitClient, before.Role, "join-1: %+v", before)
+	in := extender.Input{Policy: f.m.Resolved, Nodes: nodes, Now: tNow}
+	res := extender.Plan(in)
+
+	built, release := make(chan struct{}), make(chan struct{})
+	f.l.built = func() { close(built); <-release }
+	committed := make(chan bool)
+	go func() { committed <- f.l.Commit(1, in, res, seq) }()
+	within(t, built, "the commit never built its state")
+
+	answered := make(chan extender.AdmitAnswer)
+	go func() { answered <- f.join("join-2", "zone-b") }()
+	select {
+	case ans := <-answered:
+		require.Equal(t, extender.AdmitClient, ans.Role, "join-2 during the commit: %+v", ans)
+		require.True(t, ans.Recorded, "join-2 during the commit: %+v", ans)
+	case <-committed:
+		require.FailNow(t, "the commit ended while it was held")
+	case <-time.After(time.Minute):
+		require.FailNow(t, "the admission waited for the commit")
+	}
+	close(release)
+	require.True(t, within(t, committed, "the commit never ended"), "commit")
+
+	for _, name := range []string{"join-1", "join-2"} {
+		role, ok := f.known(name)
+		assert.True(t, ok, "%s: not in the published state", name)
+		assert.Equal(t, extender.AdmitClient, role, "%s: role in the published state", name)
+	}
+	// The published state is the one admissions decide on: join-2 again is the same decision.
+	again := f.join("join-2", "zone-b")
+	assert.True(t, again.Same, "join-2 again: %+v", again)
+}
+
+// TestLedgerPromotionDuringCommitConflicts: a promotion decided while a commit builds its state
+// fails the commit (its plan did not count the new route reflector); the promotion stands.
+func TestLedgerPromotionDuringCommitConflicts(t *testing.T) {
+	f := newAdmitFixture(t, 0)
+	nodes, seq := f.l.Overlay(nil)
+	in := extender.Input{Policy: f.m.Resolved, Nodes: nodes, Now: tNow}
+	res := extender.Plan(in)
+	built, release := make(chan struct{}), make(chan struct{})
+	f.l.built = func() { close(built); <-release }
+	committed := make(chan bool)
+	go func() { committed <- f.l.Commit(1, in, res, seq) }()
+	within(t, built, "the commit never built its state")
+	ans := f.join("node-1", "zone-a")
+	require.Equal(t, extender.AdmitRouteReflector, ans.Role, "node-1: %+v", ans)
+	close(release)
+	require.False(t, within(t, committed, "the commit never ended"), "a commit that missed a promotion succeeded")
+	role, ok := f.known("node-1")
+	assert.True(t, ok && role == extender.AdmitRouteReflector, "the promotion is not in the state admissions decide on: %v %v", role, ok)
+	// Planned again, the plan counts it.
+	f.l.built = nil
+	in2, res2, ok := f.l.Plan(f.pols.Valid(), nil, f.m, tNow, nil)
+	require.True(t, ok, "commit after the promotion")
+	require.Len(t, in2.Nodes, 1, "input")
+	require.Equal(t, 1, res2.Summary.RouteReflectors, "plan %+v", res2.Summary)
+}
+
+// TestLedgerAnswersDuringSlowPlan: a plan made slow on purpose (its failure drills wait) holds the
+// reconciler; admissions are answered meanwhile, and the plan commits with them.
+func TestLedgerAnswersDuringSlowPlan(t *testing.T) {
+	f := newAdmitFixture(t, 12)
+	inPlan, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.l.Drills = func(extender.Input, *extender.Result) ([]extender.Drill, error) {
+		once.Do(func() { close(inPlan) })
+		<-release
+		return nil, nil
+	}
+	planned := make(chan bool)
+	go func() {
+		_, _, ok := f.l.Plan(f.pols.Valid(), f.cache, f.m, tNow, nil)
+		planned <- ok
+	}()
+	within(t, inPlan, "the plan never ran its drills")
+	answered := make(chan extender.AdmitAnswer)
+	go func() {
+		for i := range 10 {
+			answered <- f.join(fmt.Sprintf("join-%d", i), fmt.Sprintf("zone-%c", 'a'+i%3))
+		}
+	}()
+	for i := range 10 {
+		select {
+		case ans := <-answered:
+			require.Equal(t, extender.AdmitClient, ans.Role, "join-%d during the plan: %+v", i, ans)
+		case <-planned:
+			require.FailNow(t, "the plan ended while it was held")
+		case <-time.After(time.Minute):
+			require.FailNow(t, "an admission waited for the plan")
+		}
+	}
+	close(release)
+	require.True(t, within(t, planned, "the plan never ended"), "commit")
+	for i := range 10 {
+		_, ok := f.known(fmt.Sprintf("join-%d", i))
+		assert.True(t, ok, "join-%d: not in the published state", i)
+	}
+}
+
+// TestLedgerHoldPromotions: while promotions are held, a node that would be promoted is answered
+// at once without the role; released, it is promoted.
+func TestLedgerHoldPromotions(t *testing.T) {
+	f := newAdmitFixture(t, 0)
+	release := f.l.HoldPromotions()
+	ans := f.join("node-1", "zone-a")
+	require.Equal(t, extender.AdmitDecide, ans.Action, "%+v", ans)
+	require.NotEqual(t, extender.AdmitRouteReflector, ans.Role, "promoted while promotions are held: %+v", ans)
+	release()
+	release() // twice is once
+	ans = f.join("node-1", "zone-a")
+	require.Equal(t, extender.AdmitRouteReflector, ans.Role, "after the hold: %+v", ans)
+}
+
+// TestLedgerConcurrentAdmissionsAndCommits (run with -race): admissions and commits interleave
+// freely; every admitted node is in the state the last commit published.
+func TestLedgerConcurrentAdmissionsAndCommits(t *testing.T) {
+	f := newAdmitFixture(t, 12)
+	const joiners = 200
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Go(func() {
+			for i := g; i < joiners; i += 2 {
+				ans := f.join(fmt.Sprintf("join-%03d", i), fmt.Sprintf("zone-%c", 'a'+i%3))
+				assert.Equal(t, extender.AdmitClient, ans.Role, "join-%03d: %+v", i, ans)
+			}
+		})
+	}
+	stop := make(chan struct{})
+	commits := make(chan int)
+	go func() {
+		n := 0
+		defer func() { commits <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, _, ok := f.l.Plan(f.pols.Valid(), f.cache, f.m, tNow, nil); ok {
+				n++
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	require.Positive(t, <-commits, "no commit")
+	for i := range joiners {
+		_, ok := f.known(fmt.Sprintf("join-%03d", i))
+		require.True(t, ok, "join-%03d: not in the published state", i)
+	}
+}
