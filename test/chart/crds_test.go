@@ -195,8 +195,56 @@ func TestCRDUpgradeWithHelm(t *testing.T) {
 
 	bc := <-binc
 	require.NoError(t, bc.err)
-	// The hook's service account, impersonated by the admin: only the hook's RBAC applies.
-	sa := "system:serviceaccount:" + ns + ":rra-calico-rr-autoscaler-crds"
+
+	start = time.Now()
+	upgraded := make(chan error, 1)
+	go func() { _, err := helm("upgrade", "rra", chartDir(t), "--timeout", "2m"); upgraded <- err }()
+	const jobName = "rra-calico-rr-autoscaler-crds"
+	playCRDHook(t, env, ns, jobName, bc.bin, upgraded)
+	select {
+	case err := <-upgraded:
+		require.NoError(t, err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("helm upgrade did not end after its hook Job completed")
+	}
+	t.Logf("helm upgrade (with the hook) in %s", time.Since(start).Round(time.Millisecond))
+
+	got, err = ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.True(t, serves(got), "the hook applied the new CRD")
+	var managers []string
+	for _, m := range got.ManagedFields {
+		managers = append(managers, fmt.Sprintf("%s/%s", m.Manager, m.Operation))
+	}
+	require.Contains(t, managers, "calico-rr-autoscaler/Apply")
+	testenv.Eventually(t, "a policy using the new field accepted", time.Minute, 200*time.Millisecond, func() error { return strict("after") })
+	_, err = policies.Get(ctx, "default", metav1.GetOptions{})
+	require.NoError(t, err, "the default policy is still there")
+	// hook-succeeded: the hook's objects are gone.
+	_, err = kube.BatchV1().Jobs(ns).Get(ctx, jobName, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "hook Job: %v", err)
+	_, err = kube.RbacV1().ClusterRoles().Get(ctx, jobName, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "hook ClusterRole: %v", err)
+
+	_, err = helm("uninstall", "rra")
+	require.NoError(t, err)
+	_, err = ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{})
+	require.NoError(t, err, "helm uninstall leaves the CRD (crds/)")
+}
+
+// playCRDHook plays the pre-upgrade hook Job jobName of a `helm upgrade` running beside it (its
+// error arrives on upgraded) where no kubelet runs: once Helm created the Job (after its service
+// account and RBAC, which it checks), it runs bin (the product built from this tree, whose
+// embedded CRD is this chart's) with the Job's own args as the hook's service account
+// (impersonated by the admin, so only the hook's RBAC applies), then marks the Job Complete with
+// the conditions the Job controller of Kubernetes 1.34 sets, so that Helm goes on. It returns the
+// command's output.
+func playCRDHook(t *testing.T, env *testenv.Env, ns, jobName, bin string, upgraded <-chan error) string {
+	t.Helper()
+	ctx := t.Context()
+	kube, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	sa := "system:serviceaccount:" + ns + ":" + jobName
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: env.URL, CertificateAuthorityData: env.CAData}
 	kc.AuthInfos["hook"] = &clientcmdapi.AuthInfo{Token: env.Token(testenv.UserAdmin), Impersonate: sa}
@@ -205,10 +253,6 @@ func TestCRDUpgradeWithHelm(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, clientcmd.WriteToFile(*kc, kubeconfig))
 
-	start = time.Now()
-	upgraded := make(chan error, 1)
-	go func() { _, err := helm("upgrade", "rra", chartDir(t), "--timeout", "2m"); upgraded <- err }()
-	const jobName = "rra-calico-rr-autoscaler-crds"
 	jobs := kube.BatchV1().Jobs(ns)
 	var job *batchv1.Job
 	for deadline := time.Now().Add(time.Minute); job == nil; time.Sleep(100 * time.Millisecond) {
@@ -231,7 +275,7 @@ func TestCRDUpgradeWithHelm(t *testing.T) {
 	require.NoError(t, err)
 	c := job.Spec.Template.Spec.Containers[0]
 	require.Equal(t, "crds", c.Args[0], "the Job runs crds apply: %v", c.Args)
-	cmd := exec.CommandContext(ctx, bc.bin, append(append([]string{}, c.Args...), "--kubeconfig="+kubeconfig)...)
+	cmd := exec.CommandContext(ctx, bin, append(append([]string{}, c.Args...), "--kubeconfig="+kubeconfig)...)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "the hook's command: %s", out)
 	t.Logf("the hook's command (%v): %s", c.Args, out)
@@ -242,33 +286,5 @@ func TestCRDUpgradeWithHelm(t *testing.T) {
 	}}
 	_, err = jobs.UpdateStatus(ctx, job, metav1.UpdateOptions{})
 	require.NoError(t, err, "marking the hook Job Complete")
-	select {
-	case err := <-upgraded:
-		require.NoError(t, err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("helm upgrade did not end after its hook Job completed")
-	}
-	t.Logf("helm upgrade (with the hook) in %s", time.Since(start).Round(time.Millisecond))
-
-	got, err = ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{})
-	require.NoError(t, err)
-	require.True(t, serves(got), "the hook applied the new CRD")
-	var managers []string
-	for _, m := range got.ManagedFields {
-		managers = append(managers, fmt.Sprintf("%s/%s", m.Manager, m.Operation))
-	}
-	require.Contains(t, managers, "calico-rr-autoscaler/Apply")
-	testenv.Eventually(t, "a policy using the new field accepted", time.Minute, 200*time.Millisecond, func() error { return strict("after") })
-	_, err = policies.Get(ctx, "default", metav1.GetOptions{})
-	require.NoError(t, err, "the default policy is still there")
-	// hook-succeeded: the hook's objects are gone.
-	_, err = jobs.Get(ctx, jobName, metav1.GetOptions{})
-	require.True(t, apierrors.IsNotFound(err), "hook Job: %v", err)
-	_, err = kube.RbacV1().ClusterRoles().Get(ctx, jobName, metav1.GetOptions{})
-	require.True(t, apierrors.IsNotFound(err), "hook ClusterRole: %v", err)
-
-	_, err = helm("uninstall", "rra")
-	require.NoError(t, err)
-	_, err = ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{})
-	require.NoError(t, err, "helm uninstall leaves the CRD (crds/)")
+	return string(out)
 }
