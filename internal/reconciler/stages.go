@@ -280,4 +280,3 @@ func idStageSessions(m *handoverMemo, missing []string) {
 func idStageStale(m *handoverMemo, rr string, cns *apiv3.CalicoNodeStatus) bool {
 	return rr == m.idStage.node && cns.Status.LastUpdated.Time.Before(m.idStage.at.Add(idSettleMin))
 }
-
