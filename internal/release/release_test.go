@@ -59,7 +59,7 @@ const repository = "calico-rr-autoscaler/calico-rr-autoscaler"
 //
 // Over a minute: 56 to 98 s on 2 loaded cores (77 s to 2 min 33 s with its compilation), 31 to
 // 69 s of it the release (the image's two cross-compiled builds, Go's build cache warm; cold, as
-// internal/image's shared build says, much longer), 10 s building hack/sign (6 min 30 s cold:
+// internal/image's shared build says, much longer), 10 to 18 s building hack/sign (6 min 30 s cold:
 // cosign's dependencies), 5 to 10 s the API server's start, under 2.5 s from the entrypoint's start
 // to the webhooks answering. The test builds the linux plugin archives
 // only (they reuse the image's binaries); `make release` also builds darwin's.
