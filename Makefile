@@ -8,8 +8,10 @@ CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CO
 TOOLS_ENV := $${RRA_CACHE:-$$HOME/.cache/calico-rr-autoscaler}/bin/env.sh
 IMAGE ?= calico-rr-autoscaler:dev
 IMAGE_DIR ?= bin/image
+RELEASE_DIR ?= bin/release
+VERSION ?=
 
-.PHONY: all build test test-all test-transitions test-short lint generate tools bench fuzz image demo clean
+.PHONY: all build test test-all test-transitions test-short lint generate tools bench fuzz image release demo clean
 
 all: lint build test
 
@@ -54,6 +56,9 @@ fuzz: ## Fuzz the planner for a minute
 
 image: ## Build the OCI image (linux/amd64 and linux/arm64) into bin/image without a container engine; prints its digests
 	$(GO) run ./hack/image -out $(IMAGE_DIR) -image $(IMAGE)
+
+release: ## Write a release into bin/release without a container engine: the image (OCI layout), the chart package (version and image digest pinned), the SBOM, the kubectl-rr archives and their krew manifest (docs/release.md)
+	$(GO) run ./hack/release -out $(RELEASE_DIR) $(if $(VERSION),-version $(VERSION))
 
 clean:
 	rm -rf bin/
