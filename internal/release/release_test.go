@@ -62,8 +62,11 @@ const repository = "calico-rr-autoscaler/calico-rr-autoscaler"
 // internal/image's shared build says, much longer), 10 to 18 s building hack/sign (6 min 30 s cold:
 // cosign's dependencies), 5 to 10 s the API server's start, under 2.5 s from the entrypoint's start
 // to the webhooks answering. The test builds the linux plugin archives
-// only (they reuse the image's binaries); `make release` also builds darwin's.
-func TestReleaseInstallFromOCIRegistry(t *testing.T) {
+// only (they reuse the image's binaries); `make release` also builds darwin's. It runs in make
+// test-all (the name ends in Large): make test keeps its time budget, and internal/image's tests
+// already run the shipped image's entrypoint in make test.
+func TestReleaseInstallFromOCIRegistryLarge(t *testing.T) {
+	testenv.SlowProof(t)
 	if testing.Short() {
 		t.Skip("builds the image and needs kube-apiserver and etcd")
 	}
