@@ -44,7 +44,7 @@ import (
 
 const repository = "calico-rr-autoscaler/calico-rr-autoscaler"
 
-// TestReleaseInstallFromOCIRegistry builds a release (package release: the image, the chart
+// TestReleaseInstallFromOCIRegistryLarge builds a release (package release: the image, the chart
 // package with the image's digest pinned, the SBOM, the kubectl-rr archives and the krew
 // manifest), pushes the image index and the chart to an in-process OCI registry
 // (go-containerregistry's pkg/registry), signs and verifies both with cosign's Go module
