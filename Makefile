@@ -27,14 +27,15 @@ generate: ## Regenerate deepcopy, the CRD and its reference (docs/policy-referen
 tools: ## Build (or reuse the cached) kube-apiserver, etcd, kubectl and helm
 	hack/tools.sh
 
-# internal/serve first: the longest package starts at once. Three packages at a time and four
+# internal/serve and bgpverify first: the two longest packages start at once, the others share
+# the third package slot beside them. Three packages at a time and four
 # parallel tests in each (the defaults are the core count, 2): the live tests mostly wait on their
 # own API servers, BGP timers and grace periods, so on two cores they overlap their waits.
 TEST_FLAGS ?= -p 3 -parallel 4
 test: tools ## Run every test: unit, fuzz seeds, integration on a real kube-apiserver
-	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./internal/serve/ ./...
+	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./internal/serve/ ./internal/tools/bgpverify/ ./...
 
-test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller, and the live transitions proof); .ci/run runs it after make test
+test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller, the live transitions proof, the release's OCI install); not in .ci/run: run it before a release
 	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 40m -run 'Large$$|^TestTransitionsOnRealBIRD$$' ./...
 
 test-transitions: tools ## The live transitions proof on confd + BIRD, the short history (also in make test-all) and the long one (not in CI: some events still lose routes, issue 36)

@@ -20,7 +20,8 @@ const EnvAll = "RRA_TEST_ALL"
 
 // SlowProof skips the calling test unless `make test-all` runs it (RRA_TEST_ALL set). A slow
 // proof is a larger size of a proof that `make test` already runs at the size that shows its
-// failure modes; `.ci/run` runs both targets, so every proof still runs on every change.
+// failure modes (or a proof too slow for make test's budget); `.ci/run` runs make test, and make
+// test-all is run before a release and when touching what a slow proof covers.
 func SlowProof(t testing.TB) {
 	t.Helper()
 	if os.Getenv(EnvAll) == "" {
