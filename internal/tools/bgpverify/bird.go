@@ -151,11 +151,12 @@ func (f *birdFleet) start(ctx context.Context) error {
 		}
 	}
 	if f.configs != nil {
-		// confd's configurations keep BIRD's default timers (error wait 60-300 s, connect retry
-		// 120 s): a BIRD that started early and found a peer not listening yet waits a minute or
-		// more before it tries again, which made a fresh lab of 50 take up to 80 s to converge. Every
-		// BIRD listens now: each restarts its protocols once, as an operator's `birdcl restart all`
-		// after a rollout, and they connect within BIRD's start delay.
+		// A BIRD that started before its peers tried them while they did not listen yet and
+		// backs off (confd's template: error wait 5 to 30 s, connect retry 5 s). Every BIRD
+		// listens now: each restarts its protocols once, as an operator's `birdcl restart all`
+		// after a rollout, so that they connect after the template's 2 s connect delay. (A fresh
+		// lab of 50 still took 17 to 80 s to converge before this and 25 to 51 s at 30 nodes
+		// after it, under load: the rest is not explained yet.)
 		for i := range f.nodes {
 			if f.nodes[i].absent {
 				continue
