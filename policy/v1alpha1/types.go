@@ -132,7 +132,7 @@ type RouteReflectorPolicySpec struct {
 	// +optional
 	Scaling *Scaling `json:"scaling,omitempty"`
 
-	// Topology is the route reflector layout [MultiCluster].
+	// Topology is the route reflector layout [DualPlane].
 	// +optional
 	Topology *Topology `json:"topology,omitempty"`
 
