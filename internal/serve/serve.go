@@ -287,7 +287,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		Nodes:     s.Nodes,
 		Policies:  s.Policies,
 		Ledger:    s.Ledger,
-		Recorder:  mgr.GetEventRecorderFor("calico-rr-autoscaler"),
+		Recorder:  reconciler.NewLoggingRecorder(mgr.GetEventRecorderFor("calico-rr-autoscaler"), ctrl.Log.WithName("events")),
 		PeerAPI:   gv,
 		Coalesce:  o.Coalesce,
 		Log:       ctrl.Log.WithName("reconciler"),
