@@ -19,10 +19,11 @@ build: ## Build the binary into bin/ (and bin/kubectl-rr, the kubectl plugin: ku
 	$(GO) build -trimpath -o $(BIN) ./cmd/calico-rr-autoscaler
 	ln -sf calico-rr-autoscaler bin/kubectl-rr
 
-generate: ## Regenerate deepcopy, the CRD and its reference (docs/policy-reference.md) from policy/
+generate: ## Regenerate deepcopy, the CRD and its reference (docs/policy-reference.md) from policy/, and the metrics reference (docs/operations.md)
 	$(CONTROLLER_GEN) object paths=./policy/... crd:crdVersions=v1 output:crd:artifacts:config=policy/crd
 	hack/sync-chart-crd.sh
 	$(GO) run ./hack/policydoc policy/crd/routereflector.io_routereflectorpolicies.yaml docs/policy-reference.md
+	$(GO) run ./hack/metricsdoc
 
 tools: ## Build (or reuse the cached) kube-apiserver, etcd, kubectl and helm
 	hack/tools.sh
