@@ -213,33 +213,6 @@ func TestLayout(t *testing.T) {
 
 // unpack extracts an image's layer under root as the container runtime would (owners and modes
 // from the tar headers).
-func unpack(t *testing.T, img v1.Image, root string) {
-	t.Helper()
-	hs, files := layerFiles(t, img)
-	for _, h := range hs {
-		dst := filepath.Join(root, filepath.FromSlash(h.Name))
-		switch h.Typeflag {
-		case tar.TypeDir:
-			require.NoError(t, os.MkdirAll(dst, 0o755))
-		case tar.TypeReg:
-			require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o755))
-			require.NoError(t, os.WriteFile(dst, files["/"+h.Name], 0o600))
-		default:
-			t.Fatalf("%s: unexpected type %c", h.Name, h.Typeflag)
-		}
-		require.NoError(t, os.Lchown(dst, h.Uid, h.Gid))
-		require.NoError(t, os.Chmod(dst, os.FileMode(h.Mode&0o777)|modeBits(h.Mode)))
-	}
-}
-
-func modeBits(m int64) os.FileMode {
-	var out os.FileMode
-	if m&0o1000 != 0 {
-		out |= os.ModeSticky
-	}
-	return out
-}
-
 // renderDeployment renders the chart with Helm's Go code (as `helm template` would) and returns
 // the manifest and its Deployment.
 func renderDeployment(t *testing.T, values string) (string, *appsv1.Deployment) {
@@ -299,13 +272,9 @@ func TestEntrypointAsChartRunsIt(t *testing.T) {
 	require.NoError(t, err)
 
 	// The container's root: under a directory the unprivileged user can traverse.
-	tmp, err := os.MkdirTemp("", "rra-rootfs-")
+	root, cleanup, err := image.UnpackRoot(img)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
-	require.NoError(t, os.Chmod(tmp, 0o755))
-	root := filepath.Join(tmp, "root")
-	require.NoError(t, os.Mkdir(root, 0o755))
-	unpack(t, img, root)
+	t.Cleanup(cleanup)
 	cf, err := img.ConfigFile()
 	require.NoError(t, err)
 
@@ -374,7 +343,7 @@ func TestEntrypointAsChartRunsIt(t *testing.T) {
 		}
 	}
 
-	logPath := filepath.Join(tmp, "serve.log")
+	logPath := filepath.Join(filepath.Dir(root), "serve.log")
 	logf, err := os.Create(logPath)
 	require.NoError(t, err)
 	defer logf.Close()

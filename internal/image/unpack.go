@@ -28,6 +28,27 @@ func Unpack(img v1.Image, root string) error {
 	return nil
 }
 
+// UnpackRoot unpacks img into a fresh container root under a temporary directory the
+// unprivileged user 65532 can traverse, and returns the root and what removes it.
+func UnpackRoot(img v1.Image) (root string, cleanup func(), err error) {
+	tmp, err := os.MkdirTemp("", "rra-rootfs-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { _ = os.RemoveAll(tmp) }
+	root = filepath.Join(tmp, "root")
+	if err = os.Chmod(tmp, 0o755); err == nil {
+		if err = os.Mkdir(root, 0o755); err == nil {
+			err = Unpack(img, root)
+		}
+	}
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return root, cleanup, nil
+}
+
 func unpackLayer(l v1.Layer, root string) error {
 	rc, err := l.Uncompressed()
 	if err != nil {

@@ -180,13 +180,9 @@ func TestReleaseInstallFromOCIRegistryLarge(t *testing.T) {
 	cf, err := img.ConfigFile()
 	require.NoError(t, err)
 
-	tmp, err := os.MkdirTemp("", "rra-release-rootfs-")
+	rootfs, cleanup, err := image.UnpackRoot(img)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
-	require.NoError(t, os.Chmod(tmp, 0o755))
-	rootfs := filepath.Join(tmp, "root")
-	require.NoError(t, os.Mkdir(rootfs, 0o755))
-	require.NoError(t, image.Unpack(img, rootfs))
+	t.Cleanup(cleanup)
 
 	// The API server calls the webhooks at the chart's Service: here, 127.0.0.1.
 	svc, err := cs.CoreV1().Services(ns).Get(t.Context(), "calico-rr-autoscaler", metav1.GetOptions{})
