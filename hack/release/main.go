@@ -3,7 +3,7 @@
 // digest pinned, the SBOM (CycloneDX), the kubectl-rr archives and their krew manifest, and
 // SHA256SUMS. `make release` runs it:
 //
-//	go run ./hack/release -out bin/release -version 0.1.0
+//	go run ./hack/release -out bin/release -version 0.2.0
 package main
 
 import (

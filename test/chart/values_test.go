@@ -277,7 +277,7 @@ func TestRenderDefaults(t *testing.T) {
 	require.Equal(t, "calico-rr-autoscaler", pod.ServiceAccountName)
 	require.Contains(t, c.Args, "--leader-elect")
 	require.NotContains(t, strings.Join(c.Args, " "), "--self-managed-certs")
-	require.Equal(t, "ghcr.io/calico-rr-autoscaler/calico-rr-autoscaler:0.1.0", c.Image)
+	require.Equal(t, "ghcr.io/calico-rr-autoscaler/calico-rr-autoscaler:0.2.0", c.Image)
 	require.False(t, pod.HostNetwork)
 	svc := typed[corev1.Service](t, r.get(t, "Service", fullname))
 	require.EqualValues(t, 443, svc.Spec.Ports[0].Port)
