@@ -47,8 +47,9 @@ type idStage struct {
 // (requeued). A held change must not cost a route: the graph model checks the state the
 // reconcile leaves (the view with the patches written, the plan's BGPPeers beside the old ones,
 // the NotReady nodes down) against the plan applied whole. The change to make is the first, in
-// name order, whose state passes, with the other patches or alone (they then wait); while one settles, the other patches go only if holding the
-// changes passes, else nothing goes. Where no staged state passes (or the policy has more than
+// name order, whose state passes, with the other patches or alone (they then wait). While one
+// settles, the other patches go only if holding the changes passes, else nothing goes (when the
+// cluster as it is passes). Where no staged state passes (or the policy has more than
 // transitionMaxNodes nodes, beyond the model's budget per reconcile), everything goes at once, as
 // before staging.
 func (r *Reconciler) stageClusterIDs(st *State, phases *[3][]nodePatch) {
