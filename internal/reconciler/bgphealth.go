@@ -215,7 +215,6 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			msg := bgpDownMessage(rr, nh, rrFamilies(rrIPs, cns, clientFams), p.BGPGrace)
 			r.Recorder.Event(ref, corev1.EventTypeWarning, EventBGPDown, msg)
 			r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventBGPDown, msg)
-			r.Log.Info("route reflector BGP down", "policy", st.Name, "node", rr, "reason", EventBGPDown, "families", nh.Families.String(), "sessions", nh.Sessions)
 		case wasFailed && !keep:
 			delete(m.bgpAnnounced, rr)
 			msg := fmt.Sprintf("%s: BGP sessions Established again for %s: it may be a route reflector again", rr, extender.BGPHold(p))
