@@ -25,6 +25,7 @@ type nodePatch struct {
 	name     string
 	lbl, ann map[string]*string
 	change   *RoleChange
+	phase    int // patchNodes' phase: 0 active route reflectors, 1 clients, 2 draining marks
 }
 
 // patchNodes writes the plan's owned labels and annotations to the nodes that differ, with merge
@@ -67,13 +68,12 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 				continue
 			}
 		}
-		np := nodePatch{name: want.Name, lbl: lbl, ann: ann}
-		phase := 1 // a client
+		np := nodePatch{name: want.Name, lbl: lbl, ann: ann, phase: 1} // a client
 		switch {
 		case wantRR && want.Annotations[extender.AnnotationDrainingSince] != "":
-			phase = 2
+			np.phase = 2
 		case wantRR:
-			phase = 0
+			np.phase = 0
 		}
 		switch kind {
 		case KindPromoted:
@@ -83,7 +83,7 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		case KindClusterIDChanged:
 			np.change = clusterIDChanged(st, cur, want)
 		}
-		phases[phase] = append(phases[phase], np)
+		phases[np.phase] = append(phases[np.phase], np)
 	}
 	r.stageClusterIDs(st, &phases)
 	for _, patches := range phases {

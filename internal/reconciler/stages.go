@@ -70,11 +70,7 @@ func (r *Reconciler) stageClusterIDs(st *State, phases *[3][]nodePatch) {
 	slices.SortFunc(held, func(a, b nodePatch) int { return strings.Compare(a.name, b.name) })
 	putBack := func(nps ...nodePatch) {
 		for _, np := range nps {
-			phase := 0
-			if np.ann[extender.AnnotationDrainingSince] != nil || st.View[np.name].Annotations[extender.AnnotationDrainingSince] != "" {
-				phase = 2
-			}
-			phases[phase] = append(phases[phase], np)
+			phases[np.phase] = append(phases[np.phase], np)
 		}
 	}
 	if len(st.View) > transitionMaxNodes {
