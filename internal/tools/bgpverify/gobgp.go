@@ -51,6 +51,9 @@ type gobgpFleet struct {
 	// down: since when each session (node index, neighbor address) has been seen not
 	// Established, for resetStuck.
 	down map[stuckKey]time.Time
+	// resetAt: when each session (its two addresses, lower first) was last reset, so that its
+	// two ends, each seeing it stuck, do not reset it twice in a row (four resets colliding).
+	resetAt map[[2]string]time.Time
 }
 
 type stuckKey struct {
@@ -338,6 +341,21 @@ func (f *gobgpFleet) poll(ctx context.Context, i int) (nodeState, error) {
 // operator would do, starts that session over. A session to a stopped speaker is reset too,
 // harmlessly: it stays down.
 func (f *gobgpFleet) resetStuck(ctx context.Context, i int, addr string) {
+	pair := [2]string{f.nodes[i].addr.String(), addr}
+	if pair[1] < pair[0] {
+		pair[0], pair[1] = pair[1], pair[0]
+	}
+	f.mu.Lock()
+	if f.resetAt == nil {
+		f.resetAt = map[[2]string]time.Time{}
+	}
+	last, seen := f.resetAt[pair]
+	if seen && time.Since(last) < stuckAfter/2 {
+		f.mu.Unlock()
+		return // its other end reset it a moment ago
+	}
+	f.resetAt[pair] = time.Now()
+	f.mu.Unlock()
 	logf(f.opts, "gobgp %s: session with %s not established for %v: resetting both ends", f.nodes[i].name, addr, stuckAfter)
 	if s := f.server(i); s != nil {
 		_ = s.ResetPeer(ctx, &api.ResetPeerRequest{Address: addr, Communication: "bgpverify: stuck session"})
