@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -48,8 +49,24 @@ type harness struct {
 	writes   atomic.Int32
 	policyNm string
 
+	// writeLimit, when positive, makes every write after the first writeLimit-1 fail: a leader that
+	// dies in the middle of a reconcile (see failover_test.go).
+	writeLimit atomic.Int32
+
 	mu          sync.Mutex
 	nodePatches []string // "name body" of every node patch, in the order they were sent
+}
+
+// errDied is the write error of a harness past its writeLimit.
+var errDied = errors.New("the leader died")
+
+// write counts a write and says whether it may go.
+func (h *harness) write() error {
+	n := h.writes.Add(1)
+	if l := h.writeLimit.Load(); l > 0 && n >= l {
+		return errDied
+	}
+	return nil
 }
 
 func scheme(t testing.TB) *runtime.Scheme {
@@ -90,7 +107,9 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 	// The fake API server sets no UID; a real one always does (cleanup compares them).
 	pol.UID = types.UID("uid-policy-" + pol.Name)
 	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-		h.writes.Add(1)
+		if err := h.write(); err != nil {
+			return err
+		}
 		if p, ok := obj.(*v1alpha1.RouteReflectorPolicy); ok && p.UID == "" {
 			p.UID = types.UID("uid-policy-" + p.Name)
 		}
@@ -101,11 +120,15 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 		WithInterceptorFuncs(interceptor.Funcs{
 			Create: count,
 			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-				h.writes.Add(1)
+				if err := h.write(); err != nil {
+					return err
+				}
 				return c.Update(ctx, obj, opts...)
 			},
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-				h.writes.Add(1)
+				if err := h.write(); err != nil {
+					return err
+				}
 				if _, ok := obj.(*corev1.Node); ok {
 					body, _ := p.Data(obj)
 					h.mu.Lock()
@@ -115,11 +138,15 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 				return c.Patch(ctx, obj, p, opts...)
 			},
 			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-				h.writes.Add(1)
+				if err := h.write(); err != nil {
+					return err
+				}
 				return c.Delete(ctx, obj, opts...)
 			},
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-				h.writes.Add(1)
+				if err := h.write(); err != nil {
+					return err
+				}
 				return c.SubResource(sub).Patch(ctx, obj, p, opts...)
 			},
 		}).Build()
