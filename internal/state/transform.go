@@ -36,13 +36,24 @@ func KeptAnnotation(key string) bool { return keptAnnotations[key] }
 // Label keys and values, and the kept annotations, are interned (unique.Make): a kubelet's Node has
 // some forty labels whose keys, and most values (zone, region, instance type, node pool, os,
 // arch), are the same on thousands of nodes, and each decoded Node carries its own copy of them.
-func StripNode(n *corev1.Node) *corev1.Node {
+//
+// StripNode keeps every label; the serve process's cache keeps only the labels the product reads
+// (LabelKeys.Strip).
+func StripNode(n *corev1.Node) *corev1.Node { return stripNode(n, nil) }
+
+// stripNode is StripNode keeping the labels whose key keep accepts (every label when keep is nil).
+func stripNode(n *corev1.Node, keep func(key string) bool) *corev1.Node {
 	n.ManagedFields = nil
 	n.OwnerReferences = nil
 	if len(n.Labels) > 0 {
-		labels := make(map[string]string, len(n.Labels))
+		var labels map[string]string
 		for k, v := range n.Labels {
-			labels[intern(k)] = intern(v)
+			if keep == nil || keep(k) {
+				if labels == nil {
+					labels = make(map[string]string, sizeHint(keep, len(n.Labels)))
+				}
+				labels[intern(k)] = intern(v)
+			}
 		}
 		n.Labels = labels
 	}
@@ -81,6 +92,14 @@ func TransformStrip(obj any) (any, error) {
 		return o, nil
 	}
 	return obj, nil
+}
+
+// sizeHint is the size of a stripped node's labels map: all of them, or a few.
+func sizeHint(keep func(string) bool, n int) int {
+	if keep == nil {
+		return n
+	}
+	return min(n, 4)
 }
 
 // intern returns the canonical copy of s: equal strings share their bytes.
