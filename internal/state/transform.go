@@ -1,6 +1,7 @@
 package state
 
 import (
+	"strings"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,9 @@ var keptAnnotations = func() map[string]bool {
 	return m
 }()
 
+// uniqueAnnotations are the kept annotations whose value is one node's own (its BGP addresses).
+var uniqueAnnotations = map[string]bool{extender.AnnotationCalicoIPv4: true, extender.AnnotationCalicoIPv6: true}
+
 // KeptAnnotation reports whether the cache keeps a node annotation of this key (the webhooks'
 // decoded nodes keep the same ones).
 func KeptAnnotation(key string) bool { return keptAnnotations[key] }
@@ -33,7 +37,8 @@ func KeptAnnotation(key string) bool { return keptAnnotations[key] }
 // invisible to everything but the resourceVersion. (The BGPSessions handover matches the
 // InternalIPs against a route reflector's BGP peers when Calico's BGP address annotation is absent.)
 //
-// Label keys and values, and the kept annotations, are interned (unique.Make): a kubelet's Node has
+// Label keys and values, and the kept annotations but the node's own BGP addresses, are interned
+// (unique.Make): a kubelet's Node has
 // some forty labels whose keys, and most values (zone, region, instance type, node pool, os,
 // arch), are the same on thousands of nodes, and each decoded Node carries its own copy of them.
 //
@@ -64,7 +69,11 @@ func stripNode(n *corev1.Node, keep func(key string) bool) *corev1.Node {
 				if keep == nil {
 					keep = map[string]string{}
 				}
-				keep[intern(k)] = intern(v)
+				if uniqueAnnotations[k] {
+					keep[intern(k)] = strings.Clone(v) // one node's own: interning would only add an entry
+				} else {
+					keep[intern(k)] = intern(v)
+				}
 			}
 		}
 		n.Annotations = keep
