@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
@@ -21,15 +23,24 @@ import (
 // PolicyValidator is /validate-routereflectorpolicy (CREATE and UPDATE): the policy's own
 // validation (every invalid field with its path), no overlap with another policy's nodeSelector (a
 // node may match at most one policy), and warnings for risky values.
+//
+// A selector on a node label key the cache does not hold on every node yet (LabelKeys: a key no
+// policy or BGPPeer read so far, dropped from the cached nodes until the cache has listed them
+// again) is not evaluated on the cache, where it would match nothing: the overlap is asked of the
+// API server (APIReader), and the cost warning waits for the next apply.
 type PolicyValidator struct {
 	Policies *state.Policies
 	Nodes    *state.NodeStore
+	// LabelKeys are the node label keys the cache keeps (nil: every key, as in tests).
+	LabelKeys *state.LabelKeys
+	// APIReader reads nodes from the API server when the cache does not hold a key.
+	APIReader client.Reader
 }
 
 var policyGK = v1alpha1.GroupVersion.WithKind("RouteReflectorPolicy").GroupKind()
 
 // Handle implements Handler.
-func (v *PolicyValidator) Handle(_ context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+func (v *PolicyValidator) Handle(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return Allowed(), nil
 	}
@@ -42,7 +53,7 @@ func (v *PolicyValidator) Handle(_ context.Context, req *admissionv1.AdmissionRe
 	}
 	errs := invalid(policy.Validate(p))
 	if len(errs) == 0 {
-		errs = v.overlap(p)
+		errs = v.overlap(ctx, p)
 	}
 	if len(errs) > 0 {
 		return Denied(policyGK, p.Name, errs), nil
@@ -63,6 +74,9 @@ func (v *PolicyValidator) costWarning(p *v1alpha1.RouteReflectorPolicy) []string
 	r, errs := policy.Resolve(p)
 	if len(errs) > 0 {
 		return nil
+	}
+	if pending := v.notHeld(r.LabelKeys()...); len(pending) > 0 {
+		return []string{fmt.Sprintf("route cost not computed: the node cache is listing the nodes again to keep the label keys %v; apply again in a few seconds for the figure", pending)}
 	}
 	var nodes []*corev1.Node
 	for _, n := range v.Nodes.List() {
@@ -87,7 +101,7 @@ func (v *PolicyValidator) costWarning(p *v1alpha1.RouteReflectorPolicy) []string
 
 // overlap reports another policy that selects a node this one selects: when either selects every
 // node, when both selectors are the same, or when a node in the cache matches both.
-func (v *PolicyValidator) overlap(p *v1alpha1.RouteReflectorPolicy) Denials {
+func (v *PolicyValidator) overlap(ctx context.Context, p *v1alpha1.RouteReflectorPolicy) Denials {
 	path := field.NewPath("spec", "nodeSelector")
 	sel := selectorOf(p.Spec.NodeSelector)
 	for _, o := range v.Policies.List() {
@@ -106,6 +120,12 @@ func (v *PolicyValidator) overlap(p *v1alpha1.RouteReflectorPolicy) Denials {
 		if v.Nodes == nil {
 			continue
 		}
+		if pending := v.notHeld(slices.Concat(selectorKeys(sel), selectorKeys(other))...); len(pending) > 0 {
+			if d := v.overlapLive(ctx, path, sel, other, o.Name, pending); d != nil {
+				return d
+			}
+			continue
+		}
 		for _, n := range v.Nodes.List() {
 			if sel.Matches(labels.Set(n.Labels)) && other.Matches(labels.Set(n.Labels)) {
 				return Denials{deny(path, RulePolicyOverlap,
@@ -114,6 +134,49 @@ func (v *PolicyValidator) overlap(p *v1alpha1.RouteReflectorPolicy) Denials {
 		}
 	}
 	return nil
+}
+
+// notHeld adds keys to the cache's label keys and returns those it does not hold on every node yet.
+func (v *PolicyValidator) notHeld(keys ...string) []string {
+	if v.LabelKeys == nil {
+		return nil
+	}
+	v.LabelKeys.Want(keys...)
+	return v.LabelKeys.Held(keys...)
+}
+
+// overlapLive asks the API server for a node both selectors select (one is enough).
+func (v *PolicyValidator) overlapLive(ctx context.Context, path *field.Path, sel, other labels.Selector, otherName string, pending []string) Denials {
+	if v.APIReader == nil {
+		return Denials{deny(path, RulePolicyOverlap,
+			"the node cache does not hold the label keys %v on every node yet (it is listing the nodes again): overlap with policy %q not checked; retry in a few seconds", pending, otherName)}
+	}
+	both := labels.NewSelector()
+	for _, s := range []labels.Selector{sel, other} {
+		reqs, _ := s.Requirements()
+		both = both.Add(reqs...)
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := v.APIReader.List(ctx, list, client.MatchingLabelsSelector{Selector: both}, client.Limit(1)); err != nil {
+		return Denials{deny(path, RulePolicyOverlap,
+			"overlap with policy %q not checked: the node cache is listing the nodes again for the label keys %v and the API server's list failed (%v); retry in a few seconds", otherName, pending, err)}
+	}
+	if len(list.Items) == 0 {
+		return nil
+	}
+	return Denials{deny(path, RulePolicyOverlap,
+		"node %s matches both this nodeSelector and policy %q's (%s); a node may match at most one policy", list.Items[0].Name, otherName, other)}
+}
+
+// selectorKeys returns the label keys a selector names.
+func selectorKeys(s labels.Selector) []string {
+	reqs, _ := s.Requirements()
+	out := make([]string, 0, len(reqs))
+	for _, q := range reqs {
+		out = append(out, q.Key())
+	}
+	return out
 }
 
 func selectorOf(s *metav1.LabelSelector) labels.Selector {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/projectcalico/calico/libcalico-go/lib/selector"
+	"github.com/projectcalico/calico/libcalico-go/lib/selector/parser"
 )
 
 // MaxLength is the longest selector Calico's validator accepts.
@@ -65,4 +66,47 @@ func abbreviate(s string) string {
 		return s[:77] + "..."
 	}
 	return s
+}
+
+// LabelKeys returns the label keys a selector names (sorted), or all true when it has a term whose
+// keys this code cannot read (a newer Calico's syntax): then any label may count. A selector that
+// does not parse names none (Calico does not use it either).
+func LabelKeys(s string) (keys []string, all bool) {
+	tree, err := parser.Parse(s)
+	if err != nil {
+		return nil, false
+	}
+	v := &keyVisitor{}
+	tree.AcceptVisitor(v)
+	slices.Sort(v.keys)
+	return slices.Compact(v.keys), v.all
+}
+
+type keyVisitor struct {
+	keys []string
+	all  bool
+}
+
+func (v *keyVisitor) Visit(n any) {
+	switch x := n.(type) {
+	case *parser.LabelEqValueNode:
+		v.keys = append(v.keys, x.LabelName.Value())
+	case *parser.LabelNeValueNode:
+		v.keys = append(v.keys, x.LabelName.Value())
+	case *parser.LabelInSetNode:
+		v.keys = append(v.keys, x.LabelName.Value())
+	case *parser.LabelNotInSetNode:
+		v.keys = append(v.keys, x.LabelName.Value())
+	case *parser.HasNode:
+		v.keys = append(v.keys, x.LabelName.Value())
+	case *parser.LabelContainsValueNode:
+		v.keys = append(v.keys, x.LabelName.Value())
+	case *parser.LabelStartsWithValueNode:
+		v.keys = append(v.keys, x.LabelName.Value())
+	case *parser.LabelEndsWithValueNode:
+		v.keys = append(v.keys, x.LabelName.Value())
+	case *parser.AndNode, *parser.OrNode, *parser.NotNode, *parser.AllNode, *parser.GlobalNode:
+	default:
+		v.all = true
+	}
 }

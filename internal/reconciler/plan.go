@@ -38,6 +38,9 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 		return nil
 	}
 	st.Policy = obj.(*v1alpha1.RouteReflectorPolicy)
+	if r.waitRefill(ctx, st) {
+		return nil
+	}
 	resolved, errs := r.Policies.Resolve(st.Policy)
 	if st.Policy.DeletionTimestamp != nil {
 		st.Done = true

@@ -62,6 +62,9 @@ type Reconciler struct {
 	Policies *state.Policies
 	// Ledger is shared with the mutating webhook.
 	Ledger *state.Ledger
+	// LabelKeys, when set, are the node label keys the cache keeps: no policy is planned while
+	// the cache lists the nodes again for a key it dropped (see refill.go); nil: every key.
+	LabelKeys *state.LabelKeys
 	// Recorder records Events on nodes and policies.
 	Recorder record.EventRecorder
 	// PeerAPI is the group version of Calico's BGPPeers.
@@ -114,6 +117,9 @@ type Reconciler struct {
 	// (healthFingerprint), for watchBGPHealth.
 	healthSeen map[string]string
 
+	// refillNoted: the label key set generation whose refill was last reported.
+	refillNoted int64
+
 	lastTook atomic.Int64 // the last reconcile's duration, in nanoseconds
 	after    func(policy string)
 }
@@ -135,14 +141,16 @@ type Step struct {
 
 // State is what the steps of one reconcile share.
 type State struct {
-	Name     string
-	Now      time.Time
-	Policy   *v1alpha1.RouteReflectorPolicy // from the cache: read only
-	Managed  state.Managed
-	Invalid  field.ErrorList
-	Input    extender.Input
-	Result   *extender.Result
-	Previous *extender.Result
+	Name    string
+	Now     time.Time
+	Policy  *v1alpha1.RouteReflectorPolicy // from the cache: read only
+	Managed state.Managed
+	Invalid field.ErrorList
+	// Refilling: the node label keys the cache does not hold on every node yet (no plan).
+	Refilling []string
+	Input     extender.Input
+	Result    *extender.Result
+	Previous  *extender.Result
 	// View is the policy's nodes as this reconcile knows them: the cache, the ledger's assumed
 	// changes, and this reconcile's own patches. Nodes in it are never modified in place.
 	View map[string]*corev1.Node

@@ -35,6 +35,9 @@ const (
 	ReasonAsPlanned     = "AsPlanned"
 	ReasonConverging    = "Converging"
 	ReasonInvalidPolicy = "InvalidPolicy"
+	// ReasonCacheRefilling: the node cache is listing the nodes again to keep a label key a policy
+	// or a BGPPeer started to read; nothing is planned until it holds the key on every node.
+	ReasonCacheRefilling = "CacheRefilling"
 )
 
 // status writes the policy status when it changed: counts (nodes, healthy nodes, desired and
@@ -47,6 +50,11 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 		msg := st.Invalid.ToAggregate().Error()
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalidPolicy, Message: msg, ObservedGeneration: pol.Generation})
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionTrue, Reason: ReasonInvalidPolicy, Message: msg, ObservedGeneration: pol.Generation})
+		return r.writeStatus(ctx, st, pol)
+	}
+	if st.Refilling != nil {
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonCacheRefilling,
+			Message: refillMessage(st.Refilling), ObservedGeneration: pol.Generation})
 		return r.writeStatus(ctx, st, pol)
 	}
 	res, p := st.Result, st.Managed.Resolved
@@ -148,6 +156,7 @@ func (r *Reconciler) setForeignPeers(ctx context.Context, st *State, s *v1alpha1
 	if err != nil {
 		return fmt.Errorf("listing BGPPeers: %w", err)
 	}
+	r.wantPeerKeys(list)
 	var foreign []string
 	for _, p := range list {
 		if p.Labels[extender.LabelManagedBy] != extender.ManagedByValue {

@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -128,8 +127,10 @@ type Server struct {
 	// V3Server says whether the Calico API server serves projectcalico.org/v3 (read at start).
 	V3Server calico.V3Server
 	// Etcd is Calico's etcd with the etcdv3 datastore, else nil.
-	Etcd   *calicoetcd.Store
-	synced atomic.Bool
+	Etcd *calicoetcd.Store
+	// LabelKeys are the node label keys the cache keeps.
+	LabelKeys *state.LabelKeys
+	synced    atomic.Bool
 }
 
 // Synced reports whether the informer cache has synced (the readiness check).
@@ -214,11 +215,18 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 
+	// The node cache keeps the label keys the product reads (state.LabelKeys): the policies' and
+	// the BGPPeers' of the cluster as it starts, read here before the cache lists the nodes, and
+	// any key a policy or a BGPPeer names later (the cache then lists the nodes again).
+	keys := state.NewLabelKeys()
+	seedLabelKeys(ctx, cfg, scheme, etcd, keys)
+	relist := newRelister()
 	leaseDuration, renewDeadline, retryPeriod := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme: scheme,
 		Cache: cache.Options{
-			DefaultTransform: state.TransformStrip,
+			DefaultTransform: keys.Transform,
+			NewInformer:      relist.newInformer,
 		},
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress, ExtraHandlers: profiling(o.Profiling)},
 		HealthProbeBindAddress: o.HealthProbeBindAddress,
@@ -256,7 +264,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{Manager: mgr, PeerAPI: gv, V3Server: v3, Etcd: etcd, Ledger: state.NewLedger(0, nil)}
+	s := &Server{Manager: mgr, PeerAPI: gv, V3Server: v3, Etcd: etcd, Ledger: state.NewLedger(0, nil), LabelKeys: keys}
 	s.Ledger.Drills = new(bgpmodel.DrillMemo).Drills
 	s.Ledger.BGPHealth = func() map[string]extender.BGPHealth { return s.Reconciler.BGPHealthRecords() }
 	nodeIdx, err := indexer(ctx, mgr.GetCache(), &corev1.Node{}, state.NodeIndexers())
@@ -267,18 +275,17 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if etcd == nil {
-		if _, err := mgr.GetCache().GetInformer(ctx, &apiv3.BGPPeer{}); err != nil {
-			return nil, err
-		}
-	}
 	s.Nodes, s.Policies = state.NewNodeStore(nodeIdx), state.NewPolicies(polIdx)
+	keys.SetRelist(nodeIdx, relist.Relist)
+	if err := wantLabelKeys(ctx, mgr.GetCache(), s.Policies, keys, etcd == nil); err != nil {
+		return nil, err
+	}
 
 	srv := mgr.GetWebhookServer()
 	gate := func(h webhook.Handler) webhook.Handler { return webhook.Gate(h, s.Synced) }
 	srv.Register(PathMutateNode, webhook.Serve("mutate-v1-node", gate(&webhook.NodeMutator{Policies: s.Policies, Ledger: s.Ledger, DeferRoles: etcd != nil})))
 	srv.Register(PathValidateNode, webhook.Serve("validate-v1-node", gate(&webhook.NodeValidator{Policies: s.Policies, Nodes: s.Nodes, ServiceAccount: o.ServiceAccount})))
-	srv.Register(PathValidatePolicy, webhook.Serve("validate-routereflectorpolicy", gate(&webhook.PolicyValidator{Policies: s.Policies, Nodes: s.Nodes})))
+	srv.Register(PathValidatePolicy, webhook.Serve("validate-routereflectorpolicy", gate(&webhook.PolicyValidator{Policies: s.Policies, Nodes: s.Nodes, LabelKeys: keys, APIReader: mgr.GetAPIReader()})))
 	srv.Register(PathValidatePeer, webhook.Serve("validate-bgppeer", &webhook.BGPPeerValidator{ServiceAccount: o.ServiceAccount, CalicoAPIServer: v3.User, Policies: s.Policies, Synced: s.Synced}))
 
 	s.Reconciler = &reconciler.Reconciler{
@@ -287,6 +294,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		Nodes:     s.Nodes,
 		Policies:  s.Policies,
 		Ledger:    s.Ledger,
+		LabelKeys: keys,
 		Recorder:  reconciler.NewLoggingRecorder(mgr.GetEventRecorderFor("calico-rr-autoscaler"), ctrl.Log.WithName("events")),
 		PeerAPI:   gv,
 		Coalesce:  o.Coalesce,

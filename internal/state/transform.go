@@ -1,6 +1,7 @@
 package state
 
 import (
+	"strings"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,9 @@ var keptAnnotations = func() map[string]bool {
 	return m
 }()
 
+// uniqueAnnotations are the kept annotations whose value is one node's own (its BGP addresses).
+var uniqueAnnotations = map[string]bool{extender.AnnotationCalicoIPv4: true, extender.AnnotationCalicoIPv6: true}
+
 // KeptAnnotation reports whether the cache keeps a node annotation of this key (the webhooks'
 // decoded nodes keep the same ones).
 func KeptAnnotation(key string) bool { return keptAnnotations[key] }
@@ -33,16 +37,28 @@ func KeptAnnotation(key string) bool { return keptAnnotations[key] }
 // invisible to everything but the resourceVersion. (The BGPSessions handover matches the
 // InternalIPs against a route reflector's BGP peers when Calico's BGP address annotation is absent.)
 //
-// Label keys and values, and the kept annotations, are interned (unique.Make): a kubelet's Node has
+// Label keys and values, and the kept annotations but the node's own BGP addresses, are interned
+// (unique.Make): a kubelet's Node has
 // some forty labels whose keys, and most values (zone, region, instance type, node pool, os,
 // arch), are the same on thousands of nodes, and each decoded Node carries its own copy of them.
-func StripNode(n *corev1.Node) *corev1.Node {
+//
+// StripNode keeps every label; the serve process's cache keeps only the labels the product reads
+// (LabelKeys.Strip).
+func StripNode(n *corev1.Node) *corev1.Node { return stripNode(n, nil) }
+
+// stripNode is StripNode keeping the labels whose key keep accepts (every label when keep is nil).
+func stripNode(n *corev1.Node, keep func(key string) bool) *corev1.Node {
 	n.ManagedFields = nil
 	n.OwnerReferences = nil
 	if len(n.Labels) > 0 {
-		labels := make(map[string]string, len(n.Labels))
+		var labels map[string]string
 		for k, v := range n.Labels {
-			labels[intern(k)] = intern(v)
+			if keep == nil || keep(k) {
+				if labels == nil {
+					labels = make(map[string]string, sizeHint(keep, len(n.Labels)))
+				}
+				labels[intern(k)] = intern(v)
+			}
 		}
 		n.Labels = labels
 	}
@@ -53,7 +69,11 @@ func StripNode(n *corev1.Node) *corev1.Node {
 				if keep == nil {
 					keep = map[string]string{}
 				}
-				keep[intern(k)] = intern(v)
+				if uniqueAnnotations[k] {
+					keep[intern(k)] = strings.Clone(v) // one node's own: interning would only add an entry
+				} else {
+					keep[intern(k)] = intern(v)
+				}
 			}
 		}
 		n.Annotations = keep
@@ -81,6 +101,14 @@ func TransformStrip(obj any) (any, error) {
 		return o, nil
 	}
 	return obj, nil
+}
+
+// sizeHint is the size of a stripped node's labels map: all of them, or a few.
+func sizeHint(keep func(string) bool, n int) int {
+	if keep == nil {
+		return n
+	}
+	return min(n, 4)
 }
 
 // intern returns the canonical copy of s: equal strings share their bytes.

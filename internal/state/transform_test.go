@@ -10,9 +10,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // kubeletNode is a node with what a kubelet writes that the product never reads: images, node
@@ -66,11 +69,46 @@ func TestStripNode(t *testing.T) {
 }
 
 // BenchmarkStripNodeHeap reports the heap a cache of 5,000 stripped nodes keeps per node, the
-// nodes as a kubelet registers them (nodetest.KubeletFleet: 34 labels, 16 KB of JSON), decoded.
+// nodes as a kubelet registers them (nodetest.KubeletFleet: 34 labels, 16 KB of JSON) with the
+// roles the product gives a settled cluster's clients (a peering set and the route reflectors'
+// annotation, one per 40 nodes), decoded. all-labels keeps every label (StripNode); read-labels
+// keeps the labels the default policy with a preferredNodeSelector reads (LabelKeys.Strip, as
+// serve's cache does: `make load`'s policy), and nodes with the same kept labels share one map.
 func BenchmarkStripNodeHeap(b *testing.B) {
+	keys := NewLabelKeys()
+	keys.Want(policy.MustResolve(loadPolicy()).LabelKeys()...)
+	for _, bc := range []struct {
+		name  string
+		strip func(*corev1.Node) *corev1.Node
+	}{{"all-labels", StripNode}, {"read-labels", keys.Strip}} {
+		b.Run(bc.name, func(b *testing.B) { benchStripHeap(b, bc.strip) })
+	}
+}
+
+// loadPolicy is `make load`'s policy: the defaults and a preferredNodeSelector.
+func loadPolicy() *v1alpha1.RouteReflectorPolicy {
+	p := policy.Default("load")
+	p.Spec.PreferredNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"load.example.com/preferred": "true"}}
+	return p
+}
+
+func benchStripHeap(b *testing.B, strip func(*corev1.Node) *corev1.Node) {
 	const n = 5000
 	fleet := nodetest.DefaultKubeletFleet()
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	raws := make([][]byte, n)
+	for i := range raws {
+		node := fleet.Kubelet(i, created)
+		node.UID = types.UID(fmt.Sprintf("6f1c0a52-0000-4000-8000-%012d", i))
+		node.ResourceVersion = fmt.Sprint(100000 + i)
+		node.Labels[extender.LabelPeeringSet] = fmt.Sprintf("rack-%d", i/40)
+		node.Annotations[extender.AnnotationRouteReflectors] = fmt.Sprintf("rr-%d-a,rr-%d-b", i/40, i/40)
+		raw, err := json.Marshal(node)
+		if err != nil {
+			b.Fatal(err)
+		}
+		raws[i] = raw
+	}
 	for b.Loop() {
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -78,15 +116,11 @@ func BenchmarkStripNodeHeap(b *testing.B) {
 		cache := make([]*corev1.Node, n)
 		for i := range cache {
 			// Decoded, as the informer gets it: every string its own allocation.
-			raw, err := json.Marshal(fleet.Kubelet(i, created))
-			if err != nil {
-				b.Fatal(err)
-			}
 			node := &corev1.Node{}
-			if err := json.Unmarshal(raw, node); err != nil {
+			if err := json.Unmarshal(raws[i], node); err != nil {
 				b.Fatal(err)
 			}
-			cache[i] = StripNode(node)
+			cache[i] = strip(node)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

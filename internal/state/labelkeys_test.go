@@ -1,0 +1,122 @@
+package state
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+func labelled(name string, labels map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+func TestLabelKeysStrip(t *testing.T) {
+	keys := NewLabelKeys()
+	n := keys.Strip(labelled("a", map[string]string{
+		corev1.LabelTopologyZone: "z1", corev1.LabelHostname: "a", "pool": "x",
+		extender.LabelPeeringSet: "s1", extender.AnnotationRack: "r1", "calico-route-reflector": "",
+	}))
+	want := map[string]string{corev1.LabelTopologyZone: "z1", extender.LabelPeeringSet: "s1", extender.AnnotationRack: "r1", "calico-route-reflector": ""}
+	if len(n.Labels) != len(want) {
+		t.Fatalf("labels %v, want %v", n.Labels, want)
+	}
+	for k, v := range want {
+		if got, ok := n.Labels[k]; !ok || got != v {
+			t.Errorf("label %s = %q, %v; want %q", k, got, ok, v)
+		}
+	}
+	if StrippedUnder(n) != 1 {
+		t.Errorf("stamp %d, want generation 1", StrippedUnder(n))
+	}
+	// A node transformed twice keeps its first stamp: the labels dropped then are not back.
+	keys.Want("pool")
+	if keys.Strip(n); StrippedUnder(n) != 1 {
+		t.Errorf("restripped node's stamp %d, want 1", StrippedUnder(n))
+	}
+	m := keys.Strip(labelled("b", map[string]string{"pool": "x", corev1.LabelHostname: "b"}))
+	if m.Labels["pool"] != "x" || len(m.Labels) != 1 || StrippedUnder(m) != 2 {
+		t.Errorf("after Want(pool): labels %v, stamp %d", m.Labels, StrippedUnder(m))
+	}
+	if n := keys.Strip(labelled("c", map[string]string{corev1.LabelHostname: "c"})); n.Labels != nil {
+		t.Errorf("no kept label: labels %v, want nil", n.Labels)
+	}
+	// Nodes with the same kept labels share one map; others do not.
+	d := keys.Strip(labelled("d", map[string]string{"pool": "x", corev1.LabelHostname: "d"}))
+	e := keys.Strip(labelled("e", map[string]string{"pool": "y", corev1.LabelHostname: "e"}))
+	if reflect.ValueOf(d.Labels).UnsafePointer() != reflect.ValueOf(m.Labels).UnsafePointer() {
+		t.Error("b and d, both pool=x, do not share their labels map")
+	}
+	if reflect.ValueOf(e.Labels).UnsafePointer() == reflect.ValueOf(m.Labels).UnsafePointer() || e.Labels["pool"] != "y" {
+		t.Errorf("e (pool=y) shares b's map: %v", e.Labels)
+	}
+}
+
+// TestLabelKeysRefill: a key wanted after the nodes were cached is not held until every cached
+// node was stripped again under a set that has it; the relist function is called once per growth.
+func TestLabelKeysRefill(t *testing.T) {
+	keys := NewLabelKeys()
+	store := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+	relists := 0
+	keys.SetRelist(store, func() { relists++ })
+	for _, name := range []string{"a", "b"} {
+		if err := store.Add(keys.Strip(labelled(name, map[string]string{"pool": name, corev1.LabelTopologyZone: "z"}))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := keys.Held(corev1.LabelTopologyZone, "routereflector.io/anything"); got != nil {
+		t.Errorf("fixed keys not held: %v", got)
+	}
+	if got := keys.Held("pool"); len(got) != 1 {
+		t.Errorf("Held(pool) before Want = %v, want [pool]", got)
+	}
+	if added := keys.Want("pool", corev1.LabelTopologyZone); len(added) != 1 || added[0] != "pool" || relists != 1 {
+		t.Fatalf("Want added %v, relists %d; want [pool], 1", added, relists)
+	}
+	if added := keys.Want("pool"); added != nil || relists != 1 {
+		t.Errorf("Want again added %v, relists %d", added, relists)
+	}
+	if got := keys.Held("pool"); len(got) != 1 {
+		t.Errorf("Held(pool) before the refill = %v, want [pool]", got)
+	}
+	if got := keys.Refilling(); len(got) != 1 || got[0] != "pool" {
+		t.Errorf("Refilling = %v, want [pool]", got)
+	}
+	// The relist: the informer replaces the nodes with ones stripped under the new set.
+	if err := store.Update(keys.Strip(labelled("a", map[string]string{"pool": "a"}))); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys.Held("pool"); len(got) != 1 {
+		t.Errorf("Held(pool) with b not refilled = %v", got)
+	}
+	if err := store.Update(keys.Strip(labelled("b", map[string]string{"pool": "b"}))); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys.Held("pool"); got != nil {
+		t.Errorf("Held(pool) after the refill = %v", got)
+	}
+	if got := keys.Refilling(); got != nil {
+		t.Errorf("Refilling after the refill = %v", got)
+	}
+}
+
+func TestLabelKeysWantSelectors(t *testing.T) {
+	keys := NewLabelKeys()
+	added := keys.WantSelectors("rack == 'r1' && has(tor)", "", "all()", "zone in {'a'} || !has(spine)", "not a selector ((")
+	want := map[string]bool{"rack": true, "tor": true, "zone": true, "spine": true}
+	if len(added) != len(want) {
+		t.Fatalf("added %v, want %v", added, want)
+	}
+	for _, k := range added {
+		if !want[k] {
+			t.Errorf("added %q", k)
+		}
+	}
+	if _, all := keys.Keys(); all {
+		t.Error("every key kept for selectors whose keys are known")
+	}
+}
