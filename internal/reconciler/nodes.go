@@ -85,7 +85,7 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		}
 		phases[np.phase] = append(phases[np.phase], np)
 	}
-	r.stageClusterIDs(st, &phases)
+	r.stageClusterIDs(ctx, st, &phases)
 	for _, patches := range phases {
 		if err := r.applyPatches(ctx, st, patches); err != nil {
 			return err

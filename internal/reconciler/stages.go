@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"strings"
@@ -46,13 +47,15 @@ type idStage struct {
 // back at most one, once the previous one has settled; the others wait for a later reconcile
 // (requeued). A held change must not cost a route: the graph model checks the state the
 // reconcile leaves (the view with the patches written, the plan's BGPPeers beside the old ones,
-// the NotReady nodes down) against the plan applied whole. The change to make is the first, in
-// name order, whose state passes, with the other patches or alone (they then wait). While one
-// settles, the other patches go only if holding the changes passes, else nothing goes (when the
-// cluster as it is passes). Where no staged state passes (or the policy has more than
-// transitionMaxNodes nodes, beyond the model's budget per reconcile), everything goes at once, as
+// the NotReady nodes down) against the plan applied whole. When the policy has top-level route
+// reflectors, the model holds the cluster's other nodes and BGPPeers too (stageOutside): a held
+// change can take the top-level label's last holder away from them. The change to make is the
+// first, in name order, whose state passes, with the other patches or alone (they then wait).
+// While one settles, the other patches go only if holding the changes passes, else nothing goes
+// (when the cluster as it is passes). Where no staged state passes (or the model would hold more
+// than transitionMaxNodes nodes, beyond its budget per reconcile), everything goes at once, as
 // before staging.
-func (r *Reconciler) stageClusterIDs(st *State, phases *[3][]nodePatch) {
+func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3][]nodePatch) {
 	var held []nodePatch
 	for i := range phases {
 		phases[i] = slices.DeleteFunc(phases[i], func(np nodePatch) bool {
@@ -77,7 +80,15 @@ func (r *Reconciler) stageClusterIDs(st *State, phases *[3][]nodePatch) {
 		putBack(held...)
 		return
 	}
-	chk, err := newStageCheck(st, phases, held)
+	outside, others, err := r.stageOutside(ctx, st)
+	if err == nil && len(st.View)+len(outside) > transitionMaxNodes {
+		putBack(held...)
+		return
+	}
+	var chk *stageCheck
+	if err == nil {
+		chk, err = newStageCheck(st, phases, held, outside, others)
+	}
 	if err != nil {
 		r.Log.V(1).Info("cluster-ID changes not staged: the graph model cannot read the cluster", "policy", st.Name, "error", err.Error())
 		putBack(held...)
@@ -141,17 +152,53 @@ func heldNames(held []nodePatch, except string) []string {
 // stageCandidates bounds the cluster-ID changes the model tries one by one in a reconcile.
 const stageCandidates = 4
 
-// stageCheck evaluates, with the graph model, the states a reconcile can leave.
-type stageCheck struct {
-	st     *State
-	others []nodePatch // every patch but the held ones
-	peers  []extender.BGPPeer
-	down   map[string]bool
-	target int64 // missing pairs with every patch written
+// stageOutside returns the cluster's nodes outside the policy's view, by name, and every BGPPeer
+// of the cluster, when the policy has top-level route reflectors (in the view or the plan); nil
+// and nil otherwise. The top-level route reflectors are the only peers of the nodes outside every
+// policy (OutsideBGPPeerName) and other policies' only way to the policy's nodes
+// (CrossPolicyBGPPeerName), so a state in which the policy's own nodes miss no route can still
+// cut those off: a held change that makes a route reflector top-level, while the other patches
+// drain the old top-level ones, left no node with the label, and with the mesh off every node
+// outside the policy without a route until the change was made.
+func (r *Reconciler) stageOutside(ctx context.Context, st *State) ([]*corev1.Node, []*apiv3.BGPPeer, error) {
+	top := slices.ContainsFunc(st.Result.Nodes, func(ns extender.NodeState) bool { _, ok := ns.Labels[extender.LabelTopLevel]; return ok })
+	for _, n := range st.View {
+		if _, ok := n.Labels[extender.LabelTopLevel]; ok {
+			top = true
+			break
+		}
+	}
+	if !top {
+		return nil, nil, nil
+	}
+	var outside []*corev1.Node
+	for _, n := range r.Nodes.List() {
+		if st.View[n.Name] == nil {
+			outside = append(outside, n)
+		}
+	}
+	slices.SortFunc(outside, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	peers, err := r.peers().List(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return outside, peers, nil
 }
 
-func newStageCheck(st *State, phases *[3][]nodePatch, held []nodePatch) (*stageCheck, error) {
-	c := &stageCheck{st: st, down: map[string]bool{}}
+// stageCheck evaluates, with the graph model, the states a reconcile can leave.
+type stageCheck struct {
+	st      *State
+	outside []*corev1.Node // the cluster's other nodes, as they are (stageOutside)
+	others  []nodePatch    // every patch but the held ones
+	peers   []extender.BGPPeer
+	down    map[string]bool
+	target  int64 // missing pairs with every patch written
+}
+
+// newStageCheck: outside and allPeers are stageOutside's (nil: the policy's nodes and BGPPeers
+// alone).
+func newStageCheck(st *State, phases *[3][]nodePatch, held []nodePatch, outside []*corev1.Node, allPeers []*apiv3.BGPPeer) (*stageCheck, error) {
+	c := &stageCheck{st: st, outside: outside, down: map[string]bool{}}
 	for _, ps := range phases {
 		c.others = append(c.others, ps...)
 	}
@@ -160,7 +207,11 @@ func newStageCheck(st *State, phases *[3][]nodePatch, held []nodePatch) (*stageC
 		planned[p.Name] = true
 		c.peers = append(c.peers, p)
 	}
-	for _, p := range st.Peers {
+	cur := st.Peers
+	if outside != nil {
+		cur = allPeers
+	}
+	for _, p := range cur {
 		if !planned[p.Name] {
 			c.peers = append(c.peers, extender.BGPPeer{Name: p.Name, Labels: p.Labels, Spec: p.Spec})
 		}
@@ -168,6 +219,11 @@ func newStageCheck(st *State, phases *[3][]nodePatch, held []nodePatch) (*stageC
 	for name, n := range st.View {
 		if !extender.IsReady(n) {
 			c.down[name] = true
+		}
+	}
+	for _, n := range outside {
+		if !extender.IsReady(n) {
+			c.down[n.Name] = true
 		}
 	}
 	var err error
@@ -200,8 +256,8 @@ func (c *stageCheck) missing(patches []nodePatch) (int64, error) {
 		byName[np.name] = np
 	}
 	names := slices.Sorted(maps.Keys(c.st.View))
-	nodes := make([]bgpmodel.Node, 0, len(names))
-	down := make([]bool, 0, len(names))
+	nodes := make([]bgpmodel.Node, 0, len(names)+len(c.outside))
+	down := make([]bool, 0, len(names)+len(c.outside))
 	zone := c.st.Managed.Resolved.ZoneLabel
 	for _, name := range names {
 		n := c.st.View[name]
@@ -211,6 +267,10 @@ func (c *stageCheck) missing(patches []nodePatch) (int64, error) {
 		}
 		nodes = append(nodes, bgpmodel.NodeFromObject(name, lbl, ann, zone))
 		down = append(down, c.down[name])
+	}
+	for _, n := range c.outside {
+		nodes = append(nodes, bgpmodel.NodeFromObject(n.Name, n.Labels, n.Annotations, zone))
+		down = append(down, c.down[n.Name])
 	}
 	topo, err := bgpmodel.Build(nodes, c.peers, bgpmodel.Options{})
 	if err != nil {

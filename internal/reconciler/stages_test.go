@@ -1,11 +1,20 @@
 package reconciler
 
 import (
+	"context"
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -73,4 +82,101 @@ func planIDs(h *harness) map[string]string {
 		out[rr.Node] = rr.ClusterID
 	}
 	return out
+}
+
+// TestStagedClusterIDKeepsTopLevel: the nodes outside every policy peer with the policy's top-level
+// route reflectors alone (the mesh off). The plan drains c-00, the top-level one, and gives the
+// top-level label to c-01, a draining route reflector taken back with another cluster ID, while the
+// last cluster-ID change is still settling: c-01's change is held. The drain must wait with it:
+// written alone it left no node with the top-level label and x-00..x-02 without a route (1,128
+// missing pairs on the live test's 36 nodes, TestPoliciesDeletionOnRealAPIServerLarge), which the
+// check of the policy's own nodes did not see. Once the change settles, both go.
+func TestStagedClusterIDKeepsTopLevel(t *testing.T) {
+	var nodes []*corev1.Node
+	for i := range 5 {
+		n := node(fmt.Sprintf("c-%02d", i), "zone-a", i)
+		n.Labels["pool"] = "c"
+		nodes = append(nodes, n)
+	}
+	for i := range 3 {
+		nodes = append(nodes, node(fmt.Sprintf("x-%02d", i), "zone-b", 10+i))
+	}
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "c"}}
+	}, nodes)
+	ctx := context.Background()
+	rr := func(name, id string, top bool, draining string) extender.NodeState {
+		s := extender.NodeState{Name: name,
+			Labels:      map[string]string{"calico-route-reflector": "", extender.LabelRouteReflectorID: name},
+			Annotations: map[string]string{extender.AnnotationClusterID: id}}
+		if top {
+			s.Labels[extender.LabelTopLevel] = ""
+		}
+		if draining != "" {
+			s.Annotations[extender.AnnotationDrainingSince] = draining
+		}
+		return s
+	}
+	client := func(name string) extender.NodeState {
+		return extender.NodeState{Name: name, Labels: map[string]string{extender.LabelPeeringSet: "s1"},
+			Annotations: map[string]string{extender.AnnotationRouteReflectors: "c-00,c-01"}}
+	}
+	drained := h.now.Add(-10 * time.Second).UTC().Format(time.RFC3339)
+	cur := []extender.NodeState{rr("c-00", "224.0.0.1", true, ""), rr("c-01", "224.0.0.2", false, drained), client("c-02"), client("c-03"), client("c-04")}
+	for _, s := range cur {
+		h.update(s.Name, func(n *corev1.Node) {
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			maps.Copy(n.Labels, s.Labels)
+			maps.Copy(n.Annotations, s.Annotations)
+		})
+	}
+	labels := managedPeers("default")
+	peers := []extender.BGPPeer{
+		{Name: extender.BGPPeerPrefix + "s1", Labels: labels, Spec: apiv3.BGPPeerSpec{
+			NodeSelector: extender.LabelPeeringSet + " == 's1'", PeerSelector: extender.LabelRouteReflectorID + " in {'c-00', 'c-01'}"}},
+		{Name: extender.MeshBGPPeerName("default"), Labels: labels, Spec: apiv3.BGPPeerSpec{
+			NodeSelector: "has(calico-route-reflector)", PeerSelector: "has(calico-route-reflector)"}},
+		{Name: extender.OutsideBGPPeerName("default"), Labels: labels, Spec: apiv3.BGPPeerSpec{
+			NodeSelector: "!(pool == 'c')", PeerSelector: extender.CrossPolicySelector}},
+	}
+	for _, p := range peers {
+		require.NoError(t, h.client.Create(ctx, calico.BGPPeer(calico.CRD, p)))
+	}
+	require.Zero(t, h.modelMissing(), "before")
+
+	want := []extender.NodeState{rr("c-00", "224.0.0.1", false, "2000-01-01T00:00:00Z"), rr("c-01", "224.0.0.3", true, ""), client("c-02"), client("c-03"), client("c-04")}
+	nodesStep := func() {
+		t.Helper()
+		h.sync()
+		pol := h.r.Policies.List()[0]
+		resolved, errs := h.r.Policies.Resolve(pol)
+		require.Empty(t, errs)
+		st := &State{Name: "default", Now: h.now, Policy: pol, Managed: state.Managed{Policy: pol, Resolved: resolved},
+			Result: &extender.Result{Nodes: want, BGPPeers: peers}, View: map[string]*corev1.Node{}}
+		for _, n := range h.r.Nodes.List() {
+			if n.Labels["pool"] == "c" {
+				st.View[n.Name] = n
+			}
+		}
+		list, err := h.r.peers().List(ctx, labels)
+		require.NoError(t, err)
+		st.Peers = list
+		require.NoError(t, h.r.patchNodes(ctx, st))
+	}
+	// The last cluster-ID change was made 4 s ago: the next waits for its sessions.
+	h.r.memo("default").idStage = idStage{node: "c-02", at: h.now.Add(-4 * time.Second)}
+	nodesStep()
+	require.Zero(t, h.modelMissing(), "while c-01's cluster-ID change is held")
+	require.Equal(t, "224.0.0.2", h.node("c-01").Annotations[extender.AnnotationClusterID], "c-01's change is held")
+	require.Contains(t, h.node("c-00").Labels, extender.LabelTopLevel, "c-00 stays top-level while c-01's change is held")
+
+	h.now = h.now.Add(idSettleMax)
+	nodesStep()
+	require.Zero(t, h.modelMissing(), "after")
+	require.Equal(t, "224.0.0.3", h.node("c-01").Annotations[extender.AnnotationClusterID])
+	require.Contains(t, h.node("c-01").Labels, extender.LabelTopLevel)
+	require.NotContains(t, h.node("c-00").Labels, extender.LabelTopLevel)
+	require.NotEmpty(t, h.node("c-00").Annotations[extender.AnnotationDrainingSince])
 }
