@@ -418,7 +418,17 @@ type history struct {
 	stopFollow func() error
 	start      time.Time
 	report     []string
+	// until and stopped: the history stops after the first event whose name starts with until
+	// (RRA_TRANSITIONS_UNTIL); the later events are skipped.
+	until   string
+	stopped bool
 }
+
+// envUntil stops TestTransitionsHistoryOnRealBIRD after the first event whose name starts with
+// its value ("(c)": the mesh migration, which applies the policy, then the rack split), to
+// measure one event without the rest of the history. Each event that runs is checked as in the
+// whole history.
+const envUntil = "RRA_TRANSITIONS_UNTIL"
 
 // startHistory renders every node once with confd, starts the follow loop (confd's watch and
 // `configure` on change, as calico-node), waits until every pair is routed, and starts sampling.
@@ -429,7 +439,7 @@ func startHistory(t *testing.T, w *world, lab *bgpverify.Lab, names []string, st
 	stopFollow, err := lab.Follow(ctx, 100*time.Millisecond)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stopFollow() })
-	h := &history{t: t, w: w, lab: lab, names: names, stopFollow: stopFollow, start: start}
+	h := &history{t: t, w: w, lab: lab, names: names, stopFollow: stopFollow, start: start, until: os.Getenv(envUntil)}
 	w.eventually(fmt.Sprintf("every pair routed on the %d BIRDs", len(names)), 3*time.Minute, func() error { return h.converged(len(names)) })
 	t.Logf("setup: %d nodes routed on BIRD %v after the start", len(names), time.Since(start).Round(100*time.Millisecond))
 	h.s = lab.StartSampler(ctx, 100*time.Millisecond)
@@ -442,6 +452,13 @@ func startHistory(t *testing.T, w *world, lab *bgpverify.Lab, names []string, st
 func (h *history) event(name string, act func(before *roles), live int) {
 	t := h.t
 	t.Helper()
+	if h.stopped {
+		t.Logf("%s: skipped (%s=%s)", name, envUntil, h.until)
+		return
+	}
+	if h.until != "" && strings.HasPrefix(name, h.until) {
+		defer func() { h.stopped = true }()
+	}
 	before := h.w.roles()
 	h.s.Begin(name)
 	act(before)
