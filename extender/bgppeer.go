@@ -185,12 +185,12 @@ func PeerRouteReflectorIDs(peerSelector string) (ids []string, ok bool) {
 }
 
 // TransitionalBGPPeer is the BGPPeer of a transitional peering set: its nodes peer with the route
-// reflectors ids. A client moving from a set to one that shares no route reflector with it is
-// first labelled with the set of both sets' route reflectors, then with its new set once the new
-// sessions are up (internal/reconciler/moves.go): Calico renders one BIRD protocol per peer address
-// with the same settings whichever BGPPeer selects it, so neither write restarts a session the
-// client keeps. The set is named after its route reflectors (TransitionalSetPrefix and a hash):
-// clients moving between the same two sets share it.
+// reflectors ids. A client moving to a set that shares no settled route reflector with its own is
+// first labelled with a set of its old route reflectors and one new one, then with its new set once
+// that one's sessions are up (internal/reconciler/moves.go): Calico renders one BIRD protocol per
+// peer address with the same settings whichever BGPPeer selects it, so no write restarts a session
+// the client keeps. The set is named after its route reflectors (TransitionalSetPrefix and a
+// hash): clients making the same move share it.
 func TransitionalBGPPeer(p *policy.Resolved, ids []string) BGPPeer {
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	set := TransitionalSetPrefix + shortHash(strings.Join(ids, ","))

@@ -136,7 +136,8 @@ func (r *Reconciler) prunePeers(ctx context.Context, st *State) error {
 
 // readyForBreak is the test extender.MakeBeforeBreak narrows a set's BGPPeer with: a route
 // reflector is ready once labelled, and a new one of the set also settled (moves.go) unless the
-// set keeps a settled one, with which its nodes' routes stay meanwhile.
+// set keeps a settled one, with which its nodes' routes stay meanwhile. A route reflector this
+// plan promotes or renumbers (written by the nodes step, after this one) has not settled.
 func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender.BGPPeer, labelled func(string) bool) func(string) bool {
 	old, ok := extender.PeerRouteReflectorIDs(have.Spec.PeerSelector)
 	ids, ok2 := extender.PeerRouteReflectorIDs(want.Spec.PeerSelector)
@@ -144,32 +145,32 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		return labelled
 	}
 	m := r.memo(st.Name)
-	rrOf := func(id string) string {
-		for name := range st.View {
-			if extender.RouteReflectorID(name) == id {
-				return name
-			}
-		}
-		return ""
+	planned := map[string]string{}
+	for _, rr := range st.Result.RouteReflectors {
+		planned[rr.Node] = rr.ClusterID
 	}
 	byID := map[string]string{}
-	for _, id := range union(old, ids) {
-		byID[id] = rrOf(id)
+	for name := range st.View {
+		byID[extender.RouteReflectorID(name)] = name
 	}
-	if keepsSettled(st, m, intersect(old, ids), byID) {
-		return labelled
+	settled := func(rr string) bool {
+		n := st.View[rr]
+		return readyNode(st, rr) && rrWait(st, m, rr) == 0 && n.Annotations[extender.AnnotationClusterID] == planned[rr]
+	}
+	for _, id := range intersect(old, ids) {
+		if settled(byID[id]) {
+			return labelled
+		}
 	}
 	return func(id string) bool {
 		if !labelled(id) {
 			return false
 		}
-		if slices.Contains(old, id) || byID[id] == "" {
+		rr := byID[id]
+		if slices.Contains(old, id) || rr == "" || settled(rr) {
 			return true
 		}
-		if rrWait(st, m, byID[id]) > 0 {
-			st.waitFor(byID[id])
-			return false
-		}
-		return true
+		st.waitFor(rr)
+		return false
 	}
 }
