@@ -246,6 +246,14 @@ spec:
 // both its route reflectors are re-rendered twice (it takes a route reflector's settings and
 // drops them), so its surviving route reflector's session to it restarts twice (1,025
 // pair-samples). The assertions stay: they are what the product must meet.
+//
+// With the make-before-break client moves (internal/reconciler/moves.go, one run on 2026-11-27)
+// (c) misses no pair-sample between nodes that keep their role (3,227 in all, the six promoted
+// nodes' own pairs; before, 10,543 of 17,844) and peaks at 99 routes against 58; its check still
+// fails on the old route reflectors' sessions to the moving clients, which the plan removes and
+// the sampler counts as restarts (one end's protocol is seen down before its own configure
+// removes it). (a), (b) and (e) passed, (d) failed as before. RRA_TRANSITIONS_UNTIL='(c)' stops
+// the history after (c).
 func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	if os.Getenv(envHistory) == "" {
 		t.Skip("the transitions history: `make test-transitions` runs it (" + envHistory + "=1); it fails events (c) and (d) today, so CI does not run it until issue 36 is done")
