@@ -2,12 +2,13 @@ package extender
 
 import (
 	"fmt"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"slices"
 	"strings"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
 
 // BGPPeer is a Calico BGPPeer (projectcalico.org/v3) the plan needs.
@@ -169,6 +170,34 @@ func routeReflectorIDs(sel string) (ids []string, ok bool) {
 		ids = append(ids, id)
 	}
 	return ids, true
+}
+
+// TransitionalSetPrefix starts the name of a transitional peering set (TransitionalBGPPeer).
+const TransitionalSetPrefix = "move."
+
+// IsTransitionalSet reports whether a peering set is a transitional one (TransitionalBGPPeer).
+func IsTransitionalSet(set string) bool { return strings.HasPrefix(set, TransitionalSetPrefix) }
+
+// PeerRouteReflectorIDs returns the route reflector IDs (LabelRouteReflectorID) a peering or
+// uplink set's BGPPeer selects, from its peer selector; ok is false for any other selector.
+func PeerRouteReflectorIDs(peerSelector string) (ids []string, ok bool) {
+	return routeReflectorIDs(peerSelector)
+}
+
+// TransitionalBGPPeer is the BGPPeer of a transitional peering set: its nodes peer with the route
+// reflectors ids. A client moving to a set that shares no settled route reflector with its own is
+// first labelled with a set of its old route reflectors and one new one, then with its new set once
+// that one's sessions are up (internal/reconciler/moves.go): Calico renders one BIRD protocol per
+// peer address with the same settings whichever BGPPeer selects it, so no write restarts a session
+// the client keeps. The set is named after its route reflectors (TransitionalSetPrefix and a
+// hash): clients making the same move share it.
+func TransitionalBGPPeer(p *policy.Resolved, ids []string) BGPPeer {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	set := TransitionalSetPrefix + shortHash(strings.Join(ids, ","))
+	return BGPPeer{Name: BGPPeerPrefix + set,
+		Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelPolicy: p.Name},
+		Spec: WithSettings(p, apiv3.BGPPeerSpec{NodeSelector: fmt.Sprintf("%s == '%s'", LabelPeeringSet, set),
+			PeerSelector: routeReflectorIDSelector(ids)})}
 }
 
 // MakeBeforeBreak returns the BGPPeer to write in place of have when a plan changes a set's route

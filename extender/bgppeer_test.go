@@ -6,6 +6,8 @@ import (
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/assert"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
 
 func TestRouteReflectorIDsRoundTrip(t *testing.T) {
@@ -49,4 +51,26 @@ func TestMakeBeforeBreak(t *testing.T) {
 
 func peerSpec(peerSelector string) apiv3.BGPPeerSpec {
 	return apiv3.BGPPeerSpec{NodeSelector: "x == 'y'", PeerSelector: peerSelector}
+}
+
+// TestTransitionalBGPPeer: a transitional set is named after its route reflectors whatever their
+// order, its BGPPeer selects them and the nodes labelled with the set, and its name reads back as
+// a peering set (the prune step deletes it once no node carries it) apart from the plan's sets.
+func TestTransitionalBGPPeer(t *testing.T) {
+	p, errs := policy.Resolve(policy.Default("default"))
+	assert.Empty(t, errs)
+	a := TransitionalBGPPeer(p, []string{"node-3", "node-1", "node-2", "node-1"})
+	b := TransitionalBGPPeer(p, []string{"node-2", "node-3", "node-1"})
+	assert.Equal(t, a, b)
+	key, set, ok := SetLabelOf(a.Name)
+	assert.True(t, ok)
+	assert.Equal(t, LabelPeeringSet, key)
+	assert.True(t, IsTransitionalSet(set), set)
+	assert.Equal(t, LabelPeeringSet+" == '"+set+"'", a.Spec.NodeSelector)
+	ids, ok := PeerRouteReflectorIDs(a.Spec.PeerSelector)
+	assert.True(t, ok)
+	assert.Equal(t, []string{"node-1", "node-2", "node-3"}, ids)
+	assert.Equal(t, map[string]string{LabelManagedBy: ManagedByValue, LabelPolicy: p.Name}, a.Labels)
+	assert.False(t, IsTransitionalSet(RackSetName(p.Name, "zone-a-rack-1")))
+	assert.False(t, IsTransitionalSet(peeringSetName([]string{"node-1"})))
 }

@@ -269,6 +269,7 @@ func TestEtcdCordonHandsOverWithoutDrift(t *testing.T) {
 	h, f := etcdHarness(t, 12, names(12)...)
 	h.reconcile()
 	h.events()
+	h.now = h.now.Add(idSettleMax) // the route reflectors' sessions have settled (moves.go)
 	h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 	h.reconcile()
 	h.now = h.now.Add(3 * time.Second)

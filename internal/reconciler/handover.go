@@ -97,6 +97,11 @@ type handoverMemo struct {
 	idStage     idStage
 	idStageSeen bool
 	idStageUp   bool
+	// settle: route reflectors whose sessions (re)started lately (promoted, renumbered, given
+	// clients by a move), which client moves wait for (moves.go); moveSets: the transitional
+	// peering sets this leader knows the settle time of.
+	settle   map[string]*settleRec
+	moveSets map[string]bool
 }
 
 var handoverTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -169,6 +174,12 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 				m.idStageUp = true // no clients to wait for
 			}
 		}
+		for _, rr := range slices.Sorted(maps.Keys(st.SettleWaits)) {
+			addNeed(rr)
+			if len(need[rr]) == 0 {
+				settleSessions(m, rr, 0) // no clients to wait for
+			}
+		}
 	}
 	if len(draining) == 0 && len(need) == 0 && !(sessions && (r.meshPending(st, m) || m.adoptWaiting)) {
 		clear(m.verified)
@@ -185,6 +196,10 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	for rr, cs := range need {
 		cns := statuses[rr]
 		if cns == nil || idStageStale(m, rr, cns) {
+			continue
+		}
+		stale := settleStale(m, rr, cns)
+		if stale && st.SettleWaits[rr] {
 			continue
 		}
 		ips := map[string][]string{}
@@ -208,6 +223,9 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		}
 		if rr == m.idStage.node {
 			idStageSessions(m, slices.Sorted(maps.Keys(missing)))
+		}
+		if !stale {
+			settleSessions(m, rr, len(missing))
 		}
 	}
 	if len(need) > 0 {

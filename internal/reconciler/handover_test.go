@@ -252,6 +252,7 @@ func TestHandoverBGPSessionsEstablished(t *testing.T) {
 	if s := h.nodeStatuses(); len(s) != 0 {
 		require.Fail(t, fmt.Sprintf("statuses without a handover: %v", s))
 	}
+	h.now = h.now.Add(idSettleMax) // the route reflectors' sessions have settled (moves.go)
 	h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 	for range 3 {
 		h.reconcile()

@@ -101,7 +101,7 @@ const (
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
 		plansTotal, absorbedEvents, fullPlanCauses, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
-		conditionGauge, pathsGauge, missingPairsGauge, transitionSessions, transitionAtRisk, transitionHeld)
+		conditionGauge, pathsGauge, missingPairsGauge, transitionSessions, transitionAtRisk, transitionHeld, transitionHeldMoves)
 }
 
 // conditionStatuses are the values of a condition's status, each a series of the condition gauge.
@@ -191,7 +191,8 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 func forgetMetrics(policy string) {
 	for _, v := range []*prometheus.MetricVec{desiredGauge.MetricVec, currentGauge.MetricVec, drillsGauge.MetricVec,
 		drillMissing.MetricVec, conditionGauge.MetricVec, pathsGauge.MetricVec, missingPairsGauge.MetricVec, reconcileErrors.MetricVec,
-		roleChanges.MetricVec, nodePatches.MetricVec, absorbedEvents.MetricVec, fullPlanCauses.MetricVec} {
+		roleChanges.MetricVec, nodePatches.MetricVec, absorbedEvents.MetricVec, fullPlanCauses.MetricVec, transitionSessions.MetricVec,
+		transitionAtRisk.MetricVec, transitionHeld.MetricVec, transitionHeldMoves.MetricVec} {
 		v.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	}
 }

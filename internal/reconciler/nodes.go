@@ -86,6 +86,9 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		phases[np.phase] = append(phases[np.phase], np)
 	}
 	r.stageClusterIDs(ctx, st, &phases)
+	if err := r.stageMoves(ctx, st, &phases); err != nil {
+		return err
+	}
 	for _, patches := range phases {
 		if err := r.applyPatches(ctx, st, patches); err != nil {
 			return err

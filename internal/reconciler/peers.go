@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"slices"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
@@ -46,8 +47,8 @@ func (r *Reconciler) applyPeers(ctx context.Context, st *State) error {
 		have, ok := cur[want.Name]
 		if ok && have.Spec.PeerSelector != want.Spec.PeerSelector {
 			var wait bool
-			if want, wait = extender.MakeBeforeBreak(want, have.Spec.PeerSelector, isLabelled); wait {
-				st.requeue(handoverRetry) // narrowed once the new route reflectors are labelled
+			if want, wait = extender.MakeBeforeBreak(want, have.Spec.PeerSelector, r.readyForBreak(st, have, want, isLabelled)); wait {
+				st.requeue(handoverRetry) // narrowed once the new route reflectors are labelled and settled
 			}
 		}
 		obj := calico.BGPPeer(r.PeerAPI, want)
@@ -131,4 +132,45 @@ func (r *Reconciler) prunePeers(ctx context.Context, st *State) error {
 		peerWrites.WithLabelValues(st.Name, "delete").Inc()
 	}
 	return nil
+}
+
+// readyForBreak is the test extender.MakeBeforeBreak narrows a set's BGPPeer with: a route
+// reflector is ready once labelled, and a new one of the set also settled (moves.go) unless the
+// set keeps a settled one, with which its nodes' routes stay meanwhile. A route reflector this
+// plan promotes or renumbers (written by the nodes step, after this one) has not settled.
+func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender.BGPPeer, labelled func(string) bool) func(string) bool {
+	old, ok := extender.PeerRouteReflectorIDs(have.Spec.PeerSelector)
+	ids, ok2 := extender.PeerRouteReflectorIDs(want.Spec.PeerSelector)
+	if !ok || !ok2 {
+		return labelled
+	}
+	m := r.memo(st.Name)
+	planned := map[string]string{}
+	for _, rr := range st.Result.RouteReflectors {
+		planned[rr.Node] = rr.ClusterID
+	}
+	byID := map[string]string{}
+	for name := range st.View {
+		byID[extender.RouteReflectorID(name)] = name
+	}
+	settled := func(rr string) bool {
+		n := st.View[rr]
+		return readyNode(st, rr) && rrWait(st, m, rr) == 0 && n.Annotations[extender.AnnotationClusterID] == planned[rr]
+	}
+	for _, id := range intersect(old, ids) {
+		if settled(byID[id]) {
+			return labelled
+		}
+	}
+	return func(id string) bool {
+		if !labelled(id) {
+			return false
+		}
+		rr := byID[id]
+		if slices.Contains(old, id) || rr == "" || settled(rr) {
+			return true
+		}
+		st.waitFor(rr)
+		return false
+	}
 }

@@ -167,8 +167,12 @@ type State struct {
 	// HealthStatuses are the nodes whose CalicoNodeStatus bgpHealth keeps (the handover leaves
 	// them in place).
 	HealthStatuses map[string]bool
-	Requeue        time.Duration
-	Done           bool
+	// SettleWaits are the route reflectors whose sessions a held client move or BGPPeer narrowing
+	// waits for (moves.go): with handover BGPSessions the handover step reads their
+	// CalicoNodeStatus.
+	SettleWaits map[string]bool
+	Requeue     time.Duration
+	Done        bool
 
 	marks    marks           // what happened since the last reconcile (see absorb)
 	valid    []state.Managed // the valid policies the plan partitioned the nodes among

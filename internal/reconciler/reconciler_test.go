@@ -346,6 +346,7 @@ func TestReconcileCordonHandsOver(t *testing.T) {
 	}, cluster(30))
 	h.reconcile()
 	h.events()
+	h.now = h.now.Add(idSettleMax) // the route reflectors' sessions have settled (moves.go)
 	h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 	requeue := h.reconcile()
 	rrs := h.rrs()

@@ -237,6 +237,7 @@ func TestHandoverBGPSessionsDualStack(t *testing.T) {
 	t.Run("waits for both families", func(t *testing.T) {
 		h := newHarness(t, sessionsPolicy(time.Hour), dualCluster(30))
 		h.reconcile()
+		h.now = h.now.Add(idSettleMax) // the route reflectors' sessions have settled (moves.go)
 		h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 		for range 3 {
 			h.reconcile()

@@ -198,10 +198,20 @@ type stageCheck struct {
 // newStageCheck: outside and allPeers are stageOutside's (nil: the policy's nodes and BGPPeers
 // alone).
 func newStageCheck(st *State, phases *[3][]nodePatch, held []nodePatch, outside []*corev1.Node, allPeers []*apiv3.BGPPeer) (*stageCheck, error) {
-	c := &stageCheck{st: st, outside: outside, down: map[string]bool{}}
+	c := newModelView(st, outside, allPeers)
 	for _, ps := range phases {
 		c.others = append(c.others, ps...)
 	}
+	var err error
+	c.target, err = c.missing(append(slices.Clone(c.others), held...))
+	return c, err
+}
+
+// newModelView is the cluster as the graph model sees it while a reconcile writes: the plan's
+// BGPPeers beside the old ones (and the transitional ones), NotReady nodes down. outside and
+// allPeers are stageOutside's (nil: the policy's nodes and BGPPeers alone).
+func newModelView(st *State, outside []*corev1.Node, allPeers []*apiv3.BGPPeer) *stageCheck {
+	c := &stageCheck{st: st, outside: outside, down: map[string]bool{}}
 	planned := map[string]bool{}
 	for _, p := range st.Result.BGPPeers {
 		planned[p.Name] = true
@@ -226,9 +236,7 @@ func newStageCheck(st *State, phases *[3][]nodePatch, held []nodePatch, outside 
 			c.down[n.Name] = true
 		}
 	}
-	var err error
-	c.target, err = c.missing(append(slices.Clone(c.others), held...))
-	return c, err
+	return c
 }
 
 // safe: the state with the other patches and these written loses no pair the full plan keeps.
@@ -308,17 +316,26 @@ func (r *Reconciler) idStageWait(st *State, m *handoverMemo) time.Duration {
 	if last.node == "" || st.View[last.node] == nil {
 		return 0
 	}
-	since := st.Now.Sub(last.at)
+	return settleWait(st.Managed.Resolved.Handover, st.Now.Sub(last.at), m.idStageUp, m.idStageSeen)
+}
+
+// settleWait is how long a route reflector whose BGP sessions restarted or began since ago must
+// still be given before a change that relies on them goes (0: go): idSettleMin at least, then
+// with handover BGPSessions until a CalicoNodeStatus reported idSettleMin after the change shows
+// all its clients Established (up; without any such report (seen), idSettle), otherwise idSettle;
+// never more than idSettleMax. The nodes step's two waits share it: a kept route reflector's
+// cluster-ID change (idStageWait) and a client's move between peering sets (moves.go).
+func settleWait(handover v1alpha1.HandoverMode, since time.Duration, up, seen bool) time.Duration {
 	switch {
 	case since >= idSettleMax:
 		return 0
 	case since < idSettleMin:
 		return idSettleMin - since
 	}
-	if st.Managed.Resolved.Handover != v1alpha1.HandoverBGPSessions {
+	if handover != v1alpha1.HandoverBGPSessions {
 		return max(0, idSettle-since)
 	}
-	if m.idStageUp || (!m.idStageSeen && since >= idSettle) {
+	if up || (!seen && since >= idSettle) {
 		return 0 // back, or no CalicoNodeStatus to read: as without BGPSessions
 	}
 	return handoverRetry

@@ -246,6 +246,14 @@ spec:
 // both its route reflectors are re-rendered twice (it takes a route reflector's settings and
 // drops them), so its surviving route reflector's session to it restarts twice (1,025
 // pair-samples). The assertions stay: they are what the product must meet.
+//
+// With the make-before-break client moves (internal/reconciler/moves.go, one run on 2026-11-27)
+// (c) misses no pair-sample between nodes that keep their role (3,227 in all, the six promoted
+// nodes' own pairs; before, 10,543 of 17,844) and peaks at 99 routes against 58; its check still
+// fails on the old route reflectors' sessions to the moving clients, which the plan removes and
+// the sampler counts as restarts (one end's protocol is seen down before its own configure
+// removes it). (a), (b) and (e) passed, (d) failed as before. RRA_TRANSITIONS_UNTIL='(c)' stops
+// the history after (c).
 func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	if os.Getenv(envHistory) == "" {
 		t.Skip("the transitions history: `make test-transitions` runs it (" + envHistory + "=1); it fails events (c) and (d) today, so CI does not run it until issue 36 is done")
@@ -418,7 +426,17 @@ type history struct {
 	stopFollow func() error
 	start      time.Time
 	report     []string
+	// until and stopped: the history stops after the first event whose name starts with until
+	// (RRA_TRANSITIONS_UNTIL); the later events are skipped.
+	until   string
+	stopped bool
 }
+
+// envUntil stops TestTransitionsHistoryOnRealBIRD after the first event whose name starts with
+// its value ("(c)": the mesh migration, which applies the policy, then the rack split), to
+// measure one event without the rest of the history. Each event that runs is checked as in the
+// whole history.
+const envUntil = "RRA_TRANSITIONS_UNTIL"
 
 // startHistory renders every node once with confd, starts the follow loop (confd's watch and
 // `configure` on change, as calico-node), waits until every pair is routed, and starts sampling.
@@ -429,7 +447,7 @@ func startHistory(t *testing.T, w *world, lab *bgpverify.Lab, names []string, st
 	stopFollow, err := lab.Follow(ctx, 100*time.Millisecond)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stopFollow() })
-	h := &history{t: t, w: w, lab: lab, names: names, stopFollow: stopFollow, start: start}
+	h := &history{t: t, w: w, lab: lab, names: names, stopFollow: stopFollow, start: start, until: os.Getenv(envUntil)}
 	w.eventually(fmt.Sprintf("every pair routed on the %d BIRDs", len(names)), 3*time.Minute, func() error { return h.converged(len(names)) })
 	t.Logf("setup: %d nodes routed on BIRD %v after the start", len(names), time.Since(start).Round(100*time.Millisecond))
 	h.s = lab.StartSampler(ctx, 100*time.Millisecond)
@@ -442,6 +460,13 @@ func startHistory(t *testing.T, w *world, lab *bgpverify.Lab, names []string, st
 func (h *history) event(name string, act func(before *roles), live int) {
 	t := h.t
 	t.Helper()
+	if h.stopped {
+		t.Logf("%s: skipped (%s=%s)", name, envUntil, h.until)
+		return
+	}
+	if h.until != "" && strings.HasPrefix(name, h.until) {
+		defer func() { h.stopped = true }()
+	}
 	before := h.w.roles()
 	h.s.Begin(name)
 	act(before)
