@@ -119,3 +119,56 @@ func TestPlanFamilies(t *testing.T) {
 		assert.Contains(t, reasons, ReasonClientsMissingFamily)
 	})
 }
+
+// TestCalicoAddressesOnNode: the etcd datastore's Calico Node addresses put on a Kubernetes Node
+// that carries none are read as KDD's annotations (families, and so the AddressFamilies filter); a
+// node that carries Calico's annotations keeps its own; the input is never changed.
+func TestCalicoAddressesOnNode(t *testing.T) {
+	bare := node("bare", "z0", 1, annot("other", "x"))
+	both := CalicoAddresses{IPv4: "10.1.0.1/24", IPv6: "fd00::1/64"}
+
+	got := both.OnNode(bare)
+	require.NotSame(t, bare, got)
+	assert.Equal(t, FamilyIPv4|FamilyIPv6, NodeFamilies(got))
+	assert.Equal(t, "x", got.Annotations["other"])
+	assert.Equal(t, map[string]string{"other": "x"}, bare.Annotations, "the input is not changed")
+	assert.Equal(t, FamilyIPv4, NodeFamilies(bare))
+
+	assert.Equal(t, FamilyIPv6, NodeFamilies(CalicoAddresses{IPv6: "fd00::1"}.OnNode(bare)), "an IPv6-only Calico Node")
+	assert.Same(t, bare, CalicoAddresses{}.OnNode(bare), "no address: the node as it is")
+	kdd := node("kdd", "z0", 1, v4(1))
+	assert.Same(t, kdd, both.OnNode(kdd), "Calico's annotations on the node win")
+
+	nodes := []*corev1.Node{bare, kdd}
+	same := WithCalicoAddresses(nodes, map[string]CalicoAddresses{"kdd": both, "other": both})
+	assert.Same(t, &nodes[0], &same[0], "nothing changed: the same slice")
+	out := WithCalicoAddresses(nodes, map[string]CalicoAddresses{"bare": {IPv4: "10.1.0.1/24"}})
+	assert.Same(t, bare, nodes[0], "the input slice is not changed")
+	assert.Equal(t, FamilyIPv4, NodeFamilies(out[0]))
+	assert.Equal(t, "10.1.0.1/24", out[0].Annotations[AnnotationCalicoIPv4])
+
+	// The planner on an etcd datastore's nodes: the oldest are IPv4-only in etcd, the others
+	// dual-stack; their Kubernetes Nodes carry no Calico address. With the addresses on them the
+	// route reflectors are dual-stack; without, every node counts as IPv4 and the oldest are taken.
+	p := policy.MustResolve(policy.Default("default"))
+	var kube []*corev1.Node
+	addrs := map[string]CalicoAddresses{}
+	for i := range 12 {
+		name := fmt.Sprintf("n%02d", i)
+		kube = append(kube, node(name, fmt.Sprintf("z%d", i%3), i))
+		a := CalicoAddresses{IPv4: fmt.Sprintf("10.1.0.%d/24", i+1)}
+		if i >= 6 {
+			a.IPv6 = fmt.Sprintf("fd00::%x/64", i+1)
+		}
+		addrs[name] = a
+	}
+	blind := plan(t, p, kube)
+	assert.Contains(t, rrNames(blind), "n00", "without the addresses, the oldest node is a route reflector")
+	res := plan(t, p, WithCalicoAddresses(kube, addrs))
+	require.NotEmpty(t, res.RouteReflectors)
+	for _, rr := range res.RouteReflectors {
+		assert.GreaterOrEqual(t, rr.Node, "n06", "route reflector %s is IPv4-only in etcd", rr.Node)
+	}
+	require.Len(t, res.Ineligible, 6)
+	assert.Equal(t, RuleMissingAddressFamily, res.Ineligible[0].Rule)
+}

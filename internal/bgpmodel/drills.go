@@ -176,6 +176,7 @@ func planShape(in extender.Input, res *extender.Result) uint64 {
 		if n != nil {
 			w(n.Name)
 			w(n.Labels[zoneKey])
+			w(extender.NodeFamilies(n).Key()) // a node's address families (its drills per family)
 		}
 	}
 	w("")

@@ -111,10 +111,12 @@ type RouteFigures struct {
 }
 
 // Calico holds the Calico objects status reads from Calico's datastore when that is not the
-// Kubernetes API (etcd): the BGPPeers and the BGPConfigurations.
+// Kubernetes API (etcd): the BGPPeers, the BGPConfigurations and the Calico Nodes' BGP addresses
+// (the nodes' address families: the Kubernetes Nodes do not carry them with this datastore).
 type Calico struct {
-	Peers   []apiv3.BGPPeer
-	Configs []apiv3.BGPConfiguration
+	Peers     []apiv3.BGPPeer
+	Configs   []apiv3.BGPConfiguration
+	Addresses map[string]extender.CalicoAddresses
 }
 
 // Read reads the cluster. gv is the Calico API the BGPPeers and the BGPConfiguration are read
@@ -167,6 +169,7 @@ func Read(ctx context.Context, cfg *rest.Config, gv schema.GroupVersion, now tim
 		ptrs[i] = &nodes.Items[i]
 	}
 	slices.SortFunc(ptrs, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	ptrs = extender.WithCalicoAddresses(ptrs, cal.Addresses)
 	slices.SortFunc(pols.Items, func(a, b v1alpha1.RouteReflectorPolicy) int { return strings.Compare(a.Name, b.Name) })
 	// The product's CalicoNodeStatuses (bgpHealth, the BGPSessions handover), when the API serves
 	// them: with the etcd datastore, or without the right to read them, the sessions are left out.
