@@ -194,27 +194,44 @@ func (f *AddressFamilies) Filter(_ *policy.Resolved, n *NodeInfo) string {
 	return ""
 }
 
+// familiesFilter returns the AddressFamilies filter of nodes that peer in families (the union of
+// theirs), nil when that is one family or none. The planner (filterFamilies) and admission
+// (AdmitState.readFamilies) both decide through it and rejectFamily: the same predicate.
+func familiesFilter(families Families) *AddressFamilies {
+	if !families.Has(FamilyIPv4 | FamilyIPv6) {
+		return nil
+	}
+	return NewAddressFamilies(families)
+}
+
+// rejectFamily runs f (nil: none) on a node already read through the other filters, as the last
+// filter of the list: a node already rejected keeps its first reason, and one that failed
+// NodeReady only is no longer awaited. It reports whether f rejects the node.
+func rejectFamily(f *AddressFamilies, p *policy.Resolved, n *NodeInfo) bool {
+	if f == nil {
+		return false
+	}
+	r := f.Filter(p, n)
+	if r == "" {
+		return false
+	}
+	if n.Eligible {
+		n.Eligible, n.Reason, n.Rule = false, r, f.Rule()
+	}
+	n.Awaited = false
+	return true
+}
+
 // filterFamilies runs AddressFamilies after the other filters when the policy's nodes peer in both
-// families (as the last filter of the list: a node already rejected keeps its first reason, and
-// one that failed NodeReady only is no longer awaited).
+// families (rejectFamily).
 func (pl *planner) filterFamilies() {
 	var families Families
 	for _, n := range pl.nodes {
 		families |= n.Families
 	}
-	if !families.Has(FamilyIPv4 | FamilyIPv6) {
-		return
-	}
-	f := NewAddressFamilies(families)
+	f := familiesFilter(families)
 	for _, n := range pl.nodes {
-		r := f.Filter(pl.p, n)
-		if r == "" {
-			continue
-		}
-		if n.Eligible {
-			n.Eligible, n.Reason, n.Rule = false, r, f.Rule()
-		}
-		n.Awaited = false
+		rejectFamily(f, pl.p, n)
 	}
 }
 
