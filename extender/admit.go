@@ -66,6 +66,8 @@ type Admission struct {
 	// Healthy, Eligible and Awaited (see NodeInfo.Awaited) are the facts the decision was taken
 	// on. An awaited node is recorded even without a role: its zone keeps a share for it.
 	Healthy, Eligible, Awaited bool
+	// Families are the node's address families the decision read (see AdmitState.readFamilies).
+	Families Families
 
 	planned  *NodeState // the plan's state of a known node whose facts did not change
 	topLevel bool       // a new route reflector that peers with other policies' (CrossPolicy)
@@ -131,8 +133,11 @@ type AdmitState struct {
 	// is top-level (SingleCluster and MultiCluster, the only topologies admission promotes in).
 	crossPolicy bool
 	clients     int
-	racks       map[string]*admitRack
-	spineID     uint32 // the racked topologies' spine cluster ID (as the planner's)
+	// families counts the nodes that peer in each family (FamilyIPv4, FamilyIPv6): their union is
+	// what the planner's AddressFamilies filter reads (familiesFilter).
+	families map[Families]int
+	racks    map[string]*admitRack
+	spineID  uint32 // the racked topologies' spine cluster ID (as the planner's)
 	// oneRack: DualPlane, and the plan has no rack or only the one rack of a cluster that fits in
 	// one (ZoneRackName("", 1)); the zones' first racks the admission path puts nodes in once it is
 	// full are not racks of the plan yet.
@@ -159,6 +164,7 @@ type admitNode struct {
 	rack              string
 	plane             int        // a DualPlane route reflector's plane
 	planned           *NodeState // the plan's state of the node (nil for a recorded decision)
+	families          Families
 }
 
 type admitRR struct {
@@ -199,6 +205,7 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 		draining:    map[uint32]int{},
 		releasing:   map[uint32]int{},
 		racks:       map[string]*admitRack{},
+		families:    map[Families]int{},
 	}
 	for _, f := range in.Filters {
 		if r, ok := f.(*CalicoNodeRegistered); ok {
@@ -227,6 +234,7 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 			healthy:  fact.healthy,
 			eligible: fact.eligible,
 			awaited:  fact.awaited,
+			families: fact.families,
 			set:      st.Labels[LabelPeeringSet],
 			rack:     st.Annotations[AnnotationRack],
 			planned:  st,
@@ -332,6 +340,11 @@ func (s *AdmitState) contribute(name string, f admitNode, sign int) {
 	if f.awaited {
 		z.awaited += sign
 	}
+	for _, fam := range AllFamilies {
+		if f.families.Has(fam) {
+			s.families[fam] += sign
+		}
+	}
 	switch {
 	case f.draining:
 		s.draining[f.id] += sign
@@ -426,7 +439,8 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 		return func() {}
 	}
 	prev, known := s.nodes[a.Node]
-	f := admitNode{zone: a.Zone, healthy: a.Healthy, eligible: a.Eligible, awaited: a.Awaited, role: a.Role, set: a.PeeringSet, rack: a.Rack, plane: a.Plane}
+	f := admitNode{zone: a.Zone, healthy: a.Healthy, eligible: a.Eligible, awaited: a.Awaited, role: a.Role, set: a.PeeringSet, rack: a.Rack, plane: a.Plane,
+		families: a.Families}
 	if a.Role == AdmitRouteReflector {
 		f.id, _ = policy.ParseClusterID(a.ClusterID)
 		if a.Plane == 0 {
@@ -496,9 +510,46 @@ func (s *AdmitState) Admit(n *corev1.Node) Admission {
 // (Decide). It does not change the state (see Record).
 func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission { return s.admitNode(ni, false) }
 
+// readFamilies completes a node read through the default filters with the address families, as
+// the planner reads it: a node that carries no Calico address keeps the families the plan read
+// for it (the etcd datastore: the plan read them from its Calico Node), and the planner's
+// AddressFamilies filter runs on the families of the policy's nodes, this one's in place of what
+// the state had for it (familiesFilter, rejectFamily): in a dual-stack cluster a node without
+// both families is no route reflector. It returns ni, or a changed copy.
+func (s *AdmitState) readFamilies(ni *NodeInfo) *NodeInfo {
+	prev, known := s.nodes[ni.Name]
+	out := ni
+	if known && prev.families != 0 && prev.families != ni.Families && !HasCalicoAddress(ni.Node) {
+		c := *ni
+		c.Families = prev.families
+		out = &c
+	}
+	var union Families
+	for _, fam := range AllFamilies {
+		n := s.families[fam]
+		if known && prev.families.Has(fam) {
+			n--
+		}
+		if n > 0 || out.Families.Has(fam) {
+			union |= fam
+		}
+	}
+	f := familiesFilter(union)
+	if f == nil || f.Filter(s.Policy, out) == "" {
+		return out
+	}
+	if out == ni {
+		c := *ni
+		out = &c
+	}
+	rejectFamily(f, s.Policy, out)
+	return out
+}
+
 // admitNode is AdmitNode; noPromotion keeps the node from becoming a route reflector.
 func (s *AdmitState) admitNode(ni *NodeInfo, noPromotion bool) Admission {
 	p := s.Policy
+	ni = s.readFamilies(ni)
 	if ni.Eligible && s.registered != nil {
 		if r := s.registered.Filter(p, ni); r != "" {
 			c := *ni
@@ -507,7 +558,7 @@ func (s *AdmitState) admitNode(ni *NodeInfo, noPromotion bool) Admission {
 		}
 	}
 	n := ni.Node
-	a := Admission{Node: n.Name, Zone: ni.Zone, Healthy: ni.Healthy(), Eligible: ni.Eligible, Awaited: ni.Awaited}
+	a := Admission{Node: n.Name, Zone: ni.Zone, Healthy: ni.Healthy(), Eligible: ni.Eligible, Awaited: ni.Awaited, Families: ni.Families}
 	prev, known := s.nodes[n.Name]
 	if known && prev.zone == a.Zone && prev.healthy == a.Healthy && prev.eligible == a.Eligible && prev.awaited == a.Awaited {
 		// A known node whose facts did not change: the plan's answer.

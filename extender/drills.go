@@ -24,6 +24,11 @@ type Drill struct {
 	// the same place of the layout (large clusters, see bgpmodel) stands for this many; 0 when it
 	// was run for this route reflector alone.
 	Represents int `json:"represents,omitempty"`
+	// Family is the address family the drill was run in ("IPv4", "IPv6": the sessions both of
+	// whose ends have an address of it), "" for a family-blind drill (every node peering as the
+	// BGPPeers say: an IPv4-only cluster's). A plan whose nodes have IPv6 addresses is drilled in
+	// each family its nodes peer in (bgpmodel.PlanDrills).
+	Family string `json:"family,omitempty"`
 }
 
 // String names the drill and its outcome in one line (conditions, warnings, the table).
@@ -32,7 +37,11 @@ func (d Drill) String() string {
 	if d.Kind == DrillRouteReflector {
 		what = "route reflector " + d.Name
 	}
-	return fmt.Sprintf("%s lost: %d node pairs missing", what, d.MissingPairs)
+	s := fmt.Sprintf("%s lost: %d node pairs missing", what, d.MissingPairs)
+	if d.Family != "" {
+		s += " in " + d.Family
+	}
+	return s
 }
 
 // DrillFunc runs the failure drills on a plan: each zone lost, each route reflector lost. The graph
@@ -54,17 +63,38 @@ func FailedDrills(drills []Drill) []Drill {
 // route reflectors counts once per member.
 type DrillTally struct{ Pass, All int }
 
-// TallyDrills counts the drills by kind (DrillZone, DrillRouteReflector).
+// TallyDrills counts the drills by kind (DrillZone, DrillRouteReflector). Drills run in each
+// address family (Drill.Family) count once per loss, in the worst family: All is the most drills
+// of the kind a family has, and All less the most failing in a family pass (a zone lost that
+// passes in IPv4 and fails in IPv6 does not pass).
 func TallyDrills(drills []Drill) map[string]DrillTally {
-	out := map[string]DrillTally{}
+	byFamily := map[string]map[string]DrillTally{}
 	for _, d := range drills {
 		n := max(1, d.Represents)
-		t := out[d.Kind]
+		m := byFamily[d.Family]
+		if m == nil {
+			m = map[string]DrillTally{}
+			byFamily[d.Family] = m
+		}
+		t := m[d.Kind]
 		t.All += n
 		if d.MissingPairs == 0 {
 			t.Pass += n
 		}
-		out[d.Kind] = t
+		m[d.Kind] = t
+	}
+	out := map[string]DrillTally{}
+	for _, f := range slices.Sorted(maps.Keys(byFamily)) {
+		for kind, t := range byFamily[f] {
+			o, seen := out[kind]
+			if !seen {
+				out[kind] = t
+				continue
+			}
+			all := max(o.All, t.All)
+			o.All, o.Pass = all, all-max(o.All-o.Pass, t.All-t.Pass)
+			out[kind] = o
+		}
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package extender
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,6 +94,66 @@ func parseAddress(s string) (netip.Addr, bool) {
 // NodeFamilies returns the families of a node (FamiliesOf its annotations).
 func NodeFamilies(n *corev1.Node) Families { return FamiliesOf(n.Annotations) }
 
+// CalicoAddresses are a node's Calico BGP addresses ("addr/len" or a bare address, "" for none):
+// with the Kubernetes datastore, the projectcalico.org/IPv4Address and IPv6Address annotations
+// calico-node writes on the Kubernetes Node; with the etcd datastore, spec.bgp.ipv4Address and
+// spec.bgp.ipv6Address of the Calico Node, which the Kubernetes Node does not carry.
+type CalicoAddresses struct{ IPv4, IPv6 string }
+
+// HasCalicoAddress reports whether a node carries a Calico address annotation (non-empty).
+func HasCalicoAddress(n *corev1.Node) bool {
+	return strings.TrimSpace(n.Annotations[AnnotationCalicoIPv4]) != "" || strings.TrimSpace(n.Annotations[AnnotationCalicoIPv6]) != ""
+}
+
+// OnNode returns the node as the planner and the graph model read it with these addresses: the
+// node itself when it carries a Calico address annotation already (the Kubernetes datastore) or
+// when a holds no address, else a shallow copy whose annotations (a new map) add them as the
+// projectcalico.org annotations, so that FamiliesOf reads an etcd datastore's node as it reads a
+// KDD one. The copy is a view: its annotations are never written (the product patches owned keys
+// only).
+func (a CalicoAddresses) OnNode(n *corev1.Node) *corev1.Node {
+	if n == nil || a == (CalicoAddresses{}) || HasCalicoAddress(n) {
+		return n
+	}
+	c := *n
+	c.Annotations = make(map[string]string, len(n.Annotations)+2)
+	for k, v := range n.Annotations {
+		c.Annotations[k] = v
+	}
+	if a.IPv4 != "" {
+		c.Annotations[AnnotationCalicoIPv4] = a.IPv4
+	}
+	if a.IPv6 != "" {
+		c.Annotations[AnnotationCalicoIPv6] = a.IPv6
+	}
+	return &c
+}
+
+// WithCalicoAddresses returns the nodes with their Calico addresses from addrs (by node name) on
+// them (CalicoAddresses.OnNode); nodes is returned as it is when addrs changes none of them.
+func WithCalicoAddresses(nodes []*corev1.Node, addrs map[string]CalicoAddresses) []*corev1.Node {
+	if len(addrs) == 0 {
+		return nodes
+	}
+	out, copied := nodes, false
+	for i, n := range nodes {
+		if n == nil {
+			continue
+		}
+		a, ok := addrs[n.Name]
+		if !ok {
+			continue
+		}
+		if c := a.OnNode(n); c != n {
+			if !copied {
+				out, copied = slices.Clone(nodes), true
+			}
+			out[i] = c
+		}
+	}
+	return out
+}
+
 // Filter and Degraded reasons of the address families.
 const (
 	AddressFamiliesName = "AddressFamilies"
@@ -133,27 +194,44 @@ func (f *AddressFamilies) Filter(_ *policy.Resolved, n *NodeInfo) string {
 	return ""
 }
 
+// familiesFilter returns the AddressFamilies filter of nodes that peer in families (the union of
+// theirs), nil when that is one family or none. The planner (filterFamilies) and admission
+// (AdmitState.readFamilies) both decide through it and rejectFamily: the same predicate.
+func familiesFilter(families Families) *AddressFamilies {
+	if !families.Has(FamilyIPv4 | FamilyIPv6) {
+		return nil
+	}
+	return NewAddressFamilies(families)
+}
+
+// rejectFamily runs f (nil: none) on a node already read through the other filters, as the last
+// filter of the list: a node already rejected keeps its first reason, and one that failed
+// NodeReady only is no longer awaited. It reports whether f rejects the node.
+func rejectFamily(f *AddressFamilies, p *policy.Resolved, n *NodeInfo) bool {
+	if f == nil {
+		return false
+	}
+	r := f.Filter(p, n)
+	if r == "" {
+		return false
+	}
+	if n.Eligible {
+		n.Eligible, n.Reason, n.Rule = false, r, f.Rule()
+	}
+	n.Awaited = false
+	return true
+}
+
 // filterFamilies runs AddressFamilies after the other filters when the policy's nodes peer in both
-// families (as the last filter of the list: a node already rejected keeps its first reason, and
-// one that failed NodeReady only is no longer awaited).
+// families (rejectFamily).
 func (pl *planner) filterFamilies() {
 	var families Families
 	for _, n := range pl.nodes {
 		families |= n.Families
 	}
-	if !families.Has(FamilyIPv4 | FamilyIPv6) {
-		return
-	}
-	f := NewAddressFamilies(families)
+	f := familiesFilter(families)
 	for _, n := range pl.nodes {
-		r := f.Filter(pl.p, n)
-		if r == "" {
-			continue
-		}
-		if n.Eligible {
-			n.Eligible, n.Reason, n.Rule = false, r, f.Rule()
-		}
-		n.Awaited = false
+		rejectFamily(f, pl.p, n)
 	}
 }
 

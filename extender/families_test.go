@@ -3,12 +3,14 @@ package extender
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 func v4(i int) nodeOpt { return annot(AnnotationCalicoIPv4, fmt.Sprintf("10.0.0.%d/24", i)) }
@@ -118,4 +120,141 @@ func TestPlanFamilies(t *testing.T) {
 		}
 		assert.Contains(t, reasons, ReasonClientsMissingFamily)
 	})
+}
+
+// TestCalicoAddressesOnNode: the etcd datastore's Calico Node addresses put on a Kubernetes Node
+// that carries none are read as KDD's annotations (families, and so the AddressFamilies filter); a
+// node that carries Calico's annotations keeps its own; the input is never changed.
+func TestCalicoAddressesOnNode(t *testing.T) {
+	bare := node("bare", "z0", 1, annot("other", "x"))
+	both := CalicoAddresses{IPv4: "10.1.0.1/24", IPv6: "fd00::1/64"}
+
+	got := both.OnNode(bare)
+	require.NotSame(t, bare, got)
+	assert.Equal(t, FamilyIPv4|FamilyIPv6, NodeFamilies(got))
+	assert.Equal(t, "x", got.Annotations["other"])
+	assert.Equal(t, map[string]string{"other": "x"}, bare.Annotations, "the input is not changed")
+	assert.Equal(t, FamilyIPv4, NodeFamilies(bare))
+
+	assert.Equal(t, FamilyIPv6, NodeFamilies(CalicoAddresses{IPv6: "fd00::1"}.OnNode(bare)), "an IPv6-only Calico Node")
+	assert.Same(t, bare, CalicoAddresses{}.OnNode(bare), "no address: the node as it is")
+	kdd := node("kdd", "z0", 1, v4(1))
+	assert.Same(t, kdd, both.OnNode(kdd), "Calico's annotations on the node win")
+
+	nodes := []*corev1.Node{bare, kdd}
+	same := WithCalicoAddresses(nodes, map[string]CalicoAddresses{"kdd": both, "other": both})
+	assert.Same(t, &nodes[0], &same[0], "nothing changed: the same slice")
+	out := WithCalicoAddresses(nodes, map[string]CalicoAddresses{"bare": {IPv4: "10.1.0.1/24"}})
+	assert.Same(t, bare, nodes[0], "the input slice is not changed")
+	assert.Equal(t, FamilyIPv4, NodeFamilies(out[0]))
+	assert.Equal(t, "10.1.0.1/24", out[0].Annotations[AnnotationCalicoIPv4])
+
+	// The planner on an etcd datastore's nodes: the oldest are IPv4-only in etcd, the others
+	// dual-stack; their Kubernetes Nodes carry no Calico address. With the addresses on them the
+	// route reflectors are dual-stack; without, every node counts as IPv4 and the oldest are taken.
+	p := policy.MustResolve(policy.Default("default"))
+	var kube []*corev1.Node
+	addrs := map[string]CalicoAddresses{}
+	for i := range 12 {
+		name := fmt.Sprintf("n%02d", i)
+		kube = append(kube, node(name, fmt.Sprintf("z%d", i%3), i))
+		a := CalicoAddresses{IPv4: fmt.Sprintf("10.1.0.%d/24", i+1)}
+		if i >= 6 {
+			a.IPv6 = fmt.Sprintf("fd00::%x/64", i+1)
+		}
+		addrs[name] = a
+	}
+	blind := plan(t, p, kube)
+	assert.Contains(t, rrNames(blind), "n00", "without the addresses, the oldest node is a route reflector")
+	res := plan(t, p, WithCalicoAddresses(kube, addrs))
+	require.NotEmpty(t, res.RouteReflectors)
+	for _, rr := range res.RouteReflectors {
+		assert.GreaterOrEqual(t, rr.Node, "n06", "route reflector %s is IPv4-only in etcd", rr.Node)
+	}
+	require.Len(t, res.Ineligible, 6)
+	assert.Equal(t, RuleMissingAddressFamily, res.Ineligible[0].Rule)
+}
+
+// TestTallyDrillsFamilies: drills run in each address family count once per loss, in the worst
+// family: a loss that passes in IPv4 and fails in IPv6 does not pass; a family-blind tally is what
+// it was.
+func TestTallyDrillsFamilies(t *testing.T) {
+	z := func(name, fam string, missing int64) Drill {
+		return Drill{Kind: DrillZone, Name: name, Family: fam, MissingPairs: missing}
+	}
+	rr := func(name, fam string, missing int64, represents int) Drill {
+		return Drill{Kind: DrillRouteReflector, Name: name, Family: fam, MissingPairs: missing, Represents: represents}
+	}
+	for _, tc := range []struct {
+		name       string
+		drills     []Drill
+		zone, rrs  DrillTally
+		failed     int
+		failedText string
+	}{
+		{"family-blind", []Drill{z("a", "", 0), z("b", "", 3), rr("n1", "", 0, 0), rr("n2", "", 0, 4)},
+			DrillTally{1, 2}, DrillTally{5, 5}, 1, "zone b lost: 3 node pairs missing"},
+		{"both families pass", []Drill{z("a", "IPv4", 0), z("b", "IPv4", 0), rr("n1", "IPv4", 0, 0), z("a", "IPv6", 0), z("b", "IPv6", 0), rr("n1", "IPv6", 0, 0)},
+			DrillTally{2, 2}, DrillTally{1, 1}, 0, ""},
+		{"IPv4 passes, IPv6 fails", []Drill{z("a", "IPv4", 0), z("b", "IPv4", 0), rr("n1", "IPv4", 0, 0), z("a", "IPv6", 0), z("b", "IPv6", 7), rr("n1", "IPv6", 2, 0)},
+			DrillTally{1, 2}, DrillTally{0, 1}, 2, "zone b lost: 7 node pairs missing in IPv6"},
+		{"IPv6 nodes in fewer zones, all pass", []Drill{z("a", "IPv4", 0), z("b", "IPv4", 0), z("c", "IPv4", 0), z("a", "IPv6", 0), z("b", "IPv6", 0)},
+			DrillTally{3, 3}, DrillTally{}, 0, ""},
+		{"classes differ by family", []Drill{rr("n1", "IPv4", 0, 50), rr("n2", "IPv6", 1, 50)},
+			DrillTally{}, DrillTally{0, 50}, 1, "route reflector n2 lost: 1 node pairs missing in IPv6"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := TallyDrills(tc.drills)
+			assert.Equal(t, tc.zone, got[DrillZone], "zones")
+			assert.Equal(t, tc.rrs, got[DrillRouteReflector], "route reflectors")
+			failed := FailedDrills(tc.drills)
+			require.Len(t, failed, tc.failed)
+			if tc.failed > 0 {
+				assert.Equal(t, tc.failedText, failed[0].String())
+			}
+		})
+	}
+}
+
+// TestSafestReadsFamilyDrills: the drill-driven handover (safest) counts a drill that fails in one
+// family only: current route reflectors whose plan fails a drill in IPv6 (passing in IPv4) are
+// handed over to the fresh plan's, as for a family-blind failure; a plan that passes in every
+// family is kept.
+func TestSafestReadsFamilyDrills(t *testing.T) {
+	pol := policy.Default("default")
+	pol.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
+	p := policy.MustResolve(pol)
+	for _, tc := range []struct {
+		name         string
+		failing      []Drill // the drills of a plan whose active route reflectors include the current ones
+		handedOver   bool
+		failedInPlan int
+	}{
+		{"passes in both families: kept", []Drill{{Kind: DrillZone, Name: "z0", Family: "IPv4"}, {Kind: DrillZone, Name: "z0", Family: "IPv6"}}, false, 0},
+		{"fails in IPv6 only: handed over", []Drill{{Kind: DrillZone, Name: "z0", Family: "IPv4"}, {Kind: DrillZone, Name: "z0", Family: "IPv6", MissingPairs: 5}}, true, 0},
+		{"fails family-blind: handed over, as before", []Drill{{Kind: DrillZone, Name: "z0", MissingPairs: 5}}, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var nodes []*corev1.Node
+			for i := range 9 {
+				opts := []nodeOpt{v4(i + 1), v6(i + 1)}
+				if i >= 6 {
+					opts = append(opts, asRR(fmt.Sprintf("224.0.0.%d", i-5)))
+				}
+				nodes = append(nodes, node(fmt.Sprintf("n%02d", i), fmt.Sprintf("z%d", i%3), i, opts...))
+			}
+			current := map[string]bool{"n06": true, "n07": true, "n08": true}
+			drills := func(_ Input, res *Result) ([]Drill, error) {
+				for _, rr := range res.RouteReflectors {
+					if current[rr.Node] && !rr.Draining {
+						return tc.failing, nil
+					}
+				}
+				return []Drill{{Kind: DrillZone, Name: "z0", Family: "IPv4"}, {Kind: DrillZone, Name: "z0", Family: "IPv6"}}, nil
+			}
+			res := Plan(Input{Policy: p, Nodes: nodes, Now: t0.Add(time.Hour), Drills: drills})
+			assert.Equal(t, tc.handedOver, len(res.HandedOver) > 0, "handed over %v", res.HandedOver)
+			assert.Len(t, FailedDrills(res.Drills), tc.failedInPlan, "%v", res.Drills)
+		})
+	}
 }

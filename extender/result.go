@@ -53,10 +53,12 @@ type nodeFacts struct {
 	awaited           bool
 	hasID             bool
 	id                uint32 // the cluster ID the node carries now, when hasID
+	families          Families
 }
 
 func factsOf(n *NodeInfo) nodeFacts {
-	return nodeFacts{read: true, zone: n.Zone, healthy: n.Healthy(), eligible: n.Eligible, awaited: n.Awaited, hasID: n.HasClusterID, id: n.ClusterID}
+	return nodeFacts{read: true, zone: n.Zone, healthy: n.Healthy(), eligible: n.Eligible, awaited: n.Awaited, hasID: n.HasClusterID, id: n.ClusterID,
+		families: n.Families}
 }
 
 // Summary holds the plan's figures (the design's statistics table).

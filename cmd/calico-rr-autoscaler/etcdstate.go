@@ -33,8 +33,8 @@ func readEtcd(cfg calicoetcd.Config) (*calicoetcd.State, error) {
 }
 
 // etcdPlanNodes are the nodes plan reads with --datastore etcdv3: the Kubernetes Nodes of --nodes
-// (health, cordon, zones) with each one's route reflector role as its Calico Node in etcd carries
-// it, or, without --nodes, the Calico Nodes themselves (Calico keeps no health: taken as Ready).
+// (health, cordon, zones) with each one's route reflector role and BGP addresses as its Calico Node
+// in etcd carries them, or, without --nodes, the Calico Nodes themselves (Calico keeps no health: taken as Ready).
 func etcdPlanNodes(st *calicoetcd.State, kube []*corev1.Node, rrLabelKey string) []*corev1.Node {
 	if kube == nil {
 		out := make([]*corev1.Node, 0, len(st.Nodes))
@@ -66,7 +66,9 @@ func etcdPlanNodes(st *calicoetcd.State, kube []*corev1.Node, rrLabelKey string)
 			id[extender.AnnotationClusterID] = role.ClusterID
 		}
 		n.Annotations = extender.ApplyOwned(k.Annotations, []string{extender.AnnotationClusterID}, id)
-		out = append(out, n)
+		// Its BGP addresses (address families) are the Calico Node's, as KDD's annotations.
+		addrs := extender.CalicoAddresses{IPv4: c.Annotations[extender.AnnotationCalicoIPv4], IPv6: c.Annotations[extender.AnnotationCalicoIPv6]}
+		out = append(out, addrs.OnNode(n))
 	}
 	return out
 }

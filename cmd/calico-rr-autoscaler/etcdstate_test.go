@@ -14,7 +14,8 @@ import (
 
 // TestEtcdPlanNodesTakeTheRoleFromEtcd: with --nodes, a Kubernetes Node keeps its own labels and
 // health but carries the route reflector role of its Calico Node in etcd (owned labels and the
-// cluster ID), also where etcd has none; a node etcd does not know is kept as it is.
+// cluster ID), also where etcd has none, and its BGP addresses (address families); a node etcd
+// does not know is kept as it is.
 func TestEtcdPlanNodesTakeTheRoleFromEtcd(t *testing.T) {
 	const rrKey = "calico-route-reflector"
 	kube := []*corev1.Node{
@@ -27,7 +28,8 @@ func TestEtcdPlanNodesTakeTheRoleFromEtcd(t *testing.T) {
 	st := &calicoetcd.State{Nodes: []*corev1.Node{
 		{ObjectMeta: metav1.ObjectMeta{Name: "was-rr", Labels: map[string]string{extender.LabelPeeringSet: "s2", "calico-only": "y"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "now-rr", Labels: map[string]string{rrKey: ""},
-			Annotations: map[string]string{extender.AnnotationClusterID: "224.0.0.1"}}},
+			Annotations: map[string]string{extender.AnnotationClusterID: "224.0.0.1",
+				extender.AnnotationCalicoIPv4: "10.1.0.2/24", extender.AnnotationCalicoIPv6: "fd00::2/64"}}},
 	}}
 	got := etcdPlanNodes(st, kube, rrKey)
 	require.Len(t, got, 3)
@@ -37,6 +39,8 @@ func TestEtcdPlanNodesTakeTheRoleFromEtcd(t *testing.T) {
 	assert.Equal(t, map[string]string{"zone": "b", rrKey: ""}, got[1].Labels)
 	assert.Equal(t, "224.0.0.1", got[1].Annotations[extender.AnnotationClusterID])
 	assert.Same(t, kube[2], got[2], "a node etcd does not know is kept")
+	assert.Equal(t, extender.FamilyIPv4|extender.FamilyIPv6, extender.NodeFamilies(got[1]), "the Calico Node's BGP addresses: %v", got[1].Annotations)
+	assert.Equal(t, "fd00::2/64", got[1].Annotations[extender.AnnotationCalicoIPv6])
 
 	assert.Equal(t, "224.0.0.9", kube[0].Annotations[extender.AnnotationClusterID], "the input is not changed")
 	assert.Contains(t, kube[0].Labels, rrKey, "the input is not changed")

@@ -252,6 +252,11 @@ func evaluateRoutes(in extender.Input, res *extender.Result, alternatives bool, 
 		return nil, fmt.Errorf("route model: %w", err)
 	}
 	if f.Families != nil {
+		// The plan's own drills (PlanDrills) are per family here; routes.drills stay the
+		// family-blind ones, the families' are in routes.families.
+		if f.Drills, err = topo.Drills(); err != nil {
+			return nil, fmt.Errorf("failure drills: %w", err)
+		}
 		ids, err := bgpmodel.CheckRouterIDs(topo.Nodes, calicoRouterID)
 		if err != nil {
 			return nil, usageError{err}

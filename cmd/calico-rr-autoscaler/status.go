@@ -67,7 +67,7 @@ func runStatus(args []string, stdout io.Writer) error {
 			if err != nil {
 				return err
 			}
-			fromEtcd = &clusterstatus.Calico{Peers: st.Peers, Configs: st.Configs}
+			fromEtcd = &clusterstatus.Calico{Peers: st.Peers, Configs: st.Configs, Addresses: st.Addresses()}
 		}
 		rep, err := clusterstatus.Read(ctx, cfg, gv, time.Now(), fromEtcd)
 		if err != nil {

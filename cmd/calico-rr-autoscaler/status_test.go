@@ -20,6 +20,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	libapiv3 "github.com/projectcalico/calico/libcalico-go/lib/apis/v3"
+	"github.com/projectcalico/calico/libcalico-go/lib/options"
+
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
@@ -139,8 +142,9 @@ func TestStatusOnRealAPIServer(t *testing.T) {
 
 // TestStatusFromEtcd: with --datastore etcdv3, status reads the BGPPeers and the mesh setting from
 // Calico's etcd (the API server serves no Calico resources at all here): the hand-written BGPPeer
-// is reported as foreign, the mesh as off, and the graph model finds every pair; with the
-// clients' BGPPeer deleted from etcd, it finds them missing.
+// is reported as foreign, the mesh as off, and the graph model finds every pair; the address
+// families are the Calico Nodes' (figures and drills per family); with the clients' BGPPeer
+// deleted from etcd, it finds them missing.
 func TestStatusFromEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs kube-apiserver and etcd (hack/tools.sh)")
@@ -179,6 +183,18 @@ func TestStatusFromEtcd(t *testing.T) {
 	} {
 		require.NoError(t, s.Peers().Create(ctx, calico.BGPPeer(calico.CRD, p)), p.Name)
 	}
+	// calico-node's Calico Nodes: their BGP addresses, which the Kubernetes Nodes do not carry with
+	// this datastore. node-b, a route reflector, has no IPv6 address.
+	for i := range 6 {
+		n := libapiv3.NewNode()
+		n.Name = "node-" + string(rune('a'+i))
+		n.Spec.BGP = &libapiv3.NodeBGPSpec{IPv4Address: fmt.Sprintf("10.0.0.%d/24", i+1)}
+		if n.Name != "node-b" {
+			n.Spec.BGP.IPv6Address = fmt.Sprintf("fd00::%d/64", i+1)
+		}
+		_, err := s.Client().Nodes().Create(ctx, n, options.SetOptions{})
+		require.NoError(t, err)
+	}
 	off := false
 	require.NoError(t, s.Configs().Create(ctx, &apiv3.BGPConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "default"},
 		Spec: apiv3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}}))
@@ -198,6 +214,16 @@ func TestStatusFromEtcd(t *testing.T) {
 	require.Equal(t, int64(0), rep.Routes.MissingPairs)
 	require.Len(t, rep.Policies, 1)
 	require.Equal(t, 2, rep.Policies[0].RouteReflectors)
+	// The families are the Calico Nodes': the route figures and the drills per family; in IPv6
+	// node-a is the clients' only route reflector, so losing it fails there (and only there).
+	rrs := rep.Policies[0].Zones[0].RouteReflectors
+	require.Equal(t, "IPv4+IPv6", rrs[0].Families, "%+v", rrs)
+	require.Equal(t, "IPv4", rrs[1].Families, "%+v", rrs)
+	require.Equal(t, []clusterstatus.FamilyFigures{{Family: "IPv4", Nodes: 6, BusiestPaths: rep.Routes.Families[0].BusiestPaths, MeanPaths: rep.Routes.Families[0].MeanPaths},
+		{Family: "IPv6", Nodes: 5, BusiestPaths: rep.Routes.Families[1].BusiestPaths, MeanPaths: rep.Routes.Families[1].MeanPaths}}, rep.Routes.Families)
+	failed := extender.FailedDrills(rep.Routes.Drills)
+	require.Len(t, failed, 1, "%v", rep.Routes.Drills)
+	require.Equal(t, "route reflector node-a lost: 12 node pairs missing in IPv6", failed[0].String())
 
 	peers, err := s.Peers().List(ctx, nil)
 	require.NoError(t, err)

@@ -119,13 +119,51 @@ func (t *Topology) rrClasses(base []bool) [][]int {
 	return out
 }
 
-// PlanDrills builds a plan's topology and runs its drills: the planner's extender.DrillFunc.
+// PlanDrills builds a plan's topology and runs its drills (FamilyDrills): the planner's
+// extender.DrillFunc. A plan whose nodes have IPv6 addresses is drilled in each family, so that
+// the planner's preference for a plan that survives its drills, the Resilient condition and the
+// drills in the policy's status see a loss in IPv6 that IPv4 does not have.
 func PlanDrills(in extender.Input, res *extender.Result) ([]extender.Drill, error) {
 	topo, err := FromPlan(in, res, Options{})
 	if err != nil {
 		return nil, err
 	}
-	return topo.Drills()
+	return topo.FamilyDrills()
+}
+
+// FamilyDrills runs the failure drills in each address family the nodes peer in when a node has
+// an IPv6 address (each drill on the sessions both of whose ends have an address of the family,
+// Drill.Family set; IPv4 first), and the family-blind drills (Drills) otherwise: an IPv4 cluster's
+// drills are what they were.
+func (t *Topology) FamilyDrills() ([]extender.Drill, error) {
+	all := t.Families()
+	if !all.Has(extender.FamilyIPv6) {
+		return t.Drills()
+	}
+	var out []extender.Drill
+	for _, f := range extender.AllFamilies {
+		if !all.Has(f) {
+			continue
+		}
+		ds, err := t.familyDrills(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ds...)
+	}
+	return out, nil
+}
+
+// familyDrills runs the drills in family f, each marked with it.
+func (t *Topology) familyDrills(f extender.Families) ([]extender.Drill, error) {
+	ds, err := t.drills(t.FamilyDown(f, nil))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f, err)
+	}
+	for i := range ds {
+		ds[i].Family = f.String()
+	}
+	return ds, nil
 }
 
 var _ extender.DrillFunc = PlanDrills
@@ -176,6 +214,7 @@ func planShape(in extender.Input, res *extender.Result) uint64 {
 		if n != nil {
 			w(n.Name)
 			w(n.Labels[zoneKey])
+			w(extender.NodeFamilies(n).Key()) // a node's address families (its drills per family)
 		}
 	}
 	w("")

@@ -90,10 +90,43 @@ func FamiliesOf(in extender.Input, res *extender.Result, topo *Topology) (map[st
 			}
 			ff.Cost.DefaultBusiest, ff.Cost.DefaultMean = perPrefix(dm.Summary)
 		}
-		if ff.Drills, err = topo.drills(topo.FamilyDown(f, nil)); err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
+		if ff.Drills, err = topo.familyDrills(f); err != nil {
+			return nil, err
 		}
 		out[f.Key()] = ff
+	}
+	return out, nil
+}
+
+// FamilyCost is the graph model's figures of a topology in one address family.
+type FamilyCost struct {
+	Family       extender.Families
+	Nodes        int // the nodes with an address of the family
+	MissingPairs int64
+	BusiestPaths float64 // paths per prefix on the busiest node
+	MeanPaths    float64 // and on the mean node
+}
+
+// FamilyCosts propagates the topology in each family its nodes peer in, IPv4 first, when a node
+// has an IPv6 address; nil otherwise (an IPv4 topology's figures are its own). The reconciler's
+// status and the status command report them beside the family-blind figures.
+func (t *Topology) FamilyCosts() ([]FamilyCost, error) {
+	all := t.Families()
+	if !all.Has(extender.FamilyIPv6) {
+		return nil, nil
+	}
+	var out []FamilyCost
+	for _, f := range extender.AllFamilies {
+		if !all.Has(f) {
+			continue
+		}
+		m, err := t.PropagateFamily(f, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		c := FamilyCost{Family: f, Nodes: m.Summary.Nodes, MissingPairs: m.Summary.MissingPairs}
+		c.BusiestPaths, c.MeanPaths = perPrefix(m.Summary)
+		out = append(out, c)
 	}
 	return out, nil
 }

@@ -79,3 +79,56 @@ func TestPropagateFamily(t *testing.T) {
 	require.Len(t, drills, 1, "one route reflector in IPv6, one zone")
 	assert.Equal(t, "rr1", drills[0].Name)
 }
+
+// TestFamilyDrills: the plan's drills (PlanDrills: FamilyDrills) run in each family when a node has
+// an IPv6 address. Here every drill passes family-blind and in IPv4, while in IPv6 the only route
+// reflector with an IPv6 address is a single point of failure: its drill fails there, and only
+// there.
+func TestFamilyDrills(t *testing.T) {
+	v4, both := extender.FamilyIPv4, extender.FamilyIPv4|extender.FamilyIPv6
+	nodes := []Node{
+		{Name: "c1", Labels: map[string]string{"set": "s"}, Families: both},
+		{Name: "c2", Labels: map[string]string{"set": "s"}, Families: both},
+		{Name: "c3", Labels: map[string]string{"set": "s"}, Families: v4},
+		{Name: "rr1", ClusterID: "224.0.0.1", Labels: map[string]string{"rr": "1"}, Families: both},
+		{Name: "rr2", ClusterID: "224.0.0.1", Labels: map[string]string{"rr": "2"}, Families: v4},
+	}
+	topo, err := Build(nodes, []extender.BGPPeer{peer("s", "set == 's'", "has(rr)"), peer("mesh", "has(rr)", "has(rr)")}, Options{})
+	require.NoError(t, err)
+
+	blind, err := topo.Drills()
+	require.NoError(t, err)
+	assert.Empty(t, extender.FailedDrills(blind), "family-blind: every drill passes")
+
+	drills, err := topo.FamilyDrills()
+	require.NoError(t, err)
+	var fams []string
+	for _, d := range drills {
+		fams = append(fams, d.Family+" "+d.Name)
+	}
+	assert.Equal(t, []string{"IPv4 rr1", "IPv4 rr2", "IPv6 rr1"}, fams)
+	failed := extender.FailedDrills(drills)
+	require.Len(t, failed, 1)
+	assert.Equal(t, "route reflector rr1 lost: 2 node pairs missing in IPv6", failed[0].String())
+
+	costs, err := topo.FamilyCosts()
+	require.NoError(t, err)
+	require.Len(t, costs, 2)
+	assert.Equal(t, FamilyCost{Family: extender.FamilyIPv4, Nodes: 5, BusiestPaths: costs[0].BusiestPaths, MeanPaths: costs[0].MeanPaths}, costs[0])
+	assert.Equal(t, extender.FamilyIPv6, costs[1].Family)
+	assert.Equal(t, 3, costs[1].Nodes, "c3 and rr2 have no IPv6 address")
+	assert.Zero(t, costs[1].MissingPairs)
+
+	// An IPv4 topology: the family-blind drills as they were, no figures per family.
+	for i := range nodes {
+		nodes[i].Families = v4
+	}
+	topo4, err := Build(nodes, []extender.BGPPeer{peer("s", "set == 's'", "has(rr)"), peer("mesh", "has(rr)", "has(rr)")}, Options{})
+	require.NoError(t, err)
+	d4, err := topo4.FamilyDrills()
+	require.NoError(t, err)
+	assert.Equal(t, blind, d4)
+	c4, err := topo4.FamilyCosts()
+	require.NoError(t, err)
+	assert.Nil(t, c4)
+}

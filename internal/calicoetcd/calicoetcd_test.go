@@ -1,6 +1,7 @@
 package calicoetcd_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -116,6 +117,32 @@ func TestStoreOnRealEtcd(t *testing.T) {
 		if r := roles["node-1"]; r.ClusterID != "" || len(r.Labels) != 1 || r.Labels[extender.LabelPeeringSet] != "s1" {
 			require.Fail(t, fmt.Sprintf("role %+v", r))
 		}
+	})
+
+	t.Run("the watch sees the Calico Nodes' BGP addresses", func(t *testing.T) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go s.WatchChanges(wctx, func() {})
+		n := libapiv3.NewNode()
+		n.Name = "node-dual"
+		n.Spec.BGP = &libapiv3.NodeBGPSpec{IPv4Address: "10.0.0.7/24", IPv6Address: "fd00::7/64"}
+		_, err := other.Client().Nodes().Create(ctx, n, options.SetOptions{})
+		require.NoError(t, err)
+		want := extender.CalicoAddresses{IPv4: "10.0.0.7/24", IPv6: "fd00::7/64"}
+		require.Eventually(t, func() bool { return s.Addresses()["node-dual"] == want }, 10*time.Second, 20*time.Millisecond, "addresses %v", s.Addresses())
+		require.Equal(t, extender.FamilyIPv4|extender.FamilyIPv6, extender.NodeFamilies(calicoetcd.KubernetesShape(n)))
+		// calico-node drops the node's IPv6 address: IPv4 only.
+		cur, err := other.Client().Nodes().Get(ctx, "node-dual", options.GetOptions{})
+		require.NoError(t, err)
+		cur.Spec.BGP.IPv6Address = ""
+		_, err = other.Client().Nodes().Update(ctx, cur, options.SetOptions{})
+		require.NoError(t, err)
+		want.IPv6 = ""
+		require.Eventually(t, func() bool { return s.Addresses()["node-dual"] == want }, 10*time.Second, 20*time.Millisecond, "addresses %v", s.Addresses())
+		_, err = other.Client().Nodes().Delete(ctx, "node-dual", options.DeleteOptions{})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { _, ok := s.Addresses()["node-dual"]; return !ok }, 10*time.Second, 20*time.Millisecond, "addresses %v", s.Addresses())
+		require.Equal(t, "10.0.0.1/24", s.Addresses()["node-1"].IPv4, "the other node")
 	})
 
 	t.Run("no Calico Node: never created", func(t *testing.T) {

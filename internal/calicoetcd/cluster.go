@@ -33,18 +33,19 @@ func KubernetesShape(n *libapiv3.Node) *corev1.Node {
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
 	}
-	if b := n.Spec.BGP; b != nil {
-		for k, v := range map[string]string{
-			extender.AnnotationClusterID:  b.RouteReflectorClusterID,
-			extender.AnnotationCalicoIPv4: b.IPv4Address,
-			extender.AnnotationCalicoIPv6: b.IPv6Address,
-		} {
-			if v != "" {
-				out.Annotations[k] = v
-			}
-		}
+	if b := n.Spec.BGP; b != nil && b.RouteReflectorClusterID != "" {
+		out.Annotations[extender.AnnotationClusterID] = b.RouteReflectorClusterID
 	}
-	return out
+	return AddressesOf(n).OnNode(out)
+}
+
+// AddressesOf returns a Calico Node's BGP addresses (spec.bgp.ipv4Address and ipv6Address): what
+// the Kubernetes datastore's projectcalico.org/IPv4Address and IPv6Address annotations hold.
+func AddressesOf(n *libapiv3.Node) extender.CalicoAddresses {
+	if n == nil || n.Spec.BGP == nil {
+		return extender.CalicoAddresses{}
+	}
+	return extender.CalicoAddresses{IPv4: n.Spec.BGP.IPv4Address, IPv6: n.Spec.BGP.IPv6Address}
 }
 
 // ReadState reads the Nodes, BGPPeers and BGPConfigurations from etcd (read only).
@@ -75,6 +76,18 @@ func (s *Store) ReadState(ctx context.Context) (*State, error) {
 	}
 	slices.SortFunc(st.Configs, func(a, b apiv3.BGPConfiguration) int { return strings.Compare(a.Name, b.Name) })
 	return st, nil
+}
+
+// Addresses returns the Calico Nodes' BGP addresses, by node name (nodes without any are absent).
+func (st *State) Addresses() map[string]extender.CalicoAddresses {
+	out := map[string]extender.CalicoAddresses{}
+	for _, n := range st.Nodes {
+		a := extender.CalicoAddresses{IPv4: n.Annotations[extender.AnnotationCalicoIPv4], IPv6: n.Annotations[extender.AnnotationCalicoIPv6]}
+		if a != (extender.CalicoAddresses{}) {
+			out[n.Name] = a
+		}
+	}
+	return out
 }
 
 // NodeToNodeMesh is whether Calico's node-to-node mesh is on in st: the default

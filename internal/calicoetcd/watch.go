@@ -10,6 +10,8 @@ import (
 
 	"github.com/projectcalico/calico/libcalico-go/lib/options"
 	"github.com/projectcalico/calico/libcalico-go/lib/watch"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
 
 // WatchChanges calls changed after every change in etcd to a Calico Node, a BGPPeer, a
@@ -65,10 +67,18 @@ func watchOnce(ctx context.Context, start func(context.Context, options.ListOpti
 // Kubernetes Node is gone too, so no plan reads the name.
 func (s *Store) Registered() map[string]bool { return s.registered.names() }
 
-// registry is a set of Calico Node names fed by watch events.
+// Addresses returns each Calico Node's BGP addresses (spec.bgp.ipv4Address and ipv6Address) as
+// the watch of WatchChanges has seen them, by node name (nodes without any are absent), or nil
+// before the watch has seen a node. The planner reads a node's address families from them
+// (extender.WithCalicoAddresses): the Kubernetes Nodes do not carry Calico's addresses with this
+// datastore.
+func (s *Store) Addresses() map[string]extender.CalicoAddresses { return s.registered.addresses() }
+
+// registry is the set of Calico Nodes fed by watch events: their names and BGP addresses.
 type registry struct {
-	mu  sync.Mutex
-	set map[string]bool
+	mu    sync.Mutex
+	set   map[string]bool
+	addrs map[string]extender.CalicoAddresses
 }
 
 func (r *registry) record(ev watch.Event) {
@@ -83,13 +93,26 @@ func (r *registry) record(ev watch.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.set == nil {
-		r.set = map[string]bool{}
+		r.set, r.addrs = map[string]bool{}, map[string]extender.CalicoAddresses{}
 	}
+	delete(r.addrs, n.Name)
 	if ev.Type == watch.Deleted {
 		delete(r.set, n.Name)
-	} else {
-		r.set[n.Name] = true
+		return
 	}
+	r.set[n.Name] = true
+	if a := AddressesOf(n); a != (extender.CalicoAddresses{}) {
+		r.addrs[n.Name] = a
+	}
+}
+
+func (r *registry) addresses() map[string]extender.CalicoAddresses {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.addrs) == 0 {
+		return nil
+	}
+	return maps.Clone(r.addrs)
 }
 
 func (r *registry) names() map[string]bool {

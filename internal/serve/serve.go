@@ -313,7 +313,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		s.Reconciler.Peers, s.Reconciler.CalicoNodes = etcd.Peers(), etcd
 		s.Reconciler.Configs, s.Reconciler.NodeStatuses = etcd.Configs(), etcd.NodeStatuses()
 		s.Reconciler.Changes = etcd
-		s.Ledger.Registered = etcd.Registered
+		s.Ledger.Registered, s.Ledger.CalicoAddresses = etcd.Registered, etcd.Addresses
 		s.Reconciler.Resync = o.EtcdResync
 		if err := addEtcdChecks(mgr, etcd); err != nil {
 			return nil, err

@@ -49,6 +49,11 @@ type Ledger struct {
 	// the reconciler's watch), nil when unknown: a plan then keeps other nodes from new route
 	// reflector roles (extender.CalicoNodeRegistered). nil for the Kubernetes datastore.
 	Registered func() map[string]bool
+	// CalicoAddresses returns the nodes' Calico BGP addresses when the Kubernetes Nodes do not
+	// carry them (the etcd datastore's Calico Nodes, from the reconciler's watch), nil when none
+	// are known: every plan reads the policy's nodes with them (extender.WithCalicoAddresses), so
+	// that their address families are those of KDD's annotations. nil for the Kubernetes datastore.
+	CalicoAddresses func() map[string]extender.CalicoAddresses
 	// BGPHealth returns the leader's BGP health records of route reflectors (the policies'
 	// bgpHealth), nil when none: every plan reads them (extender.Input.BGPHealth).
 	BGPHealth func() map[string]extender.BGPHealth
@@ -580,6 +585,9 @@ func (l *Ledger) decidedSince(pol string, seq uint64) ([]*entry, bool) {
 func (l *Ledger) Plan(valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (in extender.Input, res *extender.Result, ok bool) {
 	all, seq := l.Overlay(cache)
 	nodes := Partition(valid, all)[m.Policy.Name]
+	if l.CalicoAddresses != nil {
+		nodes = extender.WithCalicoAddresses(nodes, l.CalicoAddresses())
+	}
 	in = extender.Input{Policy: m.Resolved, Nodes: nodes, Now: now, Recommendations: history,
 		ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes), CrossPolicy: len(valid) > 1,
 		OutsideSelector: OutsideSelector(valid, all), Drills: l.Drills}

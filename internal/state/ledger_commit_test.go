@@ -241,3 +241,49 @@ func TestLedgerConcurrentAdmissionsAndCommits(t *testing.T) {
 		require.True(t, ok, "join-%03d: not in the published state", i)
 	}
 }
+
+// TestLedgerPlanReadsCalicoAddresses: with the etcd datastore the Kubernetes Nodes carry no Calico
+// address; the ledger's plan reads each node's families from CalicoAddresses (the Calico Nodes'
+// spec.bgp addresses) as KDD's annotations: in a dual-stack cluster whose oldest nodes are
+// IPv4-only, the route reflectors are dual-stack; the cache's nodes are not changed.
+func TestLedgerPlanReadsCalicoAddresses(t *testing.T) {
+	p := policy.Default("default")
+	p.UID, p.Generation = types.UID("uid-default"), 1
+	idx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	require.NoError(t, idx.Add(p))
+	pols := NewPolicies(idx)
+	m, _ := pols.Get("default")
+	var cache []*corev1.Node
+	addrs := map[string]extender.CalicoAddresses{}
+	for i := range 12 {
+		n := mkNode(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3))
+		n.CreationTimestamp.Time = tNow.Add(time.Duration(i-100) * time.Hour) // node-00 the oldest
+		cache = append(cache, n)
+		a := extender.CalicoAddresses{IPv4: fmt.Sprintf("10.1.0.%d/24", i+1)}
+		if i >= 6 {
+			a.IPv6 = fmt.Sprintf("fd00::%x/64", i+1)
+		}
+		addrs[n.Name] = a
+	}
+	rrs := func(l *Ledger) []string {
+		l.SetLeader(true)
+		_, res, ok := l.Plan(pols.Valid(), cache, m, tNow, nil)
+		require.True(t, ok)
+		var out []string
+		for _, rr := range res.RouteReflectors {
+			out = append(out, rr.Node)
+		}
+		return out
+	}
+	assert.Contains(t, rrs(NewLedger(0, func() time.Time { return tNow })), "node-00", "without the addresses: every node IPv4, the oldest taken")
+	l := NewLedger(0, func() time.Time { return tNow })
+	l.CalicoAddresses = func() map[string]extender.CalicoAddresses { return addrs }
+	got := rrs(l)
+	require.NotEmpty(t, got)
+	for _, rr := range got {
+		assert.GreaterOrEqual(t, rr, "node-06", "route reflector %s has no IPv6 address in etcd", rr)
+	}
+	for _, n := range cache {
+		assert.NotContains(t, n.Annotations, extender.AnnotationCalicoIPv4, "the cache's node %s was changed", n.Name)
+	}
+}

@@ -457,6 +457,29 @@ type RouteCost struct {
 	// FailedDrills are the failure drills that lose routes, with the node pairs each loses.
 	// +optional
 	FailedDrills []FailedDrill `json:"failedDrills,omitempty"`
+	// Families (when a node of the policy has an IPv6 address) are the same figures in each
+	// address family its nodes peer in, on the sessions both of whose ends have an address of the
+	// family (Calico's bird.cfg and bird6.cfg); the drills then run in each family. The figures
+	// above stay the family-blind ones (every node peering as the BGPPeers say).
+	// +optional
+	// +listType=map
+	// +listMapKey=family
+	Families []FamilyRouteCost `json:"families,omitempty"`
+}
+
+// FamilyRouteCost is the graph model's figures for a plan in one address family.
+type FamilyRouteCost struct {
+	// Family is IPv4 or IPv6.
+	Family string `json:"family"`
+	// Nodes counts the policy's nodes with an address of the family.
+	Nodes int `json:"nodes"`
+	// BusiestPathsPerPrefix is the busiest node's paths per prefix in the family.
+	BusiestPathsPerPrefix string `json:"busiestPathsPerPrefix"`
+	// MeanPathsPerPrefix is the mean node's paths per prefix in the family.
+	MeanPathsPerPrefix string `json:"meanPathsPerPrefix"`
+	// MissingPairs counts the node pairs of the family where a node does not learn the other's
+	// block.
+	MissingPairs int64 `json:"missingPairs"`
 }
 
 // FailedDrill is a failure drill that loses routes.
@@ -467,6 +490,10 @@ type FailedDrill struct {
 	Name string `json:"name"`
 	// MissingPairs counts the surviving node pairs that no longer learn each other's routes.
 	MissingPairs int64 `json:"missingPairs"`
+	// Family is the address family the drill lost routes in (IPv4, IPv6) when the policy's nodes
+	// have IPv6 addresses; empty for an IPv4-only policy's family-blind drills.
+	// +optional
+	Family string `json:"family,omitempty"`
 }
 
 // ZoneStatus holds the counts of one zone.

@@ -105,16 +105,30 @@ type RouteFigures struct {
 	BusiestPaths float64 `json:"busiestPathsPerPrefix"`
 	MeanPaths    float64 `json:"meanPathsPerPrefix"`
 	// Drills are the failure drills on the cluster as it is: each zone lost, each route
-	// reflector lost.
+	// reflector lost; in each address family (Drill.Family) when a node has an IPv6 address.
 	Drills []extender.Drill `json:"drills"`
-	Error  string           `json:"error,omitempty"`
+	// Families (when a node has an IPv6 address) are the figures in each address family, on the
+	// sessions both of whose ends have an address of it; the figures above stay family-blind.
+	Families []FamilyFigures `json:"families,omitempty"`
+	Error    string          `json:"error,omitempty"`
+}
+
+// FamilyFigures are the graph model's figures for the cluster as it is in one address family.
+type FamilyFigures struct {
+	Family       string  `json:"family"`
+	Nodes        int     `json:"nodes"`
+	MissingPairs int64   `json:"missingPairs"`
+	BusiestPaths float64 `json:"busiestPathsPerPrefix"`
+	MeanPaths    float64 `json:"meanPathsPerPrefix"`
 }
 
 // Calico holds the Calico objects status reads from Calico's datastore when that is not the
-// Kubernetes API (etcd): the BGPPeers and the BGPConfigurations.
+// Kubernetes API (etcd): the BGPPeers, the BGPConfigurations and the Calico Nodes' BGP addresses
+// (the nodes' address families: the Kubernetes Nodes do not carry them with this datastore).
 type Calico struct {
-	Peers   []apiv3.BGPPeer
-	Configs []apiv3.BGPConfiguration
+	Peers     []apiv3.BGPPeer
+	Configs   []apiv3.BGPConfiguration
+	Addresses map[string]extender.CalicoAddresses
 }
 
 // Read reads the cluster. gv is the Calico API the BGPPeers and the BGPConfiguration are read
@@ -167,6 +181,7 @@ func Read(ctx context.Context, cfg *rest.Config, gv schema.GroupVersion, now tim
 		ptrs[i] = &nodes.Items[i]
 	}
 	slices.SortFunc(ptrs, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	ptrs = extender.WithCalicoAddresses(ptrs, cal.Addresses)
 	slices.SortFunc(pols.Items, func(a, b v1alpha1.RouteReflectorPolicy) int { return strings.Compare(a.Name, b.Name) })
 	// The product's CalicoNodeStatuses (bgpHealth, the BGPSessions handover), when the API serves
 	// them: with the etcd datastore, or without the right to read them, the sessions are left out.
@@ -295,7 +310,16 @@ func routeFigures(nodes []*corev1.Node, peers []apiv3.BGPPeer, mesh bool) RouteF
 	if n := float64(m.Summary.Nodes); n > 0 {
 		f.BusiestPaths, f.MeanPaths = m.Summary.MaxRoutesPerNode/n, m.Summary.TotalRoutes/n/n
 	}
-	if f.Drills, err = topo.Drills(); err != nil {
+	fams, err := topo.FamilyCosts()
+	if err != nil {
+		f.Error = err.Error()
+		return f
+	}
+	for _, c := range fams {
+		f.Families = append(f.Families, FamilyFigures{Family: c.Family.String(), Nodes: c.Nodes, MissingPairs: c.MissingPairs,
+			BusiestPaths: c.BusiestPaths, MeanPaths: c.MeanPaths})
+	}
+	if f.Drills, err = topo.FamilyDrills(); err != nil {
 		f.Error = "failure drills: " + err.Error()
 	}
 	return f
@@ -351,9 +375,17 @@ func Table(w io.Writer, r *Report) error {
 	} else {
 		fmt.Fprintf(tw, "Routes (graph model, %d nodes as they are): %d node pairs missing; paths per prefix %.1f on the busiest node, %.1f on the mean\n",
 			r.Routes.Nodes, r.Routes.MissingPairs, r.Routes.BusiestPaths, r.Routes.MeanPaths)
+		for _, f := range r.Routes.Families {
+			fmt.Fprintf(tw, "  %s (%d nodes with an %s address): %d node pairs missing; paths per prefix %.1f on the busiest node, %.1f on the mean\n",
+				f.Family, f.Nodes, f.Family, f.MissingPairs, f.BusiestPaths, f.MeanPaths)
+		}
 		t := extender.TallyDrills(r.Routes.Drills)
 		z, rr := t[extender.DrillZone], t[extender.DrillRouteReflector]
-		fmt.Fprintf(tw, "Failure drills (the cluster as it is): zones %d of %d pass, route reflectors %d of %d pass\n", z.Pass, z.All, rr.Pass, rr.All)
+		in := ""
+		if len(r.Routes.Families) > 0 {
+			in = " in every family"
+		}
+		fmt.Fprintf(tw, "Failure drills (the cluster as it is): zones %d of %d pass, route reflectors %d of %d pass%s\n", z.Pass, z.All, rr.Pass, rr.All, in)
 		for _, d := range extender.FailedDrills(r.Routes.Drills) {
 			fmt.Fprintf(tw, "  FAILING: %s\n", d)
 		}
