@@ -481,6 +481,9 @@ func (h *history) event(name string, act func(before *roles), live int) {
 	if len(f.Restarts) > 0 {
 		t.Logf("  restarted sessions: %s", strings.Join(f.RestartedSessions(), " "))
 	}
+	if len(f.Removed) > 0 {
+		t.Logf("  removed sessions seen going down (neither end's configuration has them at the end): %s", strings.Join(f.RemovedSessions(), " "))
+	}
 	for _, r := range f.Reconfigured {
 		if len(r.Changed)+len(r.Added)+len(r.Removed) > 0 {
 			t.Logf("  configure %s: changed %v added %v removed %v", r.Node, r.Changed, r.Added, r.Removed)
