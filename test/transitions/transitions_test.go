@@ -4,8 +4,10 @@
 package transitions
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -533,6 +535,24 @@ func check(t *testing.T, f *bgpverify.TransitionFigures, before, after *roles, s
 	})
 	assert.Zerof(t, missing, "%s: %d missing pair-samples in %d pairs between nodes that keep their role, most missed first: %s",
 		f.Event, missing, len(pairs), strings.Join(head(pairs, 12), " "))
+	if missing > 0 {
+		// Which nodes the lost pair-samples between kept nodes involve (each counts at both ends).
+		byNode := map[string]int{}
+		for p, n := range f.MissingByPair {
+			a, b, _ := strings.Cut(p, "->")
+			if keeps(a) && keeps(b) {
+				byNode[a] += n
+				byNode[b] += n
+			}
+		}
+		names := slices.Collect(maps.Keys(byNode))
+		slices.SortFunc(names, func(a, b string) int { return cmp.Or(byNode[b]-byNode[a], strings.Compare(a, b)) })
+		var parts []string
+		for _, n := range head(names, 12) {
+			parts = append(parts, fmt.Sprintf("%s(%s):%d", n, before.role(n), byNode[n]))
+		}
+		t.Logf("  %s: pair-samples lost between kept nodes, by node: %s", f.Event, strings.Join(parts, " "))
+	}
 
 	surviving := func(n string) bool {
 		return before.id[n] != "" && after.id[n] != "" && before.rack(n) == after.rack(n) && before.plane(n) == after.plane(n) &&
@@ -765,6 +785,18 @@ func (r *roles) rack(n string) string      { return r.nodes[n].Annotations[exten
 func (r *roles) plane(n string) string     { return r.nodes[n].Annotations[extender.AnnotationPlane] }
 func (r *roles) zone(n string) string      { return r.nodes[n].Labels[corev1.LabelTopologyZone] }
 
+// role names n's role in a few characters: spine p<plane>, rr p<plane> (a rack route reflector), or
+// client.
+func (r *roles) role(n string) string {
+	switch {
+	case r.spineName[n]:
+		return "spine p" + r.plane(n)
+	case r.id[n] != "":
+		return "rr p" + r.plane(n)
+	}
+	return "client"
+}
+
 // pick returns the first active route reflector (by name) that ok accepts.
 func (r *roles) pick(ok func(*corev1.Node) bool) string {
 	var names []string
@@ -795,6 +827,18 @@ func (r *roles) fingerprint() string {
 	}
 	b.WriteString(strings.Join(r.peers, ","))
 	return b.String()
+}
+
+// transitional names the nodes in a transitional peering or uplink set (sorted).
+func (r *roles) transitional() []string {
+	var out []string
+	for n, nd := range r.nodes {
+		if extender.IsTransitionalSet(nd.Labels[extender.LabelPeeringSet]) || extender.IsTransitionalSet(nd.Labels[extender.LabelUplinkSet]) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // diff says which nodes' role changed between r and o.
@@ -928,18 +972,25 @@ func (w *world) replaced(victim string) error {
 	return nil
 }
 
-// settle waits until the event is over: the product's layout unchanged for quiet, the BIRDs'
-// configurations unchanged for quiet (confd rendered the last change and BIRD loaded it), live
-// BIRDs running and every pair among them routed.
+// settle waits until the event is over: no node left in a transitional peering or uplink set (the
+// product's make-before-break moves hold a node there idSettle, longer than quiet: an event that
+// ended on quiet alone left its last moves to the next event's window), the product's layout
+// unchanged for quiet, the BIRDs' configurations unchanged for quiet (confd rendered the last
+// change and BIRD loaded it), live BIRDs running and every pair among them routed.
 func (h *history) settle(live int) {
 	w, lab := h.w, h.lab
 	w.t.Helper()
 	last, lastConf := "", -1
 	since := time.Now()
 	w.eventually("the event settled", 3*time.Minute, func() error {
-		fp, nc := w.roles().fingerprint(), len(lab.Reconfigures())
+		r := w.roles()
+		fp, nc := r.fingerprint(), len(lab.Reconfigures())
 		if fp != last || nc != lastConf {
 			last, lastConf, since = fp, nc, time.Now()
+		}
+		if moving := r.transitional(); len(moving) > 0 {
+			since = time.Now()
+			return fmt.Errorf("nodes in a transitional set: %v", head(moving, 5))
 		}
 		if err := h.converged(live); err != nil {
 			since = time.Now()
