@@ -155,12 +155,14 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 			delete(m.settle, n)
 		}
 	}
+	idNow := map[string]int{} // the nodes this reconcile promotes or renumbers -> the phase that writes it
 	for _, ps := range phases {
 		for _, np := range ps {
 			if id := np.ann[extender.AnnotationClusterID]; id != nil {
 				// Promoted or renumbered: every session of the node (re)starts.
 				m.settling(st.Now, np.name)
 				delete(m.verified, np.name)
+				idNow[np.name] = np.phase
 			}
 		}
 	}
@@ -183,7 +185,7 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 	var held [len(setKinds)][]string
 	moves := 0
 	for ki, k := range setKinds {
-		next[k.phase], added[ki], held[ki] = stageSetMoves(st, m, k, phases[k.phase], sets, rrOf)
+		next[k.phase], added[ki], held[ki] = stageSetMoves(st, m, k, phases[k.phase], sets, rrOf, idNow)
 		moves += len(added[ki]) + len(held[ki])
 	}
 	if moves == 0 {
@@ -285,9 +287,18 @@ func (r *Reconciler) adoptTransitionalSets(st *State, m *handoverMemo, rrOf map[
 // stageSetMoves stages the moves of one kind of set among the patches of its phase (see above):
 // it returns the patches to write, the nodes moved to a transitional set with the route
 // reflectors that set adds, and the nodes whose move waits (their patch held). The transitional
-// BGPPeers are added to sets.
+// BGPPeers are added to sets. idNow are the nodes whose cluster ID this reconcile writes, with
+// the phase that writes it.
+//
+// A transitional set adds a new route reflector only once its cluster ID is written: the patches
+// of one phase go in parallel, so a rack route reflector's transitional uplink set written beside
+// the new spine member's renumbering (a rack route reflector of another rack until then) could be
+// rendered first, and the member would reflect between racks that are not its own with its old
+// rack's cluster ID (on the live spine relabel: clients of its old rack lost other racks for
+// seconds). Such a move waits for the next reconcile. A client's new route reflector is written
+// in an earlier phase, before the client.
 func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, sets map[string]extender.BGPPeer,
-	rrOf map[string]string) (next []nodePatch, added map[string][]string, held []string) {
+	rrOf map[string]string, idNow map[string]int) (next []nodePatch, added map[string][]string, held []string) {
 	p := st.Managed.Resolved
 	cur, planned := setIDs(st.Peers, k.label), map[string][]string{}
 	for _, bp := range st.Result.BGPPeers {
@@ -330,12 +341,22 @@ func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, s
 				continue
 			}
 		default:
-			// First the old route reflectors and one new one (the first Ready of the plan's): once
-			// it has settled the node moves in one write, keeping it. One rather than all new
-			// ones: a client peering with both sets would hold each route twice as often.
-			first := add
-			if i := slices.IndexFunc(add, func(id string) bool { return readyNode(st, rrOf[id]) }); i >= 0 {
-				first = add[i : i+1]
+			// First the old route reflectors and one new one (the first Ready of the plan's whose
+			// cluster ID is written): once it has settled the node moves in one write, keeping it.
+			// One rather than all new ones: a client peering with both sets would hold each route
+			// twice as often.
+			written := slices.DeleteFunc(slices.Clone(add), func(id string) bool {
+				p, now := idNow[rrOf[id]]
+				return now && p >= k.phase
+			})
+			if len(written) == 0 {
+				held = append(held, np.name)
+				st.requeue(idSettleMin)
+				continue
+			}
+			first := written
+			if i := slices.IndexFunc(written, func(id string) bool { return readyNode(st, rrOf[id]) }); i >= 0 {
+				first = written[i : i+1]
 			}
 			tp := extender.TransitionalBGPPeer(p, k.label, union(old, first))
 			if _, ok := sets[tp.Name]; !ok && len(sets) >= maxTransitionalSets {

@@ -82,10 +82,11 @@ func uplinksAsPlanned(h *harness) bool {
 // apart, at 90 nodes in racks of 15): no rack route reflector keeping its role and cluster ID
 // drops an uplink session unless a spine member it keeps was labelled (or renumbered) at least
 // idSettle before and its session to it is idSettle old (it first peers with its old member and
-// the new one, then with the new one); a transitional uplink set adds one spine member; the old
-// member is not demoted while an uplink set selects it (removalDelay 3 s); the graph model finds 0
-// missing pairs; the move completes, no transitional set left. A member NotReady past the grace
-// (a standby already in the uplink sets) moves without a transitional set.
+// the new one, then with the new one); a transitional uplink set adds one spine member, whose
+// cluster ID an earlier reconcile wrote; the old member is neither renumbered nor demoted
+// (removalDelay 3 s) while an uplink set selects it; the graph model finds 0 missing pairs; the
+// move completes, no transitional set left. A member NotReady past the grace (a standby already
+// in the uplink sets) moves without a transitional set.
 func TestReconcileUplinkMovesMakeBeforeBreak(t *testing.T) {
 	relabel := func(h *harness, member, other extender.RouteReflector) {
 		h.update(member.Node, func(n *corev1.Node) { n.Labels[corev1.LabelTopologyZone] = other.Zone })
@@ -162,6 +163,13 @@ func TestReconcileUplinkMovesMakeBeforeBreak(t *testing.T) {
 					if was, ok := rrsBefore[n]; !ok || was != id {
 						labelled[n] = h.now
 					}
+					if was, ok := rrsBefore[n]; ok && was != id {
+						// Renumbered: a spine member leaving the spine takes its new ID only once
+						// no uplink set selects it.
+						for m, rrs := range before {
+							require.NotContains(t, rrs, n, "reconcile %d: %s renumbered %s -> %s while %s's uplink set selects it", step, n, was, id, m)
+						}
+					}
 				}
 				for n, rrs := range after {
 					old, ok := before[n]
@@ -177,8 +185,10 @@ func TestReconcileUplinkMovesMakeBeforeBreak(t *testing.T) {
 					added, removed := minus(rrs, old), minus(old, rrs)
 					if len(added) > 0 && len(removed) == 0 && len(old) > 0 && inTransitional[n] {
 						transitional++
-						// A transitional uplink set adds one spine member to the old ones.
+						// A transitional uplink set adds one spine member to the old ones, one whose
+						// cluster ID an earlier reconcile wrote.
 						require.Len(t, added, 1, "reconcile %d: %s: uplinks %v -> %v", step, n, old, rrs)
+						require.True(t, labelled[added[0]].Before(h.now), "reconcile %d: %s's transitional uplink set adds %s, promoted or renumbered in the same reconcile", step, n, added[0])
 					}
 					if len(removed) > 0 {
 						moved++
@@ -262,14 +272,23 @@ func TestReconcileUplinkMovesWaitForSessions(t *testing.T) {
 			}
 			require.NotEmpty(t, member)
 			h.update(member, func(n *corev1.Node) { n.Spec.Unschedulable = true })
-			h.reconcile()
-			start := h.now
+			// The reconcile that promotes the new member, then the one that adds it to the rack
+			// route reflectors' uplinks.
 			var moving []string
-			for _, n := range h.nodes() {
-				if extender.IsTransitionalSet(n.Labels[extender.LabelUplinkSet]) {
-					moving = append(moving, n.Name)
+			for range 3 {
+				h.reconcile()
+				h.calicoNode()
+				for _, n := range h.nodes() {
+					if extender.IsTransitionalSet(n.Labels[extender.LabelUplinkSet]) {
+						moving = append(moving, n.Name)
+					}
 				}
+				if len(moving) > 0 {
+					break
+				}
+				h.now = h.now.Add(time.Second)
 			}
+			start := h.now
 			require.NotEmpty(t, moving, "rack route reflectors in a transitional uplink set")
 			var down []string
 			if tc.down {
