@@ -605,7 +605,37 @@ func (h *history) converged(live int) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%d missing pairs, e.g. %s", len(missing), strings.Join(head(missing, 5), ", "))
 	}
+	if down := h.sessionsDown(); len(down) > 0 {
+		return fmt.Errorf("%d BGP sessions between running BIRDs not Established, e.g. %s", len(down), strings.Join(head(down, 5), ", "))
+	}
 	return nil
+}
+
+// sessionsDown names the BGP sessions between running BIRDs that are not Established, as
+// node->peer(state). Every pair routed is not enough for an event to be over: a session the event
+// opened that went down (a connection collision on the lab) left its node on one plane, and the
+// next event's window counted what that cost.
+func (h *history) sessionsDown() []string {
+	lab := h.lab
+	byAddr := make(map[string]string, len(h.names))
+	for i, n := range h.names {
+		byAddr[bgpverify.NodeAddress(i).Addr().String()] = n
+	}
+	var out []string
+	for _, n := range h.names {
+		if !lab.Running(n) {
+			continue
+		}
+		for _, p := range lab.Peers(n) {
+			peer := byAddr[p.PeerIP]
+			if peer == "" || !lab.Running(peer) || p.State == "Established" {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s->%s(%s)", n, peer, p.State))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 type world struct {
@@ -976,7 +1006,8 @@ func (w *world) replaced(victim string) error {
 // product's make-before-break moves hold a node there idSettle, longer than quiet: an event that
 // ended on quiet alone left its last moves to the next event's window), the product's layout
 // unchanged for quiet, the BIRDs' configurations unchanged for quiet (confd rendered the last
-// change and BIRD loaded it), live BIRDs running and every pair among them routed.
+// change and BIRD loaded it), live BIRDs running, every pair among them routed and every session
+// between them Established.
 func (h *history) settle(live int) {
 	w, lab := h.w, h.lab
 	w.t.Helper()
