@@ -250,12 +250,17 @@ spec:
 // pair-samples). The assertions stay: they are what the product must meet.
 //
 // With the make-before-break client moves (internal/reconciler/moves.go, one run on 2026-11-27)
-// (c) misses no pair-sample between nodes that keep their role (3,227 in all, the six promoted
-// nodes' own pairs; before, 10,543 of 17,844) and peaks at 99 routes against 58; its check still
-// fails on the old route reflectors' sessions to the moving clients, which the plan removes and
-// the sampler counts as restarts (one end's protocol is seen down before its own configure
-// removes it). (a), (b) and (e) passed, (d) failed as before. RRA_TRANSITIONS_UNTIL='(c)' stops
-// the history after (c).
+// (c) missed no pair-sample between nodes that keep their role in its window (3,227 in all, the six
+// promoted nodes' own pairs; before, 10,543 of 17,844) and peaked at 99 routes against 58; its
+// check failed on the old route reflectors' sessions to the moving clients, which the plan removes
+// and the sampler counted as restarts (one end's protocol is seen down before its own configure
+// removes it): the sampler now counts a session neither end's final configuration has as removed.
+// An event now ends only once no node is left in a transitional set and every session between
+// running BIRDs is Established: (c)'s last client moves, 10 s after its first, used to fall into
+// (a)'s window. With the uplink moves (the same file; one run of the final code, load about 5)
+// (a), (b) and (e) pass; (c) fails on its second step's client moves (3,851 pair-samples between
+// kept clients; 0 to 4,970 in six runs) and (d) as before. RRA_TRANSITIONS_UNTIL='(c)' stops the
+// history after (c).
 func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	if os.Getenv(envHistory) == "" {
 		t.Skip("the transitions history: `make test-transitions` runs it (" + envHistory + "=1); it fails events (c) and (d) today, so CI does not run it until issue 36 is done")
