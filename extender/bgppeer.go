@@ -172,11 +172,22 @@ func routeReflectorIDs(sel string) (ids []string, ok bool) {
 	return ids, true
 }
 
-// TransitionalSetPrefix starts the name of a transitional peering set (TransitionalBGPPeer).
+// TransitionalSetPrefix starts the name of a transitional peering or uplink set
+// (TransitionalBGPPeer).
 const TransitionalSetPrefix = "move."
 
-// IsTransitionalSet reports whether a peering set is a transitional one (TransitionalBGPPeer).
+// IsTransitionalSet reports whether a peering or uplink set is a transitional one
+// (TransitionalBGPPeer).
 func IsTransitionalSet(set string) bool { return strings.HasPrefix(set, TransitionalSetPrefix) }
+
+// SetBGPPeerName is the name of the BGPPeer of set, a set of the node label key (LabelPeeringSet
+// or LabelUplinkSet): SetLabelOf reads it back.
+func SetBGPPeerName(key, set string) string {
+	if key == LabelUplinkSet {
+		return UplinkBGPPeerPrefix + set
+	}
+	return BGPPeerPrefix + set
+}
 
 // PeerRouteReflectorIDs returns the route reflector IDs (LabelRouteReflectorID) a peering or
 // uplink set's BGPPeer selects, from its peer selector; ok is false for any other selector.
@@ -184,19 +195,20 @@ func PeerRouteReflectorIDs(peerSelector string) (ids []string, ok bool) {
 	return routeReflectorIDs(peerSelector)
 }
 
-// TransitionalBGPPeer is the BGPPeer of a transitional peering set: its nodes peer with the route
-// reflectors ids. A client moving to a set that shares no settled route reflector with its own is
-// first labelled with a set of its old route reflectors and one new one, then with its new set once
-// that one's sessions are up (internal/reconciler/moves.go): Calico renders one BIRD protocol per
-// peer address with the same settings whichever BGPPeer selects it, so no write restarts a session
-// the client keeps. The set is named after its route reflectors (TransitionalSetPrefix and a
-// hash): clients making the same move share it.
-func TransitionalBGPPeer(p *policy.Resolved, ids []string) BGPPeer {
+// TransitionalBGPPeer is the BGPPeer of a transitional set of the node label key (LabelPeeringSet:
+// a client's peering set; LabelUplinkSet: a DualPlane rack route reflector's uplink set): its nodes
+// peer with the route reflectors ids. A node moving to a set that shares no settled route reflector
+// with its own is first labelled with a set of its old route reflectors and one new one, then with
+// its new set once that one's sessions are up (internal/reconciler/moves.go): Calico renders one
+// BIRD protocol per peer address with the same settings whichever BGPPeer selects it, so no write
+// restarts a session the node keeps. The set is named after its route reflectors
+// (TransitionalSetPrefix and a hash): nodes making the same move share it.
+func TransitionalBGPPeer(p *policy.Resolved, key string, ids []string) BGPPeer {
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	set := TransitionalSetPrefix + shortHash(strings.Join(ids, ","))
-	return BGPPeer{Name: BGPPeerPrefix + set,
+	return BGPPeer{Name: SetBGPPeerName(key, set),
 		Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelPolicy: p.Name},
-		Spec: WithSettings(p, apiv3.BGPPeerSpec{NodeSelector: fmt.Sprintf("%s == '%s'", LabelPeeringSet, set),
+		Spec: WithSettings(p, apiv3.BGPPeerSpec{NodeSelector: fmt.Sprintf("%s == '%s'", key, set),
 			PeerSelector: routeReflectorIDSelector(ids)})}
 }
 

@@ -55,12 +55,13 @@ func peerSpec(peerSelector string) apiv3.BGPPeerSpec {
 
 // TestTransitionalBGPPeer: a transitional set is named after its route reflectors whatever their
 // order, its BGPPeer selects them and the nodes labelled with the set, and its name reads back as
-// a peering set (the prune step deletes it once no node carries it) apart from the plan's sets.
+// a peering set (the prune step deletes it once no node carries it) apart from the plan's sets; a
+// transitional uplink set's the same, under the uplink sets' label and BGPPeer prefix.
 func TestTransitionalBGPPeer(t *testing.T) {
 	p, errs := policy.Resolve(policy.Default("default"))
 	assert.Empty(t, errs)
-	a := TransitionalBGPPeer(p, []string{"node-3", "node-1", "node-2", "node-1"})
-	b := TransitionalBGPPeer(p, []string{"node-2", "node-3", "node-1"})
+	a := TransitionalBGPPeer(p, LabelPeeringSet, []string{"node-3", "node-1", "node-2", "node-1"})
+	b := TransitionalBGPPeer(p, LabelPeeringSet, []string{"node-2", "node-3", "node-1"})
 	assert.Equal(t, a, b)
 	key, set, ok := SetLabelOf(a.Name)
 	assert.True(t, ok)
@@ -73,4 +74,17 @@ func TestTransitionalBGPPeer(t *testing.T) {
 	assert.Equal(t, map[string]string{LabelManagedBy: ManagedByValue, LabelPolicy: p.Name}, a.Labels)
 	assert.False(t, IsTransitionalSet(RackSetName(p.Name, "zone-a-rack-1")))
 	assert.False(t, IsTransitionalSet(peeringSetName([]string{"node-1"})))
+
+	up := TransitionalBGPPeer(p, LabelUplinkSet, []string{"node-2", "node-1"})
+	key, upSet, ok := SetLabelOf(up.Name)
+	assert.True(t, ok)
+	assert.Equal(t, LabelUplinkSet, key)
+	assert.True(t, IsTransitionalSet(upSet), upSet)
+	assert.Equal(t, UplinkBGPPeerPrefix+upSet, up.Name)
+	assert.Equal(t, SetBGPPeerName(LabelUplinkSet, upSet), up.Name)
+	assert.Equal(t, LabelUplinkSet+" == '"+upSet+"'", up.Spec.NodeSelector)
+	ids, ok = PeerRouteReflectorIDs(up.Spec.PeerSelector)
+	assert.True(t, ok)
+	assert.Equal(t, []string{"node-1", "node-2"}, ids)
+	assert.Equal(t, SetBGPPeerName(LabelPeeringSet, set), a.Name)
 }

@@ -98,8 +98,9 @@ type handoverMemo struct {
 	idStageSeen bool
 	idStageUp   bool
 	// settle: route reflectors whose sessions (re)started lately (promoted, renumbered, given
-	// clients by a move), which client moves wait for (moves.go); moveSets: the transitional
-	// peering sets this leader knows the settle time of.
+	// clients or rack route reflectors by a move), which moves between sets wait for (moves.go);
+	// moveSets: the BGPPeers of the transitional peering and uplink sets this leader knows the
+	// settle time of.
 	settle   map[string]*settleRec
 	moveSets map[string]bool
 }
@@ -176,6 +177,12 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		}
 		for _, rr := range slices.Sorted(maps.Keys(st.SettleWaits)) {
 			addNeed(rr)
+			// A spine member's sessions to the rack route reflectors whose uplink set selects it.
+			for _, c := range uplinkHolders(st, rr) {
+				if n := st.View[c]; extender.IsReady(n) && n.DeletionTimestamp == nil && !m.verified[rr][c] && !slices.Contains(need[rr], c) {
+					need[rr] = append(need[rr], c)
+				}
+			}
 			if len(need[rr]) == 0 {
 				settleSessions(m, rr, 0) // no clients to wait for
 			}
@@ -538,9 +545,10 @@ func drainingRRs(st *State) []string {
 }
 
 // handoverInPlace: every planned route reflector carries its role and no client peers with d any
-// more, so the sessions to check are the ones that matter.
+// more (nor a rack route reflector through its uplink set), so the sessions to check are the ones
+// that matter.
 func (r *Reconciler) handoverInPlace(st *State, d string) bool {
-	if !replacementsInPlace(st) {
+	if !replacementsInPlace(st) || len(uplinkHolders(st, d)) > 0 {
 		return false
 	}
 	for _, n := range st.View {

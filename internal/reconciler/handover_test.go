@@ -200,7 +200,8 @@ func ipCluster(n int) []*corev1.Node {
 }
 
 // calicoNode writes every CalicoNodeStatus's BGP peers as calico-node would: an Established
-// session with each client that lists the node, except with the clients in down.
+// session with each client that lists the node and each rack route reflector whose uplink set
+// selects it, except with the nodes in down.
 func (h *harness) calicoNode(down ...string) {
 	h.t.Helper()
 	ctx := context.Background()
@@ -208,11 +209,13 @@ func (h *harness) calicoNode(down ...string) {
 	require.NoError(h.t, h.client.List(ctx, list))
 	nodes := &corev1.NodeList{}
 	_ = h.client.List(ctx, nodes)
+	uplinks := h.uplinkSessions()
 	for i := range list.Items {
 		cns := &list.Items[i]
 		var peers []apiv3.CalicoNodePeer
 		for _, n := range nodes.Items {
-			if !slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), cns.Spec.Node) {
+			if !slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), cns.Spec.Node) &&
+				!slices.Contains(uplinks[n.Name], cns.Spec.Node) {
 				continue
 			}
 			state := apiv3.BGPSessionStateEstablished

@@ -101,7 +101,7 @@ const (
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
 		plansTotal, absorbedEvents, fullPlanCauses, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
-		conditionGauge, pathsGauge, missingPairsGauge, transitionSessions, transitionAtRisk, transitionHeld, transitionHeldMoves)
+		conditionGauge, pathsGauge, missingPairsGauge, transitionSessions, transitionAtRisk, transitionHeld, transitionHeldMoves, transitionHeldUplinks)
 }
 
 // conditionStatuses are the values of a condition's status, each a series of the condition gauge.
@@ -192,7 +192,7 @@ func forgetMetrics(policy string) {
 	for _, v := range []*prometheus.MetricVec{desiredGauge.MetricVec, currentGauge.MetricVec, drillsGauge.MetricVec,
 		drillMissing.MetricVec, conditionGauge.MetricVec, pathsGauge.MetricVec, missingPairsGauge.MetricVec, reconcileErrors.MetricVec,
 		roleChanges.MetricVec, nodePatches.MetricVec, absorbedEvents.MetricVec, fullPlanCauses.MetricVec, transitionSessions.MetricVec,
-		transitionAtRisk.MetricVec, transitionHeld.MetricVec, transitionHeldMoves.MetricVec} {
+		transitionAtRisk.MetricVec, transitionHeld.MetricVec, transitionHeldMoves.MetricVec, transitionHeldUplinks.MetricVec} {
 		v.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 )
 
-// Client moves, make-before-break.
+// Moves between sets of route reflectors, make-before-break.
 //
 // A client whose peering set changes (LabelPeeringSet) gets the sessions of its new set's BGPPeer
 // in the same confd render that removes those of its old one, and BIRD applies both on one
@@ -41,22 +41,60 @@ import (
 // reflectors annotation lists its planned route reflectors, then its old ones. A set's BGPPeer
 // whose route reflectors change (extender.MakeBeforeBreak, peers.go) is narrowed by the same rule.
 //
+// A DualPlane rack route reflector's uplink set (LabelUplinkSet: its plane's spine members) moves
+// the same way when the plan gives its plane another spine member (a member relabelled, cordoned
+// or replaced): Calico would drop its session to the old member and open one to the new, often
+// promoted or renumbered in that very reconcile, in one render, and the rack route reflector would
+// lack every other rack's routes until it establishes (its rack mate's are no help: they carry its
+// own cluster ID). So it first peers with its old spine members and one new one (a transitional
+// uplink set, up-move.<hash>), then with the planned set once the new member has settled (with
+// BGPSessions: its CalicoNodeStatus shows every rack route reflector whose uplink set selects it
+// Established). A spine member stays a route reflector while an uplink set a node carries selects
+// it (demote, uplinkHolds). A rack route reflector whose own cluster ID changes restarts every
+// session anyway and moves in one write.
+//
 // The state a reconcile leaves is checked with the graph model against the writes as they were
 // (the plan's patches, after the cluster-ID staging): when it misses more pairs, the writes go as
 // they were. The transitional BGPPeers go with the prune step once no node carries their set. Each
-// reconcile that moves clients to a transitional set says so in an Event (ClientMovesHeld);
-// calico_rr_autoscaler_transition_held_client_moves counts the clients in one.
-const EventClientMovesHeld = "ClientMovesHeld"
+// reconcile that moves clients to a transitional set says so in an Event (ClientMovesHeld; rack
+// route reflectors' uplinks: UplinkMovesHeld); calico_rr_autoscaler_transition_held_client_moves
+// and calico_rr_autoscaler_transition_held_uplink_moves count the nodes in one.
+const (
+	EventClientMovesHeld = "ClientMovesHeld"
+	EventUplinkMovesHeld = "UplinkMovesHeld"
+)
 
 // maxTransitionalSets bounds the transitional BGPPeers one reconcile creates (a rack split needs
 // one per new rack and zone; a MultiCluster rebalance may need one per moving client): the moves
 // beyond go in one write, as before.
 const maxTransitionalSets = 32
 
-var transitionHeldMoves = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Name: "calico_rr_autoscaler_transition_held_client_moves",
-	Help: "Clients in a transitional peering set (their old route reflectors and one of their new ones), held there until the new one's BGP sessions have settled (make-before-break moves between peering sets).",
-}, []string{"policy"})
+var (
+	transitionHeldMoves = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "calico_rr_autoscaler_transition_held_client_moves",
+		Help: "Clients in a transitional peering set (their old route reflectors and one of their new ones), held there until the new one's BGP sessions have settled (make-before-break moves between peering sets).",
+	}, []string{"policy"})
+	transitionHeldUplinks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "calico_rr_autoscaler_transition_held_uplink_moves",
+		Help: "DualPlane rack route reflectors in a transitional uplink set (their old spine members and one of their new ones), held there until the new one's BGP sessions have settled (make-before-break moves between uplink sets).",
+	}, []string{"policy"})
+)
+
+// setKind is a node label naming the set of route reflectors a node peers with, whose changes
+// stageMoves makes make-before-break.
+type setKind struct {
+	label string // extender.LabelPeeringSet, extender.LabelUplinkSet
+	phase int    // patchNodes' phase of the nodes that carry it
+	event string // the Event of a reconcile that moves nodes to a transitional set
+	nodes string // what the moving nodes are, and what their route reflectors are (Events)
+	rrs   string
+	held  *prometheus.GaugeVec
+}
+
+var setKinds = [...]setKind{
+	{label: extender.LabelPeeringSet, phase: 1, event: EventClientMovesHeld, nodes: "clients", rrs: "route reflectors", held: transitionHeldMoves},
+	{label: extender.LabelUplinkSet, phase: 0, event: EventUplinkMovesHeld, nodes: "rack route reflectors", rrs: "spine members", held: transitionHeldUplinks},
+}
 
 // settleRec is a route reflector whose BGP sessions (re)started at `at`: promoted, renumbered, or
 // given clients by a move; seen: a CalicoNodeStatus reported it idSettleMin after; up: that report
@@ -108,8 +146,8 @@ func settleSessions(m *handoverMemo, rr string, missing int) {
 	}
 }
 
-// stageMoves makes the clients' moves between peering sets make-before-break (see above). It runs
-// after stageClusterIDs, on the patches that reconcile writes.
+// stageMoves makes the moves between peering sets and between uplink sets make-before-break (see
+// above). It runs after stageClusterIDs, on the patches that reconcile writes.
 func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nodePatch) error {
 	m := r.memo(st.Name)
 	for n, rec := range m.settle {
@@ -117,69 +155,169 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 			delete(m.settle, n)
 		}
 	}
+	idNow := map[string]int{} // the nodes this reconcile promotes or renumbers -> the phase that writes it
 	for _, ps := range phases {
 		for _, np := range ps {
 			if id := np.ann[extender.AnnotationClusterID]; id != nil {
 				// Promoted or renumbered: every session of the node (re)starts.
 				m.settling(st.Now, np.name)
 				delete(m.verified, np.name)
+				idNow[np.name] = np.phase
 			}
 		}
 	}
-	defer func() { transitionHeldMoves.WithLabelValues(st.Name).Set(float64(inTransitionalSets(st, phases))) }()
+	defer func() {
+		for _, k := range setKinds {
+			k.held.WithLabelValues(st.Name).Set(float64(inTransitionalSets(st, phases, k.label)))
+		}
+	}()
 	if len(st.View) > transitionMaxNodes {
 		return nil
-	}
-	p := st.Managed.Resolved
-	cur, planned := setIDs(st.Peers), map[string][]string{}
-	for _, bp := range st.Result.BGPPeers {
-		if key, set, ok := extender.SetLabelOf(bp.Name); ok && key == extender.LabelPeeringSet {
-			if ids, ok := extender.PeerRouteReflectorIDs(bp.Spec.PeerSelector); ok {
-				planned[set] = ids
-			}
-		}
 	}
 	rrOf := make(map[string]string, len(st.View)) // route reflector ID -> node
 	for name := range st.View {
 		rrOf[extender.RouteReflectorID(name)] = name
 	}
-	// A transitional set this leader did not write (a failover) was written at an unknown time:
-	// its route reflectors are given their settle time from now.
+	r.adoptTransitionalSets(st, m, rrOf)
+	next := *phases
+	sets := map[string]extender.BGPPeer{}
+	var added [len(setKinds)]map[string][]string // per kind: node -> the route reflectors its transitional set adds
+	var held [len(setKinds)][]string
+	moves := 0
+	for ki, k := range setKinds {
+		next[k.phase], added[ki], held[ki] = stageSetMoves(st, m, k, phases[k.phase], sets, rrOf, idNow)
+		moves += len(added[ki]) + len(held[ki])
+	}
+	if moves == 0 {
+		return nil
+	}
+	// The state this reconcile leaves must lose no pair the writes as they were keep (the
+	// cluster's other nodes too, when the policy has top-level route reflectors).
+	outside, all, err := r.stageOutside(ctx, st)
+	if err != nil {
+		return err
+	}
+	c := newModelView(st, outside, all)
+	for _, name := range slices.Sorted(maps.Keys(sets)) {
+		c.peers = append(c.peers, sets[name])
+	}
+	staged, err := c.missing(flatten(next))
+	direct, err2 := c.missing(flatten(*phases))
+	if err != nil || err2 != nil || staged > direct {
+		r.Log.Info("moves between sets not staged: the graph model finds the staged state worse, or cannot read the cluster", "policy", st.Name,
+			"staged", staged, "direct", direct, "error", fmt.Sprint(err, err2))
+		return nil
+	}
+	if err := r.writeTransitionalPeers(ctx, st, sets); err != nil {
+		return err
+	}
+	*phases = next
+	for name := range sets {
+		m.moveSets[name] = true
+	}
+	for ki, k := range setKinds {
+		for node, rrs := range added[ki] {
+			for _, rr := range rrs {
+				if rr != "" {
+					m.settling(st.Now, rr)
+					delete(m.verified[rr], node)
+				}
+			}
+		}
+		if len(held[ki]) > 0 {
+			r.Log.V(1).Info("moves held until their new route reflectors have settled", "policy", st.Name,
+				k.nodes, len(held[ki]), "waitingOn", slices.Sorted(maps.Keys(st.SettleWaits)), "reason", k.event)
+		}
+		if len(added[ki]) == 0 {
+			continue
+		}
+		st.requeue(idSettleMin)
+		moved := slices.Sorted(maps.Keys(added[ki]))
+		var via []string
+		for _, name := range slices.Sorted(maps.Keys(sets)) {
+			if key, _, _ := extender.SetLabelOf(name); key == k.label {
+				via = append(via, peerSelection(sets[name]))
+			}
+		}
+		r.Log.Info("nodes move make-before-break", "policy", st.Name, k.nodes, len(moved), "sets", via, "reason", k.event)
+		r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, k.event,
+			"%d %s move make-before-break (%s): they peer with their old %s and one new one (%s) and leave the old ones once the new one's BGP sessions have settled",
+			len(moved), k.nodes, joinCapped(moved, 5), k.rrs, joinCapped(via, 3))
+	}
+	return nil
+}
+
+// adoptTransitionalSets: a transitional set this leader did not write (a failover) was written at
+// an unknown time: its route reflectors are given their settle time from now. moveSets are the
+// BGPPeers of the transitional sets some node carries.
+func (r *Reconciler) adoptTransitionalSets(st *State, m *handoverMemo, rrOf map[string]string) {
 	present := map[string]bool{}
 	for _, n := range st.View {
-		if set := n.Labels[extender.LabelPeeringSet]; extender.IsTransitionalSet(set) {
-			present[set] = true
+		for _, k := range setKinds {
+			if set := n.Labels[k.label]; extender.IsTransitionalSet(set) {
+				present[extender.SetBGPPeerName(k.label, set)] = true
+			}
 		}
 	}
 	if m.moveSets == nil {
 		m.moveSets = map[string]bool{}
 	}
-	for set := range m.moveSets {
-		if !present[set] {
-			delete(m.moveSets, set)
+	for name := range m.moveSets {
+		if !present[name] {
+			delete(m.moveSets, name)
 		}
 	}
-	for _, set := range slices.Sorted(maps.Keys(present)) {
-		if !m.moveSets[set] {
-			m.moveSets[set] = true
-			for _, id := range cur[set] {
-				if rr := rrOf[id]; rr != "" && m.settle[rr] == nil {
-					m.settling(st.Now, rr)
-				}
+	var cur map[string][]string
+	for _, name := range slices.Sorted(maps.Keys(present)) {
+		if m.moveSets[name] {
+			continue
+		}
+		m.moveSets[name] = true
+		if cur == nil {
+			cur = peerIDs(st.Peers)
+		}
+		for _, id := range cur[name] {
+			if rr := rrOf[id]; rr != "" && m.settle[rr] == nil {
+				m.settling(st.Now, rr)
 			}
 		}
 	}
-	next := [3][]nodePatch{phases[0], make([]nodePatch, 0, len(phases[1])), phases[2]}
-	sets := map[string]extender.BGPPeer{}
-	added := map[string][]string{} // client -> the route reflectors its transitional set adds
-	var held []string
-	for _, np := range phases[1] {
-		to := np.lbl[extender.LabelPeeringSet]
-		from := st.View[np.name].Labels[extender.LabelPeeringSet]
+}
+
+// stageSetMoves stages the moves of one kind of set among the patches of its phase (see above):
+// it returns the patches to write, the nodes moved to a transitional set with the route
+// reflectors that set adds, and the nodes whose move waits (their patch held). The transitional
+// BGPPeers are added to sets. idNow are the nodes whose cluster ID this reconcile writes, with
+// the phase that writes it.
+//
+// A transitional set adds a new route reflector only once its cluster ID is written: the patches
+// of one phase go in parallel, so a rack route reflector's transitional uplink set written beside
+// the new spine member's renumbering (a rack route reflector of another rack until then) could be
+// rendered first, and the member would reflect between racks that are not its own with its old
+// rack's cluster ID (on the live spine relabel: clients of its old rack lost other racks for
+// seconds). Such a move waits for the next reconcile. A client's new route reflector is written
+// in an earlier phase, before the client.
+func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, sets map[string]extender.BGPPeer,
+	rrOf map[string]string, idNow map[string]int) (next []nodePatch, added map[string][]string, held []string) {
+	p := st.Managed.Resolved
+	cur, planned := setIDs(st.Peers, k.label), map[string][]string{}
+	for _, bp := range st.Result.BGPPeers {
+		if key, set, ok := extender.SetLabelOf(bp.Name); ok && key == k.label {
+			if ids, ok := extender.PeerRouteReflectorIDs(bp.Spec.PeerSelector); ok {
+				planned[set] = ids
+			}
+		}
+	}
+	next = make([]nodePatch, 0, len(patches))
+	added = map[string][]string{}
+	for _, np := range patches {
+		to := np.lbl[k.label]
+		from := st.View[np.name].Labels[k.label]
 		old, ok := cur[from]
 		want, ok2 := planned[deref(to)]
-		if to == nil || *to == "" || from == "" || from == *to || !ok || !ok2 {
-			next[1] = append(next[1], np)
+		if to == nil || *to == "" || from == "" || from == *to || !ok || !ok2 || np.ann[extender.AnnotationClusterID] != nil {
+			// No move, or the node's own cluster ID changes: every session it has restarts anyway.
+			next = append(next, np)
 			continue
 		}
 		if ids, ok := planned[from]; ok {
@@ -203,83 +341,49 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 				continue
 			}
 		default:
-			// First the old route reflectors and one new one (the first Ready of the plan's): once
-			// it has settled the client moves in one write, keeping it. One rather than all new
-			// ones: a client peering with both sets would hold each route twice as often.
-			first := add
-			if k := slices.IndexFunc(add, func(id string) bool { return readyNode(st, rrOf[id]) }); k >= 0 {
-				first = add[k : k+1]
+			// First the old route reflectors and one new one (the first Ready of the plan's whose
+			// cluster ID is written): once it has settled the node moves in one write, keeping it.
+			// One rather than all new ones: a client peering with both sets would hold each route
+			// twice as often.
+			written := slices.DeleteFunc(slices.Clone(add), func(id string) bool {
+				p, now := idNow[rrOf[id]]
+				return now && p >= k.phase
+			})
+			if len(written) == 0 {
+				held = append(held, np.name)
+				st.requeue(idSettleMin)
+				continue
 			}
-			tp := extender.TransitionalBGPPeer(p, union(old, first))
+			first := written
+			if i := slices.IndexFunc(written, func(id string) bool { return readyNode(st, rrOf[id]) }); i >= 0 {
+				first = written[i : i+1]
+			}
+			tp := extender.TransitionalBGPPeer(p, k.label, union(old, first))
 			if _, ok := sets[tp.Name]; !ok && len(sets) >= maxTransitionalSets {
 				break
 			}
 			sets[tp.Name] = tp
 			_, set, _ := extender.SetLabelOf(tp.Name)
-			np = transitionalPatch(np, set, st.View[np.name], want, old, rrOf)
+			np = transitionalPatch(np, k.label, set, st.View[np.name], want, old, rrOf)
 			for _, id := range first {
 				added[np.name] = append(added[np.name], rrOf[id])
 			}
 		}
-		next[1] = append(next[1], np)
+		next = append(next, np)
 	}
-	if len(added)+len(held) == 0 {
-		return nil
-	}
-	// The state this reconcile leaves must lose no pair the writes as they were keep (the
-	// cluster's other nodes too, when the policy has top-level route reflectors).
-	outside, all, err := r.stageOutside(ctx, st)
-	if err != nil {
-		return err
-	}
-	c := newModelView(st, outside, all)
-	for _, name := range slices.Sorted(maps.Keys(sets)) {
-		c.peers = append(c.peers, sets[name])
-	}
-	staged, err := c.missing(flatten(next))
-	direct, err2 := c.missing(flatten(*phases))
-	if err != nil || err2 != nil || staged > direct {
-		r.Log.Info("client moves not staged: the graph model finds the staged state worse, or cannot read the cluster", "policy", st.Name,
-			"staged", staged, "direct", direct, "error", fmt.Sprint(err, err2))
-		return nil
-	}
-	if err := r.writeTransitionalPeers(ctx, st, sets); err != nil {
-		return err
-	}
-	*phases = next
-	for name := range sets {
-		_, set, _ := extender.SetLabelOf(name)
-		m.moveSets[set] = true
-	}
-	for client, rrs := range added {
-		for _, rr := range rrs {
-			if rr != "" {
-				m.settling(st.Now, rr)
-				delete(m.verified[rr], client)
-			}
-		}
-	}
-	if len(held) > 0 {
-		r.Log.V(1).Info("client moves held until their new route reflectors have settled", "policy", st.Name,
-			"clients", len(held), "waitingOn", slices.Sorted(maps.Keys(st.SettleWaits)), "reason", EventClientMovesHeld)
-	}
-	if len(added) > 0 {
-		st.requeue(idSettleMin)
-		moved := slices.Sorted(maps.Keys(added))
-		r.Log.Info("clients move make-before-break", "policy", st.Name, "clients", len(moved), "sets", slices.Sorted(maps.Keys(sets)), "reason", EventClientMovesHeld)
-		r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventClientMovesHeld,
-			"%d clients move make-before-break (%s): they peer with their old route reflectors and one new one (%s) and leave the old ones once the new one's BGP sessions have settled",
-			len(moved), joinCapped(moved, 5), joinCapped(peerSelections(sets), 3))
-	}
-	return nil
+	return next, added, held
 }
 
-// transitionalPatch is np with the transitional set in place of the planned one and, as the
-// route reflectors annotation, the planned route reflectors then the old ones that remain (the
-// planner keeps a MultiCluster client's first ones: the planned).
-func transitionalPatch(np nodePatch, set string, cur *corev1.Node, want, old []string, rrOf map[string]string) nodePatch {
+// transitionalPatch is np with the transitional set in place of the planned one (of the label
+// key) and, for a client's peering set, as the route reflectors annotation, the planned route
+// reflectors then the old ones that remain (the planner keeps a MultiCluster client's first ones:
+// the planned).
+func transitionalPatch(np nodePatch, key, set string, cur *corev1.Node, want, old []string, rrOf map[string]string) nodePatch {
 	np.lbl, np.ann = maps.Clone(np.lbl), maps.Clone(np.ann)
-	np.lbl[extender.LabelPeeringSet] = &set
+	np.lbl[key] = &set
+	if key != extender.LabelPeeringSet {
+		return np
+	}
 	var names []string
 	if v := np.ann[extender.AnnotationRouteReflectors]; v != nil && *v != "" {
 		names = strings.Split(*v, ",")
@@ -335,11 +439,12 @@ func (r *Reconciler) writeTransitionalPeers(ctx context.Context, st *State, sets
 	return nil
 }
 
-// setIDs maps each peering set whose BGPPeer selects route reflectors by ID to those IDs.
-func setIDs(peers []*apiv3.BGPPeer) map[string][]string {
+// setIDs maps each set of the label key (LabelPeeringSet, LabelUplinkSet) whose BGPPeer selects
+// route reflectors by ID to those IDs.
+func setIDs(peers []*apiv3.BGPPeer, label string) map[string][]string {
 	out := map[string][]string{}
 	for _, bp := range peers {
-		if key, set, ok := extender.SetLabelOf(bp.Name); ok && key == extender.LabelPeeringSet {
+		if key, set, ok := extender.SetLabelOf(bp.Name); ok && key == label {
 			if ids, ok := extender.PeerRouteReflectorIDs(bp.Spec.PeerSelector); ok {
 				out[set] = ids
 			}
@@ -348,17 +453,53 @@ func setIDs(peers []*apiv3.BGPPeer) map[string][]string {
 	return out
 }
 
-// inTransitionalSets counts the clients in a transitional set once the phases are written.
-func inTransitionalSets(st *State, phases *[3][]nodePatch) int {
+// uplinkHolders names the nodes of the view (sorted) whose uplink set, as labelled now, selects
+// route reflector rr: the rack route reflectors it is a spine member for. rr stays a route
+// reflector while any does (demote), and its sessions to them are what a move to it waits for
+// (handover BGPSessions).
+func uplinkHolders(st *State, rr string) []string {
+	id := extender.RouteReflectorID(rr)
+	var ids map[string][]string
+	var out []string
+	for name, n := range st.View {
+		set := n.Labels[extender.LabelUplinkSet]
+		if set == "" || name == rr {
+			continue
+		}
+		if ids == nil {
+			ids = setIDs(st.Peers, extender.LabelUplinkSet)
+		}
+		if slices.Contains(ids[set], id) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// peerIDs maps the name of each BGPPeer that selects route reflectors by ID to those IDs.
+func peerIDs(peers []*apiv3.BGPPeer) map[string][]string {
+	out := map[string][]string{}
+	for _, bp := range peers {
+		if ids, ok := extender.PeerRouteReflectorIDs(bp.Spec.PeerSelector); ok {
+			out[bp.Name] = ids
+		}
+	}
+	return out
+}
+
+// inTransitionalSets counts the nodes in a transitional set of the label key once the phases are
+// written.
+func inTransitionalSets(st *State, phases *[3][]nodePatch, label string) int {
 	set := map[string]bool{}
 	for name, n := range st.View {
-		if extender.IsTransitionalSet(n.Labels[extender.LabelPeeringSet]) {
+		if extender.IsTransitionalSet(n.Labels[label]) {
 			set[name] = true
 		}
 	}
 	for _, ps := range phases {
 		for _, np := range ps {
-			if v, ok := np.lbl[extender.LabelPeeringSet]; ok {
+			if v, ok := np.lbl[label]; ok {
 				set[np.name] = extender.IsTransitionalSet(deref(v))
 			}
 		}
@@ -372,14 +513,10 @@ func inTransitionalSets(st *State, phases *[3][]nodePatch) int {
 	return n
 }
 
-// peerSelections names each transitional set with the route reflectors it selects.
-func peerSelections(sets map[string]extender.BGPPeer) []string {
-	var out []string
-	for _, name := range slices.Sorted(maps.Keys(sets)) {
-		ids, _ := extender.PeerRouteReflectorIDs(sets[name].Spec.PeerSelector)
-		out = append(out, strings.Join(ids, "+"))
-	}
-	return out
+// peerSelection names a transitional set with the route reflectors it selects.
+func peerSelection(bp extender.BGPPeer) string {
+	ids, _ := extender.PeerRouteReflectorIDs(bp.Spec.PeerSelector)
+	return strings.Join(ids, "+")
 }
 
 // keepsSettled: one of these route reflectors (a client keeps its session with them) is Ready and

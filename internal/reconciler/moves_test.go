@@ -42,8 +42,8 @@ func (h *harness) clientSessions() map[string][]string {
 	return out
 }
 
-// transitionalLeft names the clients still in a transitional peering set and the transitional
-// BGPPeers left in the fake API server.
+// transitionalLeft names the nodes still in a transitional peering or uplink set and the
+// transitional BGPPeers left in the fake API server.
 func (h *harness) transitionalLeft() []string {
 	h.t.Helper()
 	var out []string
@@ -53,7 +53,7 @@ func (h *harness) transitionalLeft() []string {
 		}
 	}
 	for _, n := range h.nodes() {
-		if extender.IsTransitionalSet(n.Labels[extender.LabelPeeringSet]) {
+		if extender.IsTransitionalSet(n.Labels[extender.LabelPeeringSet]) || extender.IsTransitionalSet(n.Labels[extender.LabelUplinkSet]) {
 			out = append(out, n.Name)
 		}
 	}

@@ -280,9 +280,13 @@ func (r *Reconciler) demote(ctx context.Context, st *State) error {
 	return r.applyPatches(ctx, st, patches)
 }
 
-// clientsMoved reports whether a client still peers with rr (blocked), and otherwise the route
-// reflectors that took its clients over: the planned ones of its zone, else of its cluster ID.
+// clientsMoved reports whether a client still peers with rr, or a rack route reflector's uplink
+// set still selects it (blocked), and otherwise the route reflectors that took its clients over:
+// the planned ones of its zone, else of its cluster ID.
 func (r *Reconciler) clientsMoved(st *State, rr string) (moved []string, blocked bool) {
+	if len(uplinkHolders(st, rr)) > 0 {
+		return nil, true
+	}
 	for _, c := range r.Nodes.ClientsOf(rr) {
 		v := st.View[c.Name]
 		if v == nil {

@@ -95,7 +95,9 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		return
 	}
 	m := r.memo(st.Name)
-	if wait := r.idStageWait(st, m); wait > 0 {
+	// hold keeps every held change for a later reconcile when the state without them passes (the
+	// other patches, or none), else puts them back.
+	hold := func(wait time.Duration, why ...any) {
 		switch {
 		case chk.safe():
 			st.requeue(wait)
@@ -107,11 +109,20 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 			return
 		}
 		transitionHeld.WithLabelValues(st.Name).Set(float64(len(held)))
-		r.Log.V(1).Info("cluster-ID change held until the last one's sessions are back", "policy", st.Name,
-			"node", held[0].name, "after", m.idStage.node, "reason", "ClusterIDChangeStaged")
+		r.Log.V(1).Info("cluster-ID change held", append([]any{"policy", st.Name, "node", held[0].name, "reason", "ClusterIDChangeStaged"}, why...)...)
+	}
+	if wait := r.idStageWait(st, m); wait > 0 {
+		hold(wait, "until the sessions of", m.idStage.node)
 		return
 	}
+	var leaving []string
 	for i, np := range held[:min(len(held), stageCandidates)] {
+		if uplinkLeaving(st, np.name) {
+			// The rack route reflectors leave it first (moves.go): with its new ID it would
+			// reflect between them as a member of another rack or tier.
+			leaving = append(leaving, np.name)
+			continue
+		}
 		switch {
 		case chk.safe(np):
 		case chk.safeAlone(np):
@@ -135,8 +146,29 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		}
 		return
 	}
+	if len(leaving) > 0 {
+		hold(idSettleMin, "until no uplink set selects", leaving)
+		return
+	}
 	transitionHeld.WithLabelValues(st.Name).Set(0)
 	putBack(held...)
+}
+
+// uplinkLeaving: an uplink set some node carries selects route reflector rr, and none of the
+// plan's does (a spine member leaving the spine, renumbered as a rack route reflector).
+func uplinkLeaving(st *State, rr string) bool {
+	if len(uplinkHolders(st, rr)) == 0 {
+		return false
+	}
+	id := extender.RouteReflectorID(rr)
+	for _, bp := range st.Result.BGPPeers {
+		if key, _, ok := extender.SetLabelOf(bp.Name); ok && key == extender.LabelUplinkSet {
+			if ids, ok := extender.PeerRouteReflectorIDs(bp.Spec.PeerSelector); ok && slices.Contains(ids, id) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func heldNames(held []nodePatch, except string) []string {

@@ -4,8 +4,10 @@
 package transitions
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -248,12 +250,17 @@ spec:
 // pair-samples). The assertions stay: they are what the product must meet.
 //
 // With the make-before-break client moves (internal/reconciler/moves.go, one run on 2026-11-27)
-// (c) misses no pair-sample between nodes that keep their role (3,227 in all, the six promoted
-// nodes' own pairs; before, 10,543 of 17,844) and peaks at 99 routes against 58; its check still
-// fails on the old route reflectors' sessions to the moving clients, which the plan removes and
-// the sampler counts as restarts (one end's protocol is seen down before its own configure
-// removes it). (a), (b) and (e) passed, (d) failed as before. RRA_TRANSITIONS_UNTIL='(c)' stops
-// the history after (c).
+// (c) missed no pair-sample between nodes that keep their role in its window (3,227 in all, the six
+// promoted nodes' own pairs; before, 10,543 of 17,844) and peaked at 99 routes against 58; its
+// check failed on the old route reflectors' sessions to the moving clients, which the plan removes
+// and the sampler counted as restarts (one end's protocol is seen down before its own configure
+// removes it): the sampler now counts a session neither end's final configuration has as removed.
+// An event now ends only once no node is left in a transitional set and every session between
+// running BIRDs is Established: (c)'s last client moves, 10 s after its first, used to fall into
+// (a)'s window. With the uplink moves (the same file; one run of the final code, load about 5)
+// (a), (b) and (e) pass; (c) fails on its second step's client moves (3,851 pair-samples between
+// kept clients; 0 to 4,970 in six runs) and (d) as before. RRA_TRANSITIONS_UNTIL='(c)' stops the
+// history after (c).
 func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	if os.Getenv(envHistory) == "" {
 		t.Skip("the transitions history: `make test-transitions` runs it (" + envHistory + "=1); it fails events (c) and (d) today, so CI does not run it until issue 36 is done")
@@ -481,6 +488,9 @@ func (h *history) event(name string, act func(before *roles), live int) {
 	if len(f.Restarts) > 0 {
 		t.Logf("  restarted sessions: %s", strings.Join(f.RestartedSessions(), " "))
 	}
+	if len(f.Removed) > 0 {
+		t.Logf("  removed sessions seen going down (neither end's configuration has them at the end): %s", strings.Join(f.RemovedSessions(), " "))
+	}
 	for _, r := range f.Reconfigured {
 		if len(r.Changed)+len(r.Added)+len(r.Removed) > 0 {
 			t.Logf("  configure %s: changed %v added %v removed %v", r.Node, r.Changed, r.Added, r.Removed)
@@ -530,6 +540,24 @@ func check(t *testing.T, f *bgpverify.TransitionFigures, before, after *roles, s
 	})
 	assert.Zerof(t, missing, "%s: %d missing pair-samples in %d pairs between nodes that keep their role, most missed first: %s",
 		f.Event, missing, len(pairs), strings.Join(head(pairs, 12), " "))
+	if missing > 0 {
+		// Which nodes the lost pair-samples between kept nodes involve (each counts at both ends).
+		byNode := map[string]int{}
+		for p, n := range f.MissingByPair {
+			a, b, _ := strings.Cut(p, "->")
+			if keeps(a) && keeps(b) {
+				byNode[a] += n
+				byNode[b] += n
+			}
+		}
+		names := slices.Collect(maps.Keys(byNode))
+		slices.SortFunc(names, func(a, b string) int { return cmp.Or(byNode[b]-byNode[a], strings.Compare(a, b)) })
+		var parts []string
+		for _, n := range head(names, 12) {
+			parts = append(parts, fmt.Sprintf("%s(%s):%d", n, before.role(n), byNode[n]))
+		}
+		t.Logf("  %s: pair-samples lost between kept nodes, by node: %s", f.Event, strings.Join(parts, " "))
+	}
 
 	surviving := func(n string) bool {
 		return before.id[n] != "" && after.id[n] != "" && before.rack(n) == after.rack(n) && before.plane(n) == after.plane(n) &&
@@ -582,7 +610,37 @@ func (h *history) converged(live int) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%d missing pairs, e.g. %s", len(missing), strings.Join(head(missing, 5), ", "))
 	}
+	if down := h.sessionsDown(); len(down) > 0 {
+		return fmt.Errorf("%d BGP sessions between running BIRDs not Established, e.g. %s", len(down), strings.Join(head(down, 5), ", "))
+	}
 	return nil
+}
+
+// sessionsDown names the BGP sessions between running BIRDs that are not Established, as
+// node->peer(state). Every pair routed is not enough for an event to be over: a session the event
+// opened that went down (a connection collision on the lab) left its node on one plane, and the
+// next event's window counted what that cost.
+func (h *history) sessionsDown() []string {
+	lab := h.lab
+	byAddr := make(map[string]string, len(h.names))
+	for i, n := range h.names {
+		byAddr[bgpverify.NodeAddress(i).Addr().String()] = n
+	}
+	var out []string
+	for _, n := range h.names {
+		if !lab.Running(n) {
+			continue
+		}
+		for _, p := range lab.Peers(n) {
+			peer := byAddr[p.PeerIP]
+			if peer == "" || !lab.Running(peer) || p.State == "Established" {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s->%s(%s)", n, peer, p.State))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 type world struct {
@@ -762,6 +820,18 @@ func (r *roles) rack(n string) string      { return r.nodes[n].Annotations[exten
 func (r *roles) plane(n string) string     { return r.nodes[n].Annotations[extender.AnnotationPlane] }
 func (r *roles) zone(n string) string      { return r.nodes[n].Labels[corev1.LabelTopologyZone] }
 
+// role names n's role in a few characters: spine p<plane>, rr p<plane> (a rack route reflector), or
+// client.
+func (r *roles) role(n string) string {
+	switch {
+	case r.spineName[n]:
+		return "spine p" + r.plane(n)
+	case r.id[n] != "":
+		return "rr p" + r.plane(n)
+	}
+	return "client"
+}
+
 // pick returns the first active route reflector (by name) that ok accepts.
 func (r *roles) pick(ok func(*corev1.Node) bool) string {
 	var names []string
@@ -792,6 +862,18 @@ func (r *roles) fingerprint() string {
 	}
 	b.WriteString(strings.Join(r.peers, ","))
 	return b.String()
+}
+
+// transitional names the nodes in a transitional peering or uplink set (sorted).
+func (r *roles) transitional() []string {
+	var out []string
+	for n, nd := range r.nodes {
+		if extender.IsTransitionalSet(nd.Labels[extender.LabelPeeringSet]) || extender.IsTransitionalSet(nd.Labels[extender.LabelUplinkSet]) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // diff says which nodes' role changed between r and o.
@@ -925,18 +1007,26 @@ func (w *world) replaced(victim string) error {
 	return nil
 }
 
-// settle waits until the event is over: the product's layout unchanged for quiet, the BIRDs'
-// configurations unchanged for quiet (confd rendered the last change and BIRD loaded it), live
-// BIRDs running and every pair among them routed.
+// settle waits until the event is over: no node left in a transitional peering or uplink set (the
+// product's make-before-break moves hold a node there idSettle, longer than quiet: an event that
+// ended on quiet alone left its last moves to the next event's window), the product's layout
+// unchanged for quiet, the BIRDs' configurations unchanged for quiet (confd rendered the last
+// change and BIRD loaded it), live BIRDs running, every pair among them routed and every session
+// between them Established.
 func (h *history) settle(live int) {
 	w, lab := h.w, h.lab
 	w.t.Helper()
 	last, lastConf := "", -1
 	since := time.Now()
 	w.eventually("the event settled", 3*time.Minute, func() error {
-		fp, nc := w.roles().fingerprint(), len(lab.Reconfigures())
+		r := w.roles()
+		fp, nc := r.fingerprint(), len(lab.Reconfigures())
 		if fp != last || nc != lastConf {
 			last, lastConf, since = fp, nc, time.Now()
+		}
+		if moving := r.transitional(); len(moving) > 0 {
+			since = time.Now()
+			return fmt.Errorf("nodes in a transitional set: %v", head(moving, 5))
 		}
 		if err := h.converged(live); err != nil {
 			since = time.Now()

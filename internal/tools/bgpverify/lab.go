@@ -221,6 +221,14 @@ func (l *Lab) startNode(ctx context.Context, i int) error {
 	}
 }
 
+// loadedConfigs returns the bird.cfg each node's BIRD last loaded (by node index; nil for a node
+// never started).
+func (l *Lab) loadedConfigs() [][]byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.cfgs)
+}
+
 // Reconfigures returns the configures Sync gave so far.
 func (l *Lab) Reconfigures() []Reconfigure {
 	l.rmu.Lock()

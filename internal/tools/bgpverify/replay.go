@@ -68,8 +68,11 @@ type MeasuredTransition struct {
 	LongestGapSeconds             float64  `json:"longestGapSeconds"`
 	LongestGapPair                string   `json:"longestGapPair,omitempty"`
 	// SessionsRestarted: sessions seen Established that went down while both BIRDs ran, counted
-	// at each end; RestartsByNode the same per node, most first.
+	// at each end, that an end's configuration still has once the plan is loaded; RestartsByNode
+	// the same per node, most first. SessionsRemoved: those neither end's has (the plan removed
+	// them).
 	SessionsRestarted int                  `json:"sessionsRestarted"`
+	SessionsRemoved   int                  `json:"sessionsRemoved,omitempty"`
 	RestartsByNode    []bgpmodel.NodeCount `json:"restartsByNode,omitempty"`
 	Restarted         []string             `json:"restarted,omitempty"` // up to 40, "node->peer@seconds(reason)"
 	// Configures: the `birdc configure`s the follow loop gave; ChangedProtocols per node the BGP
@@ -264,7 +267,7 @@ func ReplayTransition(ctx context.Context, in extender.Input, res *extender.Resu
 func measured(f *TransitionFigures, keeps func(string) bool) MeasuredTransition {
 	m := MeasuredTransition{IntervalSeconds: SampleInterval.Seconds(), DurationSeconds: f.Duration.Seconds(), Samples: f.Samples,
 		MissingPairSamples: f.MissingPairSamples, MissingPairs: len(f.MissingByPair), LongestGapSeconds: f.LongestGap.Seconds(),
-		LongestGapPair: f.LongestGapPair, SessionsRestarted: len(f.Restarts), Configures: len(f.Reconfigured),
+		LongestGapPair: f.LongestGapPair, SessionsRestarted: len(f.Restarts), SessionsRemoved: len(f.Removed), Configures: len(f.Reconfigured),
 		RoutesAtStart: f.SteadyRoutes, PeakRoutes: f.PeakRoutes, PeakNode: f.PeakNode}
 	if f.MissingPairSamples == 0 {
 		m.LongestGapSeconds, m.LongestGapPair = 0, ""

@@ -214,8 +214,14 @@ type TransitionFigures struct {
 	// the first that had it again, or to the window's end), and that pair.
 	LongestGap     time.Duration
 	LongestGapPair string
-	// Restarts are the sessions that went down while both BIRDs ran, seen from each end.
+	// Restarts are the sessions that went down while both BIRDs ran, seen from each end, and that
+	// one end's configuration still has at the window's end (it went down and back, or is down).
 	Restarts []SessionRestart
+	// Removed are the sessions that went down while both BIRDs ran and that neither end's
+	// configuration has at the window's end: the change removed them. One end's protocol is seen
+	// down (the peer's configure removed its side first, with a Cease) before that end's own
+	// configure removes it; that is no restart.
+	Removed []SessionRestart
 	// DownToDeadPeers counts sessions that went down because the peer's BIRD was not running.
 	DownToDeadPeers int
 	// SinceChanges counts protocols that stayed Established but whose `show protocols` since
@@ -241,9 +247,14 @@ func (f *TransitionFigures) RestartsByNode() map[string]int {
 }
 
 // RestartedSessions is the restarts as node->peer strings, sorted.
-func (f *TransitionFigures) RestartedSessions() []string {
+func (f *TransitionFigures) RestartedSessions() []string { return sessionStrings(f.Restarts) }
+
+// RemovedSessions is the removed sessions seen going down as node->peer strings, sorted.
+func (f *TransitionFigures) RemovedSessions() []string { return sessionStrings(f.Removed) }
+
+func sessionStrings(list []SessionRestart) []string {
 	var out []string
-	for _, r := range f.Restarts {
+	for _, r := range list {
 		s := fmt.Sprintf("%s->%s@%.1fs", r.Node, r.Peer, r.At.Seconds())
 		if r.Reason != "" {
 			s += "(" + r.Reason + ")"
@@ -285,7 +296,7 @@ func (f *TransitionFigures) String() string {
 	for _, n := range names {
 		parts = append(parts, fmt.Sprintf("%s:%d", n, byNode[n]))
 	}
-	fmt.Fprintf(&b, "; %d sessions restarted [%s], %d down to dead peers, %d since-changes while Established", len(f.Restarts), strings.Join(parts, " "), f.DownToDeadPeers, f.SinceChanges)
+	fmt.Fprintf(&b, "; %d sessions restarted [%s], %d removed, %d down to dead peers, %d since-changes while Established", len(f.Restarts), strings.Join(parts, " "), len(f.Removed), f.DownToDeadPeers, f.SinceChanges)
 	var changed []string
 	for _, r := range f.Reconfigured {
 		if len(r.Changed) > 0 {
@@ -375,14 +386,18 @@ func (s *Sampler) Begin(event string) {
 	}
 }
 
-// End ends the window under way and returns its figures.
+// End ends the window under way and returns its figures. A session seen going down counts as
+// removed, not restarted, when neither end's configuration (as its BIRD last loaded it) has it
+// any more.
 func (s *Sampler) End() TransitionFigures {
+	cfgs := s.l.loadedConfigs()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.win
 	if f == nil {
 		return TransitionFigures{}
 	}
+	f.Restarts, f.Removed = splitRemoved(f.Restarts, s.l.names, cfgs, s.peerOf)
 	now := time.Now()
 	f.Duration = now.Sub(s.began)
 	for p, t := range s.since {
@@ -535,6 +550,40 @@ func (s *Sampler) round(ctx context.Context) {
 	if w != nil && w.SteadyRoutes < 0 {
 		w.SteadyRoutes = busiest
 	}
+}
+
+// splitRemoved parts the sessions seen going down into those one end's configuration (cfgs, by
+// node index as names) still has at the end, restarts, and those neither end's has, removals.
+// peerOf gives the node a protocol peers with (-1: unknown; such a session stays a restart).
+func splitRemoved(downs []SessionRestart, names []string, cfgs [][]byte, peerOf func(protocol string) int) (restarts, removed []SessionRestart) {
+	index := make(map[string]int, len(names))
+	for i, n := range names {
+		index[n] = i
+	}
+	peers := make([]map[int]bool, len(names)) // per node, read once: the nodes its configuration peers with
+	has := func(i, j int) bool {
+		if peers[i] == nil {
+			peers[i] = map[int]bool{}
+			if i < len(cfgs) {
+				for name := range protocolBlocks(cfgs[i]) {
+					if p := peerOf(name); p >= 0 {
+						peers[i][p] = true
+					}
+				}
+			}
+		}
+		return peers[i][j]
+	}
+	for _, r := range downs {
+		i, ok := index[r.Node]
+		j, ok2 := index[r.Peer]
+		if ok && ok2 && !has(i, j) && !has(j, i) {
+			removed = append(removed, r)
+			continue
+		}
+		restarts = append(restarts, r)
+	}
+	return restarts, removed
 }
 
 // peerOf is the node a protocol named Node_, Mesh_ or Global_<address> peers with, -1 if none.

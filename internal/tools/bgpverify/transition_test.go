@@ -1,6 +1,7 @@
 package bgpverify
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,4 +35,34 @@ func TestTransitionFiguresString(t *testing.T) {
 	n, pairs := f.MissingWhere(func(a, _ string) bool { return a == "a" })
 	require.Equal(t, 2, n)
 	require.Equal(t, "a->b(2)", strings.Join(pairs, " "))
+}
+
+// TestSplitRemoved: a session seen going down is a removal when neither end's final configuration
+// peers with the other (the plan removed it: one end's protocol went down on the peer's Cease
+// before its own configure removed it), and a restart when one end's still does (it came back, or
+// is still down), or when its peer is not a node of the Lab.
+func TestSplitRemoved(t *testing.T) {
+	names := []string{"a", "b", "c", "d"}
+	proto := func(peer string) string {
+		return "protocol bgp Node_" + peer + " from bgp_template {\n  neighbor " + peer + " as 64512;\n}\n"
+	}
+	cfgs := [][]byte{
+		[]byte(proto("d")),              // a: peers with d only at the end
+		[]byte(""),                      // b: no session
+		[]byte(proto("a")),              // c: still has a (a removed its side)
+		[]byte(proto("a") + proto("b")), // d
+	}
+	peerOf := func(protocol string) int {
+		if peer, ok := strings.CutPrefix(protocol, "Node_"); ok {
+			return slices.Index(names, peer)
+		}
+		return -1
+	}
+	downs := []SessionRestart{{Node: "a", Peer: "b"}, {Node: "b", Peer: "a"}, {Node: "a", Peer: "c"}, {Node: "a", Peer: "d"}, {Node: "d", Peer: "b"}, {Node: "a", Peer: "Global_x"}}
+	restarts, removed := splitRemoved(downs, names, cfgs, peerOf)
+	require.Equal(t, []SessionRestart{{Node: "a", Peer: "b"}, {Node: "b", Peer: "a"}}, removed)
+	require.Equal(t, []SessionRestart{{Node: "a", Peer: "c"}, {Node: "a", Peer: "d"}, {Node: "d", Peer: "b"}, {Node: "a", Peer: "Global_x"}}, restarts)
+	f := TransitionFigures{Restarts: restarts, Removed: removed}
+	require.Contains(t, f.String(), "4 sessions restarted [a:3 d:1], 2 removed")
+	require.Equal(t, []string{"a->b@0.0s", "b->a@0.0s"}, f.RemovedSessions())
 }
