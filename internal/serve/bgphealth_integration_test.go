@@ -119,18 +119,27 @@ func TestBGPHealthOnRealBIRD(t *testing.T) {
 	took := noMissing("every pair routed on the BIRDs before", 15, 2*time.Minute)
 	t.Logf("15 BIRDs configured by confd: 0 missing pairs after %v", took.Round(100*time.Millisecond))
 
-	// A rack route reflector of plane 1.
+	// A rack route reflector of plane 1 that clients list as theirs (while the joins settle, a
+	// rack's clients may still be moving between peering sets: the make-before-break moves).
 	var victim, rack string
-	for _, n := range w.snapshot().nodes {
-		if _, rr := n.Labels["calico-route-reflector"]; !rr || extender.IsDraining(n) {
-			continue
+	w.eventually("a rack route reflector of plane 1 with clients", time.Minute, func() error {
+		nodes := w.snapshot().nodes
+		for _, n := range nodes {
+			if _, rr := n.Labels["calico-route-reflector"]; !rr || extender.IsDraining(n) {
+				continue
+			}
+			if n.Annotations[extender.AnnotationClusterID] == "224.0.0.1" || n.Annotations[extender.AnnotationPlane] != "1" {
+				continue
+			}
+			for _, c := range nodes {
+				if slices.Contains(strings.Split(c.Annotations[extender.AnnotationRouteReflectors], ","), n.Name) {
+					victim, rack = n.Name, n.Annotations[extender.AnnotationRack]
+					return nil
+				}
+			}
 		}
-		if n.Annotations[extender.AnnotationClusterID] != "224.0.0.1" && n.Annotations[extender.AnnotationPlane] == "1" {
-			victim, rack = n.Name, n.Annotations[extender.AnnotationRack]
-			break
-		}
-	}
-	require.NotEmpty(t, victim)
+		return fmt.Errorf("none")
+	})
 	v := w.node(victim)
 	killed := time.Now()
 	lab.Kill(victim)
