@@ -17,6 +17,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -88,14 +89,23 @@ func (h *harness) placements() map[string]placement {
 // peering sets in one write (moves.go stages those; TestReconcileClientMovesMakeBeforeBreak checks
 // them). The same seed gives the same history.
 func TestReconcileChurnKeepsRoutes(t *testing.T) {
-	events := 100
-	if testing.Short() {
-		events = 60
-	}
-	for _, c := range []struct {
-		topology v1alpha1.TopologyType
-		seed     uint64
-	}{{v1alpha1.DualPlane, 1}, {v1alpha1.DualPlane, 2}, {v1alpha1.Hierarchical, 2}} {
+	churnCases(t, 60, []churnCase{{v1alpha1.DualPlane, 1}})
+}
+
+// TestReconcileChurnKeepsRoutesLarge (make test-all) is TestReconcileChurnKeepsRoutes with longer
+// histories, another DualPlane seed and Hierarchical (about 50 s of CPU: make test is at its limit).
+func TestReconcileChurnKeepsRoutesLarge(t *testing.T) {
+	testenv.SlowProof(t)
+	churnCases(t, 150, []churnCase{{v1alpha1.DualPlane, 1}, {v1alpha1.DualPlane, 2}, {v1alpha1.Hierarchical, 2}})
+}
+
+type churnCase struct {
+	topology v1alpha1.TopologyType
+	seed     uint64
+}
+
+func churnCases(t *testing.T, events int, cases []churnCase) {
+	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s seed %d", c.topology, c.seed), func(t *testing.T) {
 			t.Parallel()
 			reconcileChurn(t, c.topology, c.seed, events)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -69,15 +70,22 @@ func (h *harness) peerSelectors() map[string]string {
 // old route reflectors and then to the new ones again restarts its sessions twice; the live proof
 // saw that after a failover), and the handover ends where the uninterrupted one ends.
 func TestReconcileFailoverMidHandover(t *testing.T) {
+	t.Run("BGP health and BGPSessions handover", func(t *testing.T) { failoverMidHandover(t, true, []int{0}) })
+}
+
+// TestReconcileFailoverMidHandoverLarge (make test-all) is TestReconcileFailoverMidHandover at more
+// failure points, with and without BGP health.
+func TestReconcileFailoverMidHandoverLarge(t *testing.T) {
+	testenv.SlowProof(t)
 	for _, sessions := range []bool{false, true} {
 		t.Run(fmt.Sprintf("BGP health and BGPSessions handover %v", sessions), func(t *testing.T) {
 			t.Parallel()
-			failoverMidHandover(t, sessions)
+			failoverMidHandover(t, sessions, []int{0, 1, 3, 5})
 		})
 	}
 }
 
-func failoverMidHandover(t *testing.T, sessions bool) {
+func failoverMidHandover(t *testing.T, sessions bool, failAts []int) {
 	spec := func(s *v1alpha1.RouteReflectorPolicySpec) {
 		s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptrTo(int32(10))}
 		s.RemovalDelay = &metav1.Duration{Duration: 3 * time.Second}
@@ -140,7 +148,7 @@ func failoverMidHandover(t *testing.T, sessions bool) {
 	_, want := run(t, -1, 0)
 	// The cordon's reconcile (0) promotes the replacement and moves the clients, the draining
 	// route reflector is demoted after removalDelay (3 s), the stabilization window ends later.
-	for _, failAt := range []int{0, 3} {
+	for _, failAt := range failAts {
 		for _, died := range []int{0, 2, 5} {
 			name := fmt.Sprintf("failover before reconcile %d", failAt)
 			if died > 0 {

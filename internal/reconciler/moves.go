@@ -195,7 +195,8 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 	// cluster's other nodes too, when the policy has top-level route reflectors).
 	outside, all, err := r.stageOutside(ctx, st)
 	if err != nil {
-		return err
+		r.Log.Info("moves not staged: cannot read the cluster's BGPPeers", "policy", st.Name, "error", err.Error())
+		return nil
 	}
 	c := newModelView(st, outside, all)
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
