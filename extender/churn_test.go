@@ -22,7 +22,7 @@ import (
 )
 
 var (
-	churnEvents = flag.Int("churn.events", 1500, "events per topology in TestChurn (TestChurnLarge runs 3000; the long run uses 100000)")
+	churnEvents = flag.Int("churn.events", 1000, "events per topology in TestChurn (TestChurnLarge runs 3000; the long run uses 100000)")
 	churnNodes  = flag.Int("churn.nodes", 600, "largest cluster in TestChurn (the long run uses 5000)")
 	churnCheck  = flag.Int("churn.check-every", 1, "check the full invariants every N events (the route check is quadratic in the worst case)")
 )
