@@ -171,8 +171,11 @@ type State struct {
 	// waits for (moves.go): with handover BGPSessions the handover step reads their
 	// CalicoNodeStatus.
 	SettleWaits map[string]bool
-	Requeue     time.Duration
-	Done        bool
+	// outside is what stageOutside read, once per reconcile: the nodes step's two stagings both
+	// model it before either writes.
+	outside *outsideRead
+	Requeue time.Duration
+	Done    bool
 
 	marks    marks           // what happened since the last reconcile (see absorb)
 	valid    []state.Managed // the valid policies the plan partitioned the nodes among

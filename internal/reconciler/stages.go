@@ -191,8 +191,26 @@ const stageCandidates = 4
 // (CrossPolicyBGPPeerName), so a state in which the policy's own nodes miss no route can still
 // cut those off: a held change that makes a route reflector top-level, while the other patches
 // drain the old top-level ones, left no node with the label, and with the mesh off every node
-// outside the policy without a route until the change was made.
+// outside the policy without a route until the change was made. It reads them once per
+// reconcile (the cluster-ID staging and the moves' staging both model them before either writes).
 func (r *Reconciler) stageOutside(ctx context.Context, st *State) ([]*corev1.Node, []*apiv3.BGPPeer, error) {
+	if st.outside == nil {
+		o := &outsideRead{}
+		o.nodes, o.peers, o.err = r.readOutside(ctx, st)
+		st.outside = o
+	}
+	return st.outside.nodes, st.outside.peers, st.outside.err
+}
+
+// outsideRead is stageOutside's reading of the cluster in one reconcile.
+type outsideRead struct {
+	nodes []*corev1.Node
+	peers []*apiv3.BGPPeer
+	err   error
+}
+
+// readOutside reads what stageOutside returns.
+func (r *Reconciler) readOutside(ctx context.Context, st *State) ([]*corev1.Node, []*apiv3.BGPPeer, error) {
 	top := slices.ContainsFunc(st.Result.Nodes, func(ns extender.NodeState) bool { _, ok := ns.Labels[extender.LabelTopLevel]; return ok })
 	for _, n := range st.View {
 		if _, ok := n.Labels[extender.LabelTopLevel]; ok {
