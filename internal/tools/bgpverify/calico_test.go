@@ -123,7 +123,6 @@ func TestCalico(t *testing.T) {
 		f    func(*testing.T)
 	}{
 		{"MatchesModel", testCalicoMatchesModel},
-		{"SharedClusterIDLosesRoutes", testCalicoSharedClusterIDLosesRoutes},
 		{"VerifyClusterReadsTheClusterState", testVerifyClusterReadsTheClusterState},
 		{"ConfdSessionsMatchModelWithMesh", testConfdSessionsMatchModelWithMesh},
 		{"BIRDConfigMatchesConfd", testBIRDConfigMatchesConfd},
@@ -133,28 +132,37 @@ func TestCalico(t *testing.T) {
 	}
 }
 
-// Every layout at 50 nodes (DualPlane in racks of 10 under a spine): confd configures the sessions
-// the model derives, and BIRD running confd's configurations learns what the model says, route
-// counts within 10%.
-func testCalicoMatchesModel(t *testing.T) { calicoMatchesModelAt(t, 50) }
+// Every layout but DualPlane at 50 nodes: confd configures the sessions the model derives, and
+// BIRD running confd's configurations learns what the model says, route counts within 10%.
+// DualPlane (the default layout) has the same proof at 30 nodes in both families, with confd's
+// sessions and each node's missing blocks against the model, in TestCalicoFamilies; at 50 it
+// took 90 s of this test's 253 s on 2026-11-27 (a fresh lab's BIRDs collide for a while) and
+// runs in TestCalicoLarge at 100.
+func testCalicoMatchesModel(t *testing.T) {
+	calicoMatchesModelAt(t, slices.DeleteFunc(slices.Clone(bgpmodel.Layouts), func(l string) bool { return l == "DualPlane" }), 50)
+}
 
 // TestCalicoLarge (make test-all) runs the larger confd proofs one after another, beside
 // TestSpeakersAgreeLarge (both parallel tests, as in make test):
 //   - MatchesModel: every layout at 100 nodes: more racks and chains of route reflectors, the same
 //     failure modes as at 50;
+//   - SharedClusterIDLosesRoutes: calico#2735's failure on confd's configuration at 60 nodes (make
+//     test proves it on BIRD and GoBGP with the lab's own configuration, which TestCalico's
+//     BIRDConfigMatchesConfd holds to confd's);
 //   - FailureDrills: confd + BIRD after a zone and a route reflector are lost, against the model
 //     (make test proves the same failures on GoBGP, which agrees with the model node by node in
 //     TestSpeakersAgree, and on BIRD in TestBIRDFailZone).
 func TestCalicoLarge(t *testing.T) {
 	testenv.SlowProof(t)
 	t.Parallel()
-	t.Run("MatchesModel", func(t *testing.T) { calicoMatchesModelAt(t, 100) })
+	t.Run("MatchesModel", func(t *testing.T) { calicoMatchesModelAt(t, bgpmodel.Layouts, 100) })
+	t.Run("SharedClusterIDLosesRoutes", testCalicoSharedClusterIDLosesRoutes)
 	t.Run("FailureDrills", testCalicoFailureDrills)
 }
 
-func calicoMatchesModelAt(t *testing.T, sizes ...int) {
+func calicoMatchesModelAt(t *testing.T, layouts []string, sizes ...int) {
 	s := calicoScratch(t, true)
-	for _, layout := range bgpmodel.Layouts {
+	for _, layout := range layouts {
 		for _, n := range sizes {
 			in, res := samplePlan(t, layout, n)
 			rep := runCalicoPlan(t, s, in, res, Options{})

@@ -112,7 +112,10 @@ func calicoFamilies(t *testing.T, in extender.Input, res *extender.Result, o Opt
 // dual-stack cluster and an IPv6-only one (calico-node's CALICO_ROUTER_ID=hash: confd renders the
 // hash of the node name as the router ID; without it verify refuses the plan), 0 missing pairs in
 // each family, the model's missing blocks node by node. TestCalicoFamiliesLarge adds every drill.
-func TestCalicoFamilies(t *testing.T) { calicoFamilyCases(t, false) }
+func TestCalicoFamilies(t *testing.T) {
+	t.Parallel()
+	calicoFamilyCases(t, false)
+}
 
 // TestCalicoFamiliesLarge (make test-all) is TestCalicoFamilies after each zone and each single
 // route reflector is lost (11 drills). Slow: about 5 minutes per cluster on a loaded 2-core
