@@ -63,12 +63,12 @@ var (
 	}, []string{"policy", "op"})
 	drillsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "calico_rr_autoscaler_failure_drills",
-		Help: "Failure drills run on the current plan (each zone lost, each route reflector lost), per policy, kind (zone, routeReflector) and result (pass, fail).",
-	}, []string{"policy", "kind", "result"})
+		Help: "Failure drills run on the current plan (each zone lost, each route reflector lost), per policy, kind (zone, routeReflector), address family (IPv4, IPv6: the drills run in each family the policy's nodes peer in) and result (pass, fail).",
+	}, []string{"policy", "kind", "family", "result"})
 	drillMissing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "calico_rr_autoscaler_failure_drill_missing_pairs",
-		Help: "Most node pairs one failure drill of the kind loses on the current plan (0: every drill of the kind passes), per policy and kind.",
-	}, []string{"policy", "kind"})
+		Help: "Most node pairs one failure drill of the kind loses on the current plan (0: every drill of the kind passes), per policy, kind and address family (IPv4, IPv6).",
+	}, []string{"policy", "kind", "family"})
 	reconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_reconcile_errors_total",
 		Help: "Reconciles that failed, by step (every step of a reconciled policy is exported, 0 until it fails).",
@@ -85,6 +85,10 @@ var (
 		Name: MissingPairsMetric,
 		Help: "Node pairs without a route between them in the current plan by the graph model (status.routes.missingPairs; 0 when every node reaches every other), per policy.",
 	}, []string{"policy"})
+	familyMissingPairsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "calico_rr_autoscaler_family_missing_pairs",
+		Help: "Node pairs with addresses of the family without a route between them in that family in the current plan by the graph model (status.routes.families[].missingPairs), per policy and address family (IPv4, IPv6); exported when a node of the policy has an IPv6 address.",
+	}, []string{"policy", "family"})
 )
 
 // Names of the metrics the chart's alerts and dashboard read that a test finds by name.
@@ -101,7 +105,7 @@ const (
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
 		plansTotal, absorbedEvents, fullPlanCauses, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
-		conditionGauge, pathsGauge, missingPairsGauge, transitionSessions, transitionAtRisk, transitionHeld, transitionHeldMoves, transitionHeldUplinks)
+		conditionGauge, pathsGauge, missingPairsGauge, familyMissingPairsGauge, transitionSessions, transitionAtRisk, transitionHeld, transitionHeldMoves, transitionHeldUplinks)
 }
 
 // conditionStatuses are the values of a condition's status, each a series of the condition gauge.
@@ -127,6 +131,7 @@ func conditionMetrics(policy string, conds []metav1.Condition) {
 func (r *Reconciler) costMetrics(policy string) {
 	pathsGauge.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	missingPairsGauge.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	familyMissingPairsGauge.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	r.mu.Lock()
 	m := r.costs[policy]
 	r.mu.Unlock()
@@ -139,6 +144,9 @@ func (r *Reconciler) costMetrics(policy string) {
 	pathsGauge.WithLabelValues(policy, "busiest", "default").Set(c.DefaultBusiest)
 	pathsGauge.WithLabelValues(policy, "mean", "default").Set(c.DefaultMean)
 	missingPairsGauge.WithLabelValues(policy).Set(float64(c.MissingPairs))
+	for _, f := range m.families {
+		familyMissingPairsGauge.WithLabelValues(policy, f.Family.String()).Set(float64(f.MissingPairs))
+	}
 }
 
 // metrics exports the desired and current route reflectors per zone, the failure drills, the
@@ -169,28 +177,42 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 	}
 	drillsGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	drillMissing.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
-	if st.Result.Drills != nil {
-		tally := extender.TallyDrills(st.Result.Drills)
+	for fam, drills := range drillsByFamily(st.Result.Drills) {
+		tally := extender.TallyDrills(drills)
 		for _, kind := range []string{extender.DrillZone, extender.DrillRouteReflector} {
 			var worst int64
-			for _, d := range st.Result.Drills {
+			for _, d := range drills {
 				if d.Kind == kind {
 					worst = max(worst, d.MissingPairs)
 				}
 			}
 			t := tally[kind]
-			drillsGauge.WithLabelValues(st.Name, kind, "pass").Set(float64(t.Pass))
-			drillsGauge.WithLabelValues(st.Name, kind, "fail").Set(float64(t.All - t.Pass))
-			drillMissing.WithLabelValues(st.Name, kind).Set(float64(worst))
+			drillsGauge.WithLabelValues(st.Name, kind, fam, "pass").Set(float64(t.Pass))
+			drillsGauge.WithLabelValues(st.Name, kind, fam, "fail").Set(float64(t.All - t.Pass))
+			drillMissing.WithLabelValues(st.Name, kind, fam).Set(float64(worst))
 		}
 	}
 	return nil
 }
 
+// drillsByFamily splits a plan's drills by address family; family-blind drills (no node of the
+// policy has an IPv6 address) are IPv4's.
+func drillsByFamily(drills []extender.Drill) map[string][]extender.Drill {
+	out := map[string][]extender.Drill{}
+	for _, d := range drills {
+		f := d.Family
+		if f == "" {
+			f = extender.FamilyIPv4.String()
+		}
+		out[f] = append(out[f], d)
+	}
+	return out
+}
+
 // forgetMetrics drops the series of a deleted policy.
 func forgetMetrics(policy string) {
 	for _, v := range []*prometheus.MetricVec{desiredGauge.MetricVec, currentGauge.MetricVec, drillsGauge.MetricVec,
-		drillMissing.MetricVec, conditionGauge.MetricVec, pathsGauge.MetricVec, missingPairsGauge.MetricVec, reconcileErrors.MetricVec,
+		drillMissing.MetricVec, conditionGauge.MetricVec, pathsGauge.MetricVec, missingPairsGauge.MetricVec, familyMissingPairsGauge.MetricVec, reconcileErrors.MetricVec,
 		roleChanges.MetricVec, nodePatches.MetricVec, absorbedEvents.MetricVec, fullPlanCauses.MetricVec, transitionSessions.MetricVec,
 		transitionAtRisk.MetricVec, transitionHeld.MetricVec, transitionHeldMoves.MetricVec, transitionHeldUplinks.MetricVec} {
 		v.DeletePartialMatch(prometheus.Labels{"policy": policy})

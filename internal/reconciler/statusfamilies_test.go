@@ -76,6 +76,32 @@ func TestStatusFamilies(t *testing.T) {
 				fams = append(fams, f.Family)
 			}
 			assert.Equal(t, tc.families, fams)
+			// The drill metrics per family: each family's worst drill of each kind, positive in
+			// the failing family only; the family figures' missing pairs when there are families.
+			metricFams := tc.families
+			if metricFams == nil {
+				metricFams = []string{"IPv4"}
+			}
+			worst, fails, famMissing := seriesOf(t, drillMissing, h.policyNm), seriesOf(t, drillsGauge, h.policyNm), seriesOf(t, familyMissingPairsGauge, h.policyNm)
+			assert.Len(t, worst, 2*len(metricFams), "%v", worst)
+			assert.Len(t, famMissing, len(tc.families), "%v", famMissing)
+			for _, f := range metricFams {
+				if f == tc.failedFamily {
+					// Its route reflectors have no IPv6 address: no route reflector drill runs in IPv6.
+					assert.Positive(t, worst[f+"/"+extender.DrillZone], "%s: %v", f, worst)
+					assert.Positive(t, fails[f+"/"+extender.DrillZone+"/fail"], "%s: %v", f, fails)
+				}
+				for _, kind := range []string{extender.DrillZone, extender.DrillRouteReflector} {
+					if f != tc.failedFamily {
+						assert.Zero(t, worst[f+"/"+kind], "%s %s: %v", f, kind, worst)
+						assert.Zero(t, fails[f+"/"+kind+"/fail"], "%s %s: %v", f, kind, fails)
+						assert.Positive(t, fails[f+"/"+kind+"/pass"], "%s %s: %v", f, kind, fails)
+					}
+				}
+				if tc.families != nil {
+					assert.Equal(t, f == tc.failedFamily, famMissing[f] > 0, "%s: %v", f, famMissing)
+				}
+			}
 			c := meta.FindStatusCondition(st.Conditions, ConditionResilient)
 			require.NotNil(t, c)
 			assert.Equal(t, tc.resilient, c.Status, c.Message)
