@@ -96,6 +96,7 @@ var (
 type rrInfo struct {
 	id       uint32
 	draining bool
+	fam      extender.Families // the address families it peers in (its Calico addresses)
 }
 
 // routeReflectors returns the policy's working route reflectors in the cache, but skip.
@@ -106,7 +107,7 @@ func (v *NodeValidator) routeReflectors(mp state.Managed, skip string) map[strin
 			continue
 		}
 		if id, ok := extender.RouteReflectorClusterID(n, mp.Resolved); ok && mp.Resolved.NodeSelector.Matches(labels.Set(n.Labels)) {
-			out[n.Name] = rrInfo{id: id, draining: extender.IsDraining(n)}
+			out[n.Name] = rrInfo{id: id, draining: extender.IsDraining(n), fam: extender.NodeFamilies(n)}
 		}
 	}
 	return out
@@ -136,30 +137,43 @@ func (v *NodeValidator) removal(mp state.Managed, old, node *corev1.Node) Denial
 		errs = append(errs, deny(path, RuleMinRouteReflectors,
 			"removing %s from %s would leave %d route reflectors; policy %q requires at least %d", what, node.Name, active, p.Name, p.Min))
 	}
-	// Quorum: every client keeps a route reflector; with one shared cluster ID, every two clients
-	// share one (projectcalico/calico#2735).
+	// Quorum: every client keeps a route reflector, in each address family the removed one served
+	// it; with one shared cluster ID, every two clients share one (projectcalico/calico#2735).
 	ids := distinctIDs(others)
 	shared := len(ids) == 1 && len(others) > 1
-	var orphans []string
+	removedFam := extender.NodeFamilies(old)
+	var orphans, famOrphans []string
+	var lostFam extender.Families
 	sets := map[string][]string{}
 	// The clients share few route-reflector lists (one per peering set, interned by the cache):
 	// each list is parsed once, however many clients carry it.
-	left := map[string]int{}
+	type kept struct {
+		n   int
+		fam extender.Families // the families the list's other route reflectors peer in
+	}
+	left := map[string]kept{}
 	for _, c := range v.Nodes.ClientsOf(node.Name) {
 		list := c.Annotations[extender.AnnotationRouteReflectors]
-		n, parsed := left[list]
+		k, parsed := left[list]
 		if !parsed {
 			for rest := list; rest != ""; {
 				var r string
 				r, rest, _ = strings.Cut(rest, ",")
-				if _, ok := others[r]; ok {
-					n++
+				if info, ok := others[r]; ok {
+					k.n++
+					k.fam |= info.fam
 				}
 			}
-			left[list] = n
+			left[list] = k
 		}
-		if n == 0 {
+		if k.n == 0 {
 			orphans = append(orphans, c.Name)
+			continue
+		}
+		if lost := removedFam &^ k.fam; lost != 0 && extender.NodeFamilies(c)&lost != 0 {
+			lost &= extender.NodeFamilies(c)
+			famOrphans = append(famOrphans, c.Name)
+			lostFam |= lost
 			continue
 		}
 		if shared && sets[list] == nil {
@@ -176,6 +190,12 @@ func (v *NodeValidator) removal(mp state.Managed, old, node *corev1.Node) Denial
 		slices.Sort(orphans)
 		errs = append(errs, deny(path, RuleQuorum, "removing %s from %s would leave %s without a route reflector",
 			what, node.Name, countedNames(orphans, "client", "clients")))
+		return errs
+	}
+	if len(famOrphans) > 0 {
+		slices.Sort(famOrphans)
+		errs = append(errs, deny(path, RuleQuorum, "removing %s from %s would leave %s without a route reflector in %s",
+			what, node.Name, countedNames(famOrphans, "client", "clients"), lostFam))
 		return errs
 	}
 	keys := slices.Sorted(maps.Keys(sets))

@@ -2,7 +2,9 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,6 +77,15 @@ func TestNodeValidator(t *testing.T) {
 			},
 			sameID: true,
 			want:   `metadata.labels[calico-route-reflector]: Invalid value: [quorum] removing the route reflector label from node-a1 would leave clients of node-b1 and clients of node-c1 without a common route reflector, and all route reflectors share cluster ID 224.0.0.1 (projectcalico/calico#2735)`},
+		// In each address family: the removed route reflector was the only one with an IPv6
+		// address, and the clients are dual-stack.
+		{name: "quorum: dual-stack clients would keep no IPv6 route reflector", spec: minN(1), user: alice, node: "node-a1", change: unlabel,
+			prepare: func(nodes []*corev1.Node) { addresses(nodes, "node-a1", "node-a2", "node-b2", "node-c2") },
+			want:    `metadata.labels[calico-route-reflector]: Invalid value: [quorum] removing the route reflector label from node-a1 would leave 3 clients (node-a2, node-b2, node-c2) without a route reflector in IPv6`},
+		{name: "quorum: another IPv6 route reflector stays", spec: minN(1), user: alice, node: "node-a1", change: unlabel,
+			prepare: func(nodes []*corev1.Node) { addresses(nodes, "node-a1", "node-b1", "node-a2", "node-b2", "node-c2") }},
+		{name: "quorum: the removed route reflector served no IPv6", spec: minN(1), user: alice, node: "node-a1", change: unlabel,
+			prepare: func(nodes []*corev1.Node) { addresses(nodes, "node-b1", "node-a2", "node-b2", "node-c2") }},
 		{name: "unrelated change", spec: def, user: alice, node: "node-a1", change: func(n *corev1.Node) { n.Labels["team"] = "net" }},
 		{name: "forbidden node", user: alice, node: "node-a2", change: label,
 			spec: func(s *v1alpha1.RouteReflectorPolicySpec) {
@@ -145,6 +156,20 @@ metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: 
 				require.Equal(t, wantRules, "["+strings.ReplaceAll(rules, ",", "],[")+"]", "audit annotation rules=%q, against the rules the messages name", rules)
 			}
 		})
+	}
+}
+
+// addresses gives every node Calico's IPv4 address annotation, and the named ones an IPv6 address
+// too (dual-stack).
+func addresses(nodes []*corev1.Node, dual ...string) {
+	for i, n := range nodes {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[extender.AnnotationCalicoIPv4] = fmt.Sprintf("10.0.0.%d/24", i+1)
+		if slices.Contains(dual, n.Name) {
+			n.Annotations[extender.AnnotationCalicoIPv6] = fmt.Sprintf("fd00::%x/64", i+1)
+		}
 	}
 }
 
