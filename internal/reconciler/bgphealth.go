@@ -178,9 +178,12 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	for _, rr := range rrs {
 		cns := have[rr]
 		h, had := prev[rr]
-		if cns == nil || cns.Status.LastUpdated.IsZero() || !extender.IsReady(view[rr]) {
+		if rec := m.settle[rr]; rec != nil && cns != nil && !cns.Status.LastUpdated.Time.Before(rec.at) && establishedFamilies(withoutMesh(cns)) != 0 {
+			rec.alive = true
+		}
+		if cns == nil || cns.Status.LastUpdated.IsZero() || !extender.IsReady(view[rr]) || justStarted(m, rr, st.Now) {
 			if had && extender.IsReady(view[rr]) {
-				next[rr] = h // not reported yet: no judgement
+				next[rr] = h // not reported yet, or its sessions are starting: no judgement
 			}
 			continue
 		}
@@ -234,6 +237,16 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		bgpDownGauge.WithLabelValues(st.Name, "failed", fam.Key()).Set(float64(failed[fam]))
 	}
 	return nil
+}
+
+// justStarted: the route reflector's sessions (re)started less than idSettle ago (promoted,
+// renumbered, given clients by a move: moves.go) and none has been seen Established since (a mesh
+// session is none: see withoutMesh). Its sessions are not judged yet: confd renders and BIRD establishes them within a few seconds,
+// longer on a loaded node, and a route reflector promoted while the cluster leaves the mesh was
+// replaced for it on the live lab (gracePeriod 5 s), which moved its clients again.
+func justStarted(m *handoverMemo, rr string, now time.Time) bool {
+	rec := m.settle[rr]
+	return rec != nil && !rec.up && !rec.alive && now.Sub(rec.at) < idSettle
 }
 
 // healthFingerprint is what the statuses say that the plan reads: per route reflector, whether its
