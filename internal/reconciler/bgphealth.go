@@ -239,14 +239,16 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	return nil
 }
 
-// justStarted: the route reflector's sessions (re)started less than idSettle ago (promoted,
+// justStarted: the route reflector's sessions (re)started less than idSettleMax ago (promoted,
 // renumbered, given clients by a move: moves.go) and none has been seen Established since (a mesh
-// session is none: see withoutMesh). Its sessions are not judged yet: confd renders and BIRD establishes them within a few seconds,
-// longer on a loaded node, and a route reflector promoted while the cluster leaves the mesh was
-// replaced for it on the live lab (gracePeriod 5 s), which moved its clients again.
+// session is none: see withoutMesh). Its sessions are not judged yet: confd renders and BIRD
+// establishes them within a few seconds, longer on a loaded node. On the live lab's mesh migration
+// (gracePeriod 5 s) route reflectors just promoted were replaced, or given spine standbys, before
+// their first sessions came up (10-15 s on two loaded cores), which moved or promoted nodes again.
+// A route reflector whose BIRD is dead from the start is replaced idSettleMax later.
 func justStarted(m *handoverMemo, rr string, now time.Time) bool {
 	rec := m.settle[rr]
-	return rec != nil && !rec.up && !rec.alive && now.Sub(rec.at) < idSettle
+	return rec != nil && !rec.up && !rec.alive && now.Sub(rec.at) < idSettleMax
 }
 
 // healthFingerprint is what the statuses say that the plan reads: per route reflector, whether its

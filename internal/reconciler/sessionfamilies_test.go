@@ -300,7 +300,7 @@ func TestSessionsDownCalicoIPv4Only(t *testing.T) {
 
 // TestBGPHealthGivesNewRouteReflectorsTheirSettleTime: a route reflector just promoted has no
 // session up until confd rendered its peers and BIRD established them (longer on a loaded node):
-// BGP health does not judge it for idSettle after the promotion, unless one of its sessions was
+// BGP health does not judge it for idSettleMax after the promotion, unless one of its sessions was
 // seen Established since. On the live lab's mesh migration (gracePeriod 5 s) three of the eight new
 // route reflectors were replaced before their first sessions came up, and their clients moved again.
 func TestBGPHealthGivesNewRouteReflectorsTheirSettleTime(t *testing.T) {
@@ -315,7 +315,8 @@ func TestBGPHealthGivesNewRouteReflectorsTheirSettleTime(t *testing.T) {
 	before := h.rrs()
 	require.Len(t, before, 3)
 	none := func(string, string, extender.Families) bool { return false }
-	for range 8 { // past gracePeriod, within idSettle of the promotion
+	start := h.now
+	for range 12 { // past gracePeriod and idSettle, within idSettleMax of the promotion
 		h.now = h.now.Add(time.Second)
 		h.calicoNodeBy(none)
 		h.reconcile()
@@ -323,8 +324,11 @@ func TestBGPHealthGivesNewRouteReflectorsTheirSettleTime(t *testing.T) {
 	for rr := range before {
 		require.Emptyf(t, h.node(rr).Annotations[extender.AnnotationDrainingSince], "%s replaced before its first sessions could come up", rr)
 	}
-	for range 8 { // past idSettle and gracePeriod: down is down
+	for range 8 { // past idSettleMax and gracePeriod: down is down
 		h.now = h.now.Add(time.Second)
+		if h.now.Sub(start) < idSettleMax {
+			h.now = start.Add(idSettleMax)
+		}
 		h.calicoNodeBy(none)
 		h.reconcile()
 	}
