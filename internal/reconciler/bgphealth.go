@@ -178,9 +178,12 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	for _, rr := range rrs {
 		cns := have[rr]
 		h, had := prev[rr]
-		if cns == nil || cns.Status.LastUpdated.IsZero() || !extender.IsReady(view[rr]) {
+		if rec := m.settle[rr]; rec != nil && cns != nil && !cns.Status.LastUpdated.Time.Before(rec.at) && establishedFamilies(withoutMesh(cns)) != 0 {
+			rec.alive = true
+		}
+		if cns == nil || cns.Status.LastUpdated.IsZero() || !extender.IsReady(view[rr]) || justStarted(m, rr, st.Now) {
 			if had && extender.IsReady(view[rr]) {
-				next[rr] = h // not reported yet: no judgement
+				next[rr] = h // not reported yet, or its sessions are starting: no judgement
 			}
 			continue
 		}
@@ -234,6 +237,18 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		bgpDownGauge.WithLabelValues(st.Name, "failed", fam.Key()).Set(float64(failed[fam]))
 	}
 	return nil
+}
+
+// justStarted: the route reflector's sessions (re)started less than idSettleMax ago (promoted,
+// renumbered, given clients by a move: moves.go) and none has been seen Established since (a mesh
+// session is none: see withoutMesh). Its sessions are not judged yet: confd renders and BIRD
+// establishes them within a few seconds, longer on a loaded node. On the live lab's mesh migration
+// (gracePeriod 5 s) route reflectors just promoted were replaced, or given spine standbys, before
+// their first sessions came up (10-15 s on two loaded cores), which moved or promoted nodes again.
+// A route reflector whose BIRD is dead from the start is replaced idSettleMax later.
+func justStarted(m *handoverMemo, rr string, now time.Time) bool {
+	rec := m.settle[rr]
+	return rec != nil && !rec.up && !rec.alive && now.Sub(rec.at) < idSettleMax
 }
 
 // healthFingerprint is what the statuses say that the plan reads: per route reflector, whether its

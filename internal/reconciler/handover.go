@@ -82,6 +82,8 @@ type handoverMemo struct {
 	// mesh was turned off.
 	meshSince time.Time
 	meshOff   bool
+	// meshLayout: the layout (meshLayout) meshSince was taken for; a change starts the wait again.
+	meshLayout string
 	// adoptSince: hand-written BGPPeer (name@resourceVersion) -> when the product's plan was first
 	// seen covering its nodes; adoptRetry: when the graph model may be asked again after refusing
 	// it; adoptWaiting: one waits for the BGP sessions of the clients (see adoptPeers).
@@ -144,8 +146,9 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		m.degraded = ""
 	}
 	draining := drainingRRs(st)
+	mesh := r.meshPending(st, m) && meshReads(st) // the mesh waits for every route reflector's sessions
 	var clients map[string][]string
-	if sessions {
+	if sessions || mesh {
 		clients = clientsByRR(st)
 	}
 	need := map[string][]string{} // replacement -> clients not seen Established yet
@@ -164,7 +167,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 				}
 			}
 		}
-		if r.meshPending(st, m) || m.adoptWaiting {
+		if m.adoptWaiting {
 			for rr := range clients {
 				addNeed(rr)
 			}
@@ -188,7 +191,16 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 			}
 		}
 	}
-	if len(draining) == 0 && len(need) == 0 && !(sessions && (r.meshPending(st, m) || m.adoptWaiting)) {
+	if mesh {
+		for rr, cs := range meshPeers(st, clients) {
+			for _, c := range cs {
+				if !m.verified[rr][c] && !slices.Contains(need[rr], c) {
+					need[rr] = append(need[rr], c)
+				}
+			}
+		}
+	}
+	if len(draining) == 0 && len(need) == 0 && !mesh && !(sessions && m.adoptWaiting) {
 		clear(m.verified)
 		clear(m.lacking)
 	}
@@ -206,8 +218,8 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 			continue
 		}
 		stale := settleStale(m, rr, cns)
-		if stale && st.SettleWaits[rr] {
-			continue
+		if stale && (st.SettleWaits[rr] || mesh) {
+			continue // made before its sessions (re)started: the mesh, or a held move, waits for a fresh one
 		}
 		ips := map[string][]string{}
 		for _, c := range cs {
@@ -411,7 +423,7 @@ func missingSessions(clients map[string][]string, rrIPs []string, cns *apiv3.Cal
 		all |= ipsFamilies(ips)
 	}
 	rr := rrFamilies(rrIPs, cns, all)
-	up := establishedIPs(cns)
+	up := establishedIPs(withoutMesh(cns))
 	out := map[string]extender.Families{}
 	for name, ips := range clients {
 		if len(ips) == 0 {
@@ -423,6 +435,19 @@ func missingSessions(clients map[string][]string, rrIPs []string, cns *apiv3.Cal
 		}
 	}
 	return out
+}
+
+// withoutMesh is cns without its node-to-node mesh sessions: a client's session with a route
+// reflector is a BGPPeer's (confd renders no mesh session to or from a node with a cluster ID), so
+// a mesh session seen Established is the one the promotion replaces (a report made before confd
+// rendered it), and verifies nothing.
+func withoutMesh(cns *apiv3.CalicoNodeStatus) *apiv3.CalicoNodeStatus {
+	keep := func(ps []apiv3.CalicoNodePeer) []apiv3.CalicoNodePeer {
+		return slices.DeleteFunc(slices.Clone(ps), func(p apiv3.CalicoNodePeer) bool { return p.Type == apiv3.BGPPeerTypeNodeMesh })
+	}
+	out := *cns
+	out.Status.BGP.PeersV4, out.Status.BGP.PeersV6 = keep(cns.Status.BGP.PeersV4), keep(cns.Status.BGP.PeersV6)
+	return &out
 }
 
 // bgpAddresses are a node's BGP addresses: Calico's (calicoIPs, the etcd datastore), else the

@@ -48,10 +48,13 @@ func TestPlanNodeStatuses(t *testing.T) {
 
 func TestMissingSessions(t *testing.T) {
 	est := func(ip string) apiv3.CalicoNodePeer {
-		return apiv3.CalicoNodePeer{PeerIP: ip, Type: "NodeMesh", State: apiv3.BGPSessionStateEstablished}
+		return apiv3.CalicoNodePeer{PeerIP: ip, Type: apiv3.BGPPeerTypeNodePeer, State: apiv3.BGPSessionStateEstablished}
 	}
 	active := func(ip string) apiv3.CalicoNodePeer {
-		return apiv3.CalicoNodePeer{PeerIP: ip, Type: "NodeMesh", State: apiv3.BGPSessionStateActive}
+		return apiv3.CalicoNodePeer{PeerIP: ip, Type: apiv3.BGPPeerTypeNodePeer, State: apiv3.BGPSessionStateActive}
+	}
+	mesh := func(ip string) apiv3.CalicoNodePeer {
+		return apiv3.CalicoNodePeer{PeerIP: ip, Type: apiv3.BGPPeerTypeNodeMesh, State: apiv3.BGPSessionStateEstablished}
 	}
 	one := func(kv ...string) map[string][]string {
 		m := map[string][]string{}
@@ -76,6 +79,8 @@ func TestMissingSessions(t *testing.T) {
 	}{
 		{"all up", one("a", "10.0.0.1", "b", "10.0.0.2"), nil, v4(est("10.0.0.2"), est("10.0.0.1")), nil, "map[]"},
 		{"one down", one("a", "10.0.0.1", "b", "10.0.0.2"), nil, v4(est("10.0.0.1"), active("10.0.0.2")), nil, "map[b:IPv4]"},
+		// A report made before confd rendered the promotion: the mesh session is no route reflector's.
+		{"a mesh session counts for nothing", one("a", "10.0.0.1", "b", "10.0.0.2"), nil, v4(mesh("10.0.0.1"), est("10.0.0.2")), nil, "map[a:IPv4]"},
 		{"not listed yet", one("a", "10.0.0.1", "b", "10.0.0.2"), nil, nil, nil, "map[a:IPv4 b:IPv4]"},
 		{"no IP known", one("a", ""), nil, v4(est("10.0.0.1")), nil, "map[a:none]"},
 		{"IPs compared parsed", one("a", "10.0.0.1"), nil, v4(est("10.000.0.1")), nil, "map[a:IPv4]"},
@@ -375,6 +380,7 @@ func TestMigrateFromNodeMesh(t *testing.T) {
 				h.reconcile()
 				require.False(t, meshOff(h), "mesh turned off with a session down")
 				for range 6 {
+					h.now = h.now.Add(time.Second) // a report counts idSettleMin after the promotions
 					h.calicoNode()
 					h.reconcile()
 				}
@@ -387,6 +393,78 @@ func TestMigrateFromNodeMesh(t *testing.T) {
 				require.Fail(t, fmt.Sprintf("statuses left: %v", s))
 			}
 		})
+	}
+}
+
+// TestMeshOffWaitsForSettledSessions: the mesh goes off only once every client's own sessions to
+// its route reflectors are up. Delay: removalDelay after the layout is no wait for them (the live
+// lab's clients got their first sessions in the render that removed the mesh, and missed each
+// other for 15-27 s); the route reflectors' sessions must have settled (idSettle after the
+// promotions). BGPSessions: a CalicoNodeStatus that shows the clients' node-to-node mesh sessions
+// Established (reported before confd rendered the promotion) verifies nothing; the route
+// reflector's own sessions to them, reported idSettleMin after the promotion, do.
+func TestMeshOffWaitsForSettledSessions(t *testing.T) {
+	spec := func(mode v1alpha1.HandoverMode) func(*v1alpha1.RouteReflectorPolicySpec) {
+		return func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane}
+			s.RemovalDelay = &metav1.Duration{Duration: 3 * time.Second}
+			s.Handover = mode
+			s.MigrateFromNodeMesh = true
+		}
+	}
+	t.Run("Delay", func(t *testing.T) {
+		h := newHarness(t, spec(v1alpha1.HandoverDelay), ipCluster(12))
+		h.reconcile()
+		require.NotEmpty(t, h.rrs(), "no route reflector promoted")
+		for range 4 {
+			h.now = h.now.Add(time.Second) // past removalDelay
+			h.reconcile()
+		}
+		require.False(t, meshOff(h), "mesh turned off removalDelay after the promotions, before their sessions have settled")
+		h.now = h.now.Add(idSettle)
+		h.reconcile()
+		require.True(t, meshOff(h), "mesh still on once the sessions have settled")
+	})
+	t.Run("BGPSessions", func(t *testing.T) {
+		h := newHarness(t, spec(v1alpha1.HandoverBGPSessions), ipCluster(12))
+		h.reconcile()
+		h.reconcile()
+		require.NotEmpty(t, h.nodeStatuses(), "no CalicoNodeStatus for the mesh's wait")
+		for range 5 {
+			h.now = h.now.Add(time.Second)
+			h.meshSessions()
+			h.reconcile()
+		}
+		require.False(t, meshOff(h), "mesh turned off on the clients' mesh sessions")
+		for range 4 {
+			h.now = h.now.Add(time.Second)
+			h.calicoNode()
+			h.reconcile()
+		}
+		require.True(t, meshOff(h), "mesh still on with every client's session to its route reflectors Established")
+	})
+}
+
+// meshSessions writes every CalicoNodeStatus as calico-node reports a node still in the
+// node-to-node mesh: an Established mesh session with every other node.
+func (h *harness) meshSessions() {
+	h.t.Helper()
+	ctx := context.Background()
+	list := &apiv3.CalicoNodeStatusList{}
+	require.NoError(h.t, h.client.List(ctx, list))
+	nodes := &corev1.NodeList{}
+	require.NoError(h.t, h.client.List(ctx, nodes))
+	for i := range list.Items {
+		cns := &list.Items[i]
+		var peers []apiv3.CalicoNodePeer
+		for _, n := range nodes.Items {
+			if n.Name != cns.Spec.Node {
+				peers = append(peers, apiv3.CalicoNodePeer{PeerIP: n.Status.Addresses[0].Address, Type: apiv3.BGPPeerTypeNodeMesh, State: apiv3.BGPSessionStateEstablished})
+			}
+		}
+		cns.Status.LastUpdated = metav1.NewTime(h.now)
+		cns.Status.BGP.PeersV4 = peers
+		require.NoError(h.t, h.client.Update(ctx, cns))
 	}
 }
 

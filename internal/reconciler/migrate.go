@@ -34,15 +34,22 @@ func (r *Reconciler) meshPending(st *State, m *handoverMemo) bool {
 
 // migrateMesh sets nodeToNodeMeshEnabled: false in the default BGPConfiguration (created when
 // missing), with the policy among its owners (AnnotationMeshDisabledBy, see meshowners.go: the
-// mesh comes back on when the last owner is deleted), once every client has its route reflector sessions: with BGPSessions, every Ready
-// client seen Established by each of its route reflectors; else removalDelay after every client
-// was first seen with its peering set and route reflectors in place. Any moment a client lacks
-// route reflectors starts that wait again; the mesh is never turned off before.
+// mesh comes back on when the last owner is deleted), once every client has its route reflector
+// sessions: with BGPSessions, every Ready client seen Established by each of its route reflectors
+// (on a session of its own: a mesh session is none, see missingSessions); else removalDelay, and
+// at least idSettle, after the layout was last seen changing (every client with its peering set
+// and route reflectors in place, the same route reflectors and cluster IDs). In both modes every
+// route reflector's sessions must have settled (settleWait: promoted, renumbered or given clients
+// by a move). Until then every client keeps its mesh sessions: turned off in the confd render
+// that brings a client's first sessions to its route reflectors, the mesh left the clients
+// without a route to each other until those were up (15-27 s on the live lab, as BGP health then
+// replaced the route reflectors whose sessions were not up yet). Any moment a client lacks route
+// reflectors, or the layout changes, starts that wait again; the mesh is never turned off before.
 func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
 	if !p.MigrateFromNodeMesh {
-		m.meshSince, m.meshOff = time.Time{}, false
+		m.meshSince, m.meshOff, m.meshLayout = time.Time{}, false, ""
 		return nil
 	}
 	if m.meshOff {
@@ -50,19 +57,28 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	}
 	if ok, why := meshReady(p, st.View, r.Nodes.List()); !ok {
 		r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", why)
-		m.meshSince = time.Time{}
+		m.meshSince, m.meshLayout = time.Time{}, ""
 		return nil
 	}
-	if m.meshSince.IsZero() {
-		m.meshSince = st.Now
+	if l := meshLayout(st.View); m.meshSince.IsZero() || l != m.meshLayout {
+		// The view holds this reconcile's writes: the wait starts now, once they are made.
+		m.meshSince, m.meshLayout = r.now(), l
 	}
-	if p.Handover == v1alpha1.HandoverBGPSessions {
-		clients := clientsByRR(st)
-		if rest := unverified(m, clients, slices.Collect(maps.Keys(clients))); len(rest) > 0 {
+	if wait, rr := meshSettleWait(st, m); wait > 0 {
+		r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", "route reflector sessions settling", "node", rr)
+		st.requeue(wait)
+		return nil
+	}
+	sessions := p.Handover == v1alpha1.HandoverBGPSessions
+	if meshReads(st) && (sessions || st.Now.Sub(m.meshSince) < idSettleMax) {
+		peers := meshPeers(st, clientsByRR(st))
+		if rest := unverified(m, peers, slices.Collect(maps.Keys(peers))); len(rest) > 0 {
+			r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", "sessions not seen Established", "nodes", joinCapped(rest, 5))
 			st.requeue(handoverRetry)
 			return nil
 		}
-	} else if wait := m.meshSince.Add(p.RemovalDelay).Sub(st.Now); wait > 0 {
+	}
+	if wait := m.meshSince.Add(max(p.RemovalDelay, idSettle)).Sub(st.Now); !sessions && wait > 0 {
 		st.requeue(wait + 100*time.Millisecond)
 		return nil
 	}
@@ -149,4 +165,68 @@ func meshReady(p *policy.Resolved, view map[string]*corev1.Node, all []*corev1.N
 		}
 	}
 	return true, ""
+}
+
+// meshLayout is what the clients' sessions to their route reflectors depend on: every node's
+// route reflectors and cluster ID (a change restarts or moves sessions the mesh must wait for).
+func meshLayout(view map[string]*corev1.Node) string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(view)) {
+		n := view[name]
+		fmt.Fprintf(&b, "%s=%s/%s;", name, n.Annotations[extender.AnnotationClusterID], n.Annotations[extender.AnnotationRouteReflectors])
+	}
+	return b.String()
+}
+
+// meshSettleWait is the longest wait (rrWait) of the view's route reflectors whose sessions
+// (re)started lately, and one of them (by name): the mesh stays on meanwhile.
+func meshSettleWait(st *State, m *handoverMemo) (time.Duration, string) {
+	var wait time.Duration
+	var node string
+	for _, name := range slices.Sorted(maps.Keys(st.View)) {
+		if !isCurrentRR(st.Managed.Resolved, st.View[name]) || !readyNode(st, name) {
+			continue
+		}
+		if w := rrWait(st, m, name); w > wait {
+			wait, node = w, name
+		}
+	}
+	return wait, node
+}
+
+// meshPeers are the sessions the mesh waits for, by route reflector: its Ready clients (clients,
+// clientsByRR's) and, for a spine member, the Ready rack route reflectors whose uplink set selects
+// it (the clients' way to the other racks once the mesh is off).
+func meshPeers(st *State, clients map[string][]string) map[string][]string {
+	out := maps.Clone(clients)
+	for name, n := range st.View {
+		if !isCurrentRR(st.Managed.Resolved, n) {
+			continue
+		}
+		for _, c := range uplinkHolders(st, name) {
+			if readyNode(st, c) && st.View[c].DeletionTimestamp == nil && !slices.Contains(out[name], c) {
+				out[name] = append(slices.Clone(out[name]), c)
+			}
+		}
+	}
+	return out
+}
+
+// meshReads: the mesh's wait can read the route reflectors' sessions: handover BGPSessions (the
+// handover keeps the CalicoNodeStatuses), or bgpHealth keeps one for every route reflector. With
+// handover Delay the sessions are then waited for as well, idSettleMax at most.
+func meshReads(st *State) bool {
+	if st.Managed.Resolved.Handover == v1alpha1.HandoverBGPSessions {
+		return true
+	}
+	n := 0
+	for name, node := range st.View {
+		if isCurrentRR(st.Managed.Resolved, node) {
+			if !st.HealthStatuses[name] {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
 }

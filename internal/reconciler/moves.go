@@ -98,10 +98,11 @@ var setKinds = [...]setKind{
 
 // settleRec is a route reflector whose BGP sessions (re)started at `at`: promoted, renumbered, or
 // given clients by a move; seen: a CalicoNodeStatus reported it idSettleMin after; up: that report
-// showed every client that lists it Established.
+// showed every client that lists it Established; alive: BGP health saw one of its sessions (not a
+// mesh one) Established since (see justStarted).
 type settleRec struct {
-	at       time.Time
-	seen, up bool
+	at              time.Time
+	seen, up, alive bool
 }
 
 // settling records that the sessions of these route reflectors (re)start now: their clients are
@@ -112,6 +113,23 @@ func (m *handoverMemo) settling(now time.Time, names ...string) {
 	}
 	for _, n := range names {
 		m.settle[n] = &settleRec{at: now}
+	}
+}
+
+// restamp moves the settle times this reconcile gave (began: its start) to now, once its patches
+// are written: the sessions (re)start then, and a reconcile that plans and models 30 nodes on a
+// loaded machine took about 10 s on the live lab, the whole of idSettle.
+func (m *handoverMemo) restamp(began, now time.Time) {
+	if !now.After(began) {
+		return
+	}
+	for _, rec := range m.settle {
+		if rec.at.Equal(began) {
+			rec.at = now
+		}
+	}
+	if m.idStage.at.Equal(began) {
+		m.idStage.at = now
 	}
 }
 

@@ -94,6 +94,7 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 			return err
 		}
 	}
+	r.memo(st.Name).restamp(st.Now, r.now())
 	return nil
 }
 

@@ -297,3 +297,46 @@ func TestSessionsDownCalicoIPv4Only(t *testing.T) {
 	down, sessions := sessionsDown(cns, nodeIPs(view["rr"]), []string{"c1"}, view, nil, t0)
 	require.Equal(t, "none", down.String(), "sessions %v", sessions)
 }
+
+// TestBGPHealthGivesNewRouteReflectorsTheirSettleTime: a route reflector just promoted has no
+// session up until confd rendered its peers and BIRD established them (longer on a loaded node):
+// BGP health does not judge it for idSettleMax after the promotion, unless one of its sessions was
+// seen Established since. On the live lab's mesh migration (gracePeriod 5 s) three of the eight new
+// route reflectors were replaced before their first sessions came up, and their clients moved again.
+func TestBGPHealthGivesNewRouteReflectorsTheirSettleTime(t *testing.T) {
+	on := true
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.BGPHealth = &v1alpha1.BGPHealth{Enabled: &on, GracePeriod: &metav1.Duration{Duration: 5 * time.Second}}
+		s.Behavior = &v1alpha1.Behavior{ScaleDown: &v1alpha1.ScaleDown{StabilizationWindowSeconds: ptr(int32(0))}}
+	}, dualCluster(12))
+	h.r.Ledger.BGPHealth = h.r.BGPHealthRecords
+	h.reconcile()
+	h.reconcile()
+	before := h.rrs()
+	require.Len(t, before, 3)
+	none := func(string, string, extender.Families) bool { return false }
+	start := h.now
+	for range 12 { // past gracePeriod and idSettle, within idSettleMax of the promotion
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeBy(none)
+		h.reconcile()
+	}
+	for rr := range before {
+		require.Emptyf(t, h.node(rr).Annotations[extender.AnnotationDrainingSince], "%s replaced before its first sessions could come up", rr)
+	}
+	for range 8 { // past idSettleMax and gracePeriod: down is down
+		h.now = h.now.Add(time.Second)
+		if h.now.Sub(start) < idSettleMax {
+			h.now = start.Add(idSettleMax)
+		}
+		h.calicoNodeBy(none)
+		h.reconcile()
+	}
+	draining := 0
+	for rr := range before {
+		if h.node(rr).Annotations[extender.AnnotationDrainingSince] != "" {
+			draining++
+		}
+	}
+	require.NotZerof(t, draining, "no route reflector replaced with its sessions down past idSettle and gracePeriod: %v", h.rrs())
+}
