@@ -199,7 +199,9 @@ func PeerRouteReflectorIDs(peerSelector string) (ids []string, ok bool) {
 // a client's peering set; LabelUplinkSet: a DualPlane rack route reflector's uplink set): its nodes
 // peer with the route reflectors ids. A node moving to a set that shares no settled route reflector
 // with its own is first labelled with a set of its old route reflectors and one new one, then with
-// its new set once that one's sessions are up (internal/reconciler/moves.go): Calico renders one
+// sets that take the other new ones one at a time, each in place of an old one once a new one of
+// its plane is up, and with its new set once every new one's sessions are up
+// (internal/reconciler/moves.go): Calico renders one
 // BIRD protocol per peer address with the same settings whichever BGPPeer selects it, so no write
 // restarts a session the node keeps. The set is named after its route reflectors
 // (TransitionalSetPrefix and a hash): nodes making the same move share it.

@@ -148,6 +148,20 @@ func TestReconcileClientMovesMakeBeforeBreak(t *testing.T) {
 						}
 						require.Empty(t, why, "reconcile %d: client %s dropped %v keeping no settled route reflector (sessions %v -> %v)", step, c, removed, old, ids)
 						require.NotEmpty(t, ids, "reconcile %d: client %s lost every session (%v)", step, c, old)
+						// On every plane it peers on, it keeps a settled session: a session that is
+						// still establishing is not its plane's only one (a plane whose only session
+						// is new has a gap on real BIRD until it is up).
+						settled := map[string]bool{}
+						for _, id := range ids {
+							if s, ok := since[c][id]; ok && h.now.Sub(labelled[id]) >= idSettle && h.now.Sub(s) >= idSettle {
+								settled[h.node(id).Annotations[extender.AnnotationPlane]] = true
+							}
+						}
+						for _, id := range ids {
+							plane := h.node(id).Annotations[extender.AnnotationPlane]
+							require.True(t, settled[plane], "reconcile %d: client %s dropped %v keeping no settled session on plane %q, where %s is new or settling (sessions %v -> %v)",
+								step, c, removed, plane, id, old, ids)
+						}
 					}
 					if len(added) > 0 && h.node(c).Labels[extender.LabelPeeringSet] != "" && !extender.IsTransitionalSet(h.node(c).Labels[extender.LabelPeeringSet]) && len(removed) > 0 {
 						direct++
@@ -163,6 +177,25 @@ func TestReconcileClientMovesMakeBeforeBreak(t *testing.T) {
 					}
 				}
 				require.Zero(t, h.modelMissing(), "reconcile %d", step)
+				// A transitional client's route reflectors annotation lists the route reflectors of
+				// its set and its planned ones, no other (not the old ones its set has left).
+				planned := map[string][]string{}
+				for _, pc := range h.r.last[h.policyNm].Clients {
+					planned[pc.Node] = pc.RouteReflectors
+				}
+				for _, n := range h.nodes() {
+					if !extender.IsTransitionalSet(n.Labels[extender.LabelPeeringSet]) {
+						continue
+					}
+					listed := strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ",")
+					for _, id := range after[n.Name] {
+						require.Contains(t, listed, id, "reconcile %d: client %s's annotation %v", step, n.Name, listed)
+					}
+					for _, rr := range listed {
+						require.True(t, slices.Contains(after[n.Name], rr) || slices.Contains(planned[n.Name], rr),
+							"reconcile %d: client %s's annotation lists %s (set %v, planned %v)", step, n.Name, rr, after[n.Name], planned[n.Name])
+					}
+				}
 				if doneAt < 0 && step > 0 && len(h.transitionalLeft()) == 0 && clientsAsPlanned(h) {
 					doneAt = step
 				}
@@ -201,16 +234,18 @@ func clientsAsPlanned(h *harness) bool {
 }
 
 // TestReconcileClientMovesWaitForSessions: with handover BGPSessions a client in a transitional
-// set leaves its old route reflectors once the CalicoNodeStatus of each new one, reported at least
-// idSettleMin after the move, shows every client that lists it Established: before idSettle when
-// calico-node reports them up; when one moving client's sessions stay down, the clients moving to
-// the same route reflectors stay on both sets until idSettleMax.
+// set takes its next new route reflector, and at last leaves its old ones, once the
+// CalicoNodeStatus of each new one, reported at least idSettleMin after it was added, shows every
+// client that lists it Established: before idSettle for the two new route reflectors of a
+// DualPlane split when calico-node reports them up; when one moving client's sessions stay down,
+// the clients moving to the same route reflectors keep their old ones until idSettleMax for each
+// new one (the second is added only once the first has settled).
 func TestReconcileClientMovesWaitForSessions(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		down     bool
 		min, max time.Duration
-	}{{"sessions up", false, idSettleMin, idSettle}, {"a session down", true, idSettleMax, idSettleMax + 5*time.Second}} {
+	}{{"sessions up", false, 2 * idSettleMin, idSettle}, {"a session down", true, 2 * idSettleMax, 2*idSettleMax + 5*time.Second}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 				sessionsPolicy(time.Minute)(s)
@@ -238,7 +273,7 @@ func TestReconcileClientMovesWaitForSessions(t *testing.T) {
 			} else {
 				down = down[:1]
 			}
-			for h.now.Sub(start) < 2*idSettleMax && len(h.transitionalLeft()) > 0 {
+			for h.now.Sub(start) < 3*idSettleMax && len(h.transitionalLeft()) > 0 {
 				h.now = h.now.Add(time.Second)
 				h.calicoNode(down...)
 				h.reconcile()

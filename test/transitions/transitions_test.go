@@ -284,9 +284,29 @@ spec:
 // session of a promoted node changes and the test's check leaves them out); the other run, before
 // BGP health waited idSettleMax, gave the spine standbys and missed 1,186 between kept nodes (the
 // two standbys' own pairs, promoted out of the mesh and back).
+// That second step moved a client to its planned set as soon as its first new route reflector
+// (plane 1) had settled, leaving plane 2 on the client's new session alone while it established.
+// Now (moves.go, 2026-11-27) a transitional set takes the new route reflectors one at a time, each
+// in place of the old one of its plane once the new one of that plane has settled, and the client
+// leaves its last old one only once every new one has settled: {old 1, old 2} -> {old 1, old 2,
+// new 1} -> {old 2, new 1, new 2} -> {new 1, new 2}. Runs with RRA_TRANSITIONS_UNTIL='(c)' on
+// 2026-11-27, beside other helpers' tests (load average 11 to 54): before the change, one run: (c)
+// 0 pair-samples between kept nodes, 5,002 in all (the six promoted nodes'), longest gap 5.2 s, no
+// session restarted, peak 104 routes against 59. After it, five runs that reached (c) (a sixth
+// stopped in (d), not settled at load 45): four with 0 between kept nodes (6,054, 11,141, 2,838
+// and 6,165 in all, each pair with a promoted node; longest gaps 4.2, 8.3, 4.5 and 11.9 s, each to
+// or from a promoted node; 8, 3, 1 and 13 sessions restarted, none a surviving route reflector's
+// to a kept node; peaks 104, 104, 104 and 94); and one at load 54 (the confd/BIRD loop's longest
+// round 19 s) with 149 between kept nodes and a peak of 120 (over the bound of 118): in that run
+// the plan itself changed mid-event, two kept clients (node-21, node-24) becoming route reflectors
+// for a while and back (their sessions re-rendered as a route reflector's), which is not the
+// moves' order (the leader's log, not kept, would say why: BGP health judging the just-promoted
+// route reflectors down while their BIRD lagged would do it; BGP health now waits for a new route
+// reflector's first session, above). Those runs had (d) fail as before; its fix (above) came from
+// another branch the same day.
 func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	if os.Getenv(envHistory) == "" {
-		t.Skip("the transitions history: `make test-transitions` runs it (" + envHistory + "=1); it fails events (c) and (d) today, so CI does not run it until issue 36 is done")
+		t.Skip("the transitions history: `make test-transitions` runs it (" + envHistory + "=1); CI does not run it yet: every event passed on the code of 2026-11-27, but not yet in one whole run (docs/testing.md)")
 	}
 	size := largeNodes(t)
 	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
