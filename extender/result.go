@@ -47,7 +47,6 @@ type Result struct {
 	// time). See At.
 	counts []Recommendation
 	stable time.Time
-
 }
 
 // nodeFacts is what the admission state needs of a node besides its planned state.
