@@ -117,14 +117,17 @@ func (l *Ledger) Reuse(prev *Planned, valid []Managed, cache []*corev1.Node, m M
 
 // quietSince reports whether ps is policy pol's published admission state, with no decision
 // replayed on it, and the ledger has recorded nothing since its commit (no assumed change, no
-// admission): the state is what committing the same plan again would publish.
+// admission): the state is what committing the same plan again would publish. As Commit, it waits
+// for the one admission deciding on the state: a decision after it is one after a commit.
 func (l *Ledger) quietSince(pol string, ps *planState) bool {
 	if (*l.states.Load())[pol] != ps || ps.replayed {
 		return false
 	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.entries) == 0 && l.seq == ps.end
+	return !ps.retired && len(l.entries) == 0 && l.seq == ps.end
 }
 
 // sameButVersion reports whether two objects of a node differ in their resourceVersion only.
