@@ -86,6 +86,16 @@ func stabilize(p *policy.Resolved, history []Recommendation, key string, count i
 	return best, out
 }
 
+// stabilize is stabilize for one key of the plan: it appends the key's history to the plan's
+// (Result.Recommendations) and records the key and the count, so that the plan can be moved to a
+// later time (Result.At).
+func (pl *planner) stabilize(key string, count int) int {
+	best, r := stabilize(pl.p, pl.in.Recommendations, key, count, pl.in.Now)
+	pl.recs = append(pl.recs, r...)
+	pl.counts = append(pl.counts, Recommendation{Key: key, Count: count})
+	return best
+}
+
 func clamp(v, lo, hi int) int {
 	if v < lo {
 		v = lo

@@ -146,10 +146,14 @@ func safest(in Input, stable *Result) *Result {
 	}
 	handover.Filters = append(slices.Clone(handover.Filters), NewHandedOver(moved))
 	safer := planOnce(handover)
+	// The choice between the plans depends on the clock as each of them does (At).
+	until := earliest(stable.stable, earliest(fresh.stable, safer.stable))
+	stable.stable = until
 	sd, err := in.Drills(handover, safer)
 	if err != nil || missingPairs(sd) >= missingPairs(drills) {
 		return stable
 	}
+	safer.stable = until
 	safer.Drills, safer.HandedOver = sd, slices.Sorted(maps.Keys(moved))
 	// Admission reads the nodes as they are, not as this plan's input pretended (roles stripped,
 	// route reflectors filtered out).

@@ -16,7 +16,7 @@ import (
 func (pl *planner) planMulti() {
 	p := pl.p
 	want := DesiredCount(p, pl.healthy)
-	want, pl.recs = stabilize(p, pl.in.Recommendations, "", want, pl.in.Now)
+	want = pl.stabilize("", want)
 	target := groupTarget(p, want)
 	grouped := p.ClusterIDMode != v1alpha1.PerRouteReflector
 	pl.desired = target

@@ -80,6 +80,7 @@ type planner struct {
 	desired  int
 	zoneWant map[string]int
 	recs     []Recommendation
+	counts   []Recommendation // the counts stabilized (stabilize), without their time
 	degraded []condition
 	recheck  time.Time // when the plan changes by the clock alone (zero: never)
 	// reserved: other policies' cluster IDs this plan may not use; spineID: the spine's cluster
@@ -131,7 +132,9 @@ func planOnce(in Input) *Result {
 	default:
 		pl.planMulti()
 	}
-	return pl.result()
+	res := pl.result()
+	res.counts, res.stable = pl.counts, pl.stableUntil(res)
+	return res
 }
 
 func newPlanner(in Input) *planner {

@@ -42,7 +42,11 @@ type Result struct {
 	// facts[i] is what the planner read of node Nodes[i], for NewAdmitState.
 	facts []nodeFacts
 	now   time.Time // the input's Now
-
+	// counts are the counts the plan stabilized, by key (Time unset); stable is the first time
+	// after now at which the clock alone may change the plan (zero: never; now: at any later
+	// time). See At.
+	counts []Recommendation
+	stable time.Time
 }
 
 // nodeFacts is what the admission state needs of a node besides its planned state.

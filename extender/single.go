@@ -21,15 +21,12 @@ func (pl *planner) planSingle() {
 	}
 	want := map[string]int{}
 	total := 0
-	var recs []Recommendation
 	for _, z := range pl.zones {
 		w := 0
 		if healthy[z] > 0 {
 			w = DesiredCount(p, healthy[z])
 		}
-		var r []Recommendation
-		w, r = stabilize(p, pl.in.Recommendations, z, w, pl.in.Now)
-		recs = append(recs, r...)
+		w = pl.stabilize(z, w)
 		pl.desired += w
 		if w > len(byZone[z]) {
 			if healthy[z] > 0 {
@@ -40,7 +37,6 @@ func (pl *planner) planSingle() {
 		want[z] = w
 		total += w
 	}
-	pl.recs = recs
 	// Stay within maxRouteReflectors: take from the largest zones, never below one per zone.
 	for total > p.Max {
 		big := ""

@@ -4,8 +4,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -272,18 +270,7 @@ func sameSelectors(valid []state.Managed, a, b *corev1.Node) bool {
 }
 
 // policiesKey names the valid policies and their generations.
-func policiesKey(valid []state.Managed) string {
-	var b strings.Builder
-	for _, m := range valid {
-		b.WriteString(m.Policy.Name)
-		b.WriteByte('/')
-		b.WriteString(string(m.Policy.UID))
-		b.WriteByte('/')
-		b.WriteString(strconv.FormatInt(m.Policy.Generation, 10))
-		b.WriteByte(' ')
-	}
-	return b.String()
-}
+func policiesKey(valid []state.Managed) string { return state.PoliciesKey(valid) }
 
 // remember keeps st as the policy's quiet plan when the reconcile ran every step and left nothing
 // to do (quietness). Otherwise the policy has no quiet plan, its next reconcile plans it whole,

@@ -45,6 +45,9 @@ type costMemo struct {
 // planShape hashes what the route figures depend on: the policy generation, the node count, the
 // nodes' address families, each route reflector with its cluster ID and role, and the BGPPeers.
 func (st *State) planShape() uint64 {
+	if st.facts != nil && st.facts.shapeRead {
+		return st.facts.shape
+	}
 	h := fnv.New64a()
 	w := func(s string) { h.Write([]byte(s)); h.Write([]byte{0}) }
 	w(strconv.FormatInt(st.Policy.Generation, 10))
@@ -66,6 +69,9 @@ func (st *State) planShape() uint64 {
 	for _, p := range st.Result.BGPPeers {
 		w(p.Name)
 		w(p.Spec.PeerSelector)
+	}
+	if st.facts != nil {
+		st.facts.shapeRead, st.facts.shape = true, h.Sum64()
 	}
 	return h.Sum64()
 }

@@ -37,6 +37,10 @@ var (
 		Name: "calico_rr_autoscaler_plans_total",
 		Help: "Full plans, committed or computed again because an admission promoted a node meanwhile (conflict).",
 	}, []string{"policy", "result"})
+	plansReused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_rr_autoscaler_plans_reused_total",
+		Help: "Committed plans that were the policy's last plan moved to the reconcile's time, because the planner would have read nothing new (also counted in calico_rr_autoscaler_plans_total).",
+	}, []string{"policy"})
 	absorbedEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_node_events_absorbed_total",
 		Help: "Node changes a reconcile absorbed without a full plan: clients changed in nothing the last quiet plan decided (docs/architecture.md: Absorbed node events).",
@@ -104,7 +108,7 @@ const (
 
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
-		plansTotal, absorbedEvents, fullPlanCauses, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
+		plansTotal, plansReused, absorbedEvents, fullPlanCauses, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
 		conditionGauge, pathsGauge, missingPairsGauge, familyMissingPairsGauge, transitionSessions, transitionAtRisk, transitionHeld, transitionHeldMoves, transitionHeldUplinks)
 }
 
@@ -164,16 +168,10 @@ func (r *Reconciler) metrics(_ context.Context, st *State) error {
 	r.costMetrics(st.Name)
 	desiredGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	currentGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
-	p := st.Managed.Resolved
-	current := map[string]float64{}
-	for _, n := range st.View {
-		if extender.IsActiveRouteReflector(n, p) {
-			current[n.Labels[p.ZoneLabel]]++
-		}
-	}
+	current, _ := st.currentRouteReflectors()
 	for _, z := range st.Result.Zones {
 		desiredGauge.WithLabelValues(st.Name, z.Zone).Set(float64(z.Desired))
-		currentGauge.WithLabelValues(st.Name, z.Zone).Set(current[z.Zone])
+		currentGauge.WithLabelValues(st.Name, z.Zone).Set(float64(current[z.Zone]))
 	}
 	drillsGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	drillMissing.DeletePartialMatch(prometheus.Labels{"policy": st.Name})

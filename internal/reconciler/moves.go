@@ -593,10 +593,8 @@ func peerIDs(peers []*apiv3.BGPPeer) map[string][]string {
 // written.
 func inTransitionalSets(st *State, phases *[3][]nodePatch, label string) int {
 	set := map[string]bool{}
-	for name, n := range st.View {
-		if extender.IsTransitionalSet(n.Labels[label]) {
-			set[name] = true
-		}
+	for _, name := range st.transitionalSet(label) {
+		set[name] = true
 	}
 	for _, ps := range phases {
 		for _, np := range ps {

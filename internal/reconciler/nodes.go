@@ -108,6 +108,9 @@ type ownedChange struct {
 // ownedChanges lists, in plan order, the planned nodes whose owned keys differ from the view the
 // plan was made from (state.OwnedChanges), with the changes; nodes gone from the view are skipped.
 func ownedChanges(st *State) []ownedChange {
+	if st.pristine() && st.facts.ownedNone {
+		return nil
+	}
 	var out []ownedChange
 	for _, want := range st.Result.Nodes {
 		cur := st.View[want.Name]
@@ -119,6 +122,9 @@ func ownedChanges(st *State) []ownedChange {
 			continue
 		}
 		out = append(out, ownedChange{want: want, cur: cur, lbl: lbl, ann: ann})
+	}
+	if st.pristine() {
+		st.facts.ownedRead, st.facts.ownedNone = true, len(out) == 0
 	}
 	return out
 }
@@ -174,7 +180,7 @@ func (r *Reconciler) applyPatches(ctx context.Context, st *State, patches []node
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		st.View[np.name] = n
+		st.setView(np.name, n)
 		if np.change != nil {
 			st.Changes = append(st.Changes, *np.change)
 		}

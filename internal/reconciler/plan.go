@@ -26,6 +26,8 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 		r.mu.Lock()
 		delete(r.history, st.Name)
 		delete(r.last, st.Name)
+		delete(r.planned, st.Name)
+		delete(r.facts, st.Name)
 		delete(r.memos, st.Name)
 		delete(r.costs, st.Name)
 		delete(r.bgp, st.Name)
@@ -83,32 +85,48 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 		return nil
 	}
 	st.valid = valid
-	for attempt := 0; ; attempt++ {
+	r.mu.Lock()
+	prev, facts := r.planned[st.Name], r.facts[st.Name]
+	r.mu.Unlock()
+	cache := r.Nodes.List()
+	var planned *state.Planned
+	// A reconcile that no node change marked first tries the last plan: when the planner would
+	// read nothing new, it is the plan (state.Ledger.Reuse).
+	if len(st.marks.nodes) == 0 && !st.marks.overflow {
+		start := time.Now()
+		if pd, ok := r.Ledger.Reuse(prev, valid, cache, st.Managed, st.Now, history); ok && facts != nil {
+			planned, st.facts = pd, facts
+			planDuration.WithLabelValues(st.Name).Observe(time.Since(start).Seconds())
+			plansTotal.WithLabelValues(st.Name, "committed").Inc()
+			plansReused.WithLabelValues(st.Name).Inc()
+		}
+	}
+	for attempt := 0; planned == nil; attempt++ {
 		var unblock func()
 		if attempt > 0 {
 			unblock = r.Ledger.HoldPromotions()
+			cache = r.Nodes.List()
 		}
 		start := time.Now()
-		var ok bool
-		st.Input, st.Result, ok = r.Ledger.Plan(valid, r.Nodes.List(), st.Managed, st.Now, history)
+		pd, ok := r.Ledger.PlanKept(valid, cache, st.Managed, st.Now, history)
 		if unblock != nil {
 			unblock()
 		}
 		planDuration.WithLabelValues(st.Name).Observe(time.Since(start).Seconds())
 		if ok {
 			plansTotal.WithLabelValues(st.Name, "committed").Inc()
+			planned, st.facts = pd, &viewFacts{}
 			break
 		}
 		plansTotal.WithLabelValues(st.Name, "conflict").Inc()
 	}
-	st.Overlaps = state.Overlaps(valid, r.Nodes.List(), st.Name)
-	st.View = make(map[string]*corev1.Node, len(st.Input.Nodes))
-	for _, n := range st.Input.Nodes {
-		st.View[n.Name] = n
-	}
+	st.Input, st.Result = planned.In, planned.Res
+	st.Overlaps = state.Overlaps(valid, cache, st.Name)
+	st.View = st.facts.viewOf(st.Input.Nodes)
 	r.mu.Lock()
 	r.history[st.Name] = st.Result.Recommendations
 	r.last[st.Name] = st.Result
+	r.planned[st.Name], r.facts[st.Name] = planned, st.facts
 	r.mu.Unlock()
 	// Wake up when a route reflector's NotReady grace period ends, and when a draining route
 	// reflector's removalDelay ends.

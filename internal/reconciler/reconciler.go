@@ -99,6 +99,8 @@ type Reconciler struct {
 	mu      sync.Mutex
 	history map[string][]extender.Recommendation // the stabilization window, per policy
 	last    map[string]*extender.Result          // the previous plan, per policy
+	planned map[string]*state.Planned            // the previous plan, for state.Ledger.Reuse
+	facts   map[string]*viewFacts                // the previous plan's view facts
 	memos   map[string]*handoverMemo             // handovers and mesh migration, per policy
 	costs   map[string]*costMemo                 // the graph model's figures of the last plan shape
 	// calicoRoles and calicoPeers are what was last written to (or seen in sync in) etcd: a
@@ -177,6 +179,8 @@ type State struct {
 	Requeue time.Duration
 	Done    bool
 
+	facts    *viewFacts      // what the steps read of the plan's view (nil: no plan)
+	patched  int             // the patches of this reconcile in View
 	marks    marks           // what happened since the last reconcile (see absorb)
 	valid    []state.Managed // the valid policies the plan partitioned the nodes among
 	absorbed bool            // the absorb step ended the reconcile
@@ -272,6 +276,7 @@ func (r *Reconciler) init() {
 	if r.history == nil {
 		r.history = map[string][]extender.Recommendation{}
 		r.last = map[string]*extender.Result{}
+		r.planned, r.facts = map[string]*state.Planned{}, map[string]*viewFacts{}
 		r.quiet, r.unquiet = map[string]*quietPlan{}, map[string]string{}
 	}
 	if r.steps == nil {

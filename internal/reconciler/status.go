@@ -63,14 +63,7 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	s.Nodes = int32(res.Summary.Nodes)
 	s.HealthyNodes = int32(res.Summary.HealthyNodes)
 	s.DesiredRouteReflectors = int32(res.Summary.DesiredRouteReflectors)
-	current := map[string]int32{}
-	total := int32(0)
-	for _, n := range st.View {
-		if extender.IsActiveRouteReflector(n, p) {
-			current[n.Labels[p.ZoneLabel]]++
-			total++
-		}
-	}
+	current, total := st.currentRouteReflectors()
 	if s.RouteReflectors != total {
 		now := metav1.NewTime(st.Now)
 		s.LastScaleTime = &now

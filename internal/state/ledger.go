@@ -71,6 +71,12 @@ type planState struct {
 	seq        uint64 // the overlay sequence the plan's input reflected
 	generation int64
 	retired    bool
+	// res is the plan the state was built from; when replayed is false (no decision was replayed
+	// on the state at its commit), end is the ledger's sequence at the commit: while the sequence
+	// stays there, the state is the plan's alone (see Reuse).
+	res      *extender.Result
+	replayed bool
+	end      uint64
 }
 
 type entry struct {
@@ -519,13 +525,18 @@ func ApplyChange(n *corev1.Node, c *Change) *corev1.Node {
 // no lock an admission takes; Commit then waits for the one admission deciding on the policy's
 // current state, replays the decisions recorded since it looked, and swaps the new state in.
 func (l *Ledger) Commit(generation int64, in extender.Input, res *extender.Result, seq uint64) bool {
+	return l.commit(generation, in, res, seq) != nil
+}
+
+// commit is Commit, returning the published state (nil when it failed).
+func (l *Ledger) commit(generation int64, in extender.Input, res *extender.Result, seq uint64) *planState {
 	pol := in.Policy.Name
 	l.mu.Lock()
 	since, conflict := l.decidedSince(pol, seq)
 	mark := l.seq
 	l.mu.Unlock()
 	if conflict {
-		return false
+		return nil
 	}
 	st := extender.NewAdmitState(in, res)
 	for _, e := range since {
@@ -542,14 +553,15 @@ func (l *Ledger) Commit(generation int64, in extender.Input, res *extender.Resul
 	}
 	l.mu.Lock()
 	late, conflict := l.decidedSince(pol, mark)
+	end := l.seq
 	l.mu.Unlock()
 	if conflict {
-		return false
+		return nil
 	}
 	for _, e := range late {
 		st.Remember(e.adm)
 	}
-	ps := &planState{st: st, seq: seq, generation: generation}
+	ps := &planState{st: st, seq: seq, generation: generation, res: res, replayed: len(since)+len(late) > 0, end: end}
 	cur := *l.states.Load()
 	next := maps.Clone(cur)
 	next[pol] = ps
@@ -557,7 +569,7 @@ func (l *Ledger) Commit(generation int64, in extender.Input, res *extender.Resul
 	if old := cur[pol]; old != nil {
 		old.retired = true // its lock is held
 	}
-	return true
+	return ps
 }
 
 // decidedSince returns policy pol's admission decisions recorded after seq, in their order, and
@@ -583,12 +595,19 @@ func (l *Ledger) decidedSince(pol string, seq uint64) ([]*entry, bool) {
 // ok is Commit's answer: false means an admission promoted a node meanwhile and the caller must plan
 // again.
 func (l *Ledger) Plan(valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (in extender.Input, res *extender.Result, ok bool) {
+	pd, ok := l.PlanKept(valid, cache, m, now, history)
+	return pd.In, pd.Res, ok
+}
+
+// PlanKept is Plan, returning the plan with what Reuse needs to reuse it (never nil; ok is
+// Commit's answer).
+func (l *Ledger) PlanKept(valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (*Planned, bool) {
 	all, seq := l.Overlay(cache)
 	nodes := Partition(valid, all)[m.Policy.Name]
 	if l.CalicoAddresses != nil {
 		nodes = extender.WithCalicoAddresses(nodes, l.CalicoAddresses())
 	}
-	in = extender.Input{Policy: m.Resolved, Nodes: nodes, Now: now, Recommendations: history,
+	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: now, Recommendations: history,
 		ForeignClusterIDs: extender.ForeignClusterIDs(all, nodes), CrossPolicy: len(valid) > 1,
 		OutsideSelector: OutsideSelector(valid, all), Drills: l.Drills}
 	if l.BGPHealth != nil {
@@ -599,8 +618,13 @@ func (l *Ledger) Plan(valid []Managed, cache []*corev1.Node, m Managed, now time
 			in.Filters = append(extender.DefaultFilters(), extender.NewCalicoNodeRegistered(names))
 		}
 	}
-	res = extender.Plan(in)
-	return in, res, l.Commit(m.Policy.Generation, in, res, seq)
+	res := extender.Plan(in)
+	ps := l.commit(m.Policy.Generation, in, res, seq)
+	pd := &Planned{In: in, Res: res, policies: PoliciesKey(valid), generation: m.Policy.Generation, cache: cache, ps: ps}
+	if len(all) != len(cache) || len(all) > 0 && &all[0] != &cache[0] {
+		pd.cache = nil // the plan read assumed changes: never reused
+	}
+	return pd, ps != nil
 }
 
 // HoldPromotions keeps admission decisions from promoting a node until the returned function is
