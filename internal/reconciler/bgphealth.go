@@ -152,9 +152,11 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	r.healthSeen[st.Name] = healthFingerprint(list, st.Now)
 	r.mu.Unlock()
 	st.HealthStatuses = make(map[string]bool, len(rrs))
+	st.HealthReported = make(map[string]bool, len(rrs))
 	for _, rr := range rrs {
 		st.HealthStatuses[rr] = true
 		if have[rr] != nil {
+			st.HealthReported[rr] = !have[rr].Status.LastUpdated.IsZero()
 			continue
 		}
 		obj := r.nodeStatus(st.Name, rr)

@@ -213,20 +213,24 @@ func meshPeers(st *State, clients map[string][]string) map[string][]string {
 }
 
 // meshReads: the mesh's wait can read the route reflectors' sessions: handover BGPSessions (the
-// handover keeps the CalicoNodeStatuses), or bgpHealth keeps one for every route reflector. With
-// handover Delay the sessions are then waited for as well, idSettleMax at most.
+// handover keeps the CalicoNodeStatuses), or bgpHealth keeps one for every route reflector and calico-node
+// has reported into one of them. With handover Delay the sessions are then waited for as well,
+// idSettleMax at most.
 func meshReads(st *State) bool {
 	if st.Managed.Resolved.Handover == v1alpha1.HandoverBGPSessions {
 		return true
 	}
-	n := 0
+	n, reported := 0, false
 	for name, node := range st.View {
 		if isCurrentRR(st.Managed.Resolved, node) {
 			if !st.HealthStatuses[name] {
 				return false
 			}
 			n++
+			reported = reported || st.HealthReported[name]
 		}
 	}
-	return n > 0
+	// Statuses nobody reports into (calico-node without CalicoNodeStatus support, a cluster
+	// whose calico-node is not running yet) would hold the mesh for idSettleMax for nothing.
+	return n > 0 && reported
 }

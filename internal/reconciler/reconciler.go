@@ -169,6 +169,9 @@ type State struct {
 	// HealthStatuses are the nodes whose CalicoNodeStatus bgpHealth keeps (the handover leaves
 	// them in place).
 	HealthStatuses map[string]bool
+	// HealthReported are those of HealthStatuses that calico-node has reported into at least
+	// once (status.lastUpdated set): a cluster whose calico-node does not report leaves them empty.
+	HealthReported map[string]bool
 	// SettleWaits are the route reflectors whose sessions a held client move or BGPPeer narrowing
 	// waits for (moves.go): with handover BGPSessions the handover step reads their
 	// CalicoNodeStatus.
