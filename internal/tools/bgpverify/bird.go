@@ -334,6 +334,24 @@ func (f *birdFleet) stop(i int) error {
 	return nil
 }
 
+// hold disables (down) or enables node i's BGP protocols toward peer: those confd's templates and
+// birdConfig name <kind>_<peer's address, '.' and ':' as '_'>.
+func (f *birdFleet) hold(i int, peer netip.Addr, down bool) error {
+	f.mu.Lock()
+	c := f.conns[i]
+	f.mu.Unlock()
+	if c == nil {
+		return errStopped
+	}
+	cmd := "enable"
+	if down {
+		cmd = "disable"
+	}
+	id := strings.NewReplacer(".", "_", ":", "_").Replace(peer.String())
+	_, err := c.command(fmt.Sprintf("%s \"*_%s\"", cmd, id))
+	return err
+}
+
 func (f *birdFleet) close() {
 	stopAll(len(f.nodes), f.stop)
 	if f.lab != nil && !f.sharedLab {
