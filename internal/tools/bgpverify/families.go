@@ -387,7 +387,7 @@ func runDrills(ctx context.Context, fleets []famFleet, r famRun, rep *Report, fr
 			fr.Drills = append(fr.Drills, after[k])
 		}
 		t2 := time.Now()
-		if err := restartNodes(ctx, fleets, m, opts); err != nil {
+		if err := restartNodes(ctx, fleets, m); err != nil {
 			return err
 		}
 		back, err := each(nil, nil, t2, freshRoutes)
@@ -412,6 +412,30 @@ type sessionGate interface {
 	hold(i int, peer netip.Addr, down bool) error
 }
 
+// gateEntry is node's sessions toward peer in the fleet of g.
+type gateEntry struct {
+	g    sessionGate
+	node int
+	peer netip.Addr
+}
+
+// holdAll holds the sessions of entries down (or lets them up), every node's at once.
+func holdAll(entries []gateEntry, down bool) error {
+	errs := make([]error, len(entries))
+	var wg sync.WaitGroup
+	for k, e := range entries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.g.hold(e.node, e.peer, down); err != nil {
+				errs[k] = fmt.Errorf("node %d toward %s: %w", e.node, e.peer, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // untilSecond sleeps until d past the start of monotonic second sec.
 func untilSecond(ctx context.Context, sec int64, d time.Duration) error {
 	wait := time.Duration(sec)*time.Second + d - monotonic()
@@ -426,84 +450,74 @@ func untilSecond(ctx context.Context, sec int64, d time.Duration) error {
 	}
 }
 
-// restartNodes starts the stopped speakers of the nodes of down again, every family's at once,
-// so that each session is opened by one end only.
-//
-// BIRD 1.6 with graceful restart (confd's template) takes any new connection from a peer whose
-// session is established for that peer restarting: it drops the session (keeping its routes as
-// stale) and takes the new connection. When both ends of a session connect at about the same
-// time (the stopped speaker 2 s after it starts, its peers every 2 s since it stopped: confd's
-// connect delay), each end's connection can drop the session the other's just brought up, over
-// and over: drills took 1.5 to 37 s to come back when both ends connected. So the peers'
-// sessions toward the stopped speakers are held down (sessionGate) while those start (and, of two
-// stopped speakers that peer, the later's toward the earlier as soon as it runs), and let up in
-// the next second of the monotonic clock: BIRD 1.6's timers count whole seconds of it, so the
-// restarted speakers, started in second S, connect in second S+2, to peers that listen since S+1
-// and would connect in S+3 only (they stop trying once the restarted speaker's connection is up).
-// The restarts begin early in a second, so that they end in it. How the speakers come back is no
-// part of a drill's figures: runDrills waits for the fresh state before the next drill.
-func restartNodes(ctx context.Context, fleets []famFleet, down []bool, opts Options) error {
-	type held struct {
-		k, node int
-		peer    netip.Addr
-	}
-	var mu sync.Mutex
-	var holds []held
-	hold := func(h held, on bool) {
-		g, ok := fleets[h.k].f.(sessionGate)
-		if !ok {
-			return
-		}
-		if err := g.hold(h.node, h.peer, on); err != nil {
-			logf(opts, "%s: %s holding its sessions toward %s (%v): %v", fleets[h.k].fam, fleets[h.k].nodes[h.node].name, h.peer, on, err)
-			return
-		}
-		if on {
-			mu.Lock()
-			holds = append(holds, h)
-			mu.Unlock()
-		}
-	}
-	var wg sync.WaitGroup
-	for k, fl := range fleets {
-		for i, d := range down {
-			if !d || fl.nodes[i].absent {
-				continue
-			}
-			for _, p := range fl.nodes[i].peers {
-				if !down[p.idx] {
-					wg.Add(1)
-					go func() { defer wg.Done(); hold(held{k, p.idx, fl.nodes[i].addr}, true) }()
-				}
-			}
-		}
-	}
-	wg.Wait()
-	if now := monotonic(); now%time.Second > 400*time.Millisecond {
+// openInOrder lets held sessions up so that each is opened by one end only, whose sessions are
+// in first (the other end's in second). BIRD 1.6 with graceful restart (confd's template) takes
+// any new connection from a peer whose session is established for that peer restarting: it drops
+// the session (keeping its routes as stale) and takes the new connection. So when both ends of a
+// session connect at about the same time, each end's connection can drop the session the other's
+// just brought up, over and over: a fresh 30-node lab took 16 to 42 s to converge, a drill's
+// stopped speakers 1.5 to 37 s to come back, while both ends connected 2 s (confd's connect
+// delay) after the same moment. BIRD 1.6's timers count whole seconds of the monotonic clock:
+// first is let up early in a second S, its ends connect in S+2; second in S+1: its ends listen
+// from then on and would connect in S+3, by when the other end's connection is up and they no
+// longer try.
+func openInOrder(ctx context.Context, first, second []gateEntry) error {
+	if now := monotonic(); now%time.Second > 300*time.Millisecond {
 		if err := untilSecond(ctx, int64(now/time.Second)+1, 10*time.Millisecond); err != nil {
 			return err
 		}
 	}
+	s := int64(monotonic() / time.Second)
+	if err := holdAll(first, false); err != nil {
+		return err
+	}
+	if err := untilSecond(ctx, s+1, 10*time.Millisecond); err != nil {
+		return err
+	}
+	return holdAll(second, false)
+}
+
+// restartNodes starts the stopped speakers of the nodes of down again, every family's at once,
+// with each of their sessions opened by one end (openInOrder): the peers' sessions toward them are
+// held down before they start, theirs once they run, and then let up, the restarted end first
+// (of two restarted ends, the one first in the fleet). How the speakers come back is no part of a
+// drill's figures: runDrills waits for the fresh state before the next drill.
+func restartNodes(ctx context.Context, fleets []famFleet, down []bool) error {
+	var peers, restarted, first, second []gateEntry
+	for _, fl := range fleets {
+		g, ok := fl.f.(sessionGate)
+		for i, d := range down {
+			if !ok || !d || fl.nodes[i].absent {
+				continue
+			}
+			for _, p := range fl.nodes[i].peers {
+				mine, theirs := gateEntry{g, i, p.addr}, gateEntry{g, p.idx, fl.nodes[i].addr}
+				restarted = append(restarted, mine)
+				switch {
+				case !down[p.idx]:
+					peers = append(peers, theirs)
+					first, second = append(first, mine), append(second, theirs)
+				case i < p.idx:
+					first = append(first, mine)
+				default:
+					second = append(second, mine)
+				}
+			}
+		}
+	}
+	if err := holdAll(peers, true); err != nil {
+		return err
+	}
 	errs := make([][]error, len(fleets))
+	var wg sync.WaitGroup
 	for k, fl := range fleets {
 		errs[k] = make([]error, len(down))
 		rs := fl.f.(restarter)
 		for i, d := range down {
-			if !d || fl.nodes[i].absent {
-				continue
+			if d && !fl.nodes[i].absent {
+				wg.Add(1)
+				go func() { defer wg.Done(); errs[k][i] = rs.restart(ctx, i) }()
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if errs[k][i] = rs.restart(ctx, i); errs[k][i] != nil {
-					return
-				}
-				for _, p := range fl.nodes[i].peers {
-					if down[p.idx] && p.idx < i {
-						hold(held{k, i, p.addr}, true)
-					}
-				}
-			}()
 		}
 	}
 	wg.Wait()
@@ -514,15 +528,10 @@ func restartNodes(ctx context.Context, fleets []famFleet, down []bool, opts Opti
 	if err := errors.Join(all...); err != nil {
 		return err
 	}
-	if err := untilSecond(ctx, int64(monotonic()/time.Second)+1, 10*time.Millisecond); err != nil {
+	if err := holdAll(restarted, true); err != nil {
 		return err
 	}
-	for _, h := range holds {
-		wg.Add(1)
-		go func() { defer wg.Done(); hold(h, false) }()
-	}
-	wg.Wait()
-	return nil
+	return openInOrder(ctx, first, second)
 }
 
 func downSuffix(names []string) string {
