@@ -365,6 +365,9 @@ func (f *birdFleet) hold(i int, peer netip.Addr, down bool) error {
 	}
 	id := strings.NewReplacer(".", "_", ":", "_").Replace(peer.String())
 	_, err := c.command(fmt.Sprintf("%s \"*_%s\"", cmd, id))
+	if err != nil && strings.Contains(err.Error(), "No protocols match") {
+		return nil // (no session toward peer here to hold)
+	}
 	return err
 }
 
