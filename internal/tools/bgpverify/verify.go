@@ -528,7 +528,7 @@ func converge(ctx context.Context, f fleet, topo *bgpmodel.Topology, nodes []spe
 }
 
 // target says whether node i's polled state is exactly the one a phase ends in (its sessions
-// established, its routes and blocks; see drillTarget and sameState).
+// established, its routes and blocks; see drillTarget).
 type target func(i int, st nodeState) bool
 
 // convergeTo is converge for a phase whose end state is known (the drills'): with target set, the
