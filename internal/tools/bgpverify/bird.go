@@ -152,21 +152,37 @@ func (f *birdFleet) start(ctx context.Context) error {
 	}
 	if f.configs != nil {
 		// A BIRD that started before its peers tried them while they did not listen yet and
-		// backs off (confd's template: error wait 5 to 30 s, connect retry 5 s). Every BIRD
-		// listens now: each restarts its protocols once, as an operator's `birdcl restart all`
-		// after a rollout, so that they connect after the template's 2 s connect delay. (A fresh
-		// lab of 50 still took 17 to 80 s to converge before this and 25 to 51 s at 30 nodes
-		// after it, under load: the rest is not explained yet.)
-		for i := range f.nodes {
-			if f.nodes[i].absent {
-				continue
-			}
-			if _, err := f.conns[i].command("restart all"); err != nil {
-				return fmt.Errorf("bird %s: restart all: %w", f.nodes[i].name, err)
+		// backs off (confd's template: error wait 5 to 30 s, connect retry 5 s), and two ends
+		// that connect at about the same time can drop each other's session over and over (see
+		// restartNodes): a fresh lab of 30 took 16 to 42 s to converge when every BIRD restarted
+		// its protocols at once. Every BIRD listens now: each session is opened again by one end.
+		return f.openOnce(ctx)
+	}
+	return nil
+}
+
+// openOnce has every session of the running BIRDs opened by one end: every BGP protocol is
+// held down, then let up as openInOrder says, the end first in the fleet opening.
+func (f *birdFleet) openOnce(ctx context.Context) error {
+	var all, first, second []gateEntry
+	for i, nd := range f.nodes {
+		if nd.absent {
+			continue
+		}
+		for _, p := range nd.peers {
+			e := gateEntry{f, i, p.addr}
+			all = append(all, e)
+			if i < p.idx {
+				first = append(first, e)
+			} else {
+				second = append(second, e)
 			}
 		}
 	}
-	return nil
+	if err := holdAll(all, true); err != nil {
+		return err
+	}
+	return openInOrder(ctx, first, second)
 }
 
 // restart starts node i's BIRD again after stop (a failure drill's node coming back).
@@ -332,6 +348,27 @@ func (f *birdFleet) stop(i int) error {
 		<-done
 	}
 	return nil
+}
+
+// hold disables (down) or enables node i's BGP protocols toward peer: those confd's templates and
+// birdConfig name <kind>_<peer's address, '.' and ':' as '_'>.
+func (f *birdFleet) hold(i int, peer netip.Addr, down bool) error {
+	f.mu.Lock()
+	c := f.conns[i]
+	f.mu.Unlock()
+	if c == nil {
+		return errStopped
+	}
+	cmd := "enable"
+	if down {
+		cmd = "disable"
+	}
+	id := strings.NewReplacer(".", "_", ":", "_").Replace(peer.String())
+	_, err := c.command(fmt.Sprintf("%s \"*_%s\"", cmd, id))
+	if err != nil && strings.Contains(err.Error(), "No protocols match") {
+		return nil // (no session toward peer here to hold)
+	}
+	return err
 }
 
 func (f *birdFleet) close() {

@@ -310,6 +310,9 @@ func listCalico[T any](ctx context.Context, dyn dynamic.Interface, gvr schema.Gr
 // (crd.projectcalico.org/v1), the datastore confd renders from. A run replaces its Nodes,
 // BGPPeers, BGPConfigurations and IPPools.
 type Scratch struct {
+	// renderMu holds two runs' writes and renders apart (renderState): runs may share a Scratch
+	// and run their speakers side by side once rendered.
+	renderMu   sync.Mutex
 	env        *testenv.Env
 	cs         kubernetes.Interface
 	dyn        dynamic.Interface
@@ -525,6 +528,8 @@ func (s *Scratch) renderState(ctx context.Context, st *calicoState, confd, dir s
 	if err != nil {
 		return nil, err
 	}
+	s.renderMu.Lock()
+	defer s.renderMu.Unlock()
 	t := time.Now()
 	if err := s.write(ctx, st); err != nil {
 		return nil, err

@@ -11,11 +11,14 @@ package bgpverify
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -189,36 +192,13 @@ func runFamilies(ctx context.Context, fleets []famFleet, r famRun, opts Options)
 	phases := func(down []bool, names []string, start time.Time) ([]*Phase, error) {
 		out := make([]*Phase, len(fleets))
 		for k, fl := range fleets {
-			d := or(down, r.model.FamilyDown(fl.fam, nil))
-			ph, err := converge(ctx, fl.f, fl.topo, fl.nodes, d, start, opts)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", fl.fam, err)
-			}
-			m, err := r.model.PropagateFamily(fl.fam, down)
+			ph, err := familyPhase(ctx, fl, r, down, names, start, nil, opts)
 			if err != nil {
 				return nil, err
 			}
-			ph.Summary.ModelMissingPairs, ph.Summary.ModelMaxRoutesPerNode = m.Summary.MissingPairs, m.Summary.MaxRoutesPerNode
-			for i := range ph.Nodes {
-				ph.Nodes[i].ModelRoutes = m.Nodes[i].Routes
-			}
-			ph.Down = names
-			logf(opts, "%s%s: %d missing pairs (model %d)", fl.fam, downSuffix(names), ph.Summary.MissingPairs, ph.Summary.ModelMissingPairs)
 			out[k] = ph
 		}
 		return out, nil
-	}
-	stop := func(down []bool) error {
-		for _, fl := range fleets {
-			for i, d := range down {
-				if d && !fl.nodes[i].absent {
-					if err := fl.f.stop(i); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		return nil
 	}
 	fresh, err := phases(nil, nil, start)
 	if err != nil {
@@ -229,51 +209,14 @@ func runFamilies(ctx context.Context, fleets []famFleet, r famRun, opts Options)
 	}
 	rep.Summary, rep.Nodes = fresh[0].Summary, fresh[0].Nodes
 	if opts.Drills {
-		masks, names := drillMasks(r.model)
-		for d, m := range masks {
-			logf(opts, "drill %d of %d: stopping %s", d+1, len(masks), strings.Join(names[d], ","))
-			t := time.Now()
-			if err := stop(m); err != nil {
-				return nil, err
-			}
-			after, err := phases(m, names[d], t)
-			if err != nil {
-				return nil, err
-			}
-			for k, fl := range fleets {
-				fr := rep.Families[fl.fam.Key()]
-				fr.Drills = append(fr.Drills, after[k])
-			}
-			t = time.Now()
-			for _, fl := range fleets {
-				rs, ok := fl.f.(restarter)
-				if !ok {
-					return nil, inputErr("%s speakers cannot be started again: no drills", opts.Speaker)
-				}
-				for i, down := range m {
-					if down {
-						if err := rs.restart(ctx, i); err != nil {
-							return nil, err
-						}
-					}
-				}
-			}
-			back, err := phases(nil, nil, t)
-			if err != nil {
-				return nil, err
-			}
-			for k, fl := range fleets {
-				if back[k].Summary.MissingPairs > 0 || !back[k].Summary.Converged {
-					return nil, fmt.Errorf("%s: after drill %s every speaker was started again, yet %d pairs miss (converged %v)",
-						fl.fam, strings.Join(names[d], ","), back[k].Summary.MissingPairs, back[k].Summary.Converged)
-				}
-			}
+		if err := runDrills(ctx, fleets, r, rep, fresh, opts); err != nil {
+			return nil, err
 		}
 	}
 	if r.down != nil {
 		logf(opts, "stopping %d speakers: %s", len(r.downNames), strings.Join(r.downNames, ","))
 		t := time.Now()
-		if err := stop(r.down); err != nil {
+		if err := stopNodes(fleets, r.down); err != nil {
 			return nil, err
 		}
 		after, err := phases(r.down, r.downNames, t)
@@ -286,6 +229,309 @@ func runFamilies(ctx context.Context, fleets []famFleet, r famRun, opts Options)
 		rep.AfterFailure = after[0]
 	}
 	return rep, nil
+}
+
+// familyPhase waits for fleet fl to converge with the nodes of down stopped (and those without an
+// address of its family) and adds the model's figures for the family to the phase. With want
+// set, the wait ends as soon as every node up is in the state want describes (convergeTo).
+func familyPhase(ctx context.Context, fl famFleet, r famRun, down []bool, names []string, start time.Time, want target, opts Options) (*Phase, error) {
+	d := or(down, r.model.FamilyDown(fl.fam, nil))
+	ph, err := convergeTo(ctx, fl.f, fl.topo, fl.nodes, d, start, opts, want)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fl.fam, err)
+	}
+	m, err := r.model.PropagateFamily(fl.fam, down)
+	if err != nil {
+		return nil, err
+	}
+	ph.Summary.ModelMissingPairs, ph.Summary.ModelMaxRoutesPerNode = m.Summary.MissingPairs, m.Summary.MaxRoutesPerNode
+	for i := range ph.Nodes {
+		ph.Nodes[i].ModelRoutes = m.Nodes[i].Routes
+	}
+	ph.Down = names
+	logf(opts, "%s%s: %d missing pairs (model %d) in %.1fs", fl.fam, downSuffix(names), ph.Summary.MissingPairs, ph.Summary.ModelMissingPairs, time.Since(start).Seconds())
+	return ph, nil
+}
+
+// stopNodes stops the speakers of the nodes of down in every fleet, all at once: each BIRD closes
+// its sessions with a Cease as it exits, so its peers withdraw its routes at once. (A SIGKILL
+// would not do: with confd's `graceful restart`, the peers of a speaker whose TCP sessions merely
+// close keep its routes as stale for the restart time, 120 s.)
+func stopNodes(fleets []famFleet, down []bool) error {
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, fl := range fleets {
+		for i, d := range down {
+			if d && !fl.nodes[i].absent {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := fl.f.stop(i); err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("%s: %s: %w", fl.fam, fl.nodes[i].name, err))
+						mu.Unlock()
+					}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// drillTarget is the state node i of fleet fl ends in once the survivors have converged with the
+// nodes of d (down, and those without an address of the family) stopped: every session toward a
+// node up established, exactly the blocks m (the family's graph model of that failure) says and
+// none of a stopped node, and routes paths stored (-1: any number; the wait then ends on opts.
+// Stable, as converge's does).
+func drillTarget(fl famFleet, d []bool, m *bgpmodel.Model, routes func(i int) int) target {
+	blockOf := make(map[netip.Prefix]int, len(fl.nodes))
+	for i, nd := range fl.nodes {
+		blockOf[nd.block] = i
+	}
+	return func(i int, st nodeState) bool {
+		est := 0
+		for _, p := range fl.nodes[i].peers {
+			if !d[p.idx] {
+				est++
+			}
+		}
+		want := routes(i)
+		if want < 0 || st.routes != want || st.established != est {
+			return false
+		}
+		has := 0
+		for _, b := range st.blocks {
+			o, ok := blockOf[b]
+			switch {
+			case ok && o == i:
+			case !ok || d[o] || !m.Has(i, o):
+				return false
+			default:
+				has++
+			}
+		}
+		return has == m.Nodes[i].Prefixes
+	}
+}
+
+// runDrills runs the drills of opts.Drills on fleets that run (after the fresh phase, whose
+// figures are fresh): each zone and each route reflector lost in turn. A drill stops the lost
+// nodes' speakers of every family at once (stopNodes), waits for every family's survivors to
+// converge, side by side, to the state the family's graph model says (drillTarget: the wait
+// ends when it is reached, else on opts.Stable), records the phase, then starts the stopped
+// speakers again with the same configuration and waits until every family is back in its fresh
+// state (every session, and each node's routes as fresh) before the next drill. The speakers run
+// once for the whole run: nothing is rendered or set up again between drills.
+func runDrills(ctx context.Context, fleets []famFleet, r famRun, rep *Report, fresh []*Phase, opts Options) error {
+	for _, fl := range fleets {
+		if _, ok := fl.f.(restarter); !ok {
+			return inputErr("%s speakers cannot be started again: no drills", opts.Speaker)
+		}
+	}
+	// each runs one phase per family side by side.
+	each := func(down []bool, names []string, start time.Time, routes func(k, i int) int) ([]*Phase, error) {
+		out := make([]*Phase, len(fleets))
+		errs := make([]error, len(fleets))
+		var wg sync.WaitGroup
+		for k, fl := range fleets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d := or(down, r.model.FamilyDown(fl.fam, nil))
+				m, err := r.model.PropagateFamily(fl.fam, down)
+				if err != nil {
+					errs[k] = err
+					return
+				}
+				want := drillTarget(fl, d, m, func(i int) int { return routes(k, i) })
+				out[k], errs[k] = familyPhase(ctx, fl, r, down, names, start, want, opts)
+			}()
+		}
+		wg.Wait()
+		return out, errors.Join(errs...)
+	}
+	// After a drill the model's route counts are the target where they are whole numbers (the
+	// model is exact for the plans' layouts); back from one, each node's fresh count.
+	modelRoutes := func(down []bool) func(k, i int) int {
+		ms := make([]*bgpmodel.Model, len(fleets))
+		for k, fl := range fleets {
+			ms[k], _ = r.model.PropagateFamily(fl.fam, down)
+		}
+		return func(k, i int) int {
+			if ms[k] == nil {
+				return -1
+			}
+			x := ms[k].Nodes[i].Routes
+			if x != math.Trunc(x) {
+				return -1
+			}
+			return int(x)
+		}
+	}
+	freshRoutes := func(k, i int) int { return fresh[k].Nodes[i].Routes }
+	masks, names := drillMasks(r.model)
+	for d, m := range masks {
+		logf(opts, "drill %d of %d: stopping %s", d+1, len(masks), strings.Join(names[d], ","))
+		t := time.Now()
+		if err := stopNodes(fleets, m); err != nil {
+			return err
+		}
+		after, err := each(m, names[d], t, modelRoutes(m))
+		if err != nil {
+			return err
+		}
+		for k, fl := range fleets {
+			fr := rep.Families[fl.fam.Key()]
+			fr.Drills = append(fr.Drills, after[k])
+		}
+		t2 := time.Now()
+		if err := restartNodes(ctx, fleets, m); err != nil {
+			return err
+		}
+		back, err := each(nil, nil, t2, freshRoutes)
+		if err != nil {
+			return err
+		}
+		for k, fl := range fleets {
+			if back[k].Summary.MissingPairs > 0 || !back[k].Summary.Converged {
+				return fmt.Errorf("%s: after drill %s every speaker was started again, yet %d pairs miss (converged %v)",
+					fl.fam, strings.Join(names[d], ","), back[k].Summary.MissingPairs, back[k].Summary.Converged)
+			}
+		}
+		logf(opts, "drill %d of %d: %v (%v with the nodes lost, %v to come back)", d+1, len(masks),
+			time.Since(t).Round(time.Millisecond), t2.Sub(t).Round(time.Millisecond), time.Since(t2).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// sessionGate is a fleet whose speakers can hold their sessions toward one peer down and let
+// them up again (BIRD's disable and enable of the protocols toward the peer).
+type sessionGate interface {
+	hold(i int, peer netip.Addr, down bool) error
+}
+
+// gateEntry is node's sessions toward peer in the fleet of g.
+type gateEntry struct {
+	g    sessionGate
+	node int
+	peer netip.Addr
+}
+
+// holdAll holds the sessions of entries down (or lets them up), every node's at once.
+func holdAll(entries []gateEntry, down bool) error {
+	errs := make([]error, len(entries))
+	var wg sync.WaitGroup
+	for k, e := range entries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.g.hold(e.node, e.peer, down); err != nil {
+				errs[k] = fmt.Errorf("node %d toward %s: %w", e.node, e.peer, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// untilSecond sleeps until d past the start of monotonic second sec.
+func untilSecond(ctx context.Context, sec int64, d time.Duration) error {
+	wait := time.Duration(sec)*time.Second + d - monotonic()
+	if wait <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
+	}
+}
+
+// openInOrder lets held sessions up so that each is opened by one end only, whose sessions are
+// in first (the other end's in second). BIRD 1.6 with graceful restart (confd's template) takes
+// any new connection from a peer whose session is established for that peer restarting: it drops
+// the session (keeping its routes as stale) and takes the new connection. So when both ends of a
+// session connect at about the same time, each end's connection can drop the session the other's
+// just brought up, over and over: a fresh 30-node lab took 16 to 42 s to converge, a drill's
+// stopped speakers 1.5 to 37 s to come back, while both ends connected 2 s (confd's connect
+// delay) after the same moment. BIRD 1.6's timers count whole seconds of the monotonic clock:
+// first is let up early in a second S, its ends connect in S+2; second in S+1: its ends listen
+// from then on and would connect in S+3, by when the other end's connection is up and they no
+// longer try.
+func openInOrder(ctx context.Context, first, second []gateEntry) error {
+	if now := monotonic(); now%time.Second > 300*time.Millisecond {
+		if err := untilSecond(ctx, int64(now/time.Second)+1, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	s := int64(monotonic() / time.Second)
+	if err := holdAll(first, false); err != nil {
+		return err
+	}
+	if err := untilSecond(ctx, s+1, 10*time.Millisecond); err != nil {
+		return err
+	}
+	return holdAll(second, false)
+}
+
+// restartNodes starts the stopped speakers of the nodes of down again, every family's at once,
+// with each of their sessions opened by one end (openInOrder): the peers' sessions toward them are
+// held down before they start, theirs once they run, and then let up, the restarted end first
+// (of two restarted ends, the one first in the fleet). How the speakers come back is no part of a
+// drill's figures: runDrills waits for the fresh state before the next drill.
+func restartNodes(ctx context.Context, fleets []famFleet, down []bool) error {
+	var peers, restarted, first, second []gateEntry
+	for _, fl := range fleets {
+		g, ok := fl.f.(sessionGate)
+		for i, d := range down {
+			if !ok || !d || fl.nodes[i].absent {
+				continue
+			}
+			for _, p := range fl.nodes[i].peers {
+				mine, theirs := gateEntry{g, i, p.addr}, gateEntry{g, p.idx, fl.nodes[i].addr}
+				restarted = append(restarted, mine)
+				switch {
+				case !down[p.idx]:
+					peers = append(peers, theirs)
+					first, second = append(first, mine), append(second, theirs)
+				case i < p.idx:
+					first = append(first, mine)
+				default:
+					second = append(second, mine)
+				}
+			}
+		}
+	}
+	if err := holdAll(peers, true); err != nil {
+		return err
+	}
+	errs := make([][]error, len(fleets))
+	var wg sync.WaitGroup
+	for k, fl := range fleets {
+		errs[k] = make([]error, len(down))
+		rs := fl.f.(restarter)
+		for i, d := range down {
+			if d && !fl.nodes[i].absent {
+				wg.Add(1)
+				go func() { defer wg.Done(); errs[k][i] = rs.restart(ctx, i) }()
+			}
+		}
+	}
+	wg.Wait()
+	var all []error
+	for _, e := range errs {
+		all = append(all, e...)
+	}
+	if err := errors.Join(all...); err != nil {
+		return err
+	}
+	if err := holdAll(restarted, true); err != nil {
+		return err
+	}
+	return openInOrder(ctx, first, second)
 }
 
 func downSuffix(names []string) string {

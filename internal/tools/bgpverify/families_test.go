@@ -77,10 +77,11 @@ func familiesMatchModel(t *testing.T, name string, in extender.Input, res *exten
 	}
 }
 
-// calicoFamilies runs the plan on confd + BIRD + BIRD6, with every drill (each zone, each route
-// reflector) when drills is set, and checks each family against the model, and 0 missing pairs in
-// every phase (the plan's drills pass in each family: bgpmodel.FamiliesOf).
-func calicoFamilies(t *testing.T, in extender.Input, res *extender.Result, o Options, drills bool, want ...extender.Families) {
+// calicoFamilies runs the plan on confd + BIRD + BIRD6 with every drill (each zone, each route
+// reflector lost: runDrills) and checks each family against the model, and 0
+// missing pairs in every phase (the plan's drills pass in each family: bgpmodel.FamiliesOf), each
+// drill's missing pairs the model's drill figure of that family and failure.
+func calicoFamilies(t *testing.T, in extender.Input, res *extender.Result, o Options, want ...extender.Families) {
 	s := calicoScratch(t, true)
 	_, err := FindBIRD("bird6")
 	require.NoError(t, err)
@@ -91,53 +92,75 @@ func calicoFamilies(t *testing.T, in extender.Input, res *extender.Result, o Opt
 	for _, fam := range want {
 		require.Empty(t, extender.FailedDrills(figs[fam.Key()].Drills), "%s: the model's drills", fam)
 	}
-	o.Drills = drills
+	o.Drills = true
 	start := time.Now()
 	rep := runCalicoPlan(t, s, in, res, o)
 	noConfigDifferences(t, "calico", rep.ConfigDifferences)
 	familiesMatchModel(t, "calico", in, res, rep, want...)
 	masks, _ := drillMasks(topo)
-	if !drills {
-		masks = nil
-	}
 	for _, fam := range want {
-		assert.Lenf(t, rep.Families[fam.Key()].Drills, len(masks), "%s: drills", fam)
+		fr := rep.Families[fam.Key()]
+		assert.Lenf(t, fr.Drills, len(masks), "%s: drills", fam)
+		for _, ph := range fr.Drills {
+			fig := modelDrill(t, topo, figs[fam.Key()].Drills, ph.Down)
+			assert.EqualValuesf(t, fig.MissingPairs, ph.Summary.MissingPairs, "%s%s: missing pairs against the model's drill %s", fam, downSuffix(ph.Down), fig)
+			assert.Zerof(t, ph.Summary.StaleBlocks, "%s%s: stale blocks", fam, downSuffix(ph.Down))
+		}
 	}
 	assert.Zero(t, rep.MissingPairs())
 	t.Logf("%d nodes, %d route reflectors, %d drills in %v", len(res.Nodes), len(res.RouteReflectors), len(masks), time.Since(start).Round(time.Second))
 }
 
+// modelDrill is the model's drill (bgpmodel's, one family's) whose failure is the nodes down: a
+// route reflector alone, else a whole zone.
+func modelDrill(t *testing.T, topo *bgpmodel.Topology, drills []extender.Drill, down []string) extender.Drill {
+	t.Helper()
+	require.NotEmpty(t, down)
+	mask, err := topo.NamesDown(down...)
+	require.NoError(t, err)
+	kind, name := extender.DrillZone, ""
+	for i, d := range mask {
+		if d {
+			name = topo.Nodes[i].Zone
+			if len(down) == 1 && topo.IsRR(i) {
+				kind, name = extender.DrillRouteReflector, down[0]
+			}
+			break
+		}
+	}
+	for _, d := range drills {
+		if d.Kind == kind && d.Name == name {
+			if kind == extender.DrillZone {
+				require.Equal(t, topo.ZoneDown(name), mask, "drill %s: the zone's nodes", name)
+			}
+			return d
+		}
+	}
+	require.Failf(t, "no model drill", "%s %s (down: %v)", kind, name, down)
+	return extender.Drill{}
+}
+
 // TestCalicoFamilies: 30 nodes in 3 zones, DualPlane (racks under a spine), on confd + BIRD +
 // BIRD6 (BIRD and BIRD6 side by side in every node's namespace, as calico-node runs them): a
 // dual-stack cluster and an IPv6-only one (calico-node's CALICO_ROUTER_ID=hash: confd renders the
-// hash of the node name as the router ID; without it verify refuses the plan), 0 missing pairs in
-// each family, the model's missing blocks node by node. TestCalicoFamiliesLarge adds every drill.
+// hash of the node name as the router ID; without it verify refuses the plan), side by side, 0
+// missing pairs in each family fresh and after each zone and each single route reflector is lost
+// (11 drills per cluster, runDrills: the lost nodes' BIRDs stopped and started again, nothing
+// rendered again), the model's missing blocks node by node and its drill figures.
 func TestCalicoFamilies(t *testing.T) {
-	t.Parallel()
-	calicoFamilyCases(t, false)
-}
-
-// TestCalicoFamiliesLarge (make test-all) is TestCalicoFamilies after each zone and each single
-// route reflector is lost (11 drills). Slow: about 5 minutes per cluster on a loaded 2-core
-// machine (each drill starts the stopped BIRDs again and waits out their peers' error wait, 5-30 s).
-func TestCalicoFamiliesLarge(t *testing.T) {
-	testenv.SlowProof(t)
-	calicoFamilyCases(t, true)
-}
-
-func calicoFamilyCases(t *testing.T, drills bool) {
+	t.Parallel() // beside TestCalico's confd proofs: both mostly wait on BGP timers
 	t.Run("DualStack", func(t *testing.T) {
+		t.Parallel()
 		in, res := familyPlan(t, 30, dualStack)
-		calicoFamilies(t, in, res, Options{}, drills, extender.FamilyIPv4, extender.FamilyIPv6)
+		calicoFamilies(t, in, res, Options{}, extender.FamilyIPv4, extender.FamilyIPv6)
 	})
 	t.Run("IPv6Only", func(t *testing.T) {
+		t.Parallel()
 		in, res := familyPlan(t, 30, ipv6Only)
-		if !drills {
-			_, err := Run(t.Context(), in, res, Options{Speaker: SpeakerCalico, Scratch: calicoScratch(t, true)})
-			var ie InputError
-			require.ErrorAs(t, err, &ie, "an IPv6-only plan without router IDs")
-		}
-		calicoFamilies(t, in, res, Options{CalicoRouterID: bgpmodel.RouterIDHash}, drills, extender.FamilyIPv6)
+		_, err := Run(t.Context(), in, res, Options{Speaker: SpeakerCalico, Scratch: calicoScratch(t, true)})
+		var ie InputError
+		require.ErrorAs(t, err, &ie, "an IPv6-only plan without router IDs")
+		calicoFamilies(t, in, res, Options{CalicoRouterID: bgpmodel.RouterIDHash}, extender.FamilyIPv6)
 	})
 }
 
@@ -163,8 +186,8 @@ func TestSpeakersDualStack(t *testing.T) {
 	}
 }
 
-// TestSpeakersDualStackLarge (make test-all; about 5 minutes on a loaded 2-core machine, BIRD's
-// drills most of it): the lab's own BIRD and BIRD6 on the same plan, every drill.
+// TestSpeakersDualStackLarge (make test-all; 66 s on a loaded 2-core machine, 9 drills of 3 to
+// 6 s each): the lab's own BIRD and BIRD6 on the same plan, every drill.
 func TestSpeakersDualStackLarge(t *testing.T) {
 	testenv.SlowProof(t)
 	t.Parallel()

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -523,6 +524,18 @@ const stragglerGrace = time.Minute
 // routes as stale for the restart time (120 s), as calico-node's BIRD does; they are reported as
 // stale blocks.
 func converge(ctx context.Context, f fleet, topo *bgpmodel.Topology, nodes []speakerNode, down []bool, start time.Time, opts Options) (*Phase, error) {
+	return convergeTo(ctx, f, topo, nodes, down, start, opts, nil)
+}
+
+// target says whether node i's polled state is exactly the one a phase ends in (its sessions
+// established, its routes and blocks; see drillTarget).
+type target func(i int, st nodeState) bool
+
+// convergeTo is converge for a phase whose end state is known (the drills'): with target set, the
+// nodes are polled in parallel every 150 ms, and the phase has converged as soon as every node up
+// meets target in two polls running (or, as converge does, when nothing changed for opts.Stable:
+// a state target never meets is still measured, only later).
+func convergeTo(ctx context.Context, f fleet, topo *bgpmodel.Topology, nodes []speakerNode, down []bool, start time.Time, opts Options, want target) (*Phase, error) {
 	m, err := topo.Propagate(down)
 	if err != nil {
 		return nil, err
@@ -537,27 +550,39 @@ func converge(ctx context.Context, f fleet, topo *bgpmodel.Topology, nodes []spe
 	if opts.Speaker != SpeakerGoBGP {
 		interval = 500 * time.Millisecond
 	}
+	if want != nil {
+		interval = 150 * time.Millisecond
+	}
 	deadline := start.Add(opts.Timeout)
 	states := make([]nodeState, len(nodes))
 	var lastSig string
 	lastChange := time.Now()
-	converged, extended := false, false
+	converged, extended, hitBefore := false, false, false
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if want != nil {
+			if err := pollAll(ctx, f, nodes, isDown, states); err != nil {
+				return nil, err
+			}
+		}
 		var sig strings.Builder
-		ready := true
+		ready, hit := true, want != nil
 		established := 0
 		for i := range nodes {
 			if isDown(i) {
 				continue
 			}
-			st, err := f.poll(ctx, i)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", nodes[i].name, err)
+			if want == nil {
+				st, err := f.poll(ctx, i)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", nodes[i].name, err)
+				}
+				states[i] = st
 			}
-			states[i] = st
+			st := states[i]
+			hit = hit && want(i, st)
 			established += st.established
 			fmt.Fprintf(&sig, "%d/%d/%d,", st.routes, len(st.blocks), st.established)
 			if ready {
@@ -579,10 +604,11 @@ func converge(ctx context.Context, f fleet, topo *bgpmodel.Topology, nodes []spe
 		if s := sig.String(); s != lastSig {
 			lastSig, lastChange = s, now
 		}
-		if ready && established/2 == wantSessions && now.Sub(lastChange) >= opts.Stable {
+		if ready && established/2 == wantSessions && (now.Sub(lastChange) >= opts.Stable || hit && hitBefore) {
 			converged = true
 			break
 		}
+		hitBefore = hit
 		if now.After(deadline) {
 			if ready && !extended && established/2 < wantSessions {
 				// Every node has its routes and a session straggles (GoBGP under load once left
@@ -653,6 +679,32 @@ func converge(ctx context.Context, f fleet, topo *bgpmodel.Topology, nodes []spe
 	logf(opts, "converged=%v in %.1fs: %d nodes, %d/%d sessions established, %d missing pairs (model %d), busiest %d routes (model %.0f)",
 		converged, s.ConvergedSeconds, s.Nodes, s.EstablishedSessions, s.Sessions, s.MissingPairs, s.ModelMissingPairs, s.MaxRoutesPerNode, s.ModelMaxRoutesPerNode)
 	return ph, nil
+}
+
+// pollAll polls every node up, eight at a time, into states.
+func pollAll(ctx context.Context, f fleet, nodes []speakerNode, isDown func(int) bool, states []nodeState) error {
+	errs := make([]error, len(nodes))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		if isDown(i) {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			st, err := f.poll(ctx, i)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", nodes[i].name, err)
+				return
+			}
+			states[i] = st
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 var errStopped = errors.New("speaker stopped")
