@@ -150,15 +150,12 @@ func (f *birdFleet) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if f.configs != nil {
-		// A BIRD that started before its peers tried them while they did not listen yet and
-		// backs off (confd's template: error wait 5 to 30 s, connect retry 5 s), and two ends
-		// that connect at about the same time can drop each other's session over and over (see
-		// restartNodes): a fresh lab of 30 took 16 to 42 s to converge when every BIRD restarted
-		// its protocols at once. Every BIRD listens now: each session is opened again by one end.
-		return f.openOnce(ctx)
-	}
-	return nil
+	// A BIRD that started before its peers tried them while they did not listen yet and backs
+	// off (confd's template, and birdConfig's: error wait 5 to 30 s, connect retry 5 s), and two
+	// ends that connect at about the same time can drop each other's session over and over (see
+	// restartNodes): a fresh lab of 30 took 16 to 42 s to converge when every BIRD restarted its
+	// protocols at once. Every BIRD listens now: each session is opened again by one end.
+	return f.openOnce(ctx)
 }
 
 // openOnce has every session of the running BIRDs opened by one end: every BGP protocol is
