@@ -295,7 +295,8 @@ func TestPoliciesDeletedAtOnceBoundedRelease(t *testing.T) {
 		s.RemovalDelay = &metav1.Duration{Duration: 2 * time.Second}
 		s.MigrateFromNodeMesh = true
 	})
-	for range 4 {
+	// The mesh goes off once the layout has stood idSettle with its sessions settled (migrate.go).
+	for i := 0; i < 20 && !meshOff(h); i++ {
 		h.reconcileBoth()
 		h.now = h.now.Add(3 * time.Second)
 	}
