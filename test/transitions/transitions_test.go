@@ -321,6 +321,7 @@ func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, second.Start(t.Context(), w.env.KubeconfigPath(testenv.UserServiceAccount), time.Minute))
 	t.Cleanup(second.Stop)
+	w.keepOnFailure("serve-2.log", func() string { return readLog(second.Log) })
 	w.product.Stop() // releases the lease
 	w.eventually("the second replica leads", time.Minute, func() error {
 		if !strings.Contains(readLog(second.Log), "successfully acquired lease") {
@@ -498,6 +499,13 @@ func startHistory(t *testing.T, w *world, lab *bgpverify.Lab, names []string, st
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stopFollow() })
 	h := &history{t: t, w: w, lab: lab, names: names, stopFollow: stopFollow, start: start, until: os.Getenv(envUntil)}
+	w.keepOnFailure("configures.txt", func() string {
+		var b strings.Builder
+		for _, r := range lab.Reconfigures() {
+			fmt.Fprintf(&b, "%s %s changed %v added %v removed %v\n", r.At.Format("15:04:05.000"), r.Node, r.Changed, r.Added, r.Removed)
+		}
+		return b.String()
+	})
 	w.eventually(fmt.Sprintf("every pair routed on the %d BIRDs", len(names)), 3*time.Minute, func() error { return h.converged(len(names)) })
 	t.Logf("setup: %d nodes routed on BIRD %v after the start", len(names), time.Since(start).Round(100*time.Millisecond))
 	h.s = lab.StartSampler(ctx, 100*time.Millisecond)
@@ -693,15 +701,17 @@ type world struct {
 	admin   kubernetes.Interface
 	kubel   kubernetes.Interface
 	dyn     dynamic.Interface
+	started time.Time // names the folder keepOnFailure writes to
 }
 
 // newWorld starts the API server with Calico's CRDs, an IP pool of /24 blocks and the
 // BGPConfiguration (Calico's node-to-node mesh on or off), the product from its chart, and the
 // policy (none when policy is empty).
 func newWorld(t *testing.T, mesh bool, policy string, serveArgs ...string) *world {
+	started := time.Now()
 	env := testenv.Start(t, testenv.WithChartRBAC())
 	env.CreateNamespace(t, testenv.ChartNamespace)
-	w := &world{t: t, env: env}
+	w := &world{t: t, env: env, started: started}
 	var err error
 	w.admin, err = kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
@@ -730,6 +740,8 @@ func newWorld(t *testing.T, mesh bool, policy string, serveArgs ...string) *worl
 	require.NoError(t, err)
 
 	w.product = env.StartProduct(t, false, "", serveArgs...)
+	w.keepOnFailure("serve-1.log", func() string { return readLog(w.product.Log) })
+	w.keepOnFailure("events.txt", w.events)
 	env.AwaitWebhooks(t, 30*time.Second)
 	if policy != "" {
 		// Nodes join a cluster whose policy is in force.
@@ -754,6 +766,52 @@ func (w *world) applyPolicy(policy string) {
 		}
 		return nil
 	})
+}
+
+// keepOnFailure writes what get returns, when the test failed, to name in a folder under /tmp
+// that outlives the test (the product's log is in a t.TempDir and its tail in the test log
+// rarely says why an event failed).
+func (w *world) keepOnFailure(name string, get func() string) {
+	t := w.t
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		dir := filepath.Join(os.TempDir(), "rra-transitions-"+strings.ReplaceAll(t.Name(), "/", "_")+"-"+w.started.Format("20060102-150405"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Log(err)
+			return
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(get()), 0o644); err != nil {
+			t.Log(err)
+			return
+		}
+		t.Logf("kept %s", p)
+	})
+}
+
+// events lists the cluster's Events, oldest first (the product's decisions, for a failed run).
+func (w *world) events() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := w.admin.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	items := list.Items
+	slices.SortStableFunc(items, func(a, b corev1.Event) int {
+		return cmp.Or(a.LastTimestamp.Compare(b.LastTimestamp.Time), a.EventTime.Compare(b.EventTime.Time))
+	})
+	var b strings.Builder
+	for _, e := range items {
+		at := e.LastTimestamp.Time
+		if at.IsZero() {
+			at = e.EventTime.Time
+		}
+		fmt.Fprintf(&b, "%s %s %s/%s %s x%d: %s\n", at.Format("15:04:05"), e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Count, e.Message)
+	}
+	return b.String()
 }
 
 func (w *world) eventually(what string, timeout time.Duration, f func() error) {
