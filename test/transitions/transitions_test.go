@@ -547,10 +547,11 @@ func (h *history) event(name string, act func(before *roles), live int) {
 			t.Logf("  configure %s: changed %v added %v removed %v", r.Node, r.Changed, r.Added, r.Removed)
 		}
 	}
-	h.report = append(h.report, fmt.Sprintf("%s; routes once settled %d", f.String(), steady.SteadyRoutes))
 	require.NoError(t, h.s.Err(), "sampling")
 	require.NotZero(t, steady.Samples, "no sample once settled")
-	check(t, &f, before, after, steady.SteadyRoutes)
+	kept, needless := check(t, &f, before, after, steady.SteadyRoutes)
+	h.report = append(h.report, fmt.Sprintf("%s; routes once settled %d; between nodes that keep their role: %d missing pair-samples, %d sessions of surviving route reflectors restarted",
+		f.String(), steady.SteadyRoutes, kept, needless))
 }
 
 // steadyRoutes samples the settled cluster in a window of its own until a sampling round
@@ -581,7 +582,9 @@ func (h *history) finish() {
 // role; a route reflector that stays one in its rack and plane keeps its cluster ID; none of its
 // sessions to nodes that keep their role restarts; the busiest node's routes at their peak within
 // twice the steady state (the larger of the busiest node's routes before and once settled after).
-func check(t *testing.T, f *bgpverify.TransitionFigures, before, after *roles, steadyAfter int) {
+// It returns the missing pair-samples between nodes that keep their role and the restarted
+// sessions of surviving route reflectors to them.
+func check(t *testing.T, f *bgpverify.TransitionFigures, before, after *roles, steadyAfter int) (kept, needlessRestarts int) {
 	t.Helper()
 	keeps := func(n string) bool { return before.id[n] == after.id[n] && before.ready[n] && after.ready[n] }
 	missing, pairs := f.MissingWhere(func(a, b string) bool { return keeps(a) && keeps(b) })
@@ -635,6 +638,7 @@ func check(t *testing.T, f *bgpverify.TransitionFigures, before, after *roles, s
 	steady := max(f.SteadyRoutes, steadyAfter)
 	assert.LessOrEqualf(t, f.PeakRoutes, 2*steady, "%s: the busiest node's routes peaked at %d (%s), more than twice the steady state %d",
 		f.Event, f.PeakRoutes, f.PeakNode, steady)
+	return missing, len(needless)
 }
 
 func head(s []string, n int) []string { return s[:min(n, len(s))] }
