@@ -544,7 +544,7 @@ func (h *history) event(name string, act func(before *roles), live int) {
 	}
 	for _, r := range f.Reconfigured {
 		if len(r.Changed)+len(r.Added)+len(r.Removed) > 0 {
-			t.Logf("  configure %s: changed %v added %v removed %v", r.Node, r.Changed, r.Added, r.Removed)
+			t.Logf("  configure %s @%v: changed %v added %v removed %v", r.Node, r.At.Sub(f.Began).Round(10*time.Millisecond), r.Changed, r.Added, r.Removed)
 		}
 	}
 	require.NoError(t, h.s.Err(), "sampling")
@@ -611,6 +611,16 @@ func check(t *testing.T, f *bgpverify.TransitionFigures, before, after *roles, s
 			parts = append(parts, fmt.Sprintf("%s(%s):%d", n, before.role(n), byNode[n]))
 		}
 		t.Logf("  %s: pair-samples lost between kept nodes, by node: %s", f.Event, strings.Join(parts, " "))
+		// When each of their gaps began, and the sessions of the node that lost the route that
+		// were not Established then.
+		var gaps []string
+		for _, g := range f.GapStarts {
+			a, b, _ := strings.Cut(g.Pair, "->")
+			if keeps(a) && keeps(b) {
+				gaps = append(gaps, fmt.Sprintf("%s@%v(not Established: %v)", g.Pair, g.At.Round(10*time.Millisecond), g.NotEstablished))
+			}
+		}
+		t.Logf("  %s: gaps between kept nodes began: %s", f.Event, strings.Join(head(gaps, 40), " "))
 	}
 
 	surviving := func(n string) bool {
