@@ -95,6 +95,16 @@ var (
 // in make test-all (CI) and make test-transitions, 2.5 to 4 minutes: make test stays under its
 // time budget.
 //
+// On 2026-11-27, with the mesh migration's and the rack split's fixes merged, five runs
+// (RRA_TRANSITIONS_HISTORY=1 go test -count=1 -v -timeout 30m -run 'TestTransitionsOnRealBIRD$'
+// ./test/transitions/, 2.3-3.4 minutes, load average 15 to 77 beside other helpers' tests) all
+// passed: 0 pair-samples between nodes that keep their role and no restarted session of a
+// surviving route reflector to one in any event. Per event, pair-samples lost in all (each with a
+// promoted, drained or revived node at one end), longest gap, restarted sessions, busiest node's
+// peak routes (at the start): (i) 194-1,453, 1.8-6.2 s, 6-10, 77-101 (59); (ii) 34-538, 1.2-5.2 s,
+// 2-3, 59 (59); (iii) 421-973, 1.2-12.1 s, 1-3, 57-85 (57); (iv) out 0, 0 s, 0, 55 (55); (iv) back
+// 0-138 (the revived nodes'), 0-2.0 s, 0, 55 (37).
+//
 // What a faster test cannot prove: the model and the plan-level checks see only end states and
 // their own idea of a session; here BIRD itself decides which protocol restarts on `configure`
 // (a Cease withdraws the routes at once, graceful restart does not cover it), the order and
@@ -304,9 +314,40 @@ spec:
 // route reflectors down while their BIRD lagged would do it; BGP health now waits for a new route
 // reflector's first session, above). Those runs had (d) fail as before; its fix (above) came from
 // another branch the same day.
+//
+// The whole history on 2026-11-27, both fixes merged (RRA_TRANSITIONS_HISTORY=1 go test -count=1
+// -v -timeout 40m -run 'TestTransitionsHistoryOnRealBIRD$' ./test/transitions/, 3.5-6.5 minutes),
+// six runs at load average 12 to 86 beside other helpers' tests: four passed every event; every
+// event of every run missed 0 pair-samples between nodes that keep their role but one, below.
+// Per event over the six runs, pair-samples lost in all (every one with a promoted, drained or
+// killed node at one end), longest gap (to or from such a node), restarted sessions, busiest
+// node's peak routes (once settled): (d) 7,997-26,320, 12.0-28.0 s, 4-67 (12-207 removed), 80
+// (59), the mesh off 23-50 s after the policy; (c) 347-18,785, 3.8-16.0 s, 0-8, 102-104 (59),
+// only the six planned route reflectors promoted; (a) 567-3,660, 2.8-14.3 s, 7-17, 62-90 (61); (b)
+// 122-1,496, 1.5-8.5 s, 2-4, 61 (59); its BIRD back 0; (e) 127-1,699, 1.5-4.0 s, 6-9, 61 (61).
+// The failures: run 3 (load 60-77) in (b), 34 pair-samples between kept nodes: client node-21
+// lacked the blocks of node-08 (zone-c-rack-1's plane-1 route reflector) and of node-14 (its
+// client) for 17 samples each, while no configure touched node-21, its route reflectors or the
+// plane-1 path (the product's writes were node-11's promotion, node-14's transitional set and
+// node-05's demotion); unexplained: the test now logs when each gap between kept nodes began
+// and which of the losing node's sessions were not Established then. Run 4 (load 60-70) failed
+// (b)'s "BIRD back" on one restart, node-05->node-11 ("Socket: Connection closed" 3.5 s after
+// node-05's BIRD came back): the revived BIRD's first session, closed once while establishing,
+// no restart of a session that was up; the check now leaves out the first sessions of BIRDs
+// started in the event (run 5 had the same, a connection collision, and passed). Runs 3 to 6 ran
+// with BGP health taking a route reflector whose sessions (re)started for alive only once a
+// session of its new role is Established (bgphealth.go roleSessionUp): a client promoted by the
+// rack split was reported with its client sessions to its old route reflectors Established until
+// its BIRD loaded the new role, and BGP health, taking that for alive, judged it down when its
+// new sessions came up slower than gracePeriod: the likely cause of the run at load 54 above
+// (its leader's log was not kept; TestBGPHealthJudgesPromotedClientsByTheirNewSessions reproduces
+// the mechanism and fails without the fix). In runs 3 to 6 (c) promoted only its six planned
+// route reflectors. Runs 5 and 6 also ran with the harness's last change, at load 68-86, and
+// passed. A failing run now keeps the product's logs, the cluster's Events and the lab's
+// configures under /tmp/rra-transitions-<test>-<time>/.
 func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	if os.Getenv(envHistory) == "" {
-		t.Skip("the transitions history: `make test-transitions` runs it (" + envHistory + "=1); CI does not run it yet: every event passed on the code of 2026-11-27, but not yet in one whole run (docs/testing.md)")
+		t.Skip("the transitions history: `make test-transitions` runs it (" + envHistory + "=1); CI does not run it yet: four of six whole runs passed on 2026-11-27, one missed 34 pair-samples between kept nodes in (b), unexplained (docs/testing.md)")
 	}
 	size := largeNodes(t)
 	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
