@@ -295,9 +295,14 @@ func TestPoliciesDeletedAtOnceBoundedRelease(t *testing.T) {
 		s.RemovalDelay = &metav1.Duration{Duration: 2 * time.Second}
 		s.MigrateFromNodeMesh = true
 	})
-	for range 4 {
+	// The mesh goes off once every route reflector's sessions have settled (migrate.go: at least
+	// idSettle after the layout's last writes; 15 s here).
+	for range 30 {
 		h.reconcileBoth()
 		h.now = h.now.Add(3 * time.Second)
+		if meshOff(h) {
+			break
+		}
 	}
 	require.True(t, meshOff(h))
 	run := &releaseRun{before: h.model(false)}
