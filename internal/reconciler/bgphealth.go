@@ -175,12 +175,24 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	r.mu.Unlock()
 	clients := clientsOf(p, view)
 	ips := r.calicoBGPAddresses(ctx, len(rrs) > 0)
+	var uplinkIDs map[string][]string // uplink set -> the spine members' IDs its BGPPeer selects, read once when needed
+	uplinks := func() map[string][]string {
+		if uplinkIDs == nil {
+			list, err := r.peers().List(ctx, managedPeers(st.Name))
+			if err != nil {
+				r.Log.Error(err, "bgpHealth: listing BGPPeers", "policy", st.Name)
+			}
+			uplinkIDs = setIDs(list, extender.LabelUplinkSet)
+		}
+		return uplinkIDs
+	}
 	next := map[string]extender.BGPHealth{}
 	grace, failed := map[extender.Families]int{}, map[extender.Families]int{}
 	for _, rr := range rrs {
 		cns := have[rr]
 		h, had := prev[rr]
-		if rec := m.settle[rr]; rec != nil && cns != nil && !cns.Status.LastUpdated.Time.Before(rec.at) && establishedFamilies(withoutMesh(cns)) != 0 {
+		if rec := m.settle[rr]; rec != nil && !rec.alive && cns != nil && !cns.Status.LastUpdated.Time.Before(rec.at) &&
+			roleSessionUp(cns, rolePeers(rr, clients[rr], view, uplinks), view, ips) {
 			rec.alive = true
 		}
 		if cns == nil || cns.Status.LastUpdated.IsZero() || !extender.IsReady(view[rr]) || justStarted(m, rr, st.Now) {
@@ -242,8 +254,8 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 }
 
 // justStarted: the route reflector's sessions (re)started less than idSettleMax ago (promoted,
-// renumbered, given clients by a move: moves.go) and none has been seen Established since (a mesh
-// session is none: see withoutMesh). Its sessions are not judged yet: confd renders and BIRD
+// renumbered, given clients by a move: moves.go) and none of its present role has been seen
+// Established since (roleSessionUp). Its sessions are not judged yet: confd renders and BIRD
 // establishes them within a few seconds, longer on a loaded node. On the live lab's mesh migration
 // (gracePeriod 5 s) route reflectors just promoted were replaced, or given spine standbys, before
 // their first sessions came up (10-15 s on two loaded cores), which moved or promoted nodes again.
@@ -251,6 +263,51 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 func justStarted(m *handoverMemo, rr string, now time.Time) bool {
 	rec := m.settle[rr]
 	return rec != nil && !rec.up && !rec.alive && now.Sub(rec.at) < idSettleMax
+}
+
+// roleSessionUp: cns shows an Established session (not a mesh one, see withoutMesh) to one of
+// peers, the nodes rr peers with in its present role (rolePeers). A session to another node is no
+// sign that the role's sessions came up: a client just promoted is reported with its client
+// sessions to its old route reflectors Established until its BIRD loads its new role, which
+// removes them. On the live lab's rack split at load 54 (confd/BIRD rounds of 19 s), the new route
+// reflectors of a rack, taken for alive from those sessions, were then judged down before their
+// clients' sessions came up and replaced by two kept clients, and back.
+func roleSessionUp(cns *apiv3.CalicoNodeStatus, peers []string, view map[string]*corev1.Node, calicoIPs map[string][]string) bool {
+	up := establishedIPs(withoutMesh(cns))
+	if len(up) == 0 {
+		return false
+	}
+	for _, n := range peers {
+		for _, a := range bgpAddresses(calicoIPs, view, n) {
+			if ip := net.ParseIP(a); ip != nil && up[ip.String()] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// rolePeers names the nodes route reflector rr peers with in its present role: its clients (the
+// nodes whose route reflectors annotation lists it), the rack route reflectors whose uplink set
+// selects it (a spine member's), and the spine members its own uplink set selects (a rack route
+// reflector's). uplinks maps each uplink set to the IDs its BGPPeer selects.
+func rolePeers(rr string, clients []string, view map[string]*corev1.Node, uplinks func() map[string][]string) []string {
+	out := slices.Clone(clients)
+	id := extender.RouteReflectorID(rr)
+	var own []string
+	if n := view[rr]; n != nil {
+		own = uplinks()[n.Labels[extender.LabelUplinkSet]]
+	}
+	for name, n := range view {
+		if name == rr {
+			continue
+		}
+		if set := n.Labels[extender.LabelUplinkSet]; set != "" && slices.Contains(uplinks()[set], id) ||
+			slices.Contains(own, extender.RouteReflectorID(name)) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // healthFingerprint is what the statuses say that the plan reads: per route reflector, whether its

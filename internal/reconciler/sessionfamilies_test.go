@@ -340,3 +340,86 @@ func TestBGPHealthGivesNewRouteReflectorsTheirSettleTime(t *testing.T) {
 	}
 	require.NotZerof(t, draining, "no route reflector replaced with its sessions down past idSettle and gracePeriod: %v", h.rrs())
 }
+
+// TestBGPHealthJudgesPromotedClientsByTheirNewSessions: a client promoted by a rack split was
+// reported by calico-node with its client sessions to its old route reflectors Established until
+// its BIRD loaded its new role (confd renders it seconds later on a loaded node); then those
+// sessions are gone and its new ones (to its clients, to its spine member) are establishing. Those
+// old sessions are no sign that its new ones are up: BGP health leaves it unjudged until a session
+// of its new role (to a client that lists it, or to a rack route reflector whose uplink set selects
+// it) is seen Established, idSettleMax at most. Before, the first report's old sessions made it
+// "alive" at once, and with its new sessions slower than gracePeriod it was judged down and
+// replaced: on the live lab's rack split at load 54, two kept clients were promoted in place of the
+// new route reflectors of a rack and back.
+func TestBGPHealthJudgesPromotedClientsByTheirNewSessions(t *testing.T) {
+	on := true
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.BGPHealth = &v1alpha1.BGPHealth{Enabled: &on, GracePeriod: &metav1.Duration{Duration: 5 * time.Second}}
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptrTo(int32(30))}
+	}, ipCluster(90))
+	h.r.Ledger.BGPHealth = h.r.BGPHealthRecords
+	h.reconcile()
+	h.now = h.now.Add(5 * time.Minute)
+	h.reconcile()
+	h.reconcile()
+	allUp := func(string, string, extender.Families) bool { return true }
+	h.calicoNodeBy(allUp)
+	h.now = h.now.Add(time.Second)
+	h.reconcile()
+	old := h.rrs()
+	oldRRsOf := map[string][]string{} // client -> the route reflectors it peers with
+	for _, n := range h.nodes() {
+		oldRRsOf[n.Name] = strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ",")
+	}
+	h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptrTo(int32(15))}
+	})
+	h.reconcile()
+	promoted := map[string]bool{}
+	for n := range h.rrs() {
+		if _, ok := old[n]; !ok {
+			promoted[n] = true
+		}
+	}
+	require.NotEmpty(t, promoted, "the split promotes clients")
+	h.now = h.now.Add(time.Second)
+	h.reconcile() // their CalicoNodeStatuses
+	// Reported before their BIRD loaded the new role: their sessions to their old route
+	// reflectors, as clients, Established.
+	h.now = h.now.Add(time.Second)
+	h.calicoNodeBy(func(rr, peer string, _ extender.Families) bool {
+		return !promoted[rr] || slices.Contains(oldRRsOf[rr], peer)
+	})
+	h.reconcile()
+	// Then loaded: the old sessions gone, the new ones establishing, past gracePeriod.
+	for range 12 {
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeBy(func(rr, _ string, _ extender.Families) bool { return !promoted[rr] })
+		h.reconcile()
+	}
+	rrs := h.rrs()
+	for n := range promoted {
+		require.Containsf(t, rrs, n, "%s replaced before its new sessions could come up (route reflectors %v)", n, rrs)
+		require.Emptyf(t, h.node(n).Annotations[extender.AnnotationDrainingSince], "%s replaced before its new sessions could come up", n)
+	}
+	for n := range rrs {
+		_, wasRR := old[n]
+		require.Truef(t, wasRR || promoted[n], "%s promoted in place of a new route reflector whose sessions were establishing", n)
+	}
+	// Once a session of the new role is up, it is judged: all down past gracePeriod, replaced.
+	h.now = h.now.Add(time.Second)
+	h.calicoNodeBy(allUp)
+	h.reconcile()
+	for range 8 {
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeBy(func(rr, _ string, _ extender.Families) bool { return !promoted[rr] })
+		h.reconcile()
+	}
+	replaced := 0
+	for n := range promoted {
+		if h.node(n).Annotations[extender.AnnotationDrainingSince] != "" || h.rrs()[n] == "" {
+			replaced++
+		}
+	}
+	require.NotZerof(t, replaced, "no promoted route reflector replaced with its sessions down past gracePeriod, once up: %v", h.rrs())
+}

@@ -203,6 +203,7 @@ func lastError(c *birdConn, name string) string {
 // TransitionFigures are what a Sampler measured over one event window on the Lab.
 type TransitionFigures struct {
 	Event    string
+	Began    time.Time
 	Duration time.Duration
 	Samples  int // sampling rounds (every running BIRD read once per round)
 	// MissingPairSamples counts, over the rounds, the pairs (node, other node's block) that were
@@ -235,6 +236,18 @@ type TransitionFigures struct {
 	SteadyRoutes int
 	PeakRoutes   int
 	PeakNode     string
+	// GapStarts are the gaps that began in the window (a pair routed before and missing in a
+	// round), in order, with the node's BGP sessions not Established in that round: what a lost
+	// pair's node saw when it lost it.
+	GapStarts []PairGap
+}
+
+// PairGap is the start of a pair's gap: At after the window began, the node's BGP sessions not
+// Established in that round (by peer node, or protocol name when the peer is unknown).
+type PairGap struct {
+	Pair           string
+	At             time.Duration
+	NotEstablished []string
 }
 
 // RestartsByNode counts the restarted sessions per node.
@@ -399,7 +412,7 @@ func (s *Sampler) End() TransitionFigures {
 	}
 	f.Restarts, f.Removed = splitRemoved(f.Restarts, s.l.names, cfgs, s.peerOf)
 	now := time.Now()
-	f.Duration = now.Sub(s.began)
+	f.Began, f.Duration = s.began, now.Sub(s.began)
 	for p, t := range s.since {
 		if g := now.Sub(t); g > f.LongestGap {
 			f.LongestGap, f.LongestGapPair = g, s.l.names[p[0]]+"->"+s.l.names[p[1]]
@@ -510,6 +523,9 @@ func (s *Sampler) round(ctx context.Context) {
 			case s.seen[p]:
 				if _, ok := s.since[p]; !ok {
 					s.since[p] = ns.at
+					if w != nil {
+						w.GapStarts = append(w.GapStarts, PairGap{Pair: l.names[i] + "->" + l.names[j], At: ns.at.Sub(s.began), NotEstablished: s.notEstablished(ns)})
+					}
 				}
 				if w != nil {
 					w.MissingPairSamples++
@@ -584,6 +600,23 @@ func splitRemoved(downs []SessionRestart, names []string, cfgs [][]byte, peerOf 
 		restarts = append(restarts, r)
 	}
 	return restarts, removed
+}
+
+// notEstablished names the BGP sessions of a sample that are not Established, by peer node
+// (sorted).
+func (s *Sampler) notEstablished(ns nodeSample) []string {
+	var out []string
+	for name, st := range ns.protos {
+		if st.up {
+			continue
+		}
+		if p := s.peerOf(name); p >= 0 {
+			name = s.l.names[p]
+		}
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // peerOf is the node a protocol named Node_, Mesh_ or Global_<address> peers with, -1 if none.
