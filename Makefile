@@ -37,9 +37,9 @@ test: tools ## Run every test: unit, fuzz seeds, integration on a real kube-apis
 	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./internal/serve/ ./internal/tools/bgpverify/ ./...
 
 test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller, the live transitions proof, the release's OCI install); not in .ci/run: run it before a release
-	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 40m -run 'Large$$|^TestTransitionsOnRealBIRD$$' ./...
+	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 40m -run 'Large$$|^TestTransitions(History)?OnRealBIRD$$' ./...
 
-test-transitions: tools ## The live transitions proof on confd + BIRD, the short history (also in make test-all) and the long one (not in CI: some events still lose routes, issue 36)
+test-transitions: tools ## The live transitions proofs on confd + BIRD, the short one and the history (both also in make test-all), verbose
 	source $(TOOLS_ENV) && RRA_TRANSITIONS_HISTORY=1 $(GO) test -count=1 -v -timeout 30m -run 'TestTransitions' ./test/transitions/
 
 test-short: ## Unit tests only (no cluster binaries needed)

@@ -346,8 +346,12 @@ spec:
 // passed. A failing run now keeps the product's logs, the cluster's Events and the lab's
 // configures under /tmp/rra-transitions-<test>-<time>/.
 func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
-	if os.Getenv(envHistory) == "" {
-		t.Skip("the transitions history: `make test-transitions` runs it (" + envHistory + "=1); CI does not run it yet: four of six whole runs passed on 2026-11-27, one missed 34 pair-samples between kept nodes in (b), unexplained (docs/testing.md)")
+	if os.Getenv(envHistory) == "" && os.Getenv(testenv.EnvAll) == "" {
+		// Not in make test: 30 confd watches hold 124 of Linux's default 128 inotify instances, so
+		// the chart's and serve's tests beside it fail with "too many open files", and its 10 to
+		// 15 minutes do not fit. Four of six whole runs passed on 2026-11-27; one missed 34
+		// pair-samples between kept nodes in (b), unexplained (docs/testing.md).
+		t.Skip("the transitions history: `make test-all` and `make test-transitions` run it (" + testenv.EnvAll + "=1 or " + envHistory + "=1)")
 	}
 	size := largeNodes(t)
 	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
