@@ -168,11 +168,9 @@ func (h *harness) calicoNodeBy(up func(rr, client string, fam extender.Families)
 	}
 }
 
-// TestBGPHealthIPv6DownReplaced: in a dual-stack cluster, a route reflector whose IPv6 sessions are
-// all down while its IPv4 ones are up is down for its IPv6 clients: past gracePeriod it is
-// replaced (draining, reason BGPDown), the Event says "IPv6 sessions down", and the gauge counts it
-// under family="ipv6".
-func TestBGPHealthIPv6DownReplaced(t *testing.T) {
+// dualHealthHarness is a dual-stack cluster of 12 under a policy with BGP health on (gracePeriod
+// 5 s, no scale-down stabilization), reconciled twice: its route reflectors placed.
+func dualHealthHarness(t *testing.T) *harness {
 	on := true
 	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 		s.BGPHealth = &v1alpha1.BGPHealth{Enabled: &on, GracePeriod: &metav1.Duration{Duration: 5 * time.Second}}
@@ -181,6 +179,15 @@ func TestBGPHealthIPv6DownReplaced(t *testing.T) {
 	h.r.Ledger.BGPHealth = h.r.BGPHealthRecords
 	h.reconcile()
 	h.reconcile()
+	return h
+}
+
+// TestBGPHealthIPv6DownReplaced: in a dual-stack cluster, a route reflector whose IPv6 sessions are
+// all down while its IPv4 ones are up is down for its IPv6 clients: past gracePeriod it is
+// replaced (draining, reason BGPDown), the Event says "IPv6 sessions down", and the gauge counts it
+// under family="ipv6".
+func TestBGPHealthIPv6DownReplaced(t *testing.T) {
+	h := dualHealthHarness(t)
 	before := h.rrs()
 	require.Len(t, before, 3)
 	require.Len(t, h.nodeStatuses(), 3, "one CalicoNodeStatus per route reflector")
@@ -304,14 +311,7 @@ func TestSessionsDownCalicoIPv4Only(t *testing.T) {
 // seen Established since. On the live lab's mesh migration (gracePeriod 5 s) three of the eight new
 // route reflectors were replaced before their first sessions came up, and their clients moved again.
 func TestBGPHealthGivesNewRouteReflectorsTheirSettleTime(t *testing.T) {
-	on := true
-	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
-		s.BGPHealth = &v1alpha1.BGPHealth{Enabled: &on, GracePeriod: &metav1.Duration{Duration: 5 * time.Second}}
-		s.Behavior = &v1alpha1.Behavior{ScaleDown: &v1alpha1.ScaleDown{StabilizationWindowSeconds: ptr(int32(0))}}
-	}, dualCluster(12))
-	h.r.Ledger.BGPHealth = h.r.BGPHealthRecords
-	h.reconcile()
-	h.reconcile()
+	h := dualHealthHarness(t)
 	before := h.rrs()
 	require.Len(t, before, 3)
 	none := func(string, string, extender.Families) bool { return false }
