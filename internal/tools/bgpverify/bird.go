@@ -40,7 +40,23 @@ type birdFleet struct {
 	mu    sync.Mutex
 	procs []*exec.Cmd
 	conns []*birdConn
+	// notUp: since when each session end (node, peer) has been seen short of Established, both
+	// ends running and neither held or started since (hold and startProc forget it); reopening:
+	// the sessions (lower node index first) reopenStuck is opening again.
+	notUp     map[gateKey]time.Time
+	reopening map[[2]int]bool
+	peerIDs   []map[string]int // by node: its peers' indexes by protoID
 }
+
+// gateKey is node's session end toward peer.
+type gateKey struct {
+	node int
+	peer netip.Addr
+}
+
+// birdStuckAfter is how long a session of two running BIRDs may stay short of Established before
+// the lab opens it again from one end (reopenStuck). A session opened by one end is up in 3 to 5 s.
+const birdStuckAfter = 20 * time.Second
 
 // FindBIRD returns the path of the bird binary (path, else $BIRD, else bird from PATH), or an
 // error that says how to install it.
@@ -113,7 +129,7 @@ func birdConfig(nd speakerNode, asn uint32, port int, pool netip.Prefix) string 
 	}
 	b.WriteString("\n# ------------- Node-specific peers -------------\n")
 	for _, p := range nd.peers {
-		id := strings.NewReplacer(".", "_", ":", "_").Replace(p.addr.String())
+		id := protoID(p.addr)
 		fmt.Fprintf(&b, "protocol bgp Node_%s from bgp_template {\n  ttl security off;\n  multihop;\n", id)
 		portPart := ""
 		if port != 179 {
@@ -230,8 +246,20 @@ func (f *birdFleet) startProc(i int) error {
 	}
 	f.mu.Lock()
 	f.procs[i] = cmd
+	f.forget(i, netip.Addr{})
 	f.mu.Unlock()
 	return nil
+}
+
+// forget drops node i's session ends toward peer (every peer when peer is the zero address) from
+// notUp, and their other ends: their wait starts again. f.mu is held.
+func (f *birdFleet) forget(i int, peer netip.Addr) {
+	for k := range f.notUp {
+		if (k.node == i && (!peer.IsValid() || k.peer == peer)) ||
+			(k.peer == f.nodes[i].addr && (!peer.IsValid() || f.nodes[k.node].addr == peer)) {
+			delete(f.notUp, k)
+		}
+	}
 }
 
 // dial connects to node i's control socket, waiting up to 20 s for BIRD to open it.
@@ -269,7 +297,7 @@ func (f *birdFleet) poll(ctx context.Context, i int) (nodeState, error) {
 	if c == nil || cmd == nil {
 		return st, errStopped
 	}
-	out, err := c.command("show route" + f.filter + " count")
+	out, err := f.command(i, c, "show route"+f.filter+" count")
 	if err != nil {
 		return st, err
 	}
@@ -278,7 +306,7 @@ func (f *birdFleet) poll(ctx context.Context, i int) (nodeState, error) {
 		return st, fmt.Errorf("unexpected reply to show route count: %q", out)
 	}
 	st.routes, _ = strconv.Atoi(m[1]) // "<shown> of <in the table> routes": the filter's count
-	out, err = c.command("show route" + f.filter + " primary")
+	out, err = f.command(i, c, "show route"+f.filter+" primary")
 	if err != nil {
 		return st, err
 	}
@@ -291,18 +319,96 @@ func (f *birdFleet) poll(ctx context.Context, i int) (nodeState, error) {
 			st.blocks = append(st.blocks, p)
 		}
 	}
-	out, err = c.command("show protocols")
+	out, err = f.command(i, c, "show protocols")
 	if err != nil {
 		return st, err
 	}
+	now := time.Now()
 	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, " BGP ") && strings.Contains(line, "Established") {
+		if !strings.Contains(line, " BGP ") {
+			continue
+		}
+		up := strings.Contains(line, "Established")
+		if up {
 			st.established++
 		}
+		f.watch(i, strings.Fields(line)[0], up, now)
 	}
 	st.memoryKiB = rssKiB(cmd.Process.Pid)
 	return st, nil
 }
+
+// watch notes whether node i's BGP protocol name (Node_<peer's address>, as hold names them) is
+// up, and has its session opened again (reopenStuck) once it has stayed down for birdStuckAfter
+// with both ends running.
+func (f *birdFleet) watch(i int, name string, up bool, now time.Time) {
+	_, id, ok := strings.Cut(name, "_")
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.peerIDs == nil {
+		f.peerIDs = make([]map[string]int, len(f.nodes))
+	}
+	if f.peerIDs[i] == nil {
+		f.peerIDs[i] = map[string]int{}
+		for _, p := range f.nodes[i].peers {
+			f.peerIDs[i][protoID(p.addr)] = p.idx
+		}
+	}
+	j, ok := f.peerIDs[i][id]
+	if !ok {
+		return
+	}
+	k := gateKey{i, f.nodes[j].addr}
+	if up || f.conns[j] == nil || f.conns[i] == nil {
+		delete(f.notUp, k)
+		return
+	}
+	if f.notUp == nil {
+		f.notUp, f.reopening = map[gateKey]time.Time{}, map[[2]int]bool{}
+	}
+	since, seen := f.notUp[k]
+	if !seen {
+		f.notUp[k] = now
+		return
+	}
+	pair := [2]int{min(i, j), max(i, j)}
+	if now.Sub(since) < birdStuckAfter || f.reopening[pair] {
+		return
+	}
+	f.reopening[pair] = true
+	go f.reopenStuck(pair[0], pair[1], now.Sub(since))
+}
+
+// reopenStuck opens the session of nodes a < b again from one end (a's, as openOnce would): both
+// ends held down, then let up in order (openInOrder). Under load the fresh start's or a drill's
+// ordered opening can miss: two ends whose connections cross drop each other's session over and
+// over with graceful restart (openInOrder), and a 100-node lab on a machine loaded 70 to 140 once
+// had 4 of 309 sessions down 4 minutes after its start.
+func (f *birdFleet) reopenStuck(a, b int, down time.Duration) {
+	defer func() {
+		f.mu.Lock()
+		delete(f.reopening, [2]int{a, b})
+		f.mu.Unlock()
+	}()
+	logf(f.opts, "%s %s: session with %s not established for %v: opening it again from one end",
+		filepath.Base(f.bin), f.nodes[a].name, f.nodes[b].name, down.Round(time.Second))
+	ea, eb := gateEntry{f, a, f.nodes[b].addr}, gateEntry{f, b, f.nodes[a].addr}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := holdAll([]gateEntry{ea, eb}, true); err != nil {
+		return // an end stopped meanwhile: a drill's or the run's end
+	}
+	_ = openInOrder(ctx, []gateEntry{ea}, []gateEntry{eb})
+}
+
+// protoID is the part of confd's protocol names (and birdConfig's) after the kind: the peer's
+// address with '.' and ':' as '_'.
+func protoID(a netip.Addr) string { return protoIDs.Replace(a.String()) }
+
+var protoIDs = strings.NewReplacer(".", "_", ":", "_")
 
 // rssKiB returns a process's resident memory.
 func rssKiB(pid int) int {
@@ -323,7 +429,7 @@ func rssKiB(pid int) int {
 }
 
 // stop shuts one BIRD down: SIGTERM (it closes its sessions with a Cease, so peers withdraw its
-// routes instead of keeping them for a graceful restart), then SIGKILL after 5 s.
+// routes instead of keeping them for a graceful restart), then SIGKILL after birdStopGrace.
 func (f *birdFleet) stop(i int) error {
 	f.mu.Lock()
 	cmd, c := f.procs[i], f.conns[i]
@@ -336,16 +442,26 @@ func (f *birdFleet) stop(i int) error {
 		return nil
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
+	start := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+		if d := time.Since(start); d > 5*time.Second {
+			logf(f.opts, "%s %s took %v to exit after SIGTERM", filepath.Base(f.bin), f.nodes[i].name, d.Round(100*time.Millisecond))
+		}
+	case <-time.After(birdStopGrace):
+		logf(f.opts, "%s %s did not exit %v after SIGTERM: killed (its peers keep its routes as stale)", filepath.Base(f.bin), f.nodes[i].name, birdStopGrace)
 		_ = cmd.Process.Kill()
 		<-done
 	}
 	return nil
 }
+
+// birdStopGrace is how long stop waits for a BIRD to exit after SIGTERM (5 s before): BIRDs of a
+// 100-node lab took up to 13 s on a machine loaded 50 to 140, and a BIRD killed before its Cease
+// went out leaves its routes stale at its peers (graceful restart).
+const birdStopGrace = 30 * time.Second
 
 // hold disables (down) or enables node i's BGP protocols toward peer: those confd's templates and
 // birdConfig name <kind>_<peer's address, '.' and ':' as '_'>.
@@ -360,12 +476,52 @@ func (f *birdFleet) hold(i int, peer netip.Addr, down bool) error {
 	if down {
 		cmd = "disable"
 	}
-	id := strings.NewReplacer(".", "_", ":", "_").Replace(peer.String())
-	_, err := c.command(fmt.Sprintf("%s \"*_%s\"", cmd, id))
+	f.mu.Lock()
+	f.forget(i, peer)
+	f.mu.Unlock()
+	_, err := f.command(i, c, fmt.Sprintf("%s \"*_%s\"", cmd, protoID(peer)))
 	if err != nil && strings.Contains(err.Error(), "No protocols match") {
 		return nil // (no session toward peer here to hold)
 	}
 	return err
+}
+
+// command runs line on node i's control connection c; when the connection itself fails, it
+// connects again once (redial) and runs line there.
+func (f *birdFleet) command(i int, c *birdConn, line string) (string, error) {
+	out, err := c.command(line)
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		c2, err2 := f.redial(i, c, err)
+		if err2 != nil {
+			return "", err2
+		}
+		if c2 != nil {
+			return c2.command(line)
+		}
+	}
+	return out, err
+}
+
+// redial replaces node i's control connection old, which failed with cause, by a new one, unless
+// another caller did already (that one is returned) or the node was stopped (nil). A drill's
+// restarted route reflector once reset the connection its 97 holds went through (a 100-node lab
+// on a loaded machine); whether BIRD still ran is what the error says when connecting fails.
+func (f *birdFleet) redial(i int, old *birdConn, cause error) (*birdConn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.conns[i]; c != old {
+		return c, nil
+	}
+	c, err := dialBIRD(f.socket(i))
+	if err != nil {
+		log, _ := os.ReadFile(f.file(i, "log"))
+		return nil, fmt.Errorf("%s %s: control connection failed (%v), connecting again: %v (its output: %q)", filepath.Base(f.bin), f.nodes[i].name, cause, err, strings.TrimSpace(string(log)))
+	}
+	old.close()
+	f.conns[i] = c
+	logf(f.opts, "%s %s: control connection failed (%v): connected again", filepath.Base(f.bin), f.nodes[i].name, cause)
+	return c, nil
 }
 
 func (f *birdFleet) close() {

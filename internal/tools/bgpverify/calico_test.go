@@ -82,7 +82,15 @@ func runCalicoPlan(t *testing.T, s *Scratch, in extender.Input, res *extender.Re
 	if testing.Verbose() {
 		o.Log = testLog{t}
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	// The run's own convergence waits decide; this bound only ends a run that hangs. Drills add
+	// two waits per zone and route reflector (about a tenth of the nodes): a 100-node dual-stack
+	// MultiCluster run with two labs at once on a machine loaded 40 to 90 took over 15 minutes
+	// (drills of up to 3m44s).
+	bound := 5 * time.Minute
+	if o.Drills {
+		bound += time.Duration(len(res.Nodes)) * 15 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
 	rep, err := Run(ctx, in, res, o)
 	require.NoError(t, err)

@@ -253,11 +253,34 @@ func familyPhase(ctx context.Context, fl famFleet, r famRun, down []bool, names 
 	return ph, nil
 }
 
-// stopNodes stops the speakers of the nodes of down in every fleet, all at once: each BIRD closes
-// its sessions with a Cease as it exits, so its peers withdraw its routes at once. (A SIGKILL
-// would not do: with confd's `graceful restart`, the peers of a speaker whose TCP sessions merely
-// close keep its routes as stale for the restart time, 120 s.)
+// stopNodes stops the speakers of the nodes of down in every fleet, all at once, their peers
+// withdrawing their routes at once. With confd's `graceful restart`, the peers of a speaker whose
+// TCP sessions merely close keep its routes as stale for the restart time, 120 s, so a SIGKILL
+// would not do; a SIGTERM'd BIRD closes its sessions with a Cease, but under load its peers did
+// not always take it as one (why, we did not find out): in a 100-node lab on a machine loaded 60
+// to 100 the survivors kept every block a lost zone's route reflectors had reflected (2,211 stale
+// blocks), showing "Neighbor graceful restart active" toward them. So where the fleet can hold sessions
+// (sessionGate: BIRD), the survivors' sessions toward the lost nodes are held down first, which
+// withdraws the lost nodes' routes as a Cease would (the state of the survivors once the restart
+// time is over), and only then are the lost speakers stopped; restartNodes lets them up again.
 func stopNodes(fleets []famFleet, down []bool) error {
+	var peers []gateEntry
+	for _, fl := range fleets {
+		g, ok := fl.f.(sessionGate)
+		for i, d := range down {
+			if !ok || !d || fl.nodes[i].absent {
+				continue
+			}
+			for _, p := range fl.nodes[i].peers {
+				if !down[p.idx] {
+					peers = append(peers, gateEntry{g, p.idx, fl.nodes[i].addr})
+				}
+			}
+		}
+	}
+	if err := holdAll(peers, true); err != nil {
+		return err
+	}
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
@@ -460,17 +483,20 @@ func untilSecond(ctx context.Context, sec int64, d time.Duration) error {
 // delay) after the same moment. BIRD 1.6's timers count whole seconds of the monotonic clock:
 // first is let up early in a second S, its ends connect in S+2; second in S+1: its ends listen
 // from then on and would connect in S+3, by when the other end's connection is up and they no
-// longer try.
+// longer try. The second ends are let up in the second after the last first end is up (each
+// BIRD has taken its command when holdAll returns): with hundreds of sessions on a loaded machine
+// letting the first ends up takes more than a second (a 100-node lab at a load average of 70 to
+// 140), and a second end let up in the second its first end was would connect with it.
 func openInOrder(ctx context.Context, first, second []gateEntry) error {
 	if now := monotonic(); now%time.Second > 300*time.Millisecond {
 		if err := untilSecond(ctx, int64(now/time.Second)+1, 10*time.Millisecond); err != nil {
 			return err
 		}
 	}
-	s := int64(monotonic() / time.Second)
 	if err := holdAll(first, false); err != nil {
 		return err
 	}
+	s := int64(monotonic() / time.Second)
 	if err := untilSecond(ctx, s+1, 10*time.Millisecond); err != nil {
 		return err
 	}

@@ -17,7 +17,14 @@ import (
 // address annotations fam(i) gives node i (extender.FamilyIPv4, FamilyIPv6 or both).
 func familyPlan(t *testing.T, n int, fam func(i int) extender.Families) (extender.Input, *extender.Result) {
 	t.Helper()
-	in, _ := samplePlan(t, "DualPlane", n)
+	return layoutFamilyPlan(t, "DualPlane", n, fam)
+}
+
+// layoutFamilyPlan is familyPlan for any layout of bgpmodel.Layouts: the sample plan (3 zones)
+// planned again with the address annotations.
+func layoutFamilyPlan(t *testing.T, layout string, n int, fam func(i int) extender.Families) (extender.Input, *extender.Result) {
+	t.Helper()
+	in, _ := samplePlan(t, layout, n)
 	for i, node := range in.Nodes {
 		node.Annotations = map[string]string{}
 		f := fam(i)
@@ -162,6 +169,53 @@ func TestCalicoFamilies(t *testing.T) {
 		require.ErrorAs(t, err, &ie, "an IPv6-only plan without router IDs")
 		calicoFamilies(t, in, res, Options{CalicoRouterID: bgpmodel.RouterIDHash}, extender.FamilyIPv6)
 	})
+}
+
+// TestCalicoFamiliesLarge (make test-all): TestCalicoFamilies's dual-stack proof for every layout
+// of bgpmodel.Layouts at 100 nodes in 3 zones, one after another on the shared scratch API server:
+// confd renders bird.cfg and bird6.cfg, BIRD and BIRD6 run side by side in every node's
+// namespace, 0 missing pairs in each family fresh and after each zone and each single route
+// reflector is lost (runDrills), every node's missing blocks the model's in every phase and each
+// drill's figure the model's drill of its family (calicoFamilies). Every layout's drills pass in
+// the model at this size, so every phase is held to 0, not only to the model: SingleCluster's
+// clients peer with their own zone's three route reflectors (one cluster ID per zone, all route
+// reflectors meshed), so a zone lost takes its clients with it and one route reflector lost
+// leaves two; MultiCluster's and PerRouteReflector's clients peer with one route reflector per
+// zone.
+//
+// Measured 2026-11-27 on 2 vCPUs shared with other sessions' tests (load average 18 to 164),
+// `RRA_TEST_ALL=1 go test -count=1 -v -timeout 60m -run 'TestCalicoFamiliesLarge'
+// ./internal/tools/bgpverify/` (sessions per family; fresh convergence IPv4 / IPv6; every phase
+// measured had 0 missing pairs in each family, the model's 0):
+//
+//	layout             RRs  sessions  fresh (s)      drills  time    outcome
+//	SingleCluster        9       309  76.7 / 80.4        12  6m40s   pass
+//	MultiCluster         3       294  39.2 / 42.9    4 of 6  15m13s  cut by the run's 15-minute bound
+//	PerRouteReflector    3       294  28.6 / 32.1    4 of 6  6m09s   a BIRD's control connection reset
+//	Hierarchical        12       294  134.6 / 138.0      15  15m25s  stale blocks (phases cut short)
+//	DualPlane           14       191  94.0 / 98.0        17  6m53s   stale blocks (phases cut short)
+//	DualPlane again     14       191  72.9 / 83.8        17  7m49s   pass, with all of the code below
+//
+// (MultiCluster's 15m13s: a later run, beside a second lab; its fresh figures are the first
+// run's. DualPlane again: -run 'TestCalicoFamiliesLarge/DualPlane', load average 7 to 116, its
+// first zone drill 4m19s.) The failures are the lab's, under that load, and what each led to is in the code now
+// (those runs had not all of it): a restarted route reflector's BIRD resetting the control
+// connection its 97 holds went through (birdFleet.redial), phases ended by 3 s without change
+// halfway through a zone's withdrawal (convergeTo waits for the lost nodes' blocks to go; Stable
+// 10 s here), and the run's bound (runCalicoPlan). Only DualPlane has run again with all of it.
+func TestCalicoFamiliesLarge(t *testing.T) {
+	testenv.SlowProof(t)
+	t.Parallel() // beside the other ...Large tests, as in make test-all
+	for _, layout := range bgpmodel.Layouts {
+		t.Run(layout, func(t *testing.T) {
+			in, res := layoutFamilyPlan(t, layout, 100, dualStack)
+			// A phase ends when the state the model says is reached (the drills) or nothing has
+			// changed for Stable: 10 s, not 3. At a load average of 70, MultiCluster's first zone
+			// drill once ended on 3 s without change with 583 paths at its busiest node, where
+			// the model (and the other runs) have 257.
+			calicoFamilies(t, in, res, Options{Stable: 10 * time.Second}, extender.FamilyIPv4, extender.FamilyIPv6)
+		})
+	}
 }
 
 // mixedFamilies: a third of the nodes IPv4-only, the others dual-stack (the route reflectors are
