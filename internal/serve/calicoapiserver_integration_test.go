@@ -39,9 +39,14 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 	if got, v3 := w.rep.srv.PeerAPI, w.rep.srv.V3Server; got != calico.V3 || !v3.Aggregated || v3.User != testenv.UserCalicoAPIServer {
 		require.Fail(t, fmt.Sprintf("BGPPeer API %s, %s", got, v3))
 	}
-	errorsBefore := counter("calico_rr_autoscaler_reconcile_errors_total", nil)
+	// Its own policy name: the reconcile error counter is the package's (every in-process product
+	// adds to it), and other parallel tests' policies are named default.
+	const name = "calico-api"
+	pol := strings.Replace(policyYAML, "name: default", "name: "+name, 1)
+	ownErrors := map[string]string{"policy": name}
+	errorsBefore := counter("calico_rr_autoscaler_reconcile_errors_total", ownErrors)
 
-	w.applyPolicy(policyYAML) // MultiCluster
+	w.applyPolicy(pol) // MultiCluster
 	for i := range 12 {
 		w.join(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3), nil)
 	}
@@ -51,7 +56,7 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 		if err := s.settled(3); err != nil {
 			return err
 		}
-		if !s.peers["rr-autoscaler-mesh-default"] {
+		if !s.peers["rr-autoscaler-mesh-"+name] {
 			return fmt.Errorf("BGPPeers %v", slices.Sorted(maps.Keys(s.peers)))
 		}
 		before = s.peers
@@ -59,7 +64,7 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 	})
 
 	// Another layout: the product prunes the BGPPeers it no longer plans.
-	w.applyPolicy(strings.Replace(policyYAML, "MultiCluster", "DualPlane", 1))
+	w.applyPolicy(strings.Replace(pol, "MultiCluster", "DualPlane", 1))
 	var pruned, now []string
 	w.eventually("a BGPPeer pruned", 60*time.Second, func() error {
 		s := w.snapshot()
@@ -76,7 +81,7 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 		return nil
 	})
 	t.Logf("pruned: %v", pruned)
-	if n := counter("calico_rr_autoscaler_reconcile_errors_total", nil) - errorsBefore; n != 0 {
+	if n := counter("calico_rr_autoscaler_reconcile_errors_total", ownErrors) - errorsBefore; n != 0 {
 		require.Fail(t, fmt.Sprintf("%v reconcile errors (a denied write?)", n))
 	}
 
@@ -90,7 +95,7 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 				return fmt.Errorf("%s draining", name)
 			}
 		}
-		ready, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		ready, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 		if err != nil || ready != "True" {
 			return fmt.Errorf("policy Ready %q %v", ready, err)
 		}
