@@ -265,19 +265,11 @@ func familyPhase(ctx context.Context, fl famFleet, r famRun, down []bool, names 
 // time is over), and only then are the lost speakers stopped; restartNodes lets them up again.
 func stopNodes(fleets []famFleet, down []bool) error {
 	var peers []gateEntry
-	for _, fl := range fleets {
-		g, ok := fl.f.(sessionGate)
-		for i, d := range down {
-			if !ok || !d || fl.nodes[i].absent {
-				continue
-			}
-			for _, p := range fl.nodes[i].peers {
-				if !down[p.idx] {
-					peers = append(peers, gateEntry{g, p.idx, fl.nodes[i].addr})
-				}
-			}
+	eachLostPeering(fleets, down, func(g sessionGate, _ int, addr netip.Addr, p speakerPeer) {
+		if !down[p.idx] {
+			peers = append(peers, gateEntry{g, p.idx, addr})
 		}
-	}
+	})
 	if err := holdAll(peers, true); err != nil {
 		return err
 	}
@@ -431,6 +423,22 @@ func runDrills(ctx context.Context, fleets []famFleet, r famRun, rep *Report, fr
 
 // sessionGate is a fleet whose speakers can hold their sessions toward one peer down and let
 // them up again (BIRD's disable and enable of the protocols toward the peer).
+// eachLostPeering calls f for every peering of every lost node (down) in the fleets that can hold
+// sessions (sessionGate): the fleet's gate, the lost node and its address, and the peer.
+func eachLostPeering(fleets []famFleet, down []bool, f func(g sessionGate, i int, addr netip.Addr, p speakerPeer)) {
+	for _, fl := range fleets {
+		g, ok := fl.f.(sessionGate)
+		for i, d := range down {
+			if !ok || !d || fl.nodes[i].absent {
+				continue
+			}
+			for _, p := range fl.nodes[i].peers {
+				f(g, i, fl.nodes[i].addr, p)
+			}
+		}
+	}
+}
+
 type sessionGate interface {
 	hold(i int, peer netip.Addr, down bool) error
 }
@@ -510,27 +518,19 @@ func openInOrder(ctx context.Context, first, second []gateEntry) error {
 // drill's figures: runDrills waits for the fresh state before the next drill.
 func restartNodes(ctx context.Context, fleets []famFleet, down []bool) error {
 	var peers, restarted, first, second []gateEntry
-	for _, fl := range fleets {
-		g, ok := fl.f.(sessionGate)
-		for i, d := range down {
-			if !ok || !d || fl.nodes[i].absent {
-				continue
-			}
-			for _, p := range fl.nodes[i].peers {
-				mine, theirs := gateEntry{g, i, p.addr}, gateEntry{g, p.idx, fl.nodes[i].addr}
-				restarted = append(restarted, mine)
-				switch {
-				case !down[p.idx]:
-					peers = append(peers, theirs)
-					first, second = append(first, mine), append(second, theirs)
-				case i < p.idx:
-					first = append(first, mine)
-				default:
-					second = append(second, mine)
-				}
-			}
+	eachLostPeering(fleets, down, func(g sessionGate, i int, addr netip.Addr, p speakerPeer) {
+		mine, theirs := gateEntry{g, i, p.addr}, gateEntry{g, p.idx, addr}
+		restarted = append(restarted, mine)
+		switch {
+		case !down[p.idx]:
+			peers = append(peers, theirs)
+			first, second = append(first, mine), append(second, theirs)
+		case i < p.idx:
+			first = append(first, mine)
+		default:
+			second = append(second, mine)
 		}
-	}
+	})
 	if err := holdAll(peers, true); err != nil {
 		return err
 	}
