@@ -209,16 +209,10 @@ func ipCluster(n int) []*corev1.Node {
 // selects it, except with the nodes in down.
 func (h *harness) calicoNode(down ...string) {
 	h.t.Helper()
-	ctx := context.Background()
-	list := &apiv3.CalicoNodeStatusList{}
-	require.NoError(h.t, h.client.List(ctx, list))
-	nodes := &corev1.NodeList{}
-	_ = h.client.List(ctx, nodes)
 	uplinks := h.uplinkSessions()
-	for i := range list.Items {
-		cns := &list.Items[i]
+	h.reportStatuses(func(cns *apiv3.CalicoNodeStatus, nodes []corev1.Node) {
 		var peers []apiv3.CalicoNodePeer
-		for _, n := range nodes.Items {
+		for _, n := range nodes {
 			if !slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), cns.Spec.Node) &&
 				!slices.Contains(uplinks[n.Name], cns.Spec.Node) {
 				continue
@@ -229,8 +223,23 @@ func (h *harness) calicoNode(down ...string) {
 			}
 			peers = append(peers, apiv3.CalicoNodePeer{PeerIP: n.Status.Addresses[0].Address, Type: "NodePeer", State: state})
 		}
-		cns.Status.LastUpdated = metav1.NewTime(h.now)
 		cns.Status.BGP.PeersV4 = peers
+	})
+}
+
+// reportStatuses writes every CalicoNodeStatus as calico-node reports it now: fill sets its
+// sessions from the cluster's nodes, and the report is stamped with the harness's clock.
+func (h *harness) reportStatuses(fill func(cns *apiv3.CalicoNodeStatus, nodes []corev1.Node)) {
+	h.t.Helper()
+	ctx := context.Background()
+	list := &apiv3.CalicoNodeStatusList{}
+	require.NoError(h.t, h.client.List(ctx, list))
+	nodes := &corev1.NodeList{}
+	require.NoError(h.t, h.client.List(ctx, nodes))
+	for i := range list.Items {
+		cns := &list.Items[i]
+		fill(cns, nodes.Items)
+		cns.Status.LastUpdated = metav1.NewTime(h.now)
 		require.NoError(h.t, h.client.Update(ctx, cns))
 	}
 }
@@ -449,23 +458,15 @@ func TestMeshOffWaitsForSettledSessions(t *testing.T) {
 // node-to-node mesh: an Established mesh session with every other node.
 func (h *harness) meshSessions() {
 	h.t.Helper()
-	ctx := context.Background()
-	list := &apiv3.CalicoNodeStatusList{}
-	require.NoError(h.t, h.client.List(ctx, list))
-	nodes := &corev1.NodeList{}
-	require.NoError(h.t, h.client.List(ctx, nodes))
-	for i := range list.Items {
-		cns := &list.Items[i]
+	h.reportStatuses(func(cns *apiv3.CalicoNodeStatus, nodes []corev1.Node) {
 		var peers []apiv3.CalicoNodePeer
-		for _, n := range nodes.Items {
+		for _, n := range nodes {
 			if n.Name != cns.Spec.Node {
 				peers = append(peers, apiv3.CalicoNodePeer{PeerIP: n.Status.Addresses[0].Address, Type: apiv3.BGPPeerTypeNodeMesh, State: apiv3.BGPSessionStateEstablished})
 			}
 		}
-		cns.Status.LastUpdated = metav1.NewTime(h.now)
 		cns.Status.BGP.PeersV4 = peers
-		require.NoError(h.t, h.client.Update(ctx, cns))
-	}
+	})
 }
 
 func meshOff(h *harness) bool {

@@ -1,7 +1,6 @@
 package reconciler
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -137,15 +136,9 @@ func dualCluster(n int) []*corev1.Node {
 // route reflector (peersV4, peersV6), in the state up says.
 func (h *harness) calicoNodeBy(up func(rr, client string, fam extender.Families) bool) {
 	h.t.Helper()
-	ctx := context.Background()
-	list := &apiv3.CalicoNodeStatusList{}
-	require.NoError(h.t, h.client.List(ctx, list))
-	nodes := &corev1.NodeList{}
-	require.NoError(h.t, h.client.List(ctx, nodes))
-	for i := range list.Items {
-		cns := &list.Items[i]
+	h.reportStatuses(func(cns *apiv3.CalicoNodeStatus, nodes []corev1.Node) {
 		cns.Status.BGP.PeersV4, cns.Status.BGP.PeersV6 = nil, nil
-		for _, n := range nodes.Items {
+		for _, n := range nodes {
 			_, rr := n.Labels["calico-route-reflector"]
 			if n.Name == cns.Spec.Node || !rr && !slices.Contains(strings.Split(n.Annotations[extender.AnnotationRouteReflectors], ","), cns.Spec.Node) {
 				continue
@@ -163,9 +156,7 @@ func (h *harness) calicoNodeBy(up func(rr, client string, fam extender.Families)
 				}
 			}
 		}
-		cns.Status.LastUpdated = metav1.NewTime(h.now)
-		require.NoError(h.t, h.client.Update(ctx, cns))
-	}
+	})
 }
 
 // dualHealthHarness is a dual-stack cluster of 12 under a policy with BGP health on (gracePeriod
