@@ -170,11 +170,13 @@ func (v *NodeValidator) removal(mp state.Managed, old, node *corev1.Node) Denial
 			orphans = append(orphans, c.Name)
 			continue
 		}
-		if lost := removedFam &^ k.fam; lost != 0 && extender.NodeFamilies(c)&lost != 0 {
-			lost &= extender.NodeFamilies(c)
-			famOrphans = append(famOrphans, c.Name)
-			lostFam |= lost
-			continue
+		// The client's families are read only when the list lost one (never in an IPv4 cluster).
+		if lost := removedFam &^ k.fam; lost != 0 {
+			if lost &= extender.NodeFamilies(c); lost != 0 {
+				famOrphans = append(famOrphans, c.Name)
+				lostFam |= lost
+				continue
+			}
 		}
 		if shared && sets[list] == nil {
 			var l []string
