@@ -28,18 +28,18 @@ generate: ## Regenerate deepcopy, the CRD and its reference (docs/policy-referen
 tools: ## Build (or reuse the cached) kube-apiserver, etcd, kubectl and helm
 	hack/tools.sh
 
-# internal/serve and bgpverify first: the two longest packages start at once, the others share
-# the third package slot beside them. Three packages at a time and four
+# internal/serve and bgpverify first: the two longest packages start at once; the live transitions
+# proof (test/transitions) takes the third slot first, the others follow it there. Three packages at a time and four
 # parallel tests in each (the defaults are the core count, 2): the live tests mostly wait on their
 # own API servers, BGP timers and grace periods, so on two cores they overlap their waits.
 TEST_FLAGS ?= -p 3 -parallel 4
 test: tools ## Run every test: unit, fuzz seeds, integration on a real kube-apiserver
-	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./internal/serve/ ./internal/tools/bgpverify/ ./...
+	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./internal/serve/ ./internal/tools/bgpverify/ ./test/transitions/ ./...
 
-test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller, the live transitions proof, the release's OCI install); not in .ci/run: run it before a release
-	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 90m -run 'Large$$|^TestTransitions(History)?OnRealBIRD$$' ./...
+test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller, the live transitions history, the release's OCI install); not in .ci/run: run it before a release
+	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 90m -run 'Large$$|^TestTransitionsHistoryOnRealBIRD$$' ./...
 
-test-transitions: tools ## The live transitions proofs on confd + BIRD, the short one and the history (both also in make test-all), verbose
+test-transitions: tools ## The live transitions proofs on confd + BIRD, the short one (in make test) and the history (in make test-all), verbose
 	source $(TOOLS_ENV) && RRA_TRANSITIONS_HISTORY=1 $(GO) test -count=1 -v -timeout 30m -run 'TestTransitions' ./test/transitions/
 
 test-short: ## Unit tests only (no cluster binaries needed)

@@ -274,6 +274,9 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 			}
 			ts := back.Format(time.RFC3339)
 			patches = append(patches, nodePatch{name: d, ann: map[string]*string{extender.AnnotationDrainingSince: &ts}})
+			// The planner demotes it next, by the mark moved back, maybe with its clients
+			// rebalanced onto route reflectors not verified here: that is no timeout.
+			m.reported[d+"@"+ts] = true
 			m.degraded = ""
 			to := strings.Join(replacementsAll(st, d), ", ")
 			// On the node too: the policy's Events share one spam-filter budget (25, then one per

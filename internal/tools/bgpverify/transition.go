@@ -28,13 +28,23 @@ func (l *Lab) Follow(ctx context.Context, pause time.Duration) (stop func() erro
 	if dirs == nil {
 		return nil, errors.New("lab: Follow before the first Sync")
 	}
+	confd, err := l.shareWithConfdUsers(dirs)
+	if err != nil {
+		return nil, fmt.Errorf("lab: sharing confd with its users: %w", err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	exited := make([]atomic.Bool, len(l.names))
 	var confds sync.WaitGroup
 	for i, name := range l.names {
-		cmd := confdCommand(ctx, l.confd, dirs[i], name, l.env)
+		cmd := confdCommand(ctx, confd, dirs[i], name, l.env)
 		logf, err := os.Create(filepath.Join(dirs[i], "confd-watch.log"))
+		if err == nil {
+			err = l.confdUser(cmd, i, dirs[i])
+		}
 		if err != nil {
+			if logf != nil {
+				logf.Close()
+			}
 			cancel()
 			confds.Wait()
 			return nil, err
