@@ -332,7 +332,11 @@ spec:
 // client) for 17 samples each, while no configure touched node-21, its route reflectors or the
 // plane-1 path (the product's writes were node-11's promotion, node-14's transitional set and
 // node-05's demotion); unexplained: the test now logs when each gap between kept nodes began
-// and which of the losing node's sessions were not Established then. Run 4 (load 60-70) failed
+// and which of the losing node's sessions were not Established then. A possible cause, found
+// later that day: the kernel's neighbor table is shared by every namespace (1,024 learned
+// entries), this history's mesh needs 870 of them and other helpers' labs ran beside it; past
+// the bound ARP fails ("neighbor table overflow"), and a session whose entry had expired stalls.
+// The Lab now writes permanent neighbor entries, which are not counted (netns.go). Run 4 (load 60-70) failed
 // (b)'s "BIRD back" on one restart, node-05->node-11 ("Socket: Connection closed" 3.5 s after
 // node-05's BIRD came back): the revived BIRD's first session, closed once while establishing,
 // no restart of a session that was up; the check now leaves out the first sessions of BIRDs
@@ -350,7 +354,10 @@ spec:
 func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	if os.Getenv(envHistory) == "" && os.Getenv(testenv.EnvAll) == "" {
 		// Not in make test: its 3 to 15 minutes (by the load) do not fit beside
-		// TestTransitionsOnRealBIRD. Four of six whole runs passed on 2026-11-27; one missed 34
+		// TestTransitionsOnRealBIRD. At 100 nodes (RRA_TRANSITIONS_NODES=100) a 2-core machine
+		// does not carry it: the mesh's 4,950 sessions converge (2 min 16 s), but with 100 confd
+		// watches and BIRDs the API server answered the leader's lease renewal too late and the
+		// product lost its lease while the policy was applied (2026-11-27). Four of six whole runs passed on 2026-11-27; one missed 34
 		// pair-samples between kept nodes in (b), unexplained (docs/testing.md).
 		t.Skip("the transitions history: `make test-all` and `make test-transitions` run it (" + testenv.EnvAll + "=1 or " + envHistory + "=1)")
 	}
@@ -541,6 +548,7 @@ func startHistory(t *testing.T, w *world, lab *bgpverify.Lab, names []string, st
 	t.Helper()
 	ctx := t.Context()
 	require.NoError(t, lab.Sync(ctx), "the first confd render")
+	require.NoError(t, lab.OpenInOrder(ctx), "opening the sessions")
 	stopFollow, err := lab.Follow(ctx, 100*time.Millisecond)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stopFollow() })

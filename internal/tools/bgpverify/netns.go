@@ -143,7 +143,7 @@ func (l *netLab) setup(addrs, addrs6 []netip.Prefix) error {
 	hub := []string{"link add br0 type bridge", "link set br0 up"}
 	for i := range addrs {
 		hub = append(hub,
-			fmt.Sprintf("link add %s type veth peer name eth0 netns %s", l.port(i), l.ns(i)),
+			fmt.Sprintf("link add %s type veth peer name eth0 address %s netns %s", l.port(i), nodeMAC(i), l.ns(i)),
 			fmt.Sprintf("link set %s master br0 up", l.port(i)))
 	}
 	if err := l.batch(l.hub(), hub); err != nil {
@@ -169,11 +169,34 @@ func (l *netLab) setup(addrs, addrs6 []netip.Prefix) error {
 			if a.IsValid() {
 				cmds = append(cmds, "route add default dev eth0")
 			}
-			errs[i] = l.batch(l.ns(i), cmds)
+			errs[i] = l.batch(l.ns(i), append(cmds, staticNeighbors(i, addrs, addrs6)...))
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// nodeMAC is the (locally administered) MAC address of node i's eth0.
+func nodeMAC(i int) string { return fmt.Sprintf("02:72:72:%02x:%02x:%02x", byte(i>>16), byte(i>>8), byte(i)) }
+
+// staticNeighbors are node i's neighbor entries for every other node, permanent: the kernel's
+// neighbor tables are shared by every namespace (gc_thresh3, 1,024 entries by default, counts
+// the learned ones of all), and a 100-node mesh needs 9,900: past the bound ARP fails ("neighbor
+// table overflow") and sessions stay in Connect. Permanent entries are not counted.
+func staticNeighbors(i int, addrs, addrs6 []netip.Prefix) []string {
+	var out []string
+	for j := range addrs {
+		if j == i {
+			continue
+		}
+		if addrs[j].IsValid() && addrs[i].IsValid() {
+			out = append(out, fmt.Sprintf("neigh replace %s lladdr %s dev eth0 nud permanent", addrs[j].Addr(), nodeMAC(j)))
+		}
+		if j < len(addrs6) && i < len(addrs6) && addrs6[j].IsValid() && addrs6[i].IsValid() {
+			out = append(out, fmt.Sprintf("neigh replace %s lladdr %s dev eth0 nud permanent", addrs6[j].Addr(), nodeMAC(j)))
+		}
+	}
+	return out
 }
 
 // command returns a command that runs in node i's namespace.
