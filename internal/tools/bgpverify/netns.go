@@ -177,7 +177,9 @@ func (l *netLab) setup(addrs, addrs6 []netip.Prefix) error {
 }
 
 // nodeMAC is the (locally administered) MAC address of node i's eth0.
-func nodeMAC(i int) string { return fmt.Sprintf("02:72:72:%02x:%02x:%02x", byte(i>>16), byte(i>>8), byte(i)) }
+func nodeMAC(i int) string {
+	return fmt.Sprintf("02:72:72:%02x:%02x:%02x", byte(i>>16), byte(i>>8), byte(i))
+}
 
 // staticNeighbors are node i's neighbor entries for every other node, permanent: the kernel's
 // neighbor tables are shared by every namespace (gc_thresh3, 1,024 entries by default, counts
