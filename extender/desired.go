@@ -105,3 +105,26 @@ func clamp(v, lo, hi int) int {
 	}
 	return v
 }
+
+// HealthCounts are a plan's healthy nodes (Ready and not being deleted): in all, and by zone.
+type HealthCounts struct {
+	Total  int
+	ByZone map[string]int
+}
+
+// HealthNeutral reports whether healthy counts going from before to after leave every count the
+// planner derives from them as it is: DesiredCount of the whole policy and of each zone, and
+// which zones have a healthy node (a zone without one wants no route reflector). The reconciler
+// absorbs a client's readiness change only then.
+func HealthNeutral(p *policy.Resolved, before, after HealthCounts) bool {
+	if DesiredCount(p, before.Total) != DesiredCount(p, after.Total) {
+		return false
+	}
+	for z, n := range after.ByZone {
+		b, ok := before.ByZone[z]
+		if !ok || (b > 0) != (n > 0) || DesiredCount(p, b) != DesiredCount(p, n) {
+			return false
+		}
+	}
+	return len(before.ByZone) == len(after.ByZone)
+}

@@ -487,3 +487,14 @@ func sortedKeys[M ~map[K]V, K cmp.Ordered, V any](m M) []K {
 	slices.Sort(keys)
 	return keys
 }
+
+// Health returns the healthy nodes the plan counted, in all and by zone (every zone of the plan's
+// nodes, 0 included).
+func (r *Result) Health() HealthCounts {
+	h := HealthCounts{ByZone: map[string]int{}}
+	for _, f := range r.facts {
+		h.ByZone[f.zone] += b2i(f.healthy)
+		h.Total += b2i(f.healthy)
+	}
+	return h
+}

@@ -26,9 +26,12 @@ import (
 // that plan read (and a route reflector still passes the plan's filters), the reconcile checks
 // those nodes only and ends (the absorb step): its cost follows the events, not the cluster. The
 // events' effect on choices a plan may revise (which nodes are eligible or preferred, the status's
-// counts) is taken up by the next full plan, at most absorbWindow after the quiet one. Anything
-// else (a route reflector cordoned or otherwise ineligible, a join or deletion, a readiness
-// change, a policy, BGPPeer, BGP health or datastore event, a timer) plans the policy whole.
+// counts) is taken up by the next full plan, at most absorbWindow after the quiet one. A client's
+// readiness is absorbed too while the healthy counts, with every client absorbed since the quiet
+// plan, give the desired counts the plan had (extender.HealthNeutral), and unless a client the plan
+// read NotReady turns Ready (it may be a candidate the plan waits for). Anything else (a route
+// reflector cordoned, NotReady or otherwise ineligible, a join or deletion, a policy, BGPPeer, BGP
+// health or datastore event, a timer) plans the policy whole.
 
 const (
 	// absorbWindow bounds how long absorbed events wait for a full plan: a reconcile absorbs only
@@ -72,6 +75,10 @@ type quietPlan struct {
 	result     *extender.Result
 	filters    []extender.FilterPlugin // the plan's filters
 	index      map[string]int          // name -> position in result.Nodes, built at the first absorb
+	// counts: the plan's healthy nodes (built at the first absorbed readiness change); health: the
+	// clients whose readiness absorbed reconciles took since, healthy now or not.
+	counts extender.HealthCounts
+	health map[string]bool
 }
 
 // markFull records that policy name (every policy when name is "") needs a full plan.
@@ -166,6 +173,9 @@ const (
 	causeNodeRole        = "node-role"        // a node's owned labels are not the plan's
 	causeNodeState       = "node-state"       // readiness, deletion, rack or peered route reflectors changed
 	causeRouteReflector  = "route-reflector"  // a route reflector would not keep its role (filters, ID, plane)
+	// absorbReadiness (no cause: absorbs returns it for a client's readiness change, which
+	// absorbCause absorbs when the healthy counts allow, else plans whole for causeNodeState).
+	absorbReadiness = "readiness"
 	// A plan that was not quiet is counted as "last-plan-" and the reason quietness gives.
 	causeLastPlan = "last-plan-"
 )
@@ -205,12 +215,51 @@ func (r *Reconciler) absorbCause(st *State) (*quietPlan, string) {
 			q.index[n.Name] = i
 		}
 	}
+	health := maps.Clone(q.health)
 	for _, name := range slices.Sorted(maps.Keys(st.marks.nodes)) {
-		if cause := r.absorbs(st.Managed.Resolved, q, valid, name, st.marks.nodes[name], st.Now); cause != "" {
+		delete(health, name)
+		switch cause := r.absorbs(st.Managed.Resolved, q, valid, name, st.marks.nodes[name], st.Now); cause {
+		case "":
+		case absorbReadiness:
+			if health == nil {
+				health = map[string]bool{}
+			}
+			health[name] = extender.IsReady(r.Nodes.Get(name))
+		default:
 			return nil, cause
 		}
 	}
+	if len(health) > 0 || len(q.health) > 0 {
+		if !q.healthNeutral(st.Managed.Resolved, health) {
+			return nil, causeNodeState
+		}
+		q.health = health
+	}
 	return q, ""
+}
+
+// healthNeutral reports whether the plan's healthy counts, with the nodes of health (name ->
+// healthy now) in place of their state in the plan's view, leave the counts the plan derives from
+// them as they are (extender.HealthNeutral).
+func (q *quietPlan) healthNeutral(p *policy.Resolved, health map[string]bool) bool {
+	if q.counts.ByZone == nil {
+		q.counts = q.result.Health()
+	}
+	after := extender.HealthCounts{Total: q.counts.Total, ByZone: maps.Clone(q.counts.ByZone)}
+	for name, now := range health {
+		was := q.view[name]
+		zone := was.Labels[p.ZoneLabel]
+		d := 0
+		if now {
+			d++
+		}
+		if extender.NewNodeInfo(was, p).Healthy() {
+			d--
+		}
+		after.Total += d
+		after.ByZone[zone] += d
+	}
+	return extender.HealthNeutral(p, q.counts, after)
 }
 
 // absorbs returns "" when node name's change (from before) leaves the quiet plan q of policy p
@@ -240,9 +289,17 @@ func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Man
 		return causeNodeRole // its role is not the plan's: the plan repairs it
 	}
 	a, b := extender.NewNodeInfo(was, p), extender.NewNodeInfo(cur, p)
-	if a.CurrentRR != b.CurrentRR || b.Deleting || a.Ready != b.Ready || !a.NotReadySince.Equal(b.NotReadySince) ||
-		a.Rack != b.Rack || !slices.Equal(a.CurrentRRs, b.CurrentRRs) {
+	if a.CurrentRR != b.CurrentRR || b.Deleting || a.Rack != b.Rack || !slices.Equal(a.CurrentRRs, b.CurrentRRs) {
 		return causeNodeState
+	}
+	if a.Ready != b.Ready || !a.NotReadySince.Equal(b.NotReadySince) {
+		// A client's readiness reaches the plan through the healthy counts (absorbCause checks
+		// them) and its eligibility, which waits for the next plan. A node the plan read NotReady
+		// that is Ready now may be a candidate the plan waits for: planned whole.
+		if a.CurrentRR || b.Ready && !a.Ready {
+			return causeNodeState
+		}
+		return absorbReadiness
 	}
 	if !a.CurrentRR {
 		return "" // a client: whether it may become a route reflector waits for the next plan

@@ -150,6 +150,8 @@ func TestAbsorbNodeEvents(t *testing.T) {
 				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
 			}, ""},
 		{"a client NotReady", func(h *harness) string { return h.aClient("") },
+			func(n *corev1.Node) { setReadyCondition(n, corev1.ConditionFalse) }, ""},
+		{"a route reflector NotReady", func(h *harness) string { return firstKey(h.rrs()) },
 			func(n *corev1.Node) { setReadyCondition(n, corev1.ConditionFalse) }, causeNodeState},
 		{"a client moved to another zone", func(h *harness) string { return h.aClient("zone-a") },
 			func(n *corev1.Node) { n.Labels["topology.kubernetes.io/zone"] = "zone-b" }, causeNodeTopology},
@@ -172,6 +174,8 @@ func TestAbsorbNodeEvents(t *testing.T) {
 		{"a client given the preferred label", func(h *harness) string { return h.aClient("") },
 			func(n *corev1.Node) { n.Labels["example.com/rr-preferred"] = "true" }, ""},
 	}
+	// The changes in the status's counts, which the full plan after them updates.
+	counted := map[string]bool{"a client NotReady": true}
 	for topo, topoSpec := range topologies {
 		spec := func(s *v1alpha1.RouteReflectorPolicySpec) {
 			s.PreferredNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"example.com/rr-preferred": "true"}}
@@ -191,11 +195,15 @@ func TestAbsorbNodeEvents(t *testing.T) {
 				}
 				require.Zero(t, writes, "an absorbed event wrote")
 				// The full plan that follows (at the latest absorbWindow after the quiet one)
-				// agrees: it writes nothing either.
+				// agrees: it writes nothing either (but the status's counts of a counted change).
 				h.now = h.now.Add(absorbWindow)
 				h.r.markFull(h.policyNm)
+				status := h.statusWrites.Load()
 				cause, writes = h.reconcileMarked()
 				require.Equal(t, causeEvent, cause)
+				if counted[c.name] {
+					writes -= min(h.statusWrites.Load()-status, 1)
+				}
 				require.Zero(t, writes, "the full plan after an absorbed %s wrote", c.name)
 			})
 		}
@@ -281,6 +289,70 @@ func TestAbsorbNeedsAQuietRecentPlan(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, absorbWindow-3*time.Second, res.RequeueAfter)
 	})
+}
+
+// TestAbsorbClientReadiness: clients' readiness changes are absorbed while the healthy counts
+// give the plan's desired counts (the full plan that follows writes nothing), one by one and back;
+// one that changes a desired count, or a client the plan read NotReady turning Ready, is planned
+// whole.
+func TestAbsorbClientReadiness(t *testing.T) {
+	t.Run("ten clients NotReady and back, one reconcile each", func(t *testing.T) {
+		h := quietHarness(t, 30, nil)
+		var clients []string
+		for _, z := range []string{"zone-a", "zone-b", "zone-c"} {
+			for _, n := range h.clientsIn(z) {
+				if len(clients) < 10 {
+					clients = append(clients, n)
+				}
+			}
+		}
+		require.Len(t, clients, 10)
+		for _, ready := range []corev1.ConditionStatus{corev1.ConditionFalse, corev1.ConditionTrue} {
+			for _, c := range clients {
+				cause, writes := h.event(c, func(n *corev1.Node) { setReadyCondition(n, ready) })
+				require.Equal(t, "", cause, "%s Ready=%s", c, ready)
+				require.Zero(t, writes)
+			}
+		}
+		h.r.mu.Lock()
+		left := len(h.r.quiet[h.policyNm].health)
+		h.r.mu.Unlock()
+		require.Zero(t, left, "every client is back as the plan read it")
+	})
+	t.Run("a client NotReady lowers the desired count: planned whole", func(t *testing.T) {
+		// Steps: 30 healthy nodes want 4 route reflectors, 29 want 3.
+		h := quietHarness(t, 30, func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.Scaling = &v1alpha1.Scaling{Steps: []v1alpha1.Step{{MaxNodes: 29, RouteReflectors: 3}, {MaxNodes: 1000, RouteReflectors: 4}}}
+		})
+		require.Len(t, h.rrs(), 6, "4 route reflectors, in 3 cluster-ID groups")
+		cause, _ := h.event(h.aClient(""), func(n *corev1.Node) { setReadyCondition(n, corev1.ConditionFalse) })
+		require.Equal(t, causeNodeState, cause)
+	})
+	t.Run("the counts add up over absorbed reconciles", func(t *testing.T) {
+		// Steps: up to 28 healthy nodes want 3, more 4: the first NotReady client (29 healthy) is
+		// absorbed, the second (28) is not.
+		h := quietHarness(t, 30, func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.Scaling = &v1alpha1.Scaling{Steps: []v1alpha1.Step{{MaxNodes: 28, RouteReflectors: 3}, {MaxNodes: 1000, RouteReflectors: 4}}}
+		})
+		clients := h.clientsIn("")
+		cause, _ := h.event(clients[0], func(n *corev1.Node) { setReadyCondition(n, corev1.ConditionFalse) })
+		require.Equal(t, "", cause)
+		cause, _ = h.event(clients[1], func(n *corev1.Node) { setReadyCondition(n, corev1.ConditionFalse) })
+		require.Equal(t, causeNodeState, cause)
+	})
+}
+
+// clientsIn returns the plan's clients in zone (every zone when ""), by name.
+func (h *harness) clientsIn(zone string) []string {
+	rrs := h.rrs()
+	var out []string
+	for _, n := range h.r.Nodes.List() {
+		if _, rr := rrs[n.Name]; !rr && (zone == "" || n.Labels["topology.kubernetes.io/zone"] == zone) {
+			out = append(out, n.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func setReadyCondition(n *corev1.Node, s corev1.ConditionStatus) {
