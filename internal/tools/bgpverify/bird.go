@@ -177,25 +177,16 @@ func (f *birdFleet) start(ctx context.Context) error {
 // openOnce has every session of the running BIRDs opened by one end: every BGP protocol is
 // held down, then let up as openInOrder says, the end first in the fleet opening.
 func (f *birdFleet) openOnce(ctx context.Context) error {
-	var all, first, second []gateEntry
+	var o openOrder
 	for i, nd := range f.nodes {
 		if nd.absent {
 			continue
 		}
 		for _, p := range nd.peers {
-			e := gateEntry{f, i, p.addr}
-			all = append(all, e)
-			if i < p.idx {
-				first = append(first, e)
-			} else {
-				second = append(second, e)
-			}
+			o.add(f, i, p.idx, p.addr)
 		}
 	}
-	if err := holdAll(all, true); err != nil {
-		return err
-	}
-	return openInOrder(ctx, first, second)
+	return o.open(ctx)
 }
 
 // restart starts node i's BIRD again after stop (a failure drill's node coming back).

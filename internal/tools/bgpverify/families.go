@@ -511,6 +511,29 @@ func openInOrder(ctx context.Context, first, second []gateEntry) error {
 	return holdAll(second, false)
 }
 
+// openOrder collects sessions to hold down and open again from one end (openInOrder): the end of
+// the lower-indexed node opens.
+type openOrder struct{ all, first, second []gateEntry }
+
+// add puts node i's sessions toward peer, node j's address, in the order.
+func (o *openOrder) add(g sessionGate, i, j int, peer netip.Addr) {
+	e := gateEntry{g, i, peer}
+	o.all = append(o.all, e)
+	if i < j {
+		o.first = append(o.first, e)
+	} else {
+		o.second = append(o.second, e)
+	}
+}
+
+// open holds every session of the order down, then lets them up in order.
+func (o *openOrder) open(ctx context.Context) error {
+	if err := holdAll(o.all, true); err != nil {
+		return err
+	}
+	return openInOrder(ctx, o.first, o.second)
+}
+
 // restartNodes starts the stopped speakers of the nodes of down again, every family's at once,
 // with each of their sessions opened by one end (openInOrder): the peers' sessions toward them are
 // held down before they start, theirs once they run, and then let up, the restarted end first

@@ -346,7 +346,7 @@ func (l *Lab) OpenInOrder(ctx context.Context) error {
 	for i := range l.names {
 		byAddr[NodeAddress(i).Addr()] = i
 	}
-	var all, first, second []gateEntry
+	var o openOrder
 	for i := range l.names {
 		if l.dead[i] || l.cfgs[i] == nil {
 			continue
@@ -357,17 +357,8 @@ func (l *Lab) OpenInOrder(ctx context.Context) error {
 			if err != nil || !ok || l.dead[j] || l.cfgs[j] == nil {
 				continue
 			}
-			e := gateEntry{l.f, i, a}
-			all = append(all, e)
-			if i < j {
-				first = append(first, e)
-			} else {
-				second = append(second, e)
-			}
+			o.add(l.f, i, j, a)
 		}
 	}
-	if err := holdAll(all, true); err != nil {
-		return err
-	}
-	return openInOrder(ctx, first, second)
+	return o.open(ctx)
 }
