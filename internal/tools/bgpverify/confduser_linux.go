@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 )
 
@@ -25,19 +24,11 @@ func (l *Lab) confdUser(cmd *exec.Cmd, i int, dir string) error {
 		return nil
 	}
 	uid := confdUIDBase + i
-	kubeconfig := ""
-	for _, kv := range l.env {
-		if v, ok := strings.CutPrefix(kv, "KUBECONFIG="); ok {
-			kubeconfig = v
-		}
+	own := filepath.Join(dir, "kubeconfig")
+	if err := copyFile(l.kubeconfig, own, 0o600); err != nil {
+		return fmt.Errorf("confd for node %s: %w", l.names[i], err)
 	}
-	if kubeconfig != "" {
-		own := filepath.Join(dir, "kubeconfig")
-		if err := copyFile(kubeconfig, own, 0o600); err != nil {
-			return fmt.Errorf("confd for node %s: %w", l.names[i], err)
-		}
-		cmd.Env = append(cmd.Env, "KUBECONFIG="+own) // the last of a key wins
-	}
+	cmd.Env = append(cmd.Env, "KUBECONFIG="+own) // the last of a key wins
 	cmd.Env = append(cmd.Env, "HOME="+dir)
 	if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {

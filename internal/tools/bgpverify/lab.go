@@ -30,10 +30,12 @@ type Lab struct {
 	confd string
 	etc   string
 	env   []string
-	dir   string
-	dirs  []string
-	cfgs  [][]byte // the bird.cfg each running BIRD last loaded
-	f     *birdFleet
+	// kubeconfig is the API server's (in env as well).
+	kubeconfig string
+	dir        string
+	dirs       []string
+	cfgs       [][]byte // the bird.cfg each running BIRD last loaded
+	f          *birdFleet
 	// mu holds Sync, Kill and Revive apart: a test kills a BIRD while its confd loop syncs.
 	mu   sync.Mutex
 	dead map[int]bool
@@ -75,7 +77,7 @@ func startLab(kubeconfig string, names []string, confdPath, birdPath string) (*L
 	if err != nil {
 		return nil, err
 	}
-	l := &Lab{names: names, index: map[string]int{}, confd: confd, etc: etc, dir: dir, dead: map[int]bool{},
+	l := &Lab{names: names, index: map[string]int{}, confd: confd, etc: etc, dir: dir, dead: map[int]bool{}, kubeconfig: kubeconfig,
 		env: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + kubeconfig, "USE_POD_CIDR=true",
 			"NAMESPACE=" + ConfdNamespace}} // where confd reads the Secrets of BGPPeer passwords
 	addrs := make([]netip.Prefix, len(names))

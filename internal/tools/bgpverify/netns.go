@@ -187,15 +187,14 @@ func nodeMAC(i int) string {
 // table overflow") and sessions stay in Connect. Permanent entries are not counted.
 func staticNeighbors(i int, addrs, addrs6 []netip.Prefix) []string {
 	var out []string
-	for j := range addrs {
-		if j == i {
+	for _, fam := range [][]netip.Prefix{addrs, addrs6} {
+		if i >= len(fam) || !fam[i].IsValid() {
 			continue
 		}
-		if addrs[j].IsValid() && addrs[i].IsValid() {
-			out = append(out, fmt.Sprintf("neigh replace %s lladdr %s dev eth0 nud permanent", addrs[j].Addr(), nodeMAC(j)))
-		}
-		if j < len(addrs6) && i < len(addrs6) && addrs6[j].IsValid() && addrs6[i].IsValid() {
-			out = append(out, fmt.Sprintf("neigh replace %s lladdr %s dev eth0 nud permanent", addrs6[j].Addr(), nodeMAC(j)))
+		for j, a := range fam {
+			if j != i && a.IsValid() {
+				out = append(out, fmt.Sprintf("neigh replace %s lladdr %s dev eth0 nud permanent", a.Addr(), nodeMAC(j)))
+			}
 		}
 	}
 	return out

@@ -35,27 +35,25 @@ func (l *Lab) Follow(ctx context.Context, pause time.Duration) (stop func() erro
 	ctx, cancel := context.WithCancel(ctx)
 	exited := make([]atomic.Bool, len(l.names))
 	var confds sync.WaitGroup
+	fail := func(err error) (func() error, error) {
+		cancel()
+		confds.Wait()
+		return nil, err
+	}
 	for i, name := range l.names {
 		cmd := confdCommand(ctx, confd, dirs[i], name, l.env)
-		logf, err := os.Create(filepath.Join(dirs[i], "confd-watch.log"))
-		if err == nil {
-			err = l.confdUser(cmd, i, dirs[i])
+		if err := l.confdUser(cmd, i, dirs[i]); err != nil {
+			return fail(err)
 		}
+		logf, err := os.Create(filepath.Join(dirs[i], "confd-watch.log"))
 		if err != nil {
-			if logf != nil {
-				logf.Close()
-			}
-			cancel()
-			confds.Wait()
-			return nil, err
+			return fail(err)
 		}
 		cmd.Stdout, cmd.Stderr = logf, logf
 		err = cmd.Start()
 		logf.Close()
 		if err != nil {
-			cancel()
-			confds.Wait()
-			return nil, fmt.Errorf("confd for node %s: %v", name, err)
+			return fail(fmt.Errorf("confd for node %s: %v", name, err))
 		}
 		confds.Add(1)
 		go func() {
