@@ -199,6 +199,13 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			if had && extender.IsReady(view[rr]) {
 				next[rr] = h // not reported yet, or its sessions are starting: no judgement
 			}
+			if justStarted(m, rr, st.Now) {
+				// Read its status again soon: a status showing its role's sessions up changes
+				// nothing watchBGPHealth looks at, so without this no reconcile would see it alive,
+				// and a BIRD dying after that would be judged only idSettleMax after the role
+				// change (TestBGPHealthSeesSettledRouteReflectorsAlive).
+				st.requeue(min(healthEvery, m.settle[rr].at.Add(idSettleMax).Sub(st.Now)+100*time.Millisecond))
+			}
 			continue
 		}
 		rrIPs := bgpAddresses(ips, view, rr)

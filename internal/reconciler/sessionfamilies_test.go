@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -330,6 +331,63 @@ func TestBGPHealthGivesNewRouteReflectorsTheirSettleTime(t *testing.T) {
 		}
 	}
 	require.NotZerof(t, draining, "no route reflector replaced with its sessions down past idSettle and gracePeriod: %v", h.rrs())
+}
+
+// TestBGPHealthSeesSettledRouteReflectorsAlive: new route reflectors first reported with only
+// their sessions to an outside peer (a top-of-rack router) Established are not judged yet (their
+// role's sessions are establishing), and when their role's sessions come up nothing that
+// watchBGPHealth reads changes (each status still shows Established sessions of both families): the
+// reconciler then runs only when it asks to. It must ask to read those statuses again while they
+// settle, so that a BIRD dying once its role's sessions were up is replaced within gracePeriod.
+// Before, nothing read them: a rack route reflector killed 30 s after a move gave it clients was
+// replaced only idSettleMax after the move (make test, TestBGPHealthOnRealBIRD, 2026-11-27).
+func TestBGPHealthSeesSettledRouteReflectorsAlive(t *testing.T) {
+	h := dualHealthHarness(t)
+	rrs := h.rrs()
+	require.Len(t, rrs, 3)
+	victim := slices.Sorted(maps.Keys(rrs))[0]
+	// report writes the statuses as calico-node does (up says which sessions are Established; each
+	// route reflector's session to the router is up while up(rr, "", 0)).
+	report := func(up func(rr, peer string, fam extender.Families) bool) {
+		h.calicoNodeBy(up)
+		h.reportStatuses(func(cns *apiv3.CalicoNodeStatus, _ []corev1.Node) {
+			if up(cns.Spec.Node, "", 0) {
+				cns.Status.BGP.PeersV4 = append(cns.Status.BGP.PeersV4, peer("192.0.2.1", true))
+				cns.Status.BGP.PeersV6 = append(cns.Status.BGP.PeersV6, peer("2001:db8::1", true))
+			}
+		})
+	}
+	// The controller: a reconcile when the watch sees a status change (trigger), else when the
+	// last reconcile asked (wake); advance runs it until the clock reaches until (or stop).
+	var wake time.Time
+	trigger := func(up func(string, string, extender.Families) bool) {
+		report(up)
+		wake = h.now.Add(h.reconcile())
+	}
+	advance := func(up func(string, string, extender.Families) bool, until time.Time, stop func() bool) {
+		for !stop() && !wake.After(until) {
+			h.now = wake
+			trigger(up)
+		}
+		h.now = until
+		report(up)
+	}
+	never := func() bool { return false }
+	routerOnly := func(_, peer string, _ extender.Families) bool { return peer == "" }
+	allUp := func(string, string, extender.Families) bool { return true }
+	h.now = h.now.Add(time.Second)
+	trigger(routerOnly) // their first reports
+	advance(routerOnly, h.now.Add(2*time.Second), never)
+	advance(allUp, h.now.Add(15*time.Second), never) // their role's sessions up: no status change the watch sees
+
+	dead := func(rr, peer string, _ extender.Families) bool { return rr != victim && peer != victim }
+	kill := h.now
+	trigger(dead)
+	bound := 5*time.Second + healthEvery + time.Second // gracePeriod, the watch's period, a report
+	advance(dead, kill.Add(bound), func() bool { return h.node(victim).Annotations[extender.AnnotationDrainingSince] != "" })
+	require.NotEmptyf(t, h.node(victim).Annotations[extender.AnnotationDrainingSince],
+		"%s, BIRD dead since %v, not replaced within %v (route reflectors %v)", victim, kill.Format(time.RFC3339), bound, h.rrs())
+	require.Less(t, h.now.Sub(kill), idSettleMax)
 }
 
 // TestBGPHealthJudgesPromotedClientsByTheirNewSessions: a client promoted by a rack split was
