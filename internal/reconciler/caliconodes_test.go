@@ -350,6 +350,8 @@ func TestEtcdMigrateMeshAndDeletePolicy(t *testing.T) {
 	h.reconcile() // the release BGPPeer to the keeper
 	h.now = h.now.Add(time.Minute + time.Second)
 	for range len(rrs) - 1 { // the other route reflectors, one at a time, in etcd too
+		h.now = h.now.Add(idSettleMin) // each once the keeper's sessions are reported up
+		h.calicoNodeAllUp()
 		h.reconcile()
 	}
 	released := 0

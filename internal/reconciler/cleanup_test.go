@@ -47,6 +47,9 @@ func TestPolicyDeletion(t *testing.T) {
 
 	h.now = h.now.Add(time.Minute + time.Second)
 	for range len(rrs) - 1 {
+		// calico-node reports the keeper's sessions up (releasesessions.go) after each step.
+		h.now = h.now.Add(idSettleMin)
+		h.calicoNodeAllUp()
 		h.reconcile()
 		require.True(t, meshOff(h))
 		require.Zero(t, h.modelMissingMesh(false))

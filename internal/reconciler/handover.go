@@ -105,6 +105,9 @@ type handoverMemo struct {
 	// settle time of.
 	settle   map[string]*settleRec
 	moveSets map[string]bool
+	// releasedAt: when a deleted policy's release last released one of its route reflectors
+	// (releasesessions.go).
+	releasedAt time.Time
 }
 
 var handoverTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{

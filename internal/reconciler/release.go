@@ -151,6 +151,9 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 		if err := r.ensureReleaseBridge(ctx, st, plan.keeper); err != nil {
 			return false, "", err
 		}
+		if err := r.ensureKeeperStatus(ctx, st, plan.keeper); err != nil {
+			return false, "", err
+		}
 		st.requeue(p.RemovalDelay + 100*time.Millisecond)
 		return false, "", nil
 	}
@@ -159,11 +162,20 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 			return false, "", err
 		}
 	}
+	// The keeper's sessions are waited for from the release's last change (the bridge, or the
+	// last route reflector released; a new leader, which has no memory of the latter, from now),
+	// idSettleMax at most after its removalDelay.
+	since, until := st.Now, st.Now.Add(idSettleMax)
 	if at, err := time.Parse(time.RFC3339, pol.Annotations[AnnotationReleaseBridgedAt]); err == nil {
 		if wait := at.Add(p.RemovalDelay).Sub(st.Now); wait > 0 {
 			st.requeue(wait + 100*time.Millisecond)
 			return false, "", nil
 		}
+		since, until = at, at.Add(p.RemovalDelay+idSettleMax)
+	}
+	m := r.memo(st.Name)
+	if m.releasedAt.After(since) {
+		since, until = m.releasedAt, m.releasedAt.Add(idSettleMax)
 	}
 	sim, err := r.newReleaseSim(ctx, st)
 	if err != nil {
@@ -180,6 +192,11 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 		r.Log.Info("policy deleted: its route reflectors keep their role until one can go without losing a pair", "policy", st.Name, "left", left)
 		st.requeue(handoverRetry)
 		return false, "", nil
+	}
+	if keeper != NoKeeper {
+		if wait, err := r.keeperSessionsWait(ctx, st, keeper, since, until); wait || err != nil {
+			return false, "", err
+		}
 	}
 	n := sim.node(next)
 	lbl, ann := state.OwnedChanges(p.RRLabelKey, n, extender.NodeState{})
@@ -200,7 +217,9 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 		}
 	}
 	// The next one goes once this one's sessions are back (a cluster ID change restarts them
-	// all; about 2 s in BIRD), at most removalDelay later.
+	// all; about 2 s in BIRD), at most removalDelay later, and once the keeper's sessions,
+	// this one's among them, are seen Established (keeperSessionsWait).
+	m.releasedAt = r.now()
 	st.requeue(max(handoverRetry, min(p.RemovalDelay, releaseStep)))
 	return false, "", nil
 }

@@ -77,6 +77,7 @@ func (h *harness) deleteAndRelease() *releaseRun {
 	require.NoError(h.t, h.client.Delete(ctx, pol))
 	for run.passes = 1; ; run.passes++ {
 		require.Less(h.t, run.passes, 200, "the release does not end")
+		h.calicoNodeAllUp()
 		wait := h.reconcile()
 		off := meshOff(h)
 		m := h.model(!off)
@@ -100,6 +101,27 @@ func (h *harness) deleteAndRelease() *releaseRun {
 	}
 	run.after = h.model(!meshOff(h))
 	return run
+}
+
+// calicoNodeAllUp reports every CalicoNodeStatus as a calico-node whose BGP sessions with every
+// other node are Established (a superset of the sessions any check reads).
+func (h *harness) calicoNodeAllUp() {
+	h.t.Helper()
+	h.reportStatuses(func(cns *apiv3.CalicoNodeStatus, nodes []corev1.Node) {
+		cns.Status.BGP.PeersV4, cns.Status.BGP.PeersV6 = nil, nil
+		for i := range nodes {
+			if nodes[i].Name == cns.Spec.Node {
+				continue
+			}
+			for _, ip := range nodeIPs(&nodes[i]) {
+				if ipFamily(ip) == v6 {
+					cns.Status.BGP.PeersV6 = append(cns.Status.BGP.PeersV6, peer(ip, true))
+				} else {
+					cns.Status.BGP.PeersV4 = append(cns.Status.BGP.PeersV4, peer(ip, true))
+				}
+			}
+		}
+	})
 }
 
 // migrated is a harness whose policy turned the node-to-node mesh off.
@@ -320,6 +342,7 @@ func TestPoliciesDeletedAtOnceBoundedRelease(t *testing.T) {
 			}
 			left++
 			h.policyNm = name
+			h.calicoNodeAllUp()
 			h.reconcile()
 			m := h.model(!meshOff(h))
 			require.Zerof(t, m.Summary.MissingPairs, "pass %d of %s (mesh off %v): e.g. %v", run.passes, name, meshOff(h), m.MissingPairs(3))
@@ -367,4 +390,59 @@ func TestPolicyDeletionMeshOnBoundedRelease(t *testing.T) {
 	}
 	require.Empty(t, h.rrs())
 	require.Empty(t, h.peers())
+}
+
+// TestPolicyDeletionWaitsForKeeperSessions: a deleted policy's route reflectors other than the
+// keeper lose their role only once calico-node reports the keeper's sessions to every node the
+// release BGPPeer gives it Established (releasesessions.go), however long removalDelay was; past
+// idSettleMax the release goes on. On the live lab (TestTransitionsHistoryOnRealBIRD (f)) a
+// keeper's session came up 6 s after the release BGPPeer, and the release at removalDelay (3 s)
+// left a client without any session for 2.6 s.
+func TestPolicyDeletionWaitsForKeeperSessions(t *testing.T) {
+	h := migrated(t, ipCluster(12), nil)
+	rrs := h.rrs()
+	ctx := context.Background()
+	pol := &v1alpha1.RouteReflectorPolicy{}
+	require.NoError(t, h.client.Get(ctx, client.ObjectKey{Name: h.policyNm}, pol))
+	require.NoError(t, h.client.Delete(ctx, pol))
+	h.reconcile() // the release BGPPeer to the keeper
+	require.NoError(t, h.client.Get(ctx, client.ObjectKey{Name: h.policyNm}, pol))
+	keeper := pol.Annotations[AnnotationReleaseKeeper]
+	require.NotEmpty(t, keeper)
+	require.Contains(t, h.nodeStatuses(), keeper, "the keeper's CalicoNodeStatus, written with the release BGPPeer")
+	var late string // a client whose session with the keeper is not up yet
+	for _, n := range h.nodes() {
+		if _, rr := rrs[n.Name]; !rr && late == "" {
+			late = n.Name
+		}
+	}
+	lateIP := nodeIPs(h.node(late))[0]
+	start := h.now.Add(time.Minute) // removalDelay
+	for h.now = start; h.now.Sub(start) < idSettleMax-2*time.Second; h.now = h.now.Add(5 * time.Second) {
+		h.calicoNodeAllUp()
+		h.reportStatuses(func(cns *apiv3.CalicoNodeStatus, _ []corev1.Node) {
+			if cns.Spec.Node == keeper {
+				for i, p := range cns.Status.BGP.PeersV4 {
+					if p.PeerIP == lateIP {
+						cns.Status.BGP.PeersV4[i].State = apiv3.BGPSessionStateActive
+					}
+				}
+			}
+		})
+		require.Positive(t, h.reconcile())
+		require.Equalf(t, rrs, h.rrs(), "a route reflector released at %v while the keeper's session to %s is down", h.now.Sub(start), late)
+	}
+	h.calicoNodeAllUp()
+	h.reconcile()
+	require.Len(t, h.rrs(), len(rrs)-1, "one route reflector released once every session of the keeper is up")
+	for range 40 {
+		h.now = h.now.Add(5 * time.Second)
+		h.calicoNodeAllUp()
+		h.reconcile()
+		if err := h.client.Get(ctx, client.ObjectKey{Name: h.policyNm}, pol); apierrors.IsNotFound(err) {
+			break
+		}
+	}
+	require.True(t, apierrors.IsNotFound(h.client.Get(ctx, client.ObjectKey{Name: h.policyNm}, pol)), "the release ends")
+	require.Empty(t, h.nodeStatuses(), "the deleted policy's CalicoNodeStatuses go with it")
 }

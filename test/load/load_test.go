@@ -371,6 +371,7 @@ func TestLoad(t *testing.T) {
 	firstList := time.Since(restartAt)
 	mon = startMonitor(p)
 	defer mon.Stop()
+	goProfile("profile?seconds=20", "cpu-restart.pprof") // from ready through the first plan
 	joinerName := nodetest.KubeletName(n)
 	t0 := time.Now()
 	_, err = kubelet.CoreV1().Nodes().Create(ctx, fleet.Kubelet(n, time.Now()), metav1.CreateOptions{})
@@ -403,6 +404,11 @@ func TestLoad(t *testing.T) {
 	restartRSS, restartHWM := p.rss(t), p.hwm(t)
 	restartHeap := restarted.sum("go_memstats_heap_inuse_bytes", nil)
 	p.profile(ctx, t, "heap?gc=1", "heap-restarted.pprof")
+	if *profileDir != "" { // the product's log beside its profiles (GODEBUG=gctrace=1 shows the heap over the restart)
+		if l, err := os.ReadFile(p.Log); err == nil {
+			_ = os.WriteFile(filepath.Join(*profileDir, "serve.log"), l, 0o644)
+		}
+	}
 	load, _ := os.ReadFile("/proc/loadavg")
 
 	var b strings.Builder

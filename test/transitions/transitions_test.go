@@ -236,7 +236,8 @@ spec:
 // product runs two replicas with leader election, and the leader is killed (SIGKILL, lease not
 // released) as a rack route reflector is cordoned, so the other replica finishes the
 // replacement once the lease expires (the issue's "during joins" would need nodes outside the
-// Lab's fixed set: a cordon stands in). Per event it reports and asserts what
+// Lab's fixed set: a cordon stands in); (f) the policy is deleted, and the product turns the
+// mesh back on make-before-break (below spec.release.maxMeshNodes). Per event it reports and asserts what
 // TestTransitionsOnRealBIRD does (with the same bound on the busiest node's peak routes).
 //
 // What a faster test cannot prove: that these transitions (a whole cluster leaving the mesh, a
@@ -351,6 +352,15 @@ spec:
 // route reflectors. Runs 5 and 6 also ran with the harness's last change, at load 68-86, and
 // passed. A failing run now keeps the product's logs, the cluster's Events and the lab's
 // configures under /tmp/rra-transitions-<test>-<time>/.
+//
+// (f), added on 2026-11-27: its first run missed 384 pair-samples between kept clients, every one
+// with client node-05 at one end: the release BGPPeer's session between node-05 and the keeper was
+// configured on both ends within 7 ms, came up only about 6 s later, and the product released the
+// first route reflectors at removalDelay (3 s), so node-05 had no Established session for 2.6 s.
+// The release now waits for the keeper's sessions as its CalicoNodeStatus reports them
+// (internal/reconciler/releasesessions.go); the next run passed every event, (f) with 0 between
+// kept nodes (20,139 in all, each with a released route reflector at one end), 1 min 32 s from
+// the deletion to the policy gone (15 route reflectors, one at a time), peak 115 routes against 61.
 func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	if os.Getenv(envHistory) == "" && os.Getenv(testenv.EnvAll) == "" {
 		// Not in make test: its 3 to 15 minutes (by the load) do not fit beside
@@ -501,6 +511,20 @@ func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 		})
 		t.Logf("(e) the first replica took the lease %v after the leader was killed", time.Since(killed).Round(100*time.Millisecond))
 		w.eventually("(e) "+v+" replaced", time.Minute, func() error { return w.replaced(v) })
+	}, size)
+
+	// (f) The policy deleted (what `helm uninstall`'s hook does too): below spec.release's
+	// maxMeshNodes the product turns the node-to-node mesh back on make-before-break (a keeper
+	// route reflector and the release BGPPeer, the other route reflectors released one at a time,
+	// the mesh on, removalDelay, then the keeper), so no client loses a route and no node's routes
+	// peak over twice the steady state (issue 36, item 3).
+	event("(f) policy deleted: back to the node-to-node mesh", func(before *roles) {
+		t.Logf("(f) delete the policy (%d route reflectors, the mesh off: %t)", len(before.id), !w.meshOn())
+		_, stderr, err := w.env.Kubectl(t, testenv.UserAdmin, "delete", "routereflectorpolicy", "default", "--wait=false")
+		require.NoError(t, err, stderr)
+		deleted := time.Now()
+		w.eventually("(f) the policy released", 3*time.Minute, func() error { return w.released() })
+		t.Logf("(f) released %v after the deletion", time.Since(deleted).Round(100*time.Millisecond))
 	}, size)
 
 	h.finish()
@@ -1154,6 +1178,29 @@ func (w *world) reportBIRD(ctx context.Context, lab *bgpverify.Lab) {
 }
 
 // settledAny: nothing draining, every client with a peering set whose BGPPeer exists.
+// released: the policy is gone (its finalizer dropped), the node-to-node mesh is on, and no node
+// keeps a route reflector's label or cluster ID or a peering set, nor any BGPPeer the product's.
+func (w *world) released() error {
+	ctx := w.t.Context()
+	if _, err := w.dyn.Resource(policyGVR).Get(ctx, "default", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return fmt.Errorf("the policy still there (%v)", err)
+	}
+	if !w.meshOn() {
+		return fmt.Errorf("node-to-node mesh off")
+	}
+	r := w.roles()
+	for n, nd := range r.nodes {
+		if _, rr := nd.Labels["calico-route-reflector"]; rr || nd.Annotations[extender.AnnotationClusterID] != "" || nd.Labels[extender.LabelPeeringSet] != "" {
+			return fmt.Errorf("%s keeps its role (route reflector label %t, cluster ID %q, peering set %q)", n, rr,
+				nd.Annotations[extender.AnnotationClusterID], nd.Labels[extender.LabelPeeringSet])
+		}
+	}
+	if len(r.peers) > 0 {
+		return fmt.Errorf("BGPPeers left: %v", r.peers)
+	}
+	return nil
+}
+
 func (w *world) settledAny() error {
 	r := w.roles()
 	return w.settled(len(r.id))

@@ -1,0 +1,120 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+// A deleted policy's release is make-before-break on the sessions themselves, not on a timer: a
+// route reflector of the policy other than the keeper loses its role only once the keeper's
+// sessions to every Ready node the release BGPPeer gives it are seen Established in the keeper's
+// CalicoNodeStatus, reported idSettleMin after the release's last change (the release BGPPeer,
+// or the last route reflector released, whose sessions all restart and which then peers with the
+// keeper as any node). It waits idSettleMax at most after that change, then goes on as before
+// (logged); without the CalicoNodeStatus API it waits removalDelay only, as before.
+//
+// On the live lab (TestTransitionsHistoryOnRealBIRD, event (f), 2026-11-27) both ends of a new
+// session were configured within milliseconds, BIRD's first connects failed, and the keeper's
+// session to a client came up 6 s after the release BGPPeer; the route reflectors were released
+// at removalDelay (3 s), and that client had no Established session for 2.6 s: 384 pair-samples
+// lost between nodes that kept their role.
+
+// keeperSessionsWait says whether the release must wait for the keeper's sessions (requeued), with
+// since the release's last change and until the end of the wait.
+func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper string, since, until time.Time) (bool, error) {
+	if !st.Now.Before(until) {
+		r.Log.Info("policy deleted: the keeper's sessions were not all seen Established; releasing on", "policy", st.Name, "keeper", keeper,
+			"since", since.UTC().Format(time.RFC3339))
+		return false, nil
+	}
+	list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name})
+	if err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return false, nil // no CalicoNodeStatus API: removalDelay only
+		}
+		return false, fmt.Errorf("listing CalicoNodeStatuses: %w", err)
+	}
+	i := slices.IndexFunc(list, func(o *apiv3.CalicoNodeStatus) bool { return o.Spec.Node == keeper })
+	if i < 0 {
+		if err := r.ensureKeeperStatus(ctx, st, keeper); err != nil {
+			return false, err
+		}
+		st.requeue(handoverRetry)
+		return true, nil
+	}
+	cns := list[i]
+	if cns.Status.LastUpdated.Time.Before(since.Add(idSettleMin)) {
+		st.requeue(handoverRetry)
+		return true, nil
+	}
+	nodes := r.Nodes.List()
+	view := make(map[string]*corev1.Node, len(nodes))
+	for _, n := range nodes {
+		view[n.Name] = n
+	}
+	ips := r.calicoBGPAddresses(ctx, true)
+	keeperIPs := bgpAddresses(ips, view, keeper)
+	if len(keeperIPs) == 0 {
+		return false, nil // no address to peer with: nothing calico-node can report
+	}
+	peers := map[string][]string{}
+	for _, n := range nodes {
+		if n.Name == keeper || n.Labels[extender.LabelRouteReflectorID] != "" || !extender.IsReady(n) {
+			continue
+		}
+		if a := bgpAddresses(ips, view, n.Name); len(a) > 0 { // Calico peers with none without one
+			peers[n.Name] = a
+		}
+	}
+	missing := missingSessions(peers, keeperIPs, cns)
+	if len(missing) == 0 {
+		return false, nil
+	}
+	names := make([]string, 0, len(missing))
+	for n := range missing {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	r.Log.V(1).Info("policy deleted: waiting for the keeper's sessions", "policy", st.Name, "keeper", keeper, "missing", len(names),
+		"first", names[:min(5, len(names))])
+	st.requeue(handoverRetry)
+	return true, nil
+}
+
+// ensureKeeperStatus creates the keeper's CalicoNodeStatus (written with the release BGPPeer, so
+// that calico-node reports it by the time the first route reflector may go). Without the
+// CalicoNodeStatus API it does nothing: the release waits removalDelay only.
+func (r *Reconciler) ensureKeeperStatus(ctx context.Context, st *State, keeper string) error {
+	err := r.nodeStatuses().Create(ctx, r.nodeStatus(st.Name, keeper))
+	if err == nil || apierrors.IsAlreadyExists(err) || meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		return nil
+	}
+	return fmt.Errorf("creating the keeper's CalicoNodeStatus: %w", err)
+}
+
+// deleteNodeStatuses deletes the CalicoNodeStatuses the product keeps for policy name (BGP
+// health's, the handover's, the keeper's).
+func (r *Reconciler) deleteNodeStatuses(ctx context.Context, name string) error {
+	list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: name})
+	if err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return nil
+		}
+		return fmt.Errorf("listing CalicoNodeStatuses: %w", err)
+	}
+	for _, o := range list {
+		if err := r.nodeStatuses().Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting CalicoNodeStatus %s: %w", o.Name, err)
+		}
+	}
+	return nil
+}
