@@ -20,13 +20,21 @@ import (
 // CalicoNodeStatus, reported idSettleMin after the release's last change (the release BGPPeer,
 // or the last route reflector released, whose sessions all restart and which then peers with the
 // keeper as any node). It waits idSettleMax at most after that change, then goes on as before
-// (logged); without the CalicoNodeStatus API it waits removalDelay only, as before.
+// (logged); without the CalicoNodeStatus API, or when calico-node does not fill them in (one of
+// the policy's is still empty a period and 3 s after it was written: calico-node before 3.22), it waits
+// removalDelay only, as before.
 //
 // On the live lab (TestTransitionsHistoryOnRealBIRD, event (f), 2026-11-27) both ends of a new
 // session were configured within milliseconds, BIRD's first connects failed, and the keeper's
 // session to a client came up 6 s after the release BGPPeer; the route reflectors were released
 // at removalDelay (3 s), and that client had no Established session for 2.6 s: 384 pair-samples
 // lost between nodes that kept their role.
+
+// unreported is how long a CalicoNodeStatus may stay never filled in before the release takes it
+// that calico-node does not report (its period and idSettleMin; the release's first step comes
+// removalDelay, by default 5 minutes, after the keeper's is written): the keeper's, or any other
+// of the policy's (BGP health's, written long before).
+const unreported = NodeStatusPeriod*time.Second + idSettleMin
 
 // keeperSessionsWait says whether the release must wait for the keeper's sessions (requeued), with
 // since the release's last change and until the end of the wait.
@@ -52,6 +60,11 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		return true, nil
 	}
 	cns := list[i]
+	if cns.Status.LastUpdated.IsZero() && slices.ContainsFunc(list, func(o *apiv3.CalicoNodeStatus) bool {
+		return o.Status.LastUpdated.IsZero() && !o.CreationTimestamp.IsZero() && st.Now.Sub(o.CreationTimestamp.Time) >= unreported
+	}) {
+		return false, nil // calico-node does not fill them in (before 3.22, or not running): removalDelay only
+	}
 	if cns.Status.LastUpdated.Time.Before(since.Add(idSettleMin)) {
 		st.requeue(handoverRetry)
 		return true, nil
