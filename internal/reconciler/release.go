@@ -162,9 +162,9 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 			return false, "", err
 		}
 	}
-	// The keeper's sessions are waited for from the release's last change (the bridge, or the
-	// last route reflector released; a new leader, which has no memory of the latter, from now),
-	// idSettleMax at most after its removalDelay.
+	// The keeper's sessions are waited for from the release's last change: the bridge (until
+	// idSettleMax after its removalDelay), or the last route reflector this leader released (until
+	// idSettleMax after it; a new leader, with no memory of it, counts from the bridge).
 	since, until := st.Now, st.Now.Add(idSettleMax)
 	if at, err := time.Parse(time.RFC3339, pol.Annotations[AnnotationReleaseBridgedAt]); err == nil {
 		if wait := at.Add(p.RemovalDelay).Sub(st.Now); wait > 0 {
