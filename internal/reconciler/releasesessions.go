@@ -21,8 +21,8 @@ import (
 // or the last route reflector released, whose sessions all restart and which then peers with the
 // keeper as any node). It waits idSettleMax at most after that change, then goes on as before
 // (logged); without the CalicoNodeStatus API, or when calico-node does not fill them in (one of
-// the policy's is still empty a period and 3 s after it was written: calico-node before 3.22), it waits
-// removalDelay only, as before.
+// the policy's is still empty a period and 3 s after it was written: calico-node before 3.22),
+// it waits removalDelay only, as before.
 //
 // On the live lab (TestTransitionsHistoryOnRealBIRD, event (f), 2026-11-27) both ends of a new
 // session were configured within milliseconds, BIRD's first connects failed, and the keeper's
@@ -39,10 +39,16 @@ const unreported = NodeStatusPeriod*time.Second + idSettleMin
 // keeperSessionsWait says whether the release must wait for the keeper's sessions (requeued), with
 // since the release's last change and until the end of the wait.
 func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper string, since, until time.Time) (bool, error) {
-	if !st.Now.Before(until) {
-		r.Log.Info("policy deleted: the keeper's sessions were not all seen Established; releasing on", "policy", st.Name, "keeper", keeper,
-			"since", since.UTC().Format(time.RFC3339))
-		return false, nil
+	// wait waits unless the wait is over (then it goes on, saying why).
+	wait := func(why string) (bool, error) {
+		if !st.Now.Before(until) {
+			r.Log.Info("policy deleted: the keeper's sessions were not all seen Established; releasing on", "policy", st.Name,
+				"keeper", keeper, "since", since.UTC().Format(time.RFC3339), "why", why)
+			return false, nil
+		}
+		r.Log.V(1).Info("policy deleted: waiting for the keeper's sessions", "policy", st.Name, "keeper", keeper, "why", why)
+		st.requeue(handoverRetry)
+		return true, nil
 	}
 	list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name})
 	if err != nil {
@@ -56,8 +62,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		if err := r.ensureKeeperStatus(ctx, st, keeper); err != nil {
 			return false, err
 		}
-		st.requeue(handoverRetry)
-		return true, nil
+		return wait("no CalicoNodeStatus of the keeper yet")
 	}
 	cns := list[i]
 	if cns.Status.LastUpdated.IsZero() && slices.ContainsFunc(list, func(o *apiv3.CalicoNodeStatus) bool {
@@ -66,8 +71,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		return false, nil // calico-node does not fill them in (before 3.22, or not running): removalDelay only
 	}
 	if cns.Status.LastUpdated.Time.Before(since.Add(idSettleMin)) {
-		st.requeue(handoverRetry)
-		return true, nil
+		return wait("the keeper's CalicoNodeStatus not reported since the last change")
 	}
 	nodes := r.Nodes.List()
 	view := make(map[string]*corev1.Node, len(nodes))
@@ -97,10 +101,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	r.Log.V(1).Info("policy deleted: waiting for the keeper's sessions", "policy", st.Name, "keeper", keeper, "missing", len(names),
-		"first", names[:min(5, len(names))])
-	st.requeue(handoverRetry)
-	return true, nil
+	return wait(fmt.Sprintf("%d nodes without an Established session to the keeper, e.g. %v", len(names), names[:min(5, len(names))]))
 }
 
 // ensureKeeperStatus creates the keeper's CalicoNodeStatus (written with the release BGPPeer, so
