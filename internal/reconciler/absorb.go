@@ -218,13 +218,13 @@ func (r *Reconciler) absorbCause(st *State) (*quietPlan, string) {
 	health := maps.Clone(q.health)
 	for _, name := range slices.Sorted(maps.Keys(st.marks.nodes)) {
 		delete(health, name)
-		switch cause := r.absorbs(st.Managed.Resolved, q, valid, name, st.marks.nodes[name], st.Now); cause {
+		switch cause, healthy := r.absorbs(st.Managed.Resolved, q, valid, name, st.marks.nodes[name], st.Now); cause {
 		case "":
 		case absorbReadiness:
 			if health == nil {
 				health = map[string]bool{}
 			}
-			health[name] = extender.IsReady(r.Nodes.Get(name))
+			health[name] = healthy
 		default:
 			return nil, cause
 		}
@@ -263,11 +263,13 @@ func (q *quietPlan) healthNeutral(p *policy.Resolved, health map[string]bool) bo
 }
 
 // absorbs returns "" when node name's change (from before) leaves the quiet plan q of policy p
-// as it is until the next full plan, else the cause of a full plan.
-func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Managed, name string, before *corev1.Node, now time.Time) string {
+// as it is until the next full plan, absorbReadiness when only a client's readiness changed
+// (then healthy says whether the node, as read here, is healthy now), else the cause of a full
+// plan.
+func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Managed, name string, before *corev1.Node, now time.Time) (cause string, healthy bool) {
 	cur := r.Nodes.Get(name)
 	if cur == nil || r.Ledger.Unsettled(cur) {
-		return causeNodeUnsettled
+		return causeNodeUnsettled, false
 	}
 	was, mine := q.view[name]
 	if !mine {
@@ -276,33 +278,33 @@ func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Man
 		_, hadID := before.Annotations[extender.AnnotationClusterID]
 		_, hasID := cur.Annotations[extender.AnnotationClusterID]
 		if hadID || hasID || !sameSelectors(valid, before, cur) {
-			return causeNodeOutside
+			return causeNodeOutside, false
 		}
-		return ""
+		return "", false
 	}
 	i, ok := q.index[name]
 	if !ok || was.UID != cur.UID || !sameSelectors(valid, was, cur) ||
 		was.Labels[p.ZoneLabel] != cur.Labels[p.ZoneLabel] || was.Labels[p.RackLabel] != cur.Labels[p.RackLabel] {
-		return causeNodeTopology
+		return causeNodeTopology, false
 	}
 	if lbl, ann := state.OwnedChanges(p.RRLabelKey, cur, q.result.Nodes[i]); len(lbl)+len(ann) > 0 {
-		return causeNodeRole // its role is not the plan's: the plan repairs it
+		return causeNodeRole, false // its role is not the plan's: the plan repairs it
 	}
 	a, b := extender.NewNodeInfo(was, p), extender.NewNodeInfo(cur, p)
 	if a.CurrentRR != b.CurrentRR || b.Deleting || a.Rack != b.Rack || !slices.Equal(a.CurrentRRs, b.CurrentRRs) {
-		return causeNodeState
+		return causeNodeState, false
 	}
 	if a.Ready != b.Ready || !a.NotReadySince.Equal(b.NotReadySince) {
 		// A client's readiness reaches the plan through the healthy counts (absorbCause checks
 		// them) and its eligibility, which waits for the next plan. A node the plan read NotReady
 		// that is Ready now may be a candidate the plan waits for: planned whole.
 		if a.CurrentRR || b.Ready && !a.Ready {
-			return causeNodeState
+			return causeNodeState, false
 		}
-		return absorbReadiness
+		return absorbReadiness, b.Healthy()
 	}
 	if !a.CurrentRR {
-		return "" // a client: whether it may become a route reflector waits for the next plan
+		return "", false // a client: whether it may become a route reflector waits for the next plan
 	}
 	// A route reflector keeps its role while it stays eligible (a preferred label changed, say):
 	// the planner's filters must still pass it, as they did.
@@ -310,9 +312,9 @@ func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Man
 	extender.RunFilters(q.filters, p, a)
 	extender.RunFilters(q.filters, p, b)
 	if a.Eligible && b.Eligible && a.ClusterID == b.ClusterID && a.Plane == b.Plane && a.StandbyFor == b.StandbyFor {
-		return ""
+		return "", false
 	}
-	return causeRouteReflector
+	return causeRouteReflector, false
 }
 
 // sameSelectors reports whether the same valid policies select a and b (the partition of the
