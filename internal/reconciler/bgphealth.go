@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -128,10 +127,10 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 	}
 	slices.Sort(rrs)
-	list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name})
+	list, err := r.policyNodeStatuses(ctx, st.Name)
 	if err != nil {
 		r.setBGP(st.Name, nil)
-		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		if noNodeStatusAPI(err) {
 			if p.BGPHealth != nil { // asked for explicitly
 				r.Log.Error(err, "bgpHealth is on but the CalicoNodeStatus API cannot be used", "policy", st.Name)
 			}
@@ -195,11 +194,12 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			roleSessionUp(cns, rolePeers(rr, clients[rr], view, uplinks), view, ips) {
 			rec.alive = true
 		}
-		if cns == nil || cns.Status.LastUpdated.IsZero() || !extender.IsReady(view[rr]) || justStarted(m, rr, st.Now) {
+		starting := justStarted(m, rr, st.Now)
+		if cns == nil || cns.Status.LastUpdated.IsZero() || !extender.IsReady(view[rr]) || starting {
 			if had && extender.IsReady(view[rr]) {
 				next[rr] = h // not reported yet, or its sessions are starting: no judgement
 			}
-			if justStarted(m, rr, st.Now) {
+			if starting {
 				// Read its status again soon: a status showing its role's sessions up changes
 				// nothing watchBGPHealth looks at, so without this no reconcile would see it alive,
 				// and a BIRD dying after that would be judged only idSettleMax after the role
@@ -347,7 +347,7 @@ func (r *Reconciler) watchBGPHealth(ctx context.Context, q queue) {
 			if p := m.Resolved; p.BGPHealth != nil && !*p.BGPHealth {
 				continue
 			}
-			list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: m.Policy.Name})
+			list, err := r.policyNodeStatuses(ctx, m.Policy.Name)
 			if err != nil {
 				continue // the reconcile says why
 			}

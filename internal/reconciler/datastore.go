@@ -3,11 +3,14 @@ package reconciler
 import (
 	"context"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 )
 
@@ -148,6 +151,17 @@ func (r *Reconciler) nodeStatuses() NodeStatusStore {
 		return r.NodeStatuses
 	}
 	return kubeNodeStatuses{r}
+}
+
+// policyNodeStatuses lists the CalicoNodeStatuses the product keeps for policy name.
+func (r *Reconciler) policyNodeStatuses(ctx context.Context, name string) ([]*apiv3.CalicoNodeStatus, error) {
+	return r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: name})
+}
+
+// noNodeStatusAPI reports whether err says the CalicoNodeStatus API cannot be used here (not
+// served, or no right to it), as opposed to a failure worth retrying.
+func noNodeStatusAPI(err error) bool {
+	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
 }
 
 // kubeNodeStatuses is the Kubernetes datastore's CalicoNodeStatuses, read without the cache.

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -325,9 +324,9 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 	if len(need) == 0 && m.statusesChecked {
 		return nil, nil
 	}
-	list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name})
+	list, err := r.policyNodeStatuses(ctx, st.Name)
 	if err != nil {
-		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		if noNodeStatusAPI(err) {
 			m.statusesChecked = true // no CalicoNodeStatus API (or no right to it): nothing to clean up
 			if len(need) > 0 {
 				return nil, fmt.Errorf("CalicoNodeStatus cannot be used; the handover waits for removalDelay: %w", err)

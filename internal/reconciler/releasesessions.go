@@ -9,7 +9,6 @@ import (
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
@@ -50,9 +49,9 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		st.requeue(handoverRetry)
 		return true, nil
 	}
-	list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: st.Name})
+	list, err := r.policyNodeStatuses(ctx, st.Name)
 	if err != nil {
-		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		if noNodeStatusAPI(err) {
 			return false, nil // no CalicoNodeStatus API: removalDelay only
 		}
 		return false, fmt.Errorf("listing CalicoNodeStatuses: %w", err)
@@ -109,7 +108,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 // CalicoNodeStatus API it does nothing: the release waits removalDelay only.
 func (r *Reconciler) ensureKeeperStatus(ctx context.Context, st *State, keeper string) error {
 	err := r.nodeStatuses().Create(ctx, r.nodeStatus(st.Name, keeper))
-	if err == nil || apierrors.IsAlreadyExists(err) || meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+	if err == nil || apierrors.IsAlreadyExists(err) || noNodeStatusAPI(err) {
 		return nil
 	}
 	return fmt.Errorf("creating the keeper's CalicoNodeStatus: %w", err)
@@ -118,9 +117,9 @@ func (r *Reconciler) ensureKeeperStatus(ctx context.Context, st *State, keeper s
 // deleteNodeStatuses deletes the CalicoNodeStatuses the product keeps for policy name (BGP
 // health's, the handover's, the keeper's).
 func (r *Reconciler) deleteNodeStatuses(ctx context.Context, name string) error {
-	list, err := r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: name})
+	list, err := r.policyNodeStatuses(ctx, name)
 	if err != nil {
-		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		if noNodeStatusAPI(err) {
 			return nil
 		}
 		return fmt.Errorf("listing CalicoNodeStatuses: %w", err)
