@@ -3,6 +3,7 @@ package serve_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -119,24 +120,42 @@ func TestBGPHealthOnRealBIRD(t *testing.T) {
 	took := noMissing("every pair routed on the BIRDs before", 15, 2*time.Minute)
 	t.Logf("15 BIRDs configured by confd: 0 missing pairs after %v", took.Round(100*time.Millisecond))
 
-	// A rack route reflector of plane 1 that clients list as theirs (while the joins settle, a
-	// rack's clients may still be moving between peering sets: the make-before-break moves).
-	var victim, rack string
-	w.eventually("a rack route reflector of plane 1 with clients", time.Minute, func() error {
+	// A rack route reflector of plane 1 that clients list as theirs, with the same clients for
+	// 10 s (while the joins settle, a rack's clients may still be moving between peering sets: the
+	// make-before-break moves). A route reflector killed within seconds of being given clients has
+	// not been seen with its new role's sessions up, and BGP health gives it idSettleMax before
+	// judging it (TestBGPHealthGivesNewRouteReflectorsTheirSettleTime): that is not what this test
+	// times (in make test on 2026-11-27 a victim picked at once was not replaced within the bound).
+	var victim, rack, seen string
+	var seenSince time.Time
+	w.eventually("a rack route reflector of plane 1 with the same clients for 10 s", 2*time.Minute, func() error {
 		nodes := w.snapshot().nodes
-		for _, n := range nodes {
+		for _, name := range slices.Sorted(maps.Keys(nodes)) {
+			n := nodes[name]
 			if _, rr := n.Labels["calico-route-reflector"]; !rr || extender.IsDraining(n) {
 				continue
 			}
 			if n.Annotations[extender.AnnotationClusterID] == "224.0.0.1" || n.Annotations[extender.AnnotationPlane] != "1" {
 				continue
 			}
+			var clients []string
 			for _, c := range nodes {
 				if slices.Contains(strings.Split(c.Annotations[extender.AnnotationRouteReflectors], ","), n.Name) {
-					victim, rack = n.Name, n.Annotations[extender.AnnotationRack]
-					return nil
+					clients = append(clients, c.Name)
 				}
 			}
+			if len(clients) == 0 {
+				continue
+			}
+			slices.Sort(clients)
+			if key := n.Name + ":" + strings.Join(clients, ","); key != seen {
+				seen, seenSince = key, time.Now()
+			}
+			if held := time.Since(seenSince); held < 10*time.Second {
+				return fmt.Errorf("%s has had its clients for %v", n.Name, held.Round(time.Second))
+			}
+			victim, rack = n.Name, n.Annotations[extender.AnnotationRack]
+			return nil
 		}
 		return fmt.Errorf("none")
 	})
