@@ -262,7 +262,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		after(req.Name)
 	}
 	reconcileDuration.WithLabelValues(req.Name).Observe(took.Seconds())
-	if st.Result != nil {
+	if st.Result != nil && st.Previous == nil {
+		// The first plan of this process (a restart or a takeover): how long it took is the
+		// time a new leader leaves the cluster unplanned.
+		log.Info("first reconcile", "nodes", st.Result.Summary.Nodes, "routeReflectors", st.Result.Summary.RouteReflectors,
+			"changes", len(st.Changes), "took", took.Round(time.Millisecond))
+	} else if st.Result != nil {
 		log.V(1).Info("reconciled", "nodes", st.Result.Summary.Nodes, "routeReflectors", st.Result.Summary.RouteReflectors,
 			"changes", len(st.Changes), "took", took)
 	}

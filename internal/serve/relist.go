@@ -25,9 +25,13 @@ type relister struct {
 	// started since.
 	wanted, listed uint64
 	kick           chan struct{} // closed on each request: the running watches end
+	// nodes, when set, replaces the node informer's ListerWatcher (nodeListWatch).
+	nodes toolscache.ListerWatcher
 }
 
-func newRelister() *relister { return &relister{kick: make(chan struct{})} }
+func newRelister(nodes toolscache.ListerWatcher) *relister {
+	return &relister{kick: make(chan struct{}), nodes: nodes}
+}
 
 // Relist asks for a new list.
 func (r *relister) Relist() {
@@ -38,9 +42,13 @@ func (r *relister) Relist() {
 	r.kick = make(chan struct{})
 }
 
-// newInformer is cache.Options.NewInformer: the node informer's ListerWatcher wrapped.
+// newInformer is cache.Options.NewInformer: the node informer's ListerWatcher (r.nodes if set)
+// wrapped.
 func (r *relister) newInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
 	if _, ok := obj.(*corev1.Node); ok {
+		if r.nodes != nil {
+			lw = r.nodes
+		}
 		lw = r.wrap(toolscache.ToListerWatcherWithContext(lw))
 	}
 	return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)

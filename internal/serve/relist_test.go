@@ -18,7 +18,7 @@ import (
 // lists again); a watch started without a list while a relist is owed ends at once; a list, or a
 // watch that streams the initial state, settles what is owed.
 func TestRelisterKicksWatches(t *testing.T) {
-	r := newRelister()
+	r := newRelister(nil)
 	var fakes []*watch.FakeWatcher
 	lw := r.wrap(toolscache.ToListerWatcherWithContext(&toolscache.ListWatch{
 		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {

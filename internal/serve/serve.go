@@ -220,7 +220,11 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	// any key a policy or a BGPPeer names later (the cache then lists the nodes again).
 	keys := state.NewLabelKeys()
 	seedLabelKeys(ctx, cfg, scheme, etcd, keys)
-	relist := newRelister()
+	nodes, err := nodeListWatch(cfg)
+	if err != nil {
+		return nil, err
+	}
+	relist := newRelister(nodes)
 	leaseDuration, renewDeadline, retryPeriod := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme: scheme,
@@ -413,10 +417,14 @@ func (s *Server) catchUp(ctx context.Context, api client.Reader, delay time.Dura
 		return ctx.Err()
 	case <-time.After(delay):
 	}
+	log := ctrl.Log.WithName("serve")
+	start := time.Now()
 	want, err := nodeVersions(ctx, api)
 	if err != nil {
+		log.Info("taking the lead without reading the nodes' versions", "err", err.Error())
 		return nil // go ahead: the cache is as good as it gets
 	}
+	read := time.Since(start)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		behind := 0
@@ -431,6 +439,7 @@ func (s *Server) catchUp(ctx context.Context, api client.Reader, delay time.Dura
 			}
 		}
 		if behind == 0 {
+			log.Info("the cache holds every node's version: taking the lead", "nodes", len(want), "read", read.Round(time.Millisecond), "waited", (time.Since(start) - read).Round(time.Millisecond))
 			return nil
 		}
 		select {
@@ -439,6 +448,7 @@ func (s *Server) catchUp(ctx context.Context, api client.Reader, delay time.Dura
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	log.Info("the cache is still behind the nodes' versions after 30s: taking the lead", "nodes", len(want), "read", read.Round(time.Millisecond))
 	return nil
 }
 

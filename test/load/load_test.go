@@ -144,11 +144,20 @@ func TestLoad(t *testing.T) {
 		index[names[i]] = i
 	}
 	goProfile("profile?seconds=30", "cpu-join.pprof")
+	// Whether each join's own admissions (the create's or the readiness patch's response) gave
+	// the node a role: a node that got its first role from the reconciler instead waited for a
+	// plan. (The role labels' field managers, below, say who set the label a node has now: a rack
+	// split moves admitted clients to their rack's set, which counts as the reconciler's.)
+	var roleAtJoin atomic.Int64
 	parallel(ctx, t, 64, names, func(ctx context.Context, name string) error {
-		if _, err := kubelet.CoreV1().Nodes().Create(ctx, fleet.Kubelet(index[name], time.Now()), metav1.CreateOptions{}); err != nil {
+		created, err := kubelet.CoreV1().Nodes().Create(ctx, fleet.Kubelet(index[name], time.Now()), metav1.CreateOptions{})
+		if err != nil {
 			return err
 		}
-		_, err := kubelet.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, nodetest.KubeletReadyPatch(time.Now()), metav1.PatchOptions{}, "status")
+		readied, err := kubelet.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, nodetest.KubeletReadyPatch(time.Now()), metav1.PatchOptions{}, "status")
+		if err == nil && (hasRole(created) || hasRole(readied)) {
+			roleAtJoin.Add(1)
+		}
 		return err
 	})
 	joined := time.Since(start)
@@ -202,6 +211,9 @@ func TestLoad(t *testing.T) {
 		return nil
 	})
 	rssSettled := p.rss(t)
+	// VmRSS counts the binary's own pages as they are mapped (file-backed: code, read-only data,
+	// the pclntab the runtime reads for stacks), besides the memory the process allocated.
+	anonSettled, fileSettled := procStatus(t, p.Cmd.Process.Pid, "RssAnon:"), procStatus(t, p.Cmd.Process.Pid, "RssFile:")
 	quietMetrics := p.scrape(t)
 	heapSettled := quietMetrics.sum("go_memstats_heap_inuse_bytes", nil)
 	liveSettled := p.liveHeap(ctx, t)
@@ -379,8 +391,7 @@ func TestLoad(t *testing.T) {
 	joinerAdmit := time.Since(t0)
 	joiner, err := admin.CoreV1().Nodes().Get(ctx, joinerName, metav1.GetOptions{})
 	require.NoError(t, err)
-	_, joinerRR := joiner.Labels["calico-route-reflector"]
-	joinerRole := joiner.Labels[extender.LabelPeeringSet] != "" || joinerRR
+	joinerRole := hasRole(joiner)
 	var plansAtStart float64
 	testenv.Eventually(t, "the restarted product's first plan", 5*time.Minute, 100*time.Millisecond, func() error {
 		ms, err := p.tryScrape()
@@ -424,6 +435,7 @@ func TestLoad(t *testing.T) {
 	row("settled after the last join", "%s (goal < 60 s at 65,000)", (settled - joined).Round(time.Millisecond))
 	row("role changes during the join: promoted / drained or demoted", "%v / %v", promoted, drained)
 	row("policy applied to its first status (before the join)", "%v", policyReady.Round(time.Millisecond))
+	row("joins given a role by their own admission (create or readiness)", "%.2f%% (%d of %d)", 100*float64(roleAtJoin.Load())/float64(n), roleAtJoin.Load(), n)
 	row("role labels set by the admission of the join", "%.1f%% (%d of %d; field managers %v)", 100*float64(admitted)/float64(max(1, roles)), admitted, roles, owners)
 	row("admissions failed open by the API server during the join", "%v", failOpen)
 	row("join: webhook latency (product histogram) p50 / p99", "%.3f ms / %.3f ms (n=%v; goal p99 < 0.3 ms)", joinHook.quantile(0.5)*1e3, joinHook.quantile(0.99)*1e3, joinHook.count)
@@ -451,6 +463,7 @@ func TestLoad(t *testing.T) {
 	row("direct: HTTPS round trip (client) p50 / p99 / max", "%s / %s / %s", d.pct(0.5), d.pct(0.99), d.pct(1))
 	row("direct: from scheduled send (client) p99", "%s", d.pctSched(0.99))
 	row("direct: product GC cycles / reconciles in the phase", "%v / %v", d.gcCycles, d.reconciles)
+	row("product RSS settled: anonymous / file-backed (the binary's mapped pages)", "%d / %d MiB", anonSettled>>20, fileSettled>>20)
 	row("product RSS idle / settled / after load / peak", "%d / %d / %d / %d MiB (goal settled < 80 MiB at 5,000, < 400 MiB at 65,000)", rssIdle>>20, rssSettled>>20, rssLoaded>>20, peakBeforeRestart>>20)
 	row("go heap in use after a collection, settled", "%.1f MiB (guard < %.0f MiB)", liveSettled/mib, liveLimit/mib)
 	row("product RSS during the join (sampled every second)", "%s", duringJoin)
@@ -892,6 +905,13 @@ func roleOwners(ctx context.Context, t *testing.T, admin kubernetes.Interface) (
 			return admitted, roles, owners
 		}
 	}
+}
+
+// hasRole reports whether a node carries a role label: a route reflector's, or a client's
+// peering set.
+func hasRole(n *corev1.Node) bool {
+	_, rr := n.Labels["calico-route-reflector"]
+	return rr || n.Labels[extender.LabelPeeringSet] != ""
 }
 
 func roleOwnersOf(items []corev1.Node, owners, byRack map[string]int, sample *[]string) (admitted, roles int) {

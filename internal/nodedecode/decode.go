@@ -1,0 +1,241 @@
+// Package nodedecode decodes a Node from its protobuf bytes keeping only what the product reads,
+// and skips the rest without allocating it: managed fields, owner references, the annotations the
+// cache drops, every spec field but unschedulable and taints, and every status field but the
+// conditions (their type, status and last transition time) and the addresses. A kubelet's Node is
+// about 16 KB of JSON, most of it images, node info, capacity and managed fields; the full decode
+// of each watch event was the product's largest CPU cost at 65,000 nodes (a restart's first list,
+// kubelet heartbeats) and most of its garbage.
+//
+// The result is the input of the cache's transform (state.LabelKeys.Strip), which still strips
+// and interns: after it, a node decoded here equals one decoded whole (the tests hold them equal).
+package nodedecode
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Decoder decodes Nodes. KeepAnnotation says which annotations to keep (all when nil); the
+// watch-list markers client-go reads on bookmarks (metav1.InitialEventsAnnotationKey and its
+// kin) are always kept.
+type Decoder struct {
+	KeepAnnotation func(key string) bool
+}
+
+// initialEventsPrefix is the watch-list bookmarks' annotations (metav1.InitialEventsAnnotationKey).
+var initialEventsPrefix = metav1.InitialEventsAnnotationKey[:len("k8s.io/initial-events")]
+
+// errTruncated is a field whose length runs past its message.
+var errTruncated = errors.New("truncated field")
+
+// Node decodes a Node message (the bytes inside the protobuf envelope) into n, which it resets.
+func (d Decoder) Node(b []byte, n *corev1.Node) error {
+	*n = corev1.Node{}
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		switch num {
+		case 1:
+			return d.objectMeta(v, &n.ObjectMeta)
+		case 2:
+			return spec(v, &n.Spec)
+		case 3:
+			return status(v, &n.Status)
+		}
+		return nil
+	})
+}
+
+// NodeList decodes a NodeList message into l, which it resets.
+func (d Decoder) NodeList(b []byte, l *corev1.NodeList) error {
+	*l = corev1.NodeList{}
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		switch num {
+		case 1:
+			return l.ListMeta.Unmarshal(v)
+		case 2:
+			l.Items = append(l.Items, corev1.Node{})
+			return d.Node(v, &l.Items[len(l.Items)-1])
+		}
+		return nil
+	})
+}
+
+func (d Decoder) keepAnnotation(k string) bool {
+	return d.KeepAnnotation == nil || d.KeepAnnotation(k) ||
+		strings.HasPrefix(k, initialEventsPrefix)
+}
+
+// objectMeta decodes an ObjectMeta but its owner references, managed fields and the annotations
+// the decoder does not keep.
+func (d Decoder) objectMeta(b []byte, m *metav1.ObjectMeta) error {
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if typ == protowire.VarintType {
+			x, _ := protowire.ConsumeVarint(v)
+			switch num {
+			case 7:
+				m.Generation = int64(x)
+			case 10:
+				g := int64(x)
+				m.DeletionGracePeriodSeconds = &g
+			}
+			return nil
+		}
+		if typ != protowire.BytesType {
+			return nil
+		}
+		switch num {
+		case 1:
+			m.Name = string(v)
+		case 2:
+			m.GenerateName = string(v)
+		case 3:
+			m.Namespace = string(v)
+		case 4:
+			m.SelfLink = string(v)
+		case 5:
+			m.UID = types.UID(v)
+		case 6:
+			m.ResourceVersion = string(v)
+		case 8:
+			return m.CreationTimestamp.Unmarshal(v)
+		case 9:
+			m.DeletionTimestamp = &metav1.Time{}
+			return m.DeletionTimestamp.Unmarshal(v)
+		case 11:
+			return mapEntry(v, func(k, val []byte) {
+				if m.Labels == nil {
+					m.Labels = map[string]string{}
+				}
+				m.Labels[string(k)] = string(val)
+			})
+		case 12:
+			return mapEntry(v, func(k, val []byte) {
+				if !d.keepAnnotation(string(k)) { // no allocation: the conversion does not escape
+					return
+				}
+				if m.Annotations == nil {
+					m.Annotations = map[string]string{}
+				}
+				m.Annotations[string(k)] = string(val)
+			})
+		case 14:
+			m.Finalizers = append(m.Finalizers, string(v))
+		}
+		return nil
+	})
+}
+
+// spec decodes unschedulable and the taints.
+func spec(b []byte, s *corev1.NodeSpec) error {
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		switch {
+		case num == 4 && typ == protowire.VarintType:
+			x, _ := protowire.ConsumeVarint(v)
+			s.Unschedulable = x != 0
+		case num == 5 && typ == protowire.BytesType:
+			s.Taints = append(s.Taints, corev1.Taint{})
+			return s.Taints[len(s.Taints)-1].Unmarshal(v)
+		}
+		return nil
+	})
+}
+
+// status decodes the conditions (type, status, last transition time) and the addresses.
+func status(b []byte, s *corev1.NodeStatus) error {
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		switch num {
+		case 4:
+			s.Conditions = append(s.Conditions, corev1.NodeCondition{})
+			return condition(v, &s.Conditions[len(s.Conditions)-1])
+		case 5:
+			s.Addresses = append(s.Addresses, corev1.NodeAddress{})
+			return s.Addresses[len(s.Addresses)-1].Unmarshal(v)
+		}
+		return nil
+	})
+}
+
+// condition decodes a NodeCondition's type, status and last transition time (the heartbeat time,
+// reason and message change with every kubelet report and nothing reads them).
+func condition(b []byte, c *corev1.NodeCondition) error {
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		switch num {
+		case 1:
+			c.Type = corev1.NodeConditionType(v)
+		case 2:
+			c.Status = corev1.ConditionStatus(v)
+		case 4:
+			return c.LastTransitionTime.Unmarshal(v)
+		}
+		return nil
+	})
+}
+
+// mapEntry decodes one entry of a map<string, string>.
+func mapEntry(b []byte, set func(k, v []byte)) error {
+	var k, val []byte
+	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if typ == protowire.BytesType {
+			switch num {
+			case 1:
+				k = v
+			case 2:
+				val = v
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		set(k, val)
+	}
+	return err
+}
+
+// walk calls f with each field of a message: for a length-delimited field v is its content, for a
+// varint its encoding; other fields are skipped after f.
+func walk(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("node protobuf: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var v []byte
+		switch typ {
+		case protowire.BytesType:
+			c, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return fmt.Errorf("node protobuf: field %d: %w", num, errTruncated)
+			}
+			v, n = c, m
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return fmt.Errorf("node protobuf: field %d: %w", num, protowire.ParseError(n))
+			}
+			v = b[:n]
+		}
+		if err := f(num, typ, v); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
