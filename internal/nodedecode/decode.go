@@ -71,6 +71,32 @@ func (d Decoder) NodeList(b []byte, l *corev1.NodeList) error {
 	})
 }
 
+// MetadataList decodes a PartialObjectMetadataList (a list of objects' metadata, as the API
+// server sends it for Accept: ...;as=PartialObjectMetadataList) into l, which it resets: each
+// item's metadata as Node decodes a node's.
+func (d Decoder) MetadataList(b []byte, l *metav1.PartialObjectMetadataList) error {
+	*l = metav1.PartialObjectMetadataList{}
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		switch num {
+		case 1:
+			return l.ListMeta.Unmarshal(v)
+		case 2:
+			l.Items = append(l.Items, metav1.PartialObjectMetadata{})
+			item := &l.Items[len(l.Items)-1]
+			return walk(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+				if num == 1 && typ == protowire.BytesType {
+					return d.objectMeta(v, &item.ObjectMeta)
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+}
+
 func (d Decoder) keepAnnotation(k string) bool {
 	return d.KeepAnnotation == nil || d.KeepAnnotation(k) ||
 		strings.HasPrefix(k, initialEventsPrefix)

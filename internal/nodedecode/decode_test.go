@@ -1,6 +1,7 @@
 package nodedecode
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -184,6 +185,24 @@ func TestCodecsDecodeNodesAndDelegateTheRest(t *testing.T) {
 			require.Empty(t, got.Items[i].ManagedFields)
 			require.Equal(t, state.StripNode(&whole.Items[i]), state.StripNode(&got.Items[i]))
 		}
+	})
+	t.Run("metadata list", func(t *testing.T) {
+		list := &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: "8", Continue: "c"},
+			Items: []metav1.PartialObjectMetadata{{ObjectMeta: n.ObjectMeta}}}
+		raw, err := list.Marshal()
+		require.NoError(t, err)
+		unk, err := (&runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadataList"}, Raw: raw}).Marshal()
+		require.NoError(t, err)
+		var got metav1.PartialObjectMetadataList
+		_, gvk, err := dec.Decode(append(slices.Clone(protobufPrefix), unk...), nil, &got)
+		require.NoError(t, err)
+		require.Equal(t, metadataListGVK, *gvk)
+		require.Equal(t, list.ListMeta, got.ListMeta)
+		require.Len(t, got.Items, 1)
+		require.Equal(t, n.Name, got.Items[0].Name)
+		require.Equal(t, n.ResourceVersion, got.Items[0].ResourceVersion)
+		require.Empty(t, got.Items[0].ManagedFields)
+		require.NotContains(t, got.Items[0].Annotations, "example.com/dropped")
 	})
 	t.Run("other kinds", func(t *testing.T) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", ManagedFields: n.ManagedFields}}

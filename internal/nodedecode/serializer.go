@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -14,8 +15,9 @@ import (
 // serializer): "k8s\x00", then a runtime.Unknown holding the type and the object's bytes.
 var protobufPrefix = []byte{0x6b, 0x38, 0x73, 0x00}
 
-// Codecs wraps a client's negotiated serializer: protobuf Nodes and NodeLists decode with d, every
-// other object and media type as base decodes them.
+// Codecs wraps a client's negotiated serializer: protobuf Nodes, NodeLists and lists of objects'
+// metadata (PartialObjectMetadataList) decode with d, every other object and media type as base
+// decodes them.
 func Codecs(base runtime.NegotiatedSerializer, d Decoder) runtime.NegotiatedSerializer {
 	return codecs{NegotiatedSerializer: base, d: d}
 }
@@ -41,42 +43,50 @@ type serializer struct {
 	d Decoder
 }
 
-var nodeGVK, nodeListGVK = corev1.SchemeGroupVersion.WithKind("Node"), corev1.SchemeGroupVersion.WithKind("NodeList")
+var (
+	nodeGVK, nodeListGVK = corev1.SchemeGroupVersion.WithKind("Node"), corev1.SchemeGroupVersion.WithKind("NodeList")
+	metadataListGVK      = metav1.SchemeGroupVersion.WithKind("PartialObjectMetadataList")
+)
 
 func (s serializer) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
 	gvk, raw, ok := envelope(data)
-	if !ok {
-		return s.Serializer.Decode(data, defaults, into)
+	var obj runtime.Object
+	var err error
+	switch {
+	case !ok:
+	case gvk == nodeGVK:
+		obj, ok, err = short(into, func(n *corev1.Node) error { return s.d.Node(raw, n) })
+	case gvk == nodeListGVK:
+		obj, ok, err = short(into, func(l *corev1.NodeList) error { return s.d.NodeList(raw, l) })
+	case gvk == metadataListGVK:
+		obj, ok, err = short(into, func(l *metav1.PartialObjectMetadataList) error { return s.d.MetadataList(raw, l) })
+	default:
+		ok = false
 	}
 	switch {
-	case gvk == nodeGVK:
-		n, isNode := into.(*corev1.Node)
-		switch {
-		case into == nil:
-			n = &corev1.Node{}
-		case !isNode:
-			return s.Serializer.Decode(data, defaults, into)
-		}
-		if err := s.d.Node(raw, n); err != nil {
-			return nil, &gvk, err
-		}
-		n.SetGroupVersionKind(gvk)
-		return n, &gvk, nil
-	case gvk == nodeListGVK:
-		l, isList := into.(*corev1.NodeList)
-		switch {
-		case into == nil:
-			l = &corev1.NodeList{}
-		case !isList:
-			return s.Serializer.Decode(data, defaults, into)
-		}
-		if err := s.d.NodeList(raw, l); err != nil {
-			return nil, &gvk, err
-		}
-		l.SetGroupVersionKind(gvk)
-		return l, &gvk, nil
+	case !ok:
+		return s.Serializer.Decode(data, defaults, into)
+	case err != nil:
+		return nil, &gvk, err
 	}
-	return s.Serializer.Decode(data, defaults, into)
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	return obj, &gvk, nil
+}
+
+// short decodes with decode into into, or into a new T when into is nil. ok is false, and nothing
+// is decoded, when into is of another type.
+func short[T any, P interface {
+	*T
+	runtime.Object
+}](into runtime.Object, decode func(P) error) (obj runtime.Object, ok bool, err error) {
+	p, is := into.(P)
+	switch {
+	case into == nil:
+		p = new(T)
+	case !is:
+		return nil, false, nil
+	}
+	return p, true, decode(p)
 }
 
 // envelope reads a protobuf object's type and bytes without copying them. ok is false for anything

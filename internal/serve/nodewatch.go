@@ -16,21 +16,22 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 )
 
-// nodeListWatch is the node informer's ListerWatcher: the nodes' list and watch in protobuf,
-// each Node decoded by nodedecode (what the cache keeps, nothing else) instead of whole. At
-// 65,000 kubelet nodes the whole decode was the restart's first list and most of the CPU the
-// kubelets' status reports cost (BENCHMARKS.md).
-func nodeListWatch(cfg *rest.Config) (*toolscache.ListWatch, error) {
+// nodeClient is a REST client of the core API group whose protobuf responses decode Nodes, NodeLists
+// and lists of metadata with nodedecode: what the cache keeps, nothing else. At 65,000 kubelet
+// nodes the whole decode was the restart's first list and most of the CPU the kubelets' status
+// reports cost (BENCHMARKS.md).
+func nodeClient(cfg *rest.Config) (rest.Interface, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &corev1.SchemeGroupVersion
 	c.APIPath = "/api"
 	c.ContentType = runtime.ContentTypeProtobuf
 	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	c.NegotiatedSerializer = nodedecode.Codecs(clientgoscheme.Codecs.WithoutConversion(), nodedecode.Decoder{KeepAnnotation: state.KeptAnnotation})
-	rc, err := rest.RESTClientFor(c)
-	if err != nil {
-		return nil, err
-	}
+	return rest.RESTClientFor(c)
+}
+
+// nodeListWatch is the node informer's ListerWatcher on rc (nodeClient).
+func nodeListWatch(rc rest.Interface) *toolscache.ListWatch {
 	return &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			list := &corev1.NodeList{}
@@ -44,5 +45,20 @@ func nodeListWatch(cfg *rest.Config) (*toolscache.ListWatch, error) {
 			opts.Watch = true
 			return rc.Get().Resource("nodes").VersionedParams(&opts, clientgoscheme.ParameterCodec).Timeout(timeout).Watch(ctx)
 		},
-	}, nil
+	}
+}
+
+// metadataPages lists one page of the nodes' metadata.
+type metadataPages func(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error)
+
+// acceptMetadataList asks the API server for the objects' metadata only, in protobuf.
+const acceptMetadataList = runtime.ContentTypeProtobuf + ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+// nodeMetadataPages lists the nodes' metadata on rc (nodeClient), page by page.
+func nodeMetadataPages(rc rest.Interface) metadataPages {
+	return func(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+		list := &metav1.PartialObjectMetadataList{}
+		return list, rc.Get().Resource("nodes").VersionedParams(&opts, clientgoscheme.ParameterCodec).
+			SetHeader("Accept", acceptMetadataList).Do(ctx).Into(list)
+	}
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // TestNodeListWatchDecodesShort: on a real API server (protobuf responses), the node informer's
-// list, watch-list stream and watch return nodes without what the cache never keeps (images, node info, managed
+// list, watch-list stream and watch, and the takeover's pages of metadata, return nodes without what the cache never keeps (images, node info, managed
 // fields, other annotations) and with what it keeps (labels, Calico's address, conditions).
 func TestNodeListWatchDecodesShort(t *testing.T) {
 	env := testenv.Start(t)
@@ -26,8 +26,9 @@ func TestNodeListWatchDecodesShort(t *testing.T) {
 	n.Annotations[extender.AnnotationCalicoIPv4] = "10.16.0.3/16"
 	_, err := admin.CoreV1().Nodes().Create(t.Context(), n, metav1.CreateOptions{})
 	require.NoError(t, err)
-	lw, err := nodeListWatch(env.Config)
+	rc, err := nodeClient(env.Config)
 	require.NoError(t, err)
+	lw := nodeListWatch(rc)
 
 	check := func(got *corev1.Node) {
 		t.Helper()
@@ -65,6 +66,14 @@ func TestNodeListWatchDecodesShort(t *testing.T) {
 			t.Fatalf("no %s event in 30s", want)
 		}
 	}
+
+	// The takeover's read of the nodes' versions: their metadata, short too.
+	page, err := nodeMetadataPages(rc)(t.Context(), metav1.ListOptions{Limit: catchUpPage})
+	require.NoError(t, err)
+	require.Len(t, page.Items, 1)
+	require.Equal(t, n.Name, page.Items[0].Name)
+	require.Equal(t, list.Items[0].ResourceVersion, page.Items[0].ResourceVersion)
+	require.Empty(t, page.Items[0].ManagedFields)
 
 	w, err := lw.WatchWithContext(t.Context(), metav1.ListOptions{ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
 	require.NoError(t, err)

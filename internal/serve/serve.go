@@ -101,7 +101,7 @@ type Options struct {
 	Coalesce time.Duration
 	// TakeoverDelay is how long a new leader waits before its first allocating decision, so that
 	// admissions the previous leader answered have been written (or failed) [2s, the node
-	// webhooks' timeout].
+	// webhooks' timeout]: from its election, or without LeaderElect from the process's start.
 	TakeoverDelay time.Duration
 	// Datastore is Calico's datastore: kubernetes [default] or etcdv3 (calicoetcd.EtcdV3).
 	Datastore string
@@ -220,11 +220,11 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	// any key a policy or a BGPPeer names later (the cache then lists the nodes again).
 	keys := state.NewLabelKeys()
 	seedLabelKeys(ctx, cfg, scheme, etcd, keys)
-	nodes, err := nodeListWatch(cfg)
+	nodes, err := nodeClient(cfg)
 	if err != nil {
 		return nil, err
 	}
-	relist := newRelister(nodes)
+	relist := newRelister(nodeListWatch(nodes))
 	leaseDuration, renewDeadline, retryPeriod := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme: scheme,
@@ -327,10 +327,17 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	// The lease holder is the single writer of allocating decisions, once its cache holds every
-	// write of the previous leader.
-	takeover := o.TakeoverDelay
+	// write of the previous leader. Without leader election this process leads from its start
+	// (one replica: a previous process, if any, had stopped before it started), so the takeover
+	// delay counts from then and has mostly passed while the cache listed the nodes; with it,
+	// from the election.
+	takeover, started := o.TakeoverDelay, time.Now()
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if err := s.catchUp(ctx, mgr.GetAPIReader(), takeover); err != nil {
+		leads := time.Now()
+		if !o.LeaderElect {
+			leads = started
+		}
+		if err := s.catchUp(ctx, nodeMetadataPages(nodes), time.Until(leads.Add(takeover))); err != nil {
 			return nil // stopping
 		}
 		s.setLeader(true)
@@ -411,15 +418,17 @@ func setDefaults(o *Options) {
 // previous leader's last admissions to be written or fail, then until the cache holds every node
 // at least at the version a consistent read returns (bounded: after 30s it goes ahead, the
 // reconciler repairs a duplicate).
-func (s *Server) catchUp(ctx context.Context, api client.Reader, delay time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(delay):
+func (s *Server) catchUp(ctx context.Context, pages metadataPages, delay time.Duration) error {
+	if delay > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
 	}
 	log := ctrl.Log.WithName("serve")
 	start := time.Now()
-	want, err := nodeVersions(ctx, api)
+	want, err := nodeVersions(ctx, pages)
 	if err != nil {
 		log.Info("taking the lead without reading the nodes' versions", "err", err.Error())
 		return nil // go ahead: the cache is as good as it gets
@@ -462,13 +471,13 @@ const catchUpPage = 500
 // annotations) at once: at 65,000 kubelet-like nodes about 1.1 GB live for a second, which was
 // the restarted product's whole peak (1,740 MiB RSS against 250 MiB settled; `make load
 // NODES=65000 LOAD_ARGS=-load-profiles=DIR`, heap-restarted.pprof and the log's gctrace, 2026-11-27).
-func nodeVersions(ctx context.Context, api client.Reader) (map[string]uint64, error) {
+// The pages decode short (nodedecode: no managed fields), which was most of the read's CPU.
+func nodeVersions(ctx context.Context, pages metadataPages) (map[string]uint64, error) {
 	out := map[string]uint64{}
-	opts := &client.ListOptions{Limit: catchUpPage}
+	opts := metav1.ListOptions{Limit: catchUpPage}
 	for {
-		page := &metav1.PartialObjectMetadataList{}
-		page.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-		if err := api.List(ctx, page, opts); err != nil {
+		page, err := pages(ctx, opts)
+		if err != nil {
 			return nil, err
 		}
 		for i := range page.Items {
