@@ -56,18 +56,9 @@ func (d Decoder) Node(b []byte, n *corev1.Node) error {
 // NodeList decodes a NodeList message into l, which it resets.
 func (d Decoder) NodeList(b []byte, l *corev1.NodeList) error {
 	*l = corev1.NodeList{}
-	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if typ != protowire.BytesType {
-			return nil
-		}
-		switch num {
-		case 1:
-			return l.ListMeta.Unmarshal(v)
-		case 2:
-			l.Items = append(l.Items, corev1.Node{})
-			return d.Node(v, &l.Items[len(l.Items)-1])
-		}
-		return nil
+	return list(b, &l.ListMeta, func(v []byte) error {
+		l.Items = append(l.Items, corev1.Node{})
+		return d.Node(v, &l.Items[len(l.Items)-1])
 	})
 }
 
@@ -76,22 +67,29 @@ func (d Decoder) NodeList(b []byte, l *corev1.NodeList) error {
 // item's metadata as Node decodes a node's.
 func (d Decoder) MetadataList(b []byte, l *metav1.PartialObjectMetadataList) error {
 	*l = metav1.PartialObjectMetadataList{}
+	return list(b, &l.ListMeta, func(v []byte) error {
+		l.Items = append(l.Items, metav1.PartialObjectMetadata{})
+		item := &l.Items[len(l.Items)-1]
+		return walk(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+			if num == 1 && typ == protowire.BytesType {
+				return d.objectMeta(v, &item.ObjectMeta)
+			}
+			return nil
+		})
+	})
+}
+
+// list decodes a list message: its ListMeta (field 1) into meta, each item (field 2) with item.
+func list(b []byte, meta *metav1.ListMeta, item func(v []byte) error) error {
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if typ != protowire.BytesType {
 			return nil
 		}
 		switch num {
 		case 1:
-			return l.ListMeta.Unmarshal(v)
+			return meta.Unmarshal(v)
 		case 2:
-			l.Items = append(l.Items, metav1.PartialObjectMetadata{})
-			item := &l.Items[len(l.Items)-1]
-			return walk(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-				if num == 1 && typ == protowire.BytesType {
-					return d.objectMeta(v, &item.ObjectMeta)
-				}
-				return nil
-			})
+			return item(v)
 		}
 		return nil
 	})
