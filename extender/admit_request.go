@@ -70,6 +70,10 @@ type Decision struct {
 	Same bool
 	// Recorded: the decision was added to the state.
 	Recorded bool
+	// Held: no role, for an eligible node, while DecideOptions.NoPromotion held promotions: the
+	// node might have been made a route reflector (and its rack's next clients given a set)
+	// otherwise.
+	Held bool
 	// Labels and Annotations are the owned keys' changes the decision makes to the node: a value
 	// to set, nil to remove.
 	Labels, Annotations map[string]*string
@@ -146,7 +150,7 @@ func wasEligible(was *NodeInfo, p *policy.Resolved) bool {
 // o.Record records it (Remember) unless it is o.Prev again. It returns the owned keys' changes.
 func (s *AdmitState) Decide(ni *NodeInfo, o DecideOptions) Decision {
 	a := s.admitNode(ni, o.NoPromotion)
-	d := Decision{Admission: a, Decided: a.Role != AdmitNone}
+	d := Decision{Admission: a, Decided: a.Role != AdmitNone, Held: o.NoPromotion && a.Role == AdmitNone && a.Eligible}
 	if !o.Record || !d.Decided && !a.Awaited {
 		d.Labels, d.Annotations = s.changes(ni.Node, &d)
 		return d

@@ -23,9 +23,12 @@ func TestAdmitRequestDecidesOnceAndRemembers(t *testing.T) {
 	held := req(n, extender.DecideOptions{Record: true, NoPromotion: true})
 	require.Equal(t, extender.AdmitDecide, held.Action, "%+v", held)
 	require.NotEqual(t, extender.AdmitRouteReflector, held.Role, "promoted with promotions held: %+v", held)
+	require.Equal(t, extender.AdmitNone, held.Role, "no route reflector yet, so no client either: %+v", held)
+	require.True(t, held.Held, "Held says an eligible node got no role while promotions were held: %+v", held)
 
 	a := req(n, extender.DecideOptions{Record: true})
 	require.Equal(t, extender.AdmitRouteReflector, a.Role, "%+v", a)
+	require.False(t, a.Held, "%+v", a)
 	require.True(t, a.Recorded, "%+v", a)
 	require.Equal(t, "224.0.0.1", *a.Annotations[extender.AnnotationClusterID], "the patch's cluster ID: %+v", a.Annotations)
 	require.Equal(t, 1, st.RouteReflectors())
@@ -40,5 +43,6 @@ func TestAdmitRequestDecidesOnceAndRemembers(t *testing.T) {
 	n.Status.Conditions[0].Status = corev1.ConditionFalse
 	down := req(n, extender.DecideOptions{Record: true, Prev: &a.Admission})
 	require.NotEqual(t, extender.AdmitRouteReflector, down.Role, "%+v", down)
+	require.False(t, down.Held, "a NotReady node is not eligible: %+v", down)
 	require.Zero(t, st.RouteReflectors(), "the promotion still counts after the node's next decision")
 }

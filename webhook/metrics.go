@@ -33,7 +33,7 @@ var (
 	}, []string{"webhook"})
 	decisionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_webhook_decisions_total",
-		Help: "Roles given by the mutating webhook (route-reflector, client, draining), and joins left to the leader's reconciler (deferred).",
+		Help: "Roles given by the mutating webhook (route-reflector, client, draining), joins left to the leader's reconciler (deferred), and decisions that gave no role (none; none-held: an eligible node while promotions were held for a plan).",
 	}, []string{"decision"})
 )
 

@@ -73,6 +73,9 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 		}
 	case extender.AdmitDecide:
 		if !ans.Decided {
+			if !dryRun {
+				decisionsTotal.WithLabelValues(noRoleLabel(ans.Held)).Inc()
+			}
 			return Allowed(), nil
 		}
 		if len(ans.Labels)+len(ans.Annotations) > 0 && !dryRun {
@@ -90,6 +93,15 @@ func roleLabel(r extender.AdmitRole) string {
 		return "client"
 	case extender.AdmitRouteReflector:
 		return "route-reflector"
+	}
+	return "none"
+}
+
+// noRoleLabel is the metric label of a decision that gives no role: "none-held" when promotions
+// were held for a plan (extender.Decision.Held), "none" otherwise.
+func noRoleLabel(held bool) string {
+	if held {
+		return "none-held"
 	}
 	return "none"
 }

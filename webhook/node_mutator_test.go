@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -209,4 +210,32 @@ func TestNodeMutatorDryRunLeavesNoTrace(t *testing.T) {
 	for _, n := range all {
 		assert.Empty(t, n.Annotations[extender.AnnotationDrainingSince], "dry-run cordon assumed a draining mark on %s", n.Name)
 	}
+}
+
+// TestMutatorCountsJoinsWithoutRole: a join that gets no role counts as "none", and as
+// "none-held" when it was eligible while the reconciler held promotions for a plan (a route
+// reflector would have been promoted otherwise).
+func TestMutatorCountsJoinsWithoutRole(t *testing.T) {
+	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
+	f.ledger.SetLeader(true)
+	f.commit(t)
+	count := func(label string) float64 { return testutil.ToFloat64(decisionsTotal.WithLabelValues(label)) }
+	held, none := count("none-held"), count("none")
+
+	unblock := f.ledger.HoldPromotions()
+	n := mkNode("node-1", "zone-a")
+	got, _ := mutate(t, f, nodeReq(t, kubelet, n, nil), n)
+	unblock()
+	require.Equal(t, "[]", owned(got), "no role while promotions are held and no route reflector exists")
+	require.Equal(t, held+1, count("none-held"))
+	require.Equal(t, none, count("none"))
+
+	notReady := mkNode("node-2", "zone-a")
+	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	got, _ = mutate(t, f, nodeReq(t, kubelet, notReady, nil), notReady)
+	require.Equal(t, "[]", owned(got))
+	require.Equal(t, none+1, count("none"), "a NotReady node is not eligible: no role, not held")
+
+	promoted, _ := mutate(t, f, nodeReq(t, kubelet, n, nil), n)
+	require.Contains(t, owned(promoted), "calico-route-reflector", "promoted once the hold is released")
 }

@@ -439,6 +439,8 @@ func TestLoad(t *testing.T) {
 	row("role labels set by the admission of the join", "%.1f%% (%d of %d; field managers %v)", 100*float64(admitted)/float64(max(1, roles)), admitted, roles, owners)
 	row("admissions failed open by the API server during the join", "%v", failOpen)
 	row("join: webhook latency (product histogram) p50 / p99", "%.3f ms / %.3f ms (n=%v; goal p99 < 0.3 ms)", joinHook.quantile(0.5)*1e3, joinHook.quantile(0.99)*1e3, joinHook.count)
+	row("join: the mutating webhook's decisions (none-held: eligible, promotions held for a plan)", "%s", joinMetrics.increases(joinBefore, "calico_rr_autoscaler_webhook_decisions_total", "decision"))
+	row("join: plans committed / in conflict with admissions", "%s", joinMetrics.increases(joinBefore, "calico_rr_autoscaler_plans_total", "result"))
 	row("join: reconciles, mean / p99; plans, mean", "%v, %.1f ms / %.1f ms; %v, %.1f ms", joinRec.count, joinRec.mean()*1e3, joinRec.quantile(0.99)*1e3, joinPlan.count, joinPlan.mean()*1e3)
 	row("join: product requests to the API server (client-go)", "%s", joinReqs)
 	row("BGPPeers written (create/update/delete) / node patches, to settle", "%v / %v", peersWritten, nodePatches)
