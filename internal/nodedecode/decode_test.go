@@ -171,6 +171,11 @@ func TestCodecsDecodeNodesAndDelegateTheRest(t *testing.T) {
 		require.Empty(t, into.Spec.ProviderID, "reset before decoding")
 		require.Equal(t, n.Name, into.Name)
 	})
+	t.Run("into a nil node", func(t *testing.T) {
+		obj, _, err := dec.Decode(protobufBytes(t, n), nil, (*corev1.Node)(nil))
+		require.NoError(t, err)
+		require.Equal(t, n.Name, obj.(*corev1.Node).Name)
+	})
 	t.Run("node list", func(t *testing.T) {
 		list := &corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: "7", Continue: "c"}, Items: []corev1.Node{*n, *nodes()["ready"]}}
 		data := protobufBytes(t, list)

@@ -73,15 +73,15 @@ func (s serializer) Decode(data []byte, defaults *schema.GroupVersionKind, into 
 	return obj, &gvk, nil
 }
 
-// short decodes with decode into into, or into a new T when into is nil. ok is false, and nothing
-// is decoded, when into is of another type.
+// short decodes with decode into into, or into a new T when into is nil (or a nil *T). ok is
+// false, and nothing is decoded, when into is of another type.
 func short[T any, P interface {
 	*T
 	runtime.Object
 }](into runtime.Object, decode func(P) error) (obj runtime.Object, ok bool, err error) {
 	p, is := into.(P)
 	switch {
-	case into == nil:
+	case into == nil || is && p == nil:
 		p = new(T)
 	case !is:
 		return nil, false, nil
