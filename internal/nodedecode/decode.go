@@ -11,7 +11,6 @@
 package nodedecode
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -31,16 +30,10 @@ type Decoder struct {
 // initialEventsPrefix is the watch-list bookmarks' annotations (metav1.InitialEventsAnnotationKey).
 var initialEventsPrefix = metav1.InitialEventsAnnotationKey[:len("k8s.io/initial-events")]
 
-// errTruncated is a field whose length runs past its message.
-var errTruncated = errors.New("truncated field")
-
 // Node decodes a Node message (the bytes inside the protobuf envelope) into n, which it resets.
 func (d Decoder) Node(b []byte, n *corev1.Node) error {
 	*n = corev1.Node{}
-	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if typ != protowire.BytesType {
-			return nil
-		}
+	return fields(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 1:
 			return d.objectMeta(v, &n.ObjectMeta)
@@ -70,8 +63,8 @@ func (d Decoder) MetadataList(b []byte, l *metav1.PartialObjectMetadataList) err
 	return list(b, &l.ListMeta, func(v []byte) error {
 		l.Items = append(l.Items, metav1.PartialObjectMetadata{})
 		item := &l.Items[len(l.Items)-1]
-		return walk(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-			if num == 1 && typ == protowire.BytesType {
+		return fields(v, func(num protowire.Number, v []byte) error {
+			if num == 1 {
 				return d.objectMeta(v, &item.ObjectMeta)
 			}
 			return nil
@@ -81,10 +74,7 @@ func (d Decoder) MetadataList(b []byte, l *metav1.PartialObjectMetadataList) err
 
 // list decodes a list message: its ListMeta (field 1) into meta, each item (field 2) with item.
 func list(b []byte, meta *metav1.ListMeta, item func(v []byte) error) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if typ != protowire.BytesType {
-			return nil
-		}
+	return fields(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 1:
 			return meta.Unmarshal(v)
@@ -177,10 +167,7 @@ func spec(b []byte, s *corev1.NodeSpec) error {
 
 // status decodes the conditions (type, status, last transition time) and the addresses.
 func status(b []byte, s *corev1.NodeStatus) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if typ != protowire.BytesType {
-			return nil
-		}
+	return fields(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 4:
 			s.Conditions = append(s.Conditions, corev1.NodeCondition{})
@@ -196,10 +183,7 @@ func status(b []byte, s *corev1.NodeStatus) error {
 // condition decodes a NodeCondition's type, status and last transition time (the heartbeat time,
 // reason and message change with every kubelet report and nothing reads them).
 func condition(b []byte, c *corev1.NodeCondition) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if typ != protowire.BytesType {
-			return nil
-		}
+	return fields(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 1:
 			c.Type = corev1.NodeConditionType(v)
@@ -215,14 +199,12 @@ func condition(b []byte, c *corev1.NodeCondition) error {
 // mapEntry decodes one entry of a map<string, string>.
 func mapEntry(b []byte, set func(k, v []byte)) error {
 	var k, val []byte
-	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if typ == protowire.BytesType {
-			switch num {
-			case 1:
-				k = v
-			case 2:
-				val = v
-			}
+	err := fields(b, func(num protowire.Number, v []byte) error {
+		switch num {
+		case 1:
+			k = v
+		case 2:
+			val = v
 		}
 		return nil
 	})
@@ -230,6 +212,17 @@ func mapEntry(b []byte, set func(k, v []byte)) error {
 		set(k, val)
 	}
 	return err
+}
+
+// fields calls f with each length-delimited field of a message (a string, bytes, a message, a map
+// entry): its number and content. Other fields are skipped.
+func fields(b []byte, f func(num protowire.Number, v []byte) error) error {
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		return f(num, v)
+	})
 }
 
 // walk calls f with each field of a message: for a length-delimited field v is its content, for a
@@ -246,7 +239,7 @@ func walk(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte) e
 		case protowire.BytesType:
 			c, m := protowire.ConsumeBytes(b)
 			if m < 0 {
-				return fmt.Errorf("node protobuf: field %d: %w", num, errTruncated)
+				return fmt.Errorf("node protobuf: field %d: %w", num, protowire.ParseError(m))
 			}
 			v, n = c, m
 		default:

@@ -37,7 +37,7 @@ func (c codecs) SupportedMediaTypes() []runtime.SerializerInfo {
 	return infos
 }
 
-// serializer is the protobuf serializer but for Nodes and NodeLists.
+// serializer is the protobuf serializer but for Nodes, NodeLists and lists of metadata.
 type serializer struct {
 	runtime.Serializer
 	d Decoder
@@ -96,18 +96,14 @@ func envelope(data []byte) (gvk schema.GroupVersionKind, raw []byte, ok bool) {
 		return gvk, nil, false
 	}
 	var apiVersion, encoding, contentType string
-	err := walk(data[len(protobufPrefix):], func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if typ != protowire.BytesType {
-			return nil
-		}
+	err := fields(data[len(protobufPrefix):], func(num protowire.Number, v []byte) error {
 		switch num {
 		case 1:
-			return walk(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-				switch {
-				case typ != protowire.BytesType:
-				case num == 1:
+			return fields(v, func(num protowire.Number, v []byte) error {
+				switch num {
+				case 1:
 					apiVersion = string(v)
-				case num == 2:
+				case 2:
 					gvk.Kind = string(v)
 				}
 				return nil
