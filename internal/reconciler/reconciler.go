@@ -262,14 +262,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		after(req.Name)
 	}
 	reconcileDuration.WithLabelValues(req.Name).Observe(took.Seconds())
-	if st.Result != nil && st.Previous == nil {
-		// The first plan of this process (a restart or a takeover): how long it took is the
-		// time a new leader leaves the cluster unplanned.
-		log.Info("first reconcile", "nodes", st.Result.Summary.Nodes, "routeReflectors", st.Result.Summary.RouteReflectors,
-			"changes", len(st.Changes), "took", took.Round(time.Millisecond))
-	} else if st.Result != nil {
-		log.V(1).Info("reconciled", "nodes", st.Result.Summary.Nodes, "routeReflectors", st.Result.Summary.RouteReflectors,
-			"changes", len(st.Changes), "took", took)
+	if st.Result != nil {
+		kv := []any{"nodes", st.Result.Summary.Nodes, "routeReflectors", st.Result.Summary.RouteReflectors, "changes", len(st.Changes)}
+		if st.Previous == nil {
+			// The first plan of this process (a restart or a takeover): how long it took is the
+			// time a new leader leaves the cluster unplanned.
+			log.Info("first reconcile", append(kv, "took", took.Round(time.Millisecond))...)
+		} else {
+			log.V(1).Info("reconciled", append(kv, "took", took)...)
+		}
 	}
 	resync := r.resync()
 	if st.Requeue == 0 || st.Requeue > resync {
