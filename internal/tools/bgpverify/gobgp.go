@@ -11,6 +11,7 @@ import (
 	api "github.com/osrg/gobgp/v3/api"
 	gobgplog "github.com/osrg/gobgp/v3/pkg/log"
 	"github.com/osrg/gobgp/v3/pkg/server"
+	"google.golang.org/protobuf/proto"
 	apb "google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -54,6 +55,13 @@ type gobgpFleet struct {
 	// resetAt: when each session (its two addresses, lower first) was last reset, so that its
 	// two ends, each seeing it stuck, do not reset it twice in a row (four resets colliding).
 	resetAt map[[2]string]time.Time
+	// peerConf: each server's peers as added, so that resetStuck can add them again.
+	peerConf map[peerKey]*api.Peer
+}
+
+type peerKey struct {
+	server *server.BgpServer
+	remote string
 }
 
 type stuckKey struct {
@@ -201,6 +209,12 @@ func (f *gobgpFleet) addPeer(ctx context.Context, s *server.BgpServer, local, re
 	if err := s.AddPeer(ctx, &api.AddPeerRequest{Peer: peer}); err != nil {
 		return fmt.Errorf("peer %s: %v", remote, err)
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.peerConf == nil {
+		f.peerConf = map[peerKey]*api.Peer{}
+	}
+	f.peerConf[peerKey{s, remote.String()}] = peer
 	return nil
 }
 
@@ -334,12 +348,17 @@ func (f *gobgpFleet) poll(ctx context.Context, i int) (nodeState, error) {
 	return st, nil
 }
 
-// resetStuck resets both ends of node i's session with addr, which has stayed short of
+// resetStuck starts over both ends of node i's session with addr, which has stayed short of
 // Established for stuckAfter. Under load GoBGP can leave a session half open: make test-all once saw
 // 300 DualPlane speakers on two cores end their 150 s wait with 1,181 of 1,182 session ends
-// Established (590 of 591 sessions), the one end never catching up. A reset of both ends, as an
-// operator would do, starts that session over. A session to a stopped speaker is reset too,
-// harmlessly: it stays down.
+// Established (590 of 591 sessions), the one end never catching up, and CI once saw a 30-node run
+// keep one session down through two resets.
+//
+// Each end's peer is deleted and added again, as configured: a new state machine in Idle. GoBGP's
+// ResetPeer is no reset for an end short of Established: it queues a Cease that only an
+// Established session sends, and the queue is dropped at the next state change, so an end stuck
+// in OpenSent (whose hold time is 240 s) or Active stayed there. A session to a stopped speaker
+// is started over too, harmlessly: it stays down.
 func (f *gobgpFleet) resetStuck(ctx context.Context, i int, addr string) {
 	pair := [2]string{f.nodes[i].addr.String(), addr}
 	if pair[1] < pair[0] {
@@ -356,17 +375,32 @@ func (f *gobgpFleet) resetStuck(ctx context.Context, i int, addr string) {
 	}
 	f.resetAt[pair] = time.Now()
 	f.mu.Unlock()
-	logf(f.opts, "gobgp %s: session with %s not established for %v: resetting both ends", f.nodes[i].name, addr, stuckAfter)
-	if s := f.server(i); s != nil {
-		_ = s.ResetPeer(ctx, &api.ResetPeerRequest{Address: addr, Communication: "bgpverify: stuck session"})
-	}
+	logf(f.opts, "gobgp %s: session with %s not established for %v: starting both ends over", f.nodes[i].name, addr, stuckAfter)
+	f.readdPeer(ctx, f.server(i), addr)
 	for j, nd := range f.nodes {
-		if nd.addr.String() != addr {
-			continue
+		if nd.addr.String() == addr {
+			f.readdPeer(ctx, f.server(j), f.nodes[i].addr.String())
 		}
-		if s := f.server(j); s != nil {
-			_ = s.ResetPeer(ctx, &api.ResetPeerRequest{Address: f.nodes[i].addr.String(), Communication: "bgpverify: stuck session"})
-		}
+	}
+}
+
+// readdPeer deletes server s's peer remote and adds it again as it was first added.
+func (f *gobgpFleet) readdPeer(ctx context.Context, s *server.BgpServer, remote string) {
+	if s == nil {
+		return
+	}
+	f.mu.Lock()
+	conf := f.peerConf[peerKey{s, remote}]
+	f.mu.Unlock()
+	if conf == nil {
+		return
+	}
+	if err := s.DeletePeer(ctx, &api.DeletePeerRequest{Address: remote}); err != nil {
+		logf(f.opts, "gobgp: delete peer %s: %v", remote, err)
+		return
+	}
+	if err := s.AddPeer(ctx, &api.AddPeerRequest{Peer: proto.Clone(conf).(*api.Peer)}); err != nil {
+		logf(f.opts, "gobgp: add peer %s again: %v", remote, err)
 	}
 }
 
