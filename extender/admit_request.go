@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -183,6 +184,23 @@ func (s *AdmitState) Remember(a *Admission) {
 		s.remembered = map[string]func(){}
 	}
 	s.remembered[a.Node] = s.Record(a)
+}
+
+// Replays reports whether the state, a newer plan's, takes promotion a of node n again: n (as
+// admitted, with the decision's changes) read through the filters at at is decided a route
+// reflector of the same zone, rack, plane and cluster ID, with the same peering. A commit keeps the
+// promotions admitted while its plan was computed only when they fill a gap its plan left; a
+// promotion the plan's own choices displace fails the commit (the plan is computed again).
+func (s *AdmitState) Replays(n *corev1.Node, at time.Time, a *Admission) bool {
+	if a.Role != AdmitRouteReflector || n == nil || n.Name != a.Node {
+		return false
+	}
+	ni := NewNodeInfo(n, s.Policy)
+	ni.Now = at
+	RunFilters(DefaultFilters(), s.Policy, ni)
+	b := s.admitNode(ni, false)
+	return b.Role == a.Role && b.ClusterID == a.ClusterID && b.Zone == a.Zone && b.Rack == a.Rack && b.Plane == a.Plane &&
+		b.PeeringSet == a.PeeringSet && b.UplinkSet == a.UplinkSet && b.topLevel == a.topLevel && slices.Equal(b.RouteReflectors, a.RouteReflectors)
 }
 
 func sameAdmission(a, b *Admission) bool {

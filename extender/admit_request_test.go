@@ -1,12 +1,16 @@
 package extender_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // TestAdmitRequestDecidesOnceAndRemembers: one call reads the node, decides on the state and
@@ -45,4 +49,49 @@ func TestAdmitRequestDecidesOnceAndRemembers(t *testing.T) {
 	require.NotEqual(t, extender.AdmitRouteReflector, down.Role, "%+v", down)
 	require.False(t, down.Held, "a NotReady node is not eligible: %+v", down)
 	require.Zero(t, st.RouteReflectors(), "the promotion still counts after the node's next decision")
+}
+
+// TestReplays: a promotion admitted while a plan was computed is taken again by the plan's state
+// when the plan left its gap (a plan of the same nodes), and not when the plan filled the gap with
+// another node (the new rack's first route reflector is that node).
+func TestReplays(t *testing.T) {
+	rack := int32(20)
+	p := admitPolicy(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: &rack}
+	})
+	now := admitT0.Add(time.Hour)
+	var base []*corev1.Node
+	for i := range 60 { // three zones of full racks
+		base = append(base, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
+	}
+	res := extender.Plan(extender.Input{Policy: p, Nodes: base, Now: now})
+	for i, st := range res.Nodes {
+		applyState(p, base[i], st)
+	}
+	stateOf := func(nodes ...*corev1.Node) *extender.AdmitState {
+		in := extender.Input{Policy: p, Nodes: append(slices.Clone(base), nodes...), Now: now}
+		return extender.NewAdmitState(in, extender.Plan(in))
+	}
+	x := admitNode(100, "zone-a", true)
+	a := stateOf().Admit(x)
+	require.Equal(t, extender.AdmitRouteReflector, a.Role, "the first node of zone-a's new rack: %+v", a)
+	admitted := x.DeepCopy()
+	applyState(p, admitted, a.State(p))
+
+	tests := []struct {
+		name string
+		st   *extender.AdmitState
+		want bool
+	}{
+		{"a plan of the same nodes", stateOf(), true},
+		{"a plan with another zone's NotReady joiner", stateOf(admitNode(101, "zone-b", false)), true},
+		{"a plan whose new rack has another first node", stateOf(admitNode(102, "zone-a", true)), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, tt.st.Replays(admitted, now, &a))
+		})
+	}
+	require.False(t, stateOf().Replays(x, now, &extender.Admission{Node: x.Name, Role: extender.AdmitClient}), "a client is no promotion")
+	require.False(t, stateOf().Replays(nil, now, &a), "no node")
 }

@@ -35,7 +35,7 @@ var (
 	}, []string{"policy"})
 	plansTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_plans_total",
-		Help: "Full plans, committed or computed again because an admission promoted a node meanwhile (conflict).",
+		Help: "Full plans, committed or computed again because an admission meanwhile promoted a node into a gap the plan filled otherwise (conflict).",
 	}, []string{"policy", "result"})
 	plansReused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_plans_reused_total",

@@ -66,9 +66,11 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 }
 
 // plan computes the plan from the cache and the ledger's assumed changes, and commits it to the
-// ledger. When an admission promoted a node after the input was read, the plan is computed again
-// with promotions held (state.Ledger.HoldPromotions: admissions are still answered at once, as
-// clients or without a role), so that the two never fill the same gap.
+// ledger. The promotions admitted after the input was read stand in the committed state when they
+// fill gaps the plan left (state.Ledger's replay); when one does not, the two filled the same gap
+// and the plan is computed again, once as before, then with promotions held
+// (state.Ledger.HoldPromotions: admissions are still answered at once, as clients or without a
+// role), so that a stream of joins cannot keep the plan from committing.
 func (r *Reconciler) plan(_ context.Context, st *State) error {
 	if st.Invalid != nil {
 		st.Done = true
@@ -104,8 +106,10 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 	for attempt := 0; planned == nil; attempt++ {
 		var unblock func()
 		if attempt > 0 {
-			unblock = r.Ledger.HoldPromotions()
 			cache = r.Nodes.List()
+		}
+		if attempt > 1 {
+			unblock = r.Ledger.HoldPromotions()
 		}
 		start := time.Now()
 		pd, ok := r.Ledger.PlanKept(valid, cache, st.Managed, st.Now, history)

@@ -532,15 +532,12 @@ func (l *Ledger) Commit(generation int64, in extender.Input, res *extender.Resul
 func (l *Ledger) commit(generation int64, in extender.Input, res *extender.Result, seq uint64) *planState {
 	pol := in.Policy.Name
 	l.mu.Lock()
-	since, conflict := l.decidedSince(pol, seq)
+	since := l.decidedSince(pol, seq)
 	mark := l.seq
 	l.mu.Unlock()
-	if conflict {
-		return nil
-	}
 	st := extender.NewAdmitState(in, res)
-	for _, e := range since {
-		st.Remember(e.adm)
+	if !replay(st, since) {
+		return nil
 	}
 	if l.built != nil {
 		l.built()
@@ -552,14 +549,11 @@ func (l *Ledger) commit(generation int64, in extender.Input, res *extender.Resul
 		defer old.mu.Unlock()
 	}
 	l.mu.Lock()
-	late, conflict := l.decidedSince(pol, mark)
+	late := l.decidedSince(pol, mark)
 	end := l.seq
 	l.mu.Unlock()
-	if conflict {
+	if !replay(st, late) {
 		return nil
-	}
-	for _, e := range late {
-		st.Remember(e.adm)
 	}
 	ps := &planState{st: st, seq: seq, generation: generation, res: res, replayed: len(since)+len(late) > 0, end: end}
 	cur := *l.states.Load()
@@ -572,21 +566,31 @@ func (l *Ledger) commit(generation int64, in extender.Input, res *extender.Resul
 	return ps
 }
 
-// decidedSince returns policy pol's admission decisions recorded after seq, in their order, and
-// whether one of them promoted a node. The caller holds mu.
-func (l *Ledger) decidedSince(pol string, seq uint64) ([]*entry, bool) {
+// decidedSince returns policy pol's admission decisions recorded after seq, in their order. The
+// caller holds mu.
+func (l *Ledger) decidedSince(pol string, seq uint64) []*entry {
 	var out []*entry
 	for _, e := range l.entries {
-		if e.policy != pol || e.seq <= seq || e.adm == nil {
-			continue
+		if e.policy == pol && e.seq > seq && e.adm != nil {
+			out = append(out, e)
 		}
-		if e.adm.Role == extender.AdmitRouteReflector {
-			return nil, true
-		}
-		out = append(out, e)
 	}
 	slices.SortFunc(out, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
-	return out, false
+	return out
+}
+
+// replay records on a new plan's state the decisions taken after its input was read, in their
+// order. It reports false, a conflict, when a promotion among them is not one the state takes
+// again (extender.AdmitState.Replays): the plan filled that gap otherwise, and the two must not
+// both stand.
+func replay(st *extender.AdmitState, es []*entry) bool {
+	for _, e := range es {
+		if e.adm.Role == extender.AdmitRouteReflector && !st.Replays(e.change.Object, e.at, e.adm) {
+			return false
+		}
+		st.Remember(e.adm)
+	}
+	return true
 }
 
 // Plan computes policy m's plan from the cache with the ledger's assumed changes and commits it, as
@@ -629,7 +633,7 @@ func (l *Ledger) PlanKept(valid []Managed, cache []*corev1.Node, m Managed, now 
 
 // HoldPromotions keeps admission decisions from promoting a node until the returned function is
 // called, so that a plan computed meanwhile cannot conflict with them (the reconciler's plan after
-// a conflict). Admissions are still answered at once: a client role, or none. It waits only for
+// two conflicts). Admissions are still answered at once: a client role, or none. It waits only for
 // the decisions being taken as it starts.
 func (l *Ledger) HoldPromotions() (release func()) {
 	l.hold.Add(1)

@@ -28,9 +28,18 @@ type admitFixture struct {
 
 func newAdmitFixture(t *testing.T, nodes int) *admitFixture {
 	t.Helper()
+	return newAdmitFixtureSpec(t, nodes, nil)
+}
+
+// newAdmitFixtureSpec is newAdmitFixture with the policy's spec edited by edit (nil: none).
+func newAdmitFixtureSpec(t *testing.T, nodes int, edit func(*v1alpha1.RouteReflectorPolicySpec)) *admitFixture {
+	t.Helper()
 	p := policy.Default("default")
 	p.UID, p.Generation = types.UID("uid-default"), 1
 	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
+	if edit != nil {
+		edit(&p.Spec)
+	}
 	idx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
 	require.NoError(t, idx.Add(p))
 	f := &admitFixture{l: NewLedger(0, func() time.Time { return tNow }), pols: NewPolicies(idx)}
@@ -122,31 +131,73 @@ func TestLedgerAdmissionDuringCommit(t *testing.T) {
 	assert.True(t, again.Same, "join-2 again: %+v", again)
 }
 
-// TestLedgerPromotionDuringCommitConflicts: a promotion decided while a commit builds its state
-// fails the commit (its plan did not count the new route reflector); the promotion stands.
-func TestLedgerPromotionDuringCommitConflicts(t *testing.T) {
-	f := newAdmitFixture(t, 0)
-	nodes, seq := f.l.Overlay(nil)
-	in := extender.Input{Policy: f.m.Resolved, Nodes: nodes, Now: tNow}
+// commitHeld commits the plan of nodes on f's ledger, holding the commit once it has built its
+// state while during runs (an admission between the plan and its publication). It returns the
+// commit's answer.
+func (f *admitFixture) commitHeld(t *testing.T, nodes []*corev1.Node, during func()) bool {
+	t.Helper()
+	in0, seq := f.l.Overlay(nodes)
+	in := extender.Input{Policy: f.m.Resolved, Nodes: in0, Now: tNow}
 	res := extender.Plan(in)
 	built, release := make(chan struct{}), make(chan struct{})
 	f.l.built = func() { close(built); <-release }
+	defer func() { f.l.built = nil }()
 	committed := make(chan bool)
 	go func() { committed <- f.l.Commit(1, in, res, seq) }()
 	within(t, built, "the commit never built its state")
-	ans := f.join("node-1", "zone-a")
-	require.Equal(t, extender.AdmitRouteReflector, ans.Role, "node-1: %+v", ans)
+	during()
 	close(release)
-	require.False(t, within(t, committed, "the commit never ended"), "a commit that missed a promotion succeeded")
-	role, ok := f.known("node-1")
-	assert.True(t, ok && role == extender.AdmitRouteReflector, "the promotion is not in the state admissions decide on: %v %v", role, ok)
-	// Planned again, the plan counts it.
-	f.l.built = nil
+	return within(t, committed, "the commit never ended")
+}
+
+// TestLedgerPromotionIntoGapDuringCommit: a promotion decided while a commit builds its state,
+// into a gap the commit's plan left (it never saw the node), is replayed on the plan's state: the
+// commit stands, and the state counts the new route reflector.
+func TestLedgerPromotionIntoGapDuringCommit(t *testing.T) {
+	f := newAdmitFixture(t, 0)
+	var ans extender.AdmitAnswer
+	ok := f.commitHeld(t, nil, func() { ans = f.join("node-1", "zone-a") })
+	require.Equal(t, extender.AdmitRouteReflector, ans.Role, "node-1: %+v", ans)
+	require.True(t, ok, "a commit whose plan left the promotion's gap failed")
+	role, known := f.known("node-1")
+	assert.True(t, known && role == extender.AdmitRouteReflector, "the promotion is not in the published state: %v %v", role, known)
+	// The next node of the zone counts it: the zone wants more than one, and gets another ID's
+	// route reflector or a client role, never node-1's decision again.
+	next := f.join("node-2", "zone-a")
+	assert.NotEqual(t, extender.AdmitNone, next.Role, "node-2: %+v", next)
 	in2, res2, ok := f.l.Plan(f.pols.Valid(), nil, f.m, tNow, nil)
+	require.True(t, ok, "commit after the promotions")
+	require.Len(t, in2.Nodes, 2, "input")
+	assert.Equal(t, 1+b2i(next.Role == extender.AdmitRouteReflector), res2.Summary.RouteReflectors, "plan %+v", res2.Summary)
+}
+
+// TestLedgerCompetingPromotionDuringCommitConflicts: a promotion decided while a commit builds its
+// state, into the gap the commit's plan filled with another node (maxRouteReflectors 1), fails
+// the commit; the promotion stands, and the plan computed again keeps one route reflector.
+func TestLedgerCompetingPromotionDuringCommitConflicts(t *testing.T) {
+	f := newAdmitFixtureSpec(t, 0, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.MinRouteReflectors, s.MaxRouteReflectors = ptr(int32(1)), ptr(int32(1))
+	})
+	var ans extender.AdmitAnswer
+	ok := f.commitHeld(t, []*corev1.Node{mkNode("node-0", "zone-a")}, func() { ans = f.join("node-1", "zone-a") })
+	require.Equal(t, extender.AdmitRouteReflector, ans.Role, "node-1: %+v", ans)
+	require.False(t, ok, "a commit whose plan promoted node-0 kept node-1's promotion too")
+	role, known := f.known("node-1")
+	assert.True(t, known && role == extender.AdmitRouteReflector, "the promotion is not in the state admissions decide on: %v %v", role, known)
+	in2, res2, ok := f.l.Plan(f.pols.Valid(), []*corev1.Node{mkNode("node-0", "zone-a")}, f.m, tNow, nil)
 	require.True(t, ok, "commit after the promotion")
-	require.Len(t, in2.Nodes, 1, "input")
+	require.Len(t, in2.Nodes, 2, "input")
 	require.Equal(t, 1, res2.Summary.RouteReflectors, "plan %+v", res2.Summary)
 }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // TestLedgerAnswersDuringSlowPlan: a plan made slow on purpose (its failure drills wait) holds the
 // reconciler; admissions are answered meanwhile, and the plan commits with them.
