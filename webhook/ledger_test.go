@@ -17,7 +17,10 @@ import (
 
 func strp(s string) *string { return &s }
 
-func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
+// TestLedgerCommitReplaysLaterPromotion: a promotion admitted after the plan's input was read, into
+// a gap the plan left, stands in the committed state (the plan is not computed again), and the next
+// plan, which sees it, keeps it.
+func TestLedgerCommitReplaysLaterPromotion(t *testing.T) {
 	f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", nil)}, nil)
 	f.ledger.SetLeader(true)
 	f.commit(t)
@@ -30,19 +33,7 @@ func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
 	require.True(t, admitted, "admit: %+v", first)
 	require.Equal(t, extender.AdmitRouteReflector, first.Role, "admit: %+v", first)
 	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
-	require.False(t, f.ledger.Commit(1, in, extender.Plan(in), seq), "commit of a plan that missed a promotion succeeded")
-	// With promotions held, the plan sees the promotion (the created node from the overlay).
-	unblock := f.ledger.HoldPromotions()
-	nodes, seq = f.ledger.Overlay(nil)
-	in.Nodes = nodes
-	res := extender.Plan(in)
-	ok := f.ledger.Commit(1, in, res, seq)
-	unblock()
-	require.True(t, ok, "commit, plan %+v", res.Summary)
-	require.Len(t, nodes, 1, "overlay nodes")
-	require.Equal(t, 1, res.Summary.RouteReflectors, "plan %+v", res.Summary)
-	require.NotEmpty(t, res.RouteReflectors, "plan %+v", res.Summary)
-	require.Equal(t, "node-1", res.RouteReflectors[0].Node, "plan %+v", res.Summary)
+	require.True(t, f.ledger.Commit(1, in, extender.Plan(in), seq), "commit of a plan that left the promotion's gap")
 	// Later decisions count it: zone-b and zone-c nodes are promoted, then a zone-a node is a client.
 	b, _ := f.admit(m, mkNode("node-2", "zone-b"), state.Change{})
 	c, _ := f.admit(m, mkNode("node-3", "zone-c"), state.Change{})
@@ -51,6 +42,14 @@ func TestLedgerCommitConflictsWithLaterPromotion(t *testing.T) {
 	assert.Equal(t, "224.0.0.3", c.ClusterID, "after commit, node-3: %+v", c)
 	assert.Equal(t, extender.AdmitClient, a.Role, "after commit, node-4: %+v", a)
 	assert.Len(t, a.RouteReflectors, 3, "after commit, node-4: %+v", a)
+	// The next plan sees the promotion (the created node from the overlay) and keeps it.
+	nodes, seq = f.ledger.Overlay(nil)
+	in.Nodes = nodes
+	res := extender.Plan(in)
+	require.True(t, f.ledger.Commit(1, in, res, seq), "commit, plan %+v", res.Summary)
+	require.Len(t, nodes, 1, "overlay nodes (the others were admitted without an object)")
+	require.Equal(t, 1, res.Summary.RouteReflectors, "plan %+v", res.Summary)
+	require.Equal(t, "node-1", res.RouteReflectors[0].Node, "plan %+v", res.Summary)
 }
 
 func TestLedgerDecisionsSurviveCommit(t *testing.T) {
