@@ -2,11 +2,9 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,34 +60,4 @@ func TestNodeVersionsPages(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestEarlyVersionsRead: the read started with the process waits for the takeover delay's end
-// (it must see what the previous process admitted), catchUp gets its result, and a failed read is
-// taken again.
-func TestEarlyVersionsRead(t *testing.T) {
-	r := &pagingReader{n: 3}
-	var calledAt time.Time
-	pages := func(ctx context.Context, o metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
-		if calledAt.IsZero() {
-			calledAt = time.Now()
-		}
-		return r.page(ctx, o)
-	}
-	at := time.Now().Add(200 * time.Millisecond)
-	read := startVersionsRead(t.Context(), pages, at)
-	again := func(context.Context) (map[string]uint64, error) {
-		return nil, errors.New("read again")
-	}
-	got, err := read.wait(again)(t.Context())
-	require.NoError(t, err)
-	require.Len(t, got, 3)
-	require.False(t, calledAt.Before(at), "read at %v, before the delay's end %v", calledAt, at)
-
-	failing := func(context.Context, metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
-		return nil, errors.New("connection refused")
-	}
-	read = startVersionsRead(t.Context(), failing, time.Now())
-	_, err = read.wait(again)(t.Context())
-	require.EqualError(t, err, "read again", "a failed early read is taken again")
 }

@@ -126,7 +126,7 @@ func (w *world) start(port int, leader bool, opts ...func(*serve.Options)) *repl
 		require.Fail(w.t, fmt.Sprint(err))
 	}
 	r := &replica{srv: srv, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- srv.Start(ctx) }()
+	go func() { r.done <- srv.Manager.Start(ctx) }()
 	w.t.Cleanup(func() { r.stop() })
 	w.eventually("replica ready", 60*time.Second, func() error {
 		if !srv.Synced() || leader && !srv.Ledger.Leader() {

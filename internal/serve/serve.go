@@ -131,11 +131,6 @@ type Server struct {
 	// LabelKeys are the node label keys the cache keeps.
 	LabelKeys *state.LabelKeys
 	synced    atomic.Bool
-	// early starts the takeover's read of the nodes' versions with the process (Start), when it
-	// leads from its start (no leader election); nil otherwise.
-	early func(context.Context) *versionsRead
-	// versions is early's read once started.
-	versions *versionsRead
 }
 
 // Synced reports whether the informer cache has synced (the readiness check).
@@ -146,16 +141,6 @@ func Run(ctx context.Context, o Options) error {
 	s, err := New(ctx, o)
 	if err != nil {
 		return err
-	}
-	return s.Start(ctx)
-}
-
-// Start runs the built server until ctx ends. A process that leads from its start (no leader
-// election) starts the takeover's read of every node's version first, so that the read overlaps
-// the cache's first list instead of following it.
-func (s *Server) Start(ctx context.Context) error {
-	if s.early != nil {
-		s.versions = s.early(ctx)
 	}
 	return s.Manager.Start(ctx)
 }
@@ -347,19 +332,12 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	// delay counts from then and has mostly passed while the cache listed the nodes; with it,
 	// from the election.
 	takeover, started := o.TakeoverDelay, time.Now()
-	pages := nodeMetadataPages(nodes)
-	if !o.LeaderElect {
-		s.early = func(ctx context.Context) *versionsRead { return startVersionsRead(ctx, pages, started.Add(takeover)) }
-	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		leads, versions := time.Now(), func(ctx context.Context) (map[string]uint64, error) { return nodeVersions(ctx, pages) }
+		leads := time.Now()
 		if !o.LeaderElect {
 			leads = started
-			if s.versions != nil { // started with the process (Start)
-				versions = s.versions.wait(versions)
-			}
 		}
-		if err := s.catchUp(ctx, versions, time.Until(leads.Add(takeover))); err != nil {
+		if err := s.catchUp(ctx, nodeMetadataPages(nodes), time.Until(leads.Add(takeover))); err != nil {
 			return nil // stopping
 		}
 		s.setLeader(true)
@@ -438,9 +416,9 @@ func setDefaults(o *Options) {
 
 // catchUp waits, on becoming the leader, until allocating decisions are safe: delay for the
 // previous leader's last admissions to be written or fail, then until the cache holds every node
-// at least at the version a consistent read taken after the delay returns (versions; bounded:
-// after 30s it goes ahead, the reconciler repairs a duplicate).
-func (s *Server) catchUp(ctx context.Context, versions func(context.Context) (map[string]uint64, error), delay time.Duration) error {
+// at least at the version a consistent read returns (bounded: after 30s it goes ahead, the
+// reconciler repairs a duplicate).
+func (s *Server) catchUp(ctx context.Context, pages metadataPages, delay time.Duration) error {
 	if delay > 0 {
 		select {
 		case <-ctx.Done():
@@ -450,7 +428,7 @@ func (s *Server) catchUp(ctx context.Context, versions func(context.Context) (ma
 	}
 	log := ctrl.Log.WithName("serve")
 	start := time.Now()
-	want, err := versions(ctx)
+	want, err := nodeVersions(ctx, pages)
 	if err != nil {
 		log.Info("taking the lead without reading the nodes' versions", "err", err.Error())
 		return nil // go ahead: the cache is as good as it gets
@@ -510,48 +488,6 @@ func nodeVersions(ctx context.Context, pages metadataPages) (map[string]uint64, 
 			return out, nil
 		}
 		opts.Continue = page.Continue
-	}
-}
-
-// versionsRead is the takeover's read of every node's version (nodeVersions) started with the
-// process, before the cache lists the nodes: the read and the first list overlap (at 65,000 nodes
-// the read took 5.3 s after a first list of 7.3 s).
-type versionsRead struct {
-	done chan struct{}
-	want map[string]uint64
-	err  error
-}
-
-// startVersionsRead starts reading every node's version at at (the takeover delay's end: the
-// read must see what the previous process admitted).
-func startVersionsRead(ctx context.Context, pages metadataPages, at time.Time) *versionsRead {
-	r := &versionsRead{done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		select {
-		case <-ctx.Done():
-			r.err = ctx.Err()
-			return
-		case <-time.After(time.Until(at)):
-		}
-		r.want, r.err = nodeVersions(ctx, pages)
-	}()
-	return r
-}
-
-// wait returns a versions function for catchUp that waits for the read, and reads again with
-// again when it failed.
-func (r *versionsRead) wait(again func(context.Context) (map[string]uint64, error)) func(context.Context) (map[string]uint64, error) {
-	return func(ctx context.Context) (map[string]uint64, error) {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-r.done:
-		}
-		if r.err != nil && ctx.Err() == nil {
-			return again(ctx)
-		}
-		return r.want, r.err
 	}
 }
 

@@ -261,7 +261,7 @@ func checkProductServes(t *testing.T, env *testenv.Env, cs kubernetes.Interface,
 	})
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- srv.Start(sctx) }()
+	go func() { done <- srv.Manager.Start(sctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	eventually(t, time.Minute, "serve to be ready", func() bool {
 		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
