@@ -175,8 +175,10 @@ func sharedClusterIDRun(t *testing.T, speaker string) planReport {
 			st.Annotations[extender.AnnotationClusterID] = "224.0.0.1"
 		}
 	}
-	// BIRD's sessions take longer to come up (no passive side).
-	timeout := 20 * time.Second
+	// BIRD's sessions take longer to come up (no passive side): a minute. GoBGP takes its default
+	// wait (69 s at 30 nodes): it converges in 2 to 8 s on a quiet machine, but make test's load
+	// once kept its route counts changing until 19.9 s, past the 20 s this wait was.
+	var timeout time.Duration
 	if speaker == SpeakerBIRD {
 		timeout = time.Minute
 	}
