@@ -112,10 +112,15 @@ func (w *world) start(port int, leader bool, opts ...func(*serve.Options)) *repl
 		HealthProbeBindAddress:  "0",
 		LeaderElect:             true,
 		LeaderElectionNamespace: testenv.ChartNamespace,
-		LeaseDuration:           4 * time.Second,
-		RenewDeadline:           3 * time.Second,
-		RetryPeriod:             500 * time.Millisecond,
-		Coalesce:                100 * time.Millisecond,
+		// The product's lease and renew deadline (15 s, 10 s): with 4 s and 3 s a lease renewal
+		// that make test's load kept past 3 s (the API server's log: the lease PUT's context
+		// canceled, "Handler timeout") lost the lease, and the replica stopped mid-test
+		// (TestAdoptHandBuiltClusterOnRealAPIServer: "connection refused" from its webhooks). A
+		// stopped replica releases its lease, so takeovers still come within RetryPeriod.
+		LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second,
+		RetryPeriod:   500 * time.Millisecond,
+		Coalesce:      100 * time.Millisecond,
 	}
 	for _, f := range opts {
 		f(&o)
