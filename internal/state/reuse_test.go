@@ -62,3 +62,52 @@ func TestReuse(t *testing.T) {
 	_, ok = reuse(prev, f.cache)
 	require.False(t, ok, "an admission since the commit")
 }
+
+// TestPrepareAdopt: a new leader's first plan, computed by Prepare before it leads and committed
+// by Adopt, is the plan PlanKept computes at the adoption's time, and its admission state is the
+// one published; Adopt refuses a node changed since, and takes a heartbeat's new object; Prepare
+// gives nothing while the ledger assumes a change.
+func TestPrepareAdopt(t *testing.T) {
+	settled := newAdmitFixture(t, 30) // the previous leader's cluster: every node shows its role
+	fresh := func() *Ledger { return NewLedger(0, func() time.Time { return tNow }) }
+	later := tNow.Add(2 * time.Second)
+	valid := settled.pols.Valid()
+
+	l := fresh()
+	pre := l.Prepare(valid, settled.cache, settled.m, tNow, nil)
+	require.NotNil(t, pre)
+	require.Nil(t, (*l.states.Load())["default"], "Prepare publishes nothing")
+	l.SetLeader(true)
+	got, ok := l.Adopt(pre, valid, settled.cache, settled.m, later, pre.Res.Recommendations)
+	require.True(t, ok, "nothing changed")
+	require.Same(t, got.ps, (*l.states.Load())["default"], "the adopted plan's state is published")
+	require.Equal(t, later, got.In.Now)
+
+	want, ok := fresh().PlanKept(valid, settled.cache, settled.m, later, pre.Res.Recommendations)
+	require.True(t, ok)
+	require.Equal(t, want.Res.Nodes, got.Res.Nodes, "the plan PlanKept computes")
+	require.Equal(t, want.Res.RouteReflectors, got.Res.RouteReflectors)
+	require.Equal(t, want.Res.Recommendations, got.Res.Recommendations)
+
+	hb := append([]*corev1.Node(nil), settled.cache...)
+	hb[4] = hb[4].DeepCopy()
+	hb[4].ResourceVersion = "99"
+	l = fresh()
+	pre = l.Prepare(valid, settled.cache, settled.m, tNow, nil)
+	got, ok = l.Adopt(pre, valid, hb, settled.m, later, pre.Res.Recommendations)
+	require.True(t, ok, "a heartbeat")
+	require.Contains(t, got.In.Nodes, hb[4], "the input holds the cache's object")
+
+	changed := append([]*corev1.Node(nil), settled.cache...)
+	changed[4] = changed[4].DeepCopy()
+	changed[4].Labels[extender.LabelPeeringSet] = "elsewhere"
+	l = fresh()
+	pre = l.Prepare(valid, settled.cache, settled.m, tNow, nil)
+	_, ok = l.Adopt(pre, valid, changed, settled.m, later, pre.Res.Recommendations)
+	require.False(t, ok, "a node changed since")
+	require.Nil(t, (*l.states.Load())["default"], "nothing published")
+
+	l = fresh()
+	l.Assume("default", Change{Node: settled.cache[0].Name, Labels: map[string]*string{"tier": ptr("edge")}, Object: settled.cache[0]})
+	require.Nil(t, l.Prepare(valid, settled.cache, settled.m, tNow, nil), "an assumed change")
+}
