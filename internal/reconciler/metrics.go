@@ -41,10 +41,6 @@ var (
 		Name: "calico_rr_autoscaler_plans_reused_total",
 		Help: "Committed plans that were the policy's last plan moved to the reconcile's time, because the planner would have read nothing new (also counted in calico_rr_autoscaler_plans_total).",
 	}, []string{"policy"})
-	plansPrepared = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "calico_rr_autoscaler_plans_prepared_total",
-		Help: "A policy's first plans of this process that were computed before it led, while the takeover read the nodes' versions, and committed by its first reconcile because the planner would have read nothing new since (also counted in calico_rr_autoscaler_plans_total).",
-	}, []string{"policy"})
 	absorbedEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_rr_autoscaler_node_events_absorbed_total",
 		Help: "Node changes a reconcile absorbed without a full plan: clients changed in nothing the last quiet plan decided (docs/architecture.md: Absorbed node events).",
@@ -112,7 +108,7 @@ const (
 
 func init() {
 	metrics.Registry.MustRegister(desiredGauge, currentGauge, roleChanges, reconcileDuration, planDuration,
-		plansTotal, plansReused, plansPrepared, absorbedEvents, fullPlanCauses, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
+		plansTotal, plansReused, absorbedEvents, fullPlanCauses, nodePatches, calicoNodeWrites, driftReverted, peerWrites, reconcileErrors, drillsGauge, drillMissing,
 		conditionGauge, pathsGauge, missingPairsGauge, familyMissingPairsGauge, transitionSessions, transitionAtRisk, transitionHeld, transitionHeldMoves, transitionHeldUplinks)
 }
 

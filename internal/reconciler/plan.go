@@ -27,7 +27,6 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 		delete(r.history, st.Name)
 		delete(r.last, st.Name)
 		delete(r.planned, st.Name)
-		delete(r.prepared, st.Name)
 		delete(r.facts, st.Name)
 		delete(r.memos, st.Name)
 		delete(r.costs, st.Name)
@@ -102,19 +101,6 @@ func (r *Reconciler) plan(_ context.Context, st *State) error {
 			planDuration.WithLabelValues(st.Name).Observe(time.Since(start).Seconds())
 			plansTotal.WithLabelValues(st.Name, "committed").Inc()
 			plansReused.WithLabelValues(st.Name).Inc()
-		}
-	}
-	if planned == nil && !known {
-		// This process's first plan of the policy: the one computed before it led, when nothing
-		// it read has changed since, read again with the history it was seeded with.
-		if pre := r.takePrepared(st.Name); pre != nil {
-			start := time.Now()
-			if pd, ok := r.Ledger.Adopt(pre, valid, cache, st.Managed, st.Now, pre.Res.Recommendations); ok {
-				planned, st.facts = pd, &viewFacts{}
-				planDuration.WithLabelValues(st.Name).Observe(time.Since(start).Seconds())
-				plansTotal.WithLabelValues(st.Name, "committed").Inc()
-				plansPrepared.WithLabelValues(st.Name).Inc()
-			}
 		}
 	}
 	for attempt := 0; planned == nil; attempt++ {

@@ -100,8 +100,6 @@ type Reconciler struct {
 	history map[string][]extender.Recommendation // the stabilization window, per policy
 	last    map[string]*extender.Result          // the previous plan, per policy
 	planned map[string]*state.Planned            // the previous plan, for state.Ledger.Reuse
-	// prepared: a policy's first plan, computed before this process led (Prepare).
-	prepared map[string]*state.Planned
 	facts    map[string]*viewFacts    // the previous plan's view facts
 	memos    map[string]*handoverMemo // handovers and mesh migration, per policy
 	costs    map[string]*costMemo     // the graph model's figures of the last plan shape
@@ -288,7 +286,6 @@ func (r *Reconciler) init() {
 		r.history = map[string][]extender.Recommendation{}
 		r.last = map[string]*extender.Result{}
 		r.planned, r.facts = map[string]*state.Planned{}, map[string]*viewFacts{}
-		r.prepared = map[string]*state.Planned{}
 		r.quiet, r.unquiet = map[string]*quietPlan{}, map[string]string{}
 	}
 	if r.steps == nil {

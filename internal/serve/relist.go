@@ -27,10 +27,12 @@ type relister struct {
 	kick           chan struct{} // closed on each request: the running watches end
 	// nodes, when set, replaces the node informer's ListerWatcher (nodeListWatch).
 	nodes toolscache.ListerWatcher
+	// progress records the node watch's events for the takeover (catchUp).
+	progress *watchProgress
 }
 
 func newRelister(nodes toolscache.ListerWatcher) *relister {
-	return &relister{kick: make(chan struct{}), nodes: nodes}
+	return &relister{kick: make(chan struct{}), nodes: nodes, progress: newWatchProgress()}
 }
 
 // Relist asks for a new list.
@@ -71,7 +73,7 @@ func (r *relister) wrap(lw toolscache.ListerWatcherWithContext) toolscache.Liste
 			if err != nil {
 				return nil, err
 			}
-			return newKickable(w, kick, owed), nil
+			return newKickable(w, kick, owed, r.progress), nil
 		},
 	}
 }
@@ -83,16 +85,18 @@ func (r *relister) started() {
 }
 
 // kickable forwards a watch's events until kick is closed (or at once when expired), then sends
-// the 410 Expired error and stops the watch.
+// the 410 Expired error and stops the watch. Each event is shown to progress (when set) first.
 type kickable struct {
 	w    watch.Interface
 	out  chan watch.Event
 	stop chan struct{}
 	once sync.Once
+	// progress, when set, sees each event before it is forwarded.
+	progress *watchProgress
 }
 
-func newKickable(w watch.Interface, kick <-chan struct{}, expired bool) *kickable {
-	k := &kickable{w: w, out: make(chan watch.Event), stop: make(chan struct{})}
+func newKickable(w watch.Interface, kick <-chan struct{}, expired bool, progress *watchProgress) *kickable {
+	k := &kickable{w: w, out: make(chan watch.Event), stop: make(chan struct{}), progress: progress}
 	go k.run(kick, expired)
 	return k
 }
@@ -106,6 +110,9 @@ func (k *kickable) run(kick <-chan struct{}, expired bool) {
 		case ev, ok := <-in:
 			if !ok {
 				return
+			}
+			if k.progress != nil {
+				k.progress.observe(ev)
 			}
 			select {
 			case k.out <- ev:

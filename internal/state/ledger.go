@@ -610,7 +610,7 @@ func (l *Ledger) PlanKept(valid []Managed, cache []*corev1.Node, m Managed, now 
 	in := l.input(valid, all, m, now, history)
 	res := extender.Plan(in)
 	ps := l.commit(m.Policy.Generation, in, res, seq)
-	pd := &Planned{In: in, Res: res, policies: PoliciesKey(valid), generation: m.Policy.Generation, cache: cache, ps: ps, seq: seq}
+	pd := &Planned{In: in, Res: res, policies: PoliciesKey(valid), generation: m.Policy.Generation, cache: cache, ps: ps}
 	if !sameNodes(all, cache) {
 		pd.cache = nil // the plan read assumed changes: never reused
 	}

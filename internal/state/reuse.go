@@ -29,7 +29,6 @@ type Planned struct {
 	seen   map[*corev1.Node]struct{}
 	byName map[string]*corev1.Node
 	ps     *planState // the admission state commit published for it
-	seq    uint64     // the ledger's sequence its input was read at (Overlay)
 }
 
 // PoliciesKey names the valid policies with their UIDs and generations.
@@ -61,40 +60,8 @@ func (l *Ledger) Reuse(prev *Planned, valid []Managed, cache []*corev1.Node, m M
 	return l.unchanged(prev, valid, cache, m, now, history)
 }
 
-// Prepare computes policy m's plan from the cache as PlanKept does, without committing it: a new
-// leader's first plan, computed while it still reads the nodes' versions before it takes the lead
-// (serve's catch-up), so that its first reconcile only commits it (Adopt). nil when the ledger
-// holds assumed changes or admission decisions: the plan would not be reused.
-func (l *Ledger) Prepare(valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) *Planned {
-	all, seq := l.Overlay(cache)
-	if !sameNodes(all, cache) {
-		return nil
-	}
-	in := l.input(valid, all, m, now, history)
-	return &Planned{In: in, Res: extender.Plan(in), policies: PoliciesKey(valid), generation: m.Policy.Generation, cache: cache, seq: seq}
-}
-
-// Adopt commits pre, a plan Prepare computed, as policy m's plan at now from the cache's nodes and
-// returns it with true, when the planner would read nothing new since (Reuse's conditions but the
-// published state: pre has none) and no admission decided since its input was read conflicts with
-// it (Commit). history is what the plan is read again with: pre's Recommendations. Otherwise nil
-// and false: plan with PlanKept.
-func (l *Ledger) Adopt(pre *Planned, valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (*Planned, bool) {
-	if pre == nil || pre.ps != nil {
-		return nil, false
-	}
-	next, ok := l.unchanged(pre, valid, cache, m, now, history)
-	if !ok {
-		return nil, false
-	}
-	if next.ps = l.commit(m.Policy.Generation, next.In, next.Res, pre.seq); next.ps == nil {
-		return nil, false
-	}
-	return next, true
-}
-
 // unchanged returns prev's plan read again at now from the cache's nodes, and true, when the
-// planner would read nothing new: Reuse's conditions but the admission state.
+// planner would read nothing new: Reuse's conditions but the admission state's.
 func (l *Ledger) unchanged(prev *Planned, valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (*Planned, bool) {
 	if prev.cache == nil || prev.generation != m.Policy.Generation ||
 		prev.In.Policy != m.Resolved || l.Registered != nil || l.CalicoAddresses != nil ||

@@ -1,0 +1,105 @@
+package serve
+
+import (
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// watchProgress follows the node informer's watch for the takeover (catchUp): the highest
+// resourceVersion its events and bookmarks reached, and each node's last event until the cache has
+// applied it. A consistent read returns a resourceVersion R; once the watch reached R and the cache
+// applied every event up to R, the cache holds every node at least at its version at R: what
+// reading every node's version proves, without the read (at 65,000 kubelet-like nodes, 3.8 to
+// 4.7 s of the API server's time for 65,000 nodes' metadata).
+//
+// The watch delivers events in resourceVersion order, and each is recorded here before the
+// informer's reflector queues it (kickable.run), so when the highest version seen is R or more,
+// every event up to R is recorded. Events of the informer's lists that do not come as a watch
+// (client-go's fallback without WatchListClient) are not: the check then waits for a later event
+// or bookmark, or catchUp reads every node's version.
+type watchProgress struct {
+	mu      sync.Mutex
+	highest uint64
+	// pending: each node's last event the cache is not known to have applied (nil once the
+	// takeover no longer needs them: stop).
+	pending map[string]nodeEvent
+}
+
+// nodeEvent is a node's watch event: its resourceVersion, and whether it deleted the node.
+type nodeEvent struct {
+	rv      uint64
+	deleted bool
+}
+
+func newWatchProgress() *watchProgress {
+	return &watchProgress{pending: map[string]nodeEvent{}}
+}
+
+// observe records a watch event before the informer queues it.
+func (p *watchProgress) observe(ev watch.Event) {
+	if ev.Type == watch.Error || ev.Object == nil {
+		return
+	}
+	m, err := meta.Accessor(ev.Object)
+	if err != nil {
+		return
+	}
+	rv, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.highest = max(p.highest, rv)
+	if p.pending != nil && ev.Type != watch.Bookmark {
+		p.pending[m.GetName()] = nodeEvent{rv: rv, deleted: ev.Type == watch.Deleted}
+	}
+}
+
+// caughtUp reports whether the watch reached rv and the cache (get) applied every node event up to
+// rv. It forgets the events the cache applied.
+func (p *watchProgress) caughtUp(rv uint64, get func(name string) *corev1.Node) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending == nil || p.highest < rv {
+		return false
+	}
+	behind := false
+	for name, ev := range p.pending {
+		if ev.rv > rv {
+			continue
+		}
+		if applied(get(name), ev) {
+			delete(p.pending, name)
+		} else {
+			behind = true
+		}
+	}
+	return !behind
+}
+
+// applied reports whether the cache's object of a node (nil: none) shows ev applied.
+func applied(n *corev1.Node, ev nodeEvent) bool {
+	if n == nil {
+		return ev.deleted
+	}
+	have, err := strconv.ParseUint(n.ResourceVersion, 10, 64)
+	if err != nil {
+		return true // not a number: never behind, as in waitVersions
+	}
+	if ev.deleted {
+		return have > ev.rv // created again since
+	}
+	return have >= ev.rv
+}
+
+// stop forgets the events: the takeover no longer needs them.
+func (p *watchProgress) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending = nil
+}
