@@ -100,9 +100,9 @@ type Reconciler struct {
 	history map[string][]extender.Recommendation // the stabilization window, per policy
 	last    map[string]*extender.Result          // the previous plan, per policy
 	planned map[string]*state.Planned            // the previous plan, for state.Ledger.Reuse
-	facts    map[string]*viewFacts    // the previous plan's view facts
-	memos    map[string]*handoverMemo // handovers and mesh migration, per policy
-	costs    map[string]*costMemo     // the graph model's figures of the last plan shape
+	facts   map[string]*viewFacts                // the previous plan's view facts
+	memos   map[string]*handoverMemo             // handovers and mesh migration, per policy
+	costs   map[string]*costMemo                 // the graph model's figures of the last plan shape
 	// calicoRoles and calicoPeers are what was last written to (or seen in sync in) etcd: a
 	// difference from them is a hand change (see syncCalicoNodes).
 	calicoRoles map[string]calicoetcd.Role
