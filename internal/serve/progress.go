@@ -20,7 +20,7 @@ import (
 // informer's reflector queues it (kickable.run), so when the highest version seen is R or more,
 // every event up to R is recorded. Events of the informer's lists that do not come as a watch
 // (client-go's fallback without WatchListClient) are not: the check then waits for a later event
-// or bookmark, or catchUp reads every node's version.
+// or bookmark, and catchUp's read of every node's version may end first.
 type watchProgress struct {
 	mu      sync.Mutex
 	highest uint64
