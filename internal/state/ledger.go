@@ -607,19 +607,6 @@ func (l *Ledger) Plan(valid []Managed, cache []*corev1.Node, m Managed, now time
 // Commit's answer).
 func (l *Ledger) PlanKept(valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (*Planned, bool) {
 	all, seq := l.Overlay(cache)
-	in := l.input(valid, all, m, now, history)
-	res := extender.Plan(in)
-	ps := l.commit(m.Policy.Generation, in, res, seq)
-	pd := &Planned{In: in, Res: res, policies: PoliciesKey(valid), generation: m.Policy.Generation, cache: cache, ps: ps}
-	if !sameNodes(all, cache) {
-		pd.cache = nil // the plan read assumed changes: never reused
-	}
-	return pd, ps != nil
-}
-
-// input is policy m's planner input from all, the cache's nodes with the ledger's assumed changes
-// (Overlay).
-func (l *Ledger) input(valid []Managed, all []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) extender.Input {
 	nodes := Partition(valid, all)[m.Policy.Name]
 	if l.CalicoAddresses != nil {
 		nodes = extender.WithCalicoAddresses(nodes, l.CalicoAddresses())
@@ -635,7 +622,13 @@ func (l *Ledger) input(valid []Managed, all []*corev1.Node, m Managed, now time.
 			in.Filters = append(extender.DefaultFilters(), extender.NewCalicoNodeRegistered(names))
 		}
 	}
-	return in
+	res := extender.Plan(in)
+	ps := l.commit(m.Policy.Generation, in, res, seq)
+	pd := &Planned{In: in, Res: res, policies: PoliciesKey(valid), generation: m.Policy.Generation, cache: cache, ps: ps}
+	if len(all) != len(cache) || len(all) > 0 && &all[0] != &cache[0] {
+		pd.cache = nil // the plan read assumed changes: never reused
+	}
+	return pd, ps != nil
 }
 
 // HoldPromotions keeps admission decisions from promoting a node until the returned function is

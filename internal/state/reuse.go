@@ -54,16 +54,7 @@ func PoliciesKey(valid []Managed) string {
 // reconcile costs no plan: issue 38). Otherwise nil and false: plan with PlanKept. The etcd
 // datastore's plans (Registered, CalicoAddresses) are never reused.
 func (l *Ledger) Reuse(prev *Planned, valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (*Planned, bool) {
-	if prev == nil || prev.ps == nil || !l.quietSince(m.Policy.Name, prev.ps) {
-		return nil, false
-	}
-	return l.unchanged(prev, valid, cache, m, now, history)
-}
-
-// unchanged returns prev's plan read again at now from the cache's nodes, and true, when the
-// planner would read nothing new: Reuse's conditions but the admission state's.
-func (l *Ledger) unchanged(prev *Planned, valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (*Planned, bool) {
-	if prev.cache == nil || prev.generation != m.Policy.Generation ||
+	if prev == nil || prev.cache == nil || prev.ps == nil || prev.generation != m.Policy.Generation ||
 		prev.In.Policy != m.Resolved || l.Registered != nil || l.CalicoAddresses != nil ||
 		len(cache) != len(prev.cache) || PoliciesKey(valid) != prev.policies {
 		return nil, false
@@ -73,6 +64,9 @@ func (l *Ledger) unchanged(prev *Planned, valid []Managed, cache []*corev1.Node,
 		health = l.BGPHealth()
 	}
 	if !maps.EqualFunc(health, prev.In.BGPHealth, func(a, b extender.BGPHealth) bool { return reflect.DeepEqual(a, b) }) {
+		return nil, false
+	}
+	if !l.quietSince(m.Policy.Name, prev.ps) {
 		return nil, false
 	}
 	res, ok := prev.Res.At(m.Resolved, now, history)
@@ -119,11 +113,6 @@ func (l *Ledger) unchanged(prev *Planned, valid []Managed, cache []*corev1.Node,
 		next.seen, next.byName = nil, nil // built again at the next Reuse, from cache
 	}
 	return &next, true
-}
-
-// sameNodes reports whether a and b are the same slice.
-func sameNodes(a, b []*corev1.Node) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // quietSince reports whether ps is policy pol's published admission state, with no decision
