@@ -48,6 +48,8 @@ func TestWatchProgressCaughtUp(t *testing.T) {
 		{"deletion applied", []event{{watch.Deleted, "b", 9}, {watch.Bookmark, "", 10}}, nil, 10, true},
 		{"created again after its deletion", []event{{watch.Deleted, "b", 9}, {watch.Bookmark, "", 10}}, map[string]int{"b": 12}, 10, true},
 		{"an event after the version is not waited for", []event{{watch.Modified, "a", 10}, {watch.Modified, "c", 11}}, map[string]int{"a": 10}, 10, true},
+		{"a node's event after the version, the one before not applied", []event{{watch.Modified, "a", 9}, {watch.Modified, "a", 12}}, map[string]int{"a": 7}, 10, false},
+		{"a node's event after the version, the one before applied", []event{{watch.Modified, "a", 9}, {watch.Modified, "a", 12}}, map[string]int{"a": 9}, 10, true},
 		{"a bookmark reaches the version", []event{{watch.Modified, "a", 6}, {watch.Bookmark, "", 10}}, map[string]int{"a": 6}, 10, true},
 		{"an error event moves nothing", []event{{watch.Error, "", 20}}, nil, 10, false},
 	} {
