@@ -51,7 +51,7 @@ var (
 	hbRate     = flag.Float64("load-heartbeat-rate", 0, "kubelet status reports per second in the heartbeat phase [nodes/300: every node every 5 minutes, the kubelet's default nodeStatusReportFrequency]")
 	hbFor      = flag.Duration("load-heartbeat-duration", time.Minute, "length of the heartbeat phase")
 	memLimit   = flag.String("load-gomemlimit", "", "GOMEMLIMIT of the product's process, as the chart sets it from resources.limits.memory (e.g. 256MiB, the chart's default limit); none if empty")
-	profileDir = flag.String("load-profiles", "", "directory for the product's pprof profiles (heap settled, heap after a restart, CPU during the join, the heartbeats and the direct admissions, allocations during the direct admissions); none if empty")
+	profileDir = flag.String("load-profiles", "", "directory for the product's pprof profiles (heap settled, heap after a restart, CPU during the join, the heartbeats, the direct admissions and the restart's first list and first plan, allocations during the direct admissions); none if empty")
 )
 
 const (
@@ -378,12 +378,38 @@ func TestLoad(t *testing.T) {
 		return m.sum("apiserver_watch_list_duration_seconds_count", func(l map[string]string) bool { return l["resource"] == "nodes" })
 	}
 	streamsBefore := nodeStreams(scrapeAPIServer(ctx, t, admin))
+	if *profileDir != "" {
+		// The restart on the product's side: a CPU profile from the new process's first moments
+		// (once the old one is gone) through its first list, the catch-up and the first plan.
+		old := p.Cmd.Process.Pid
+		profiles.Add(1)
+		go func() {
+			defer profiles.Done()
+			for ctx.Err() == nil {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", old)); err != nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if b, err := p.pprof(ctx, "profile?seconds=20"); err == nil {
+					f := filepath.Join(*profileDir, "cpu-restart.pprof")
+					if err = os.WriteFile(f, b, 0o644); err == nil {
+						t.Logf("profile of the restart: %s", f)
+					} else {
+						t.Logf("profile of the restart: %v", err)
+					}
+					return
+				}
+			}
+			t.Logf("profile of the restart: the restarted product's pprof never answered")
+		}()
+	}
 	restartAt := time.Now()
 	require.NoError(t, p.Restart(ctx, 5*time.Minute), "restart")
 	firstList := time.Since(restartAt)
 	mon = startMonitor(p)
 	defer mon.Stop()
-	goProfile("profile?seconds=20", "cpu-restart.pprof") // from ready through the first plan
 	joinerName := nodetest.KubeletName(n)
 	t0 := time.Now()
 	_, err = kubelet.CoreV1().Nodes().Create(ctx, fleet.Kubelet(n, time.Now()), metav1.CreateOptions{})
