@@ -63,7 +63,8 @@ func (p *watchProgress) observe(ev watch.Event) {
 
 // caughtUp reports whether the watch reached rv and the cache (get) applied every node event up to
 // rv. It forgets the events the cache applied: the cache applies a node's events in their order,
-// so those it applied are the first ones.
+// so those it applied are the first ones, or all of them when it shows the last (a node created
+// and deleted since: absent from the cache, as it ends).
 func (p *watchProgress) caughtUp(rv uint64, get func(name string) *corev1.Node) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -74,6 +75,9 @@ func (p *watchProgress) caughtUp(rv uint64, get func(name string) *corev1.Node) 
 	for name, evs := range p.pending {
 		n := get(name)
 		done := 0
+		if applied(n, evs[len(evs)-1]) {
+			done = len(evs)
+		}
 		for done < len(evs) && applied(n, evs[done]) {
 			done++
 		}

@@ -46,6 +46,8 @@ func TestWatchProgressCaughtUp(t *testing.T) {
 		{"creation applied", []event{{watch.Added, "b", 8}, {watch.Modified, "a", 11}}, map[string]int{"a": 11, "b": 8}, 10, true},
 		{"deletion not applied yet", []event{{watch.Deleted, "b", 9}, {watch.Bookmark, "", 10}}, map[string]int{"b": 5}, 10, false},
 		{"deletion applied", []event{{watch.Deleted, "b", 9}, {watch.Bookmark, "", 10}}, nil, 10, true},
+		{"created and deleted since", []event{{watch.Added, "b", 5}, {watch.Deleted, "b", 8}, {watch.Bookmark, "", 10}}, nil, 10, true},
+		{"created, deletion not applied yet", []event{{watch.Added, "b", 5}, {watch.Deleted, "b", 8}, {watch.Bookmark, "", 10}}, map[string]int{"b": 5}, 10, false},
 		{"created again after its deletion", []event{{watch.Deleted, "b", 9}, {watch.Bookmark, "", 10}}, map[string]int{"b": 12}, 10, true},
 		{"an event after the version is not waited for", []event{{watch.Modified, "a", 10}, {watch.Modified, "c", 11}}, map[string]int{"a": 10}, 10, true},
 		{"a node's event after the version, the one before not applied", []event{{watch.Modified, "a", 9}, {watch.Modified, "a", 12}}, map[string]int{"a": 7}, 10, false},
