@@ -28,6 +28,17 @@ type watchProgress struct {
 	// (nil once the takeover no longer needs them: stop). All of them, not the last only: an event
 	// after the consistent read's version does not tell whether the one before it was applied.
 	pending map[string][]nodeEvent
+	// get reads the cache (nil until the cache exists: setCache). A node's new event first drops
+	// those of its events the cache applied, so that a replica that does not lead (and never
+	// calls caughtUp) keeps about one event per node, not every heartbeat.
+	get func(name string) *corev1.Node
+}
+
+// setCache gives the cache the events are checked against.
+func (p *watchProgress) setCache(get func(name string) *corev1.Node) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.get = get
 }
 
 // nodeEvent is a node's watch event: its resourceVersion, and whether it deleted the node.
@@ -56,15 +67,33 @@ func (p *watchProgress) observe(ev watch.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.highest = max(p.highest, rv)
-	if p.pending != nil && ev.Type != watch.Bookmark {
-		p.pending[m.GetName()] = append(p.pending[m.GetName()], nodeEvent{rv: rv, deleted: ev.Type == watch.Deleted})
+	if p.pending == nil || ev.Type == watch.Bookmark {
+		return
 	}
+	name := m.GetName()
+	evs := p.pending[name]
+	if len(evs) > 0 && p.get != nil {
+		evs = evs[appliedPrefix(p.get(name), evs):]
+	}
+	p.pending[name] = append(evs, nodeEvent{rv: rv, deleted: ev.Type == watch.Deleted})
+}
+
+// appliedPrefix is how many of a node's events, in their order, the cache's object of it (nil:
+// none) shows applied: the cache applies them in their order, so those are the first ones, or all
+// of them when it shows the last (a node created and deleted since: absent, as it ends).
+func appliedPrefix(n *corev1.Node, evs []nodeEvent) int {
+	if applied(n, evs[len(evs)-1]) {
+		return len(evs)
+	}
+	done := 0
+	for done < len(evs) && applied(n, evs[done]) {
+		done++
+	}
+	return done
 }
 
 // caughtUp reports whether the watch reached rv and the cache (get) applied every node event up to
-// rv. It forgets the events the cache applied: the cache applies a node's events in their order,
-// so those it applied are the first ones, or all of them when it shows the last (a node created
-// and deleted since: absent from the cache, as it ends).
+// rv. It forgets the events the cache applied (appliedPrefix).
 func (p *watchProgress) caughtUp(rv uint64, get func(name string) *corev1.Node) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -73,14 +102,7 @@ func (p *watchProgress) caughtUp(rv uint64, get func(name string) *corev1.Node) 
 	}
 	behind := false
 	for name, evs := range p.pending {
-		n := get(name)
-		done := 0
-		if applied(n, evs[len(evs)-1]) {
-			done = len(evs)
-		}
-		for done < len(evs) && applied(n, evs[done]) {
-			done++
-		}
+		done := appliedPrefix(get(name), evs)
 		if done == len(evs) {
 			delete(p.pending, name)
 			continue

@@ -50,6 +50,7 @@ func TestCatchUpByWatchOnRealAPIServer(t *testing.T) {
 	go inf.Run(ctx.Done())
 	require.True(t, toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced))
 	s := &Server{Nodes: state.NewNodeStore(inf.GetIndexer())}
+	relist.progress.setCache(s.Nodes.Get) // as serve does
 
 	// The nodes keep changing (as a cluster's kubelets make them), in bursts that leave the
 	// informer events to apply when the takeover starts.

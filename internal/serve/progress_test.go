@@ -89,6 +89,32 @@ func TestWatchProgressStopped(t *testing.T) {
 	require.False(t, p.caughtUp(10, get))
 }
 
+// TestWatchProgressKeepsUnappliedEvents: a replica that does not lead never asks whether it caught
+// up; each node's new event drops those the cache applied, so a node's heartbeats leave it one
+// event, and only the events the cache has not applied pile up.
+func TestWatchProgressKeepsUnappliedEvents(t *testing.T) {
+	cache := map[string]int{}
+	p := newWatchProgress()
+	p.setCache(func(name string) *corev1.Node {
+		if rv, ok := cache[name]; ok {
+			return nodeAt(name, rv)
+		}
+		return nil
+	})
+	for rv := 10; rv < 1000; rv += 10 {
+		p.observe(watch.Event{Type: watch.Modified, Object: nodeAt("a", rv)})
+		cache["a"] = rv // the cache applies it
+	}
+	require.Len(t, p.pending["a"], 1, "applied heartbeats are dropped")
+	for rv := 1000; rv < 1050; rv += 10 {
+		p.observe(watch.Event{Type: watch.Modified, Object: nodeAt("a", rv)})
+	}
+	require.Len(t, p.pending["a"], 5, "the events the cache has not applied are kept")
+	require.False(t, p.caughtUp(1040, p.get))
+	cache["a"] = 1040
+	require.True(t, p.caughtUp(1040, p.get))
+}
+
 // TestCatchUpByWatch: the takeover takes the lead as soon as the node watch passes a consistent
 // read's version with its events in the cache, while the read of every node's version is still
 // going (here it would never end), and stops that read; when the watch stays short of the

@@ -281,6 +281,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	s.Nodes, s.Policies = state.NewNodeStore(nodeIdx), state.NewPolicies(polIdx)
 	keys.SetRelist(nodeIdx, relist.Relist)
+	relist.progress.setCache(s.Nodes.Get)
 	if err := wantLabelKeys(ctx, mgr.GetCache(), s.Policies, keys, etcd == nil); err != nil {
 		return nil, err
 	}
