@@ -2,6 +2,7 @@ package serve_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -606,7 +607,13 @@ spec:
 		}
 		return nil
 	})
-	require.False(t, rc.count() == first, "no reconcile in Observe")
+	// The status is written inside the reconcile, before its end counts it: wait for the count.
+	w.eventually("a reconcile in Observe", 10*time.Second, func() error {
+		if rc.count() == first {
+			return errors.New("no reconcile in Observe")
+		}
+		return nil
+	})
 	if d := diffObjects(before, w.clusterObjects()); len(d) > 0 || !meshOn() {
 		require.Fail(t, fmt.Sprintf("Observe changed the cluster (mesh on %v):\n%s", meshOn(), strings.Join(d, "\n")))
 	}
