@@ -28,9 +28,9 @@ type watchProgress struct {
 	// (nil once the takeover no longer needs them: stop). All of them, not the last only: an event
 	// after the consistent read's version does not tell whether the one before it was applied.
 	pending map[string][]nodeEvent
-	// get reads the cache (nil until the cache exists: setCache). A node's new event first drops
-	// those of its events the cache applied, so that a replica that does not lead (and never
-	// calls caughtUp) keeps about one event per node, not every heartbeat.
+	// get reads the cache (nil until the cache exists: setCache), for caughtUp and for observe: a
+	// node's new event first drops those of its events the cache applied, so that a replica that
+	// does not lead (and never calls caughtUp) keeps about one event per node, not every heartbeat.
 	get func(name string) *corev1.Node
 }
 
@@ -92,17 +92,17 @@ func appliedPrefix(n *corev1.Node, evs []nodeEvent) int {
 	return done
 }
 
-// caughtUp reports whether the watch reached rv and the cache (get) applied every node event up to
-// rv. It forgets the events the cache applied (appliedPrefix).
-func (p *watchProgress) caughtUp(rv uint64, get func(name string) *corev1.Node) bool {
+// caughtUp reports whether the watch reached rv and the cache (setCache) applied every node event
+// up to rv. It forgets the events the cache applied (appliedPrefix).
+func (p *watchProgress) caughtUp(rv uint64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.pending == nil || p.highest < rv {
+	if p.pending == nil || p.get == nil || p.highest < rv {
 		return false
 	}
 	behind := false
 	for name, evs := range p.pending {
-		done := appliedPrefix(get(name), evs)
+		done := appliedPrefix(p.get(name), evs)
 		if done == len(evs) {
 			delete(p.pending, name)
 			continue
@@ -122,7 +122,7 @@ func applied(n *corev1.Node, ev nodeEvent) bool {
 	}
 	have, err := strconv.ParseUint(n.ResourceVersion, 10, 64)
 	if err != nil {
-		return true // not a number: never behind, as in waitVersions
+		return true // not a number: never behind
 	}
 	if ev.deleted {
 		return have > ev.rv // created again since

@@ -71,7 +71,8 @@ func TestWatchProgressCaughtUp(t *testing.T) {
 				}
 				return nil
 			}
-			require.Equal(t, tc.want, p.caughtUp(tc.rv, get))
+			p.setCache(get) // after the events: the check's own pruning, not observe's
+			require.Equal(t, tc.want, p.caughtUp(tc.rv))
 		})
 	}
 }
@@ -81,12 +82,12 @@ func TestWatchProgressCaughtUp(t *testing.T) {
 func TestWatchProgressStopped(t *testing.T) {
 	p := newWatchProgress()
 	p.observe(watch.Event{Type: watch.Modified, Object: nodeAt("a", 10)})
-	get := func(string) *corev1.Node { return nodeAt("a", 10) }
-	require.True(t, p.caughtUp(10, get))
+	p.setCache(func(string) *corev1.Node { return nodeAt("a", 10) })
+	require.True(t, p.caughtUp(10))
 	p.stop()
 	p.observe(watch.Event{Type: watch.Modified, Object: nodeAt("a", 11)})
 	require.Nil(t, p.pending)
-	require.False(t, p.caughtUp(10, get))
+	require.False(t, p.caughtUp(10))
 }
 
 // TestWatchProgressKeepsUnappliedEvents: a replica that does not lead never asks whether it caught
@@ -110,9 +111,9 @@ func TestWatchProgressKeepsUnappliedEvents(t *testing.T) {
 		p.observe(watch.Event{Type: watch.Modified, Object: nodeAt("a", rv)})
 	}
 	require.Len(t, p.pending["a"], 5, "the events the cache has not applied are kept")
-	require.False(t, p.caughtUp(1040, p.get))
+	require.False(t, p.caughtUp(1040))
 	cache["a"] = 1040
-	require.True(t, p.caughtUp(1040, p.get))
+	require.True(t, p.caughtUp(1040))
 }
 
 // TestCatchUpByWatch: the takeover takes the lead as soon as the node watch passes a consistent
@@ -145,6 +146,7 @@ func TestCatchUpByWatch(t *testing.T) {
 	}
 
 	p := newWatchProgress()
+	p.setCache(s.Nodes.Get) // as serve does
 	p.observe(watch.Event{Type: watch.Modified, Object: nodeAt("a", 10)})
 	require.NoError(t, s.catchUp(t.Context(), pages(true), p, 0), "the watch decides")
 	select {
@@ -158,6 +160,7 @@ func TestCatchUpByWatch(t *testing.T) {
 	limits = nil
 	mu.Unlock()
 	p = newWatchProgress()
+	p.setCache(s.Nodes.Get)
 	p.observe(watch.Event{Type: watch.Modified, Object: nodeAt("a", 9)})
 	require.NoError(t, s.catchUp(t.Context(), pages(false), p, 0))
 	mu.Lock()

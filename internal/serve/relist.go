@@ -85,13 +85,13 @@ func (r *relister) started() {
 }
 
 // kickable forwards a watch's events until kick is closed (or at once when expired), then sends
-// the 410 Expired error and stops the watch. Each event is shown to progress (when set) first.
+// the 410 Expired error and stops the watch. Each event is shown to progress first.
 type kickable struct {
 	w    watch.Interface
 	out  chan watch.Event
 	stop chan struct{}
 	once sync.Once
-	// progress, when set, sees each event before it is forwarded.
+	// progress sees each event before it is forwarded.
 	progress *watchProgress
 }
 
@@ -111,9 +111,7 @@ func (k *kickable) run(kick <-chan struct{}, expired bool) {
 			if !ok {
 				return
 			}
-			if k.progress != nil {
-				k.progress.observe(ev)
-			}
+			k.progress.observe(ev)
 			select {
 			case k.out <- ev:
 			case <-k.stop:

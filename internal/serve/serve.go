@@ -448,7 +448,7 @@ func (s *Server) catchUp(ctx context.Context, pages metadataPages, progress *wat
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if rvErr == nil && progress.caughtUp(rv, s.Nodes.Get) {
+		if rvErr == nil && progress.caughtUp(rv) {
 			log.Info("the cache holds every node's version: taking the lead", "by", "watch", "resourceVersion", rv,
 				"waited", time.Since(start).Round(time.Millisecond))
 			return nil
@@ -506,12 +506,7 @@ func (s *Server) waitVersions(ctx context.Context, pages metadataPages) (version
 	for {
 		v.behind = 0
 		for name, rv := range want {
-			c := s.Nodes.Get(name)
-			if c == nil {
-				v.behind++
-				continue
-			}
-			if have, err := strconv.ParseUint(c.ResourceVersion, 10, 64); err == nil && have < rv {
+			if !applied(s.Nodes.Get(name), nodeEvent{rv: rv}) {
 				v.behind++
 			}
 		}
