@@ -40,6 +40,11 @@ type LabelKeys struct {
 	// relist asks the node informer to list again (nil: no informer, as in tests).
 	relist func()
 	store  toolscache.Store
+	// cached reads the store's object of a node (nil before SetRelist): Strip points a new
+	// object's kept parts at it when they are equal (reuseKept).
+	cached atomic.Pointer[toolscache.Store]
+	// noReuse turns reuseKept off (the heartbeat benchmark's comparison).
+	noReuse bool
 	// refilled: a generation every cached node was last found stamped at or above.
 	refilled int64
 
@@ -92,6 +97,9 @@ func (l *LabelKeys) SetRelist(store toolscache.Store, relist func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.store, l.relist = store, relist
+	if store != nil {
+		l.cached.Store(&store)
+	}
 }
 
 // Kept reports whether the cache keeps label key.
@@ -308,5 +316,12 @@ func (l *LabelKeys) Strip(n *corev1.Node) *corev1.Node {
 		n.Labels = l.share(n.Labels)
 	}
 	n.Generation = stampBase + s.gen
+	if st := l.cached.Load(); st != nil && !l.noReuse {
+		if o, ok, _ := (*st).GetByKey(n.Name); ok {
+			if was, ok := o.(*corev1.Node); ok {
+				reuseKept(n, was)
+			}
+		}
+	}
 	return n
 }

@@ -3,8 +3,10 @@ package state
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -118,5 +120,73 @@ func TestLabelKeysWantSelectors(t *testing.T) {
 	}
 	if _, all := keys.Keys(); all {
 		t.Error("every key kept for selectors whose keys are known")
+	}
+}
+
+// TestLabelKeysStripReusesCachedParts: a node stripped while the store holds an object of it points
+// each kept part that is equal at the cached object's (a kubelet's status report), and keeps its
+// own where it differs, or when the cached object is another node's (another UID).
+func TestLabelKeysStripReusesCachedParts(t *testing.T) {
+	ready := func(at time.Time) []corev1.NodeCondition {
+		return []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at),
+			LastHeartbeatTime: metav1.NewTime(at.Add(time.Hour))}}
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	node := func(rv string, mutate func(*corev1.Node)) *corev1.Node {
+		n := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "uid-1", ResourceVersion: rv,
+				Labels:      map[string]string{corev1.LabelTopologyZone: "z1"},
+				Annotations: map[string]string{extender.AnnotationCalicoIPv4: "10.0.0.1/16", extender.AnnotationRack: "r1", "other": "x"}},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule}}},
+			Status: corev1.NodeStatus{Conditions: ready(t0),
+				Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}},
+		}
+		if mutate != nil {
+			mutate(n)
+		}
+		return n
+	}
+	type parts struct{ annotations, conditions, addresses, taints bool }
+	for _, tc := range []struct {
+		name   string
+		mutate func(*corev1.Node)
+		shared parts
+	}{
+		{"a status report: every part shared", func(n *corev1.Node) {
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(t0.Add(2 * time.Hour)) // dropped by the strip
+		}, parts{true, true, true, true}},
+		{"an annotation changed", func(n *corev1.Node) { n.Annotations[extender.AnnotationRack] = "r2" }, parts{false, true, true, true}},
+		{"readiness changed", func(n *corev1.Node) { n.Status.Conditions = ready(t0.Add(time.Minute)) }, parts{true, false, true, true}},
+		{"an address changed", func(n *corev1.Node) { n.Status.Addresses[0].Address = "10.0.0.2" }, parts{true, true, false, true}},
+		{"a taint removed", func(n *corev1.Node) { n.Spec.Taints = nil }, parts{true, true, true, false}},
+		{"another node of the same name", func(n *corev1.Node) { n.UID = "uid-2" }, parts{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys := NewLabelKeys()
+			store := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+			keys.SetRelist(store, nil)
+			was := keys.Strip(node("1", nil))
+			if err := store.Add(was); err != nil {
+				t.Fatal(err)
+			}
+			n := keys.Strip(node("2", tc.mutate))
+			got := parts{
+				annotations: reflect.ValueOf(n.Annotations).UnsafePointer() == reflect.ValueOf(was.Annotations).UnsafePointer(),
+				conditions:  len(n.Status.Conditions) > 0 && &n.Status.Conditions[0] == &was.Status.Conditions[0],
+				addresses:   &n.Status.Addresses[0] == &was.Status.Addresses[0],
+				taints:      len(n.Spec.Taints) > 0 && &n.Spec.Taints[0] == &was.Spec.Taints[0],
+			}
+			if got != tc.shared {
+				t.Errorf("shared parts %+v, want %+v", got, tc.shared)
+			}
+			// Sharing changes no value: the node reads as its own decode stripped alone.
+			alone := NewLabelKeys().Strip(node("2", tc.mutate))
+			if !equality.Semantic.DeepEqual(n, alone) {
+				t.Errorf("stripped with the cache %+v, alone %+v", n, alone)
+			}
+			if n.ResourceVersion != "2" || was.ResourceVersion != "1" {
+				t.Errorf("resourceVersions %s and %s, want 2 and 1 (the cached object untouched)", n.ResourceVersion, was.ResourceVersion)
+			}
+		})
 	}
 }

@@ -1,6 +1,8 @@
 package state
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"unique"
 
@@ -88,6 +90,41 @@ func stripNode(n *corev1.Node, keep func(key string) bool) *corev1.Node {
 	}
 	n.Status = corev1.NodeStatus{Conditions: ready, Addresses: internal}
 	return n
+}
+
+// reuseKept points the kept parts of n, a node just stripped, at those of was, the cache's object
+// of the same node, where they are equal: its name and UID, annotations, conditions, addresses and
+// taints (its labels are shared already: LabelKeys.share). A kubelet's status report changes
+// none of them but the resourceVersion, and without this each report would replace every part
+// with a copy: the cache would hold the same 300-odd bytes in new small objects scattered among
+// older ones, and the collector would keep the spans of both (issue 38). The cache's objects are
+// never modified, so sharing their parts is safe.
+func reuseKept(n, was *corev1.Node) {
+	if was == n || was.UID != n.UID || was.Name != n.Name {
+		return
+	}
+	n.Name, n.UID = was.Name, was.UID
+	if maps.Equal(n.Annotations, was.Annotations) {
+		n.Annotations = was.Annotations
+	}
+	if slices.Equal(n.Status.Addresses, was.Status.Addresses) {
+		n.Status.Addresses = was.Status.Addresses
+	}
+	if slices.EqualFunc(n.Status.Conditions, was.Status.Conditions, sameCondition) {
+		n.Status.Conditions = was.Status.Conditions
+	}
+	if slices.EqualFunc(n.Spec.Taints, was.Spec.Taints, sameTaint) {
+		n.Spec.Taints = was.Spec.Taints
+	}
+}
+
+func sameCondition(a, b corev1.NodeCondition) bool {
+	return a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message &&
+		a.LastTransitionTime.Equal(&b.LastTransitionTime) && a.LastHeartbeatTime.Equal(&b.LastHeartbeatTime)
+}
+
+func sameTaint(a, b corev1.Taint) bool {
+	return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect && a.TimeAdded.Equal(b.TimeAdded)
 }
 
 // TransformStrip is the cache's transform: nodes are stripped with StripNode, every other object

@@ -3,7 +3,9 @@ package state
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 	"unsafe"
@@ -11,8 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodedecode"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -94,21 +98,7 @@ func loadPolicy() *v1alpha1.RouteReflectorPolicy {
 
 func benchStripHeap(b *testing.B, strip func(*corev1.Node) *corev1.Node) {
 	const n = 5000
-	fleet := nodetest.DefaultKubeletFleet()
-	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	raws := make([][]byte, n)
-	for i := range raws {
-		node := fleet.Kubelet(i, created)
-		node.UID = types.UID(fmt.Sprintf("6f1c0a52-0000-4000-8000-%012d", i))
-		node.ResourceVersion = fmt.Sprint(100000 + i)
-		node.Labels[extender.LabelPeeringSet] = fmt.Sprintf("rack-%d", i/40)
-		node.Annotations[extender.AnnotationRouteReflectors] = fmt.Sprintf("rr-%d-a,rr-%d-b", i/40, i/40)
-		raw, err := json.Marshal(node)
-		if err != nil {
-			b.Fatal(err)
-		}
-		raws[i] = raw
-	}
+	raws := kubeletRaws(b, n, false)
 	for b.Loop() {
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -127,4 +117,88 @@ func benchStripHeap(b *testing.B, strip func(*corev1.Node) *corev1.Node) {
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/node")
 		runtime.KeepAlive(cache)
 	}
+}
+
+// BenchmarkHeartbeatHeap measures what the node cache holds after kubelets' status reports:
+// 5,000 `make load` kubelet nodes stripped into an indexer with NodeIndexers (as the informer's),
+// then three rounds of a status report from every node, in a shuffled order, each decoded and
+// stripped as the informer does (decoded short from protobuf, internal/nodedecode; a new resourceVersion and heartbeat, nothing the cache keeps
+// changed). It reports the live heap and the heap in use (the spans the collector keeps) per
+// node after a collection: "reuse" points each new object's kept parts at the cached object's
+// (reuseKept), "copy" keeps the decoded copies.
+func BenchmarkHeartbeatHeap(b *testing.B) {
+	for _, reuse := range []bool{true, false} {
+		name := map[bool]string{true: "reuse", false: "copy"}[reuse]
+		b.Run(name, func(b *testing.B) { benchHeartbeatHeap(b, reuse) })
+	}
+}
+
+func benchHeartbeatHeap(b *testing.B, reuse bool) {
+	const n, rounds = 5000, 3
+	raws := kubeletRaws(b, n, true)
+	dec := nodedecode.Decoder{KeepAnnotation: KeptAnnotation}
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		keys := NewLabelKeys()
+		keys.Want(policy.MustResolve(loadPolicy()).LabelKeys()...)
+		keys.noReuse = !reuse
+		idx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, NodeIndexers())
+		keys.SetRelist(idx, nil)
+		decode := func(i, rv int) *corev1.Node {
+			node := &corev1.Node{}
+			if err := dec.Node(raws[i], node); err != nil {
+				b.Fatal(err)
+			}
+			node.ResourceVersion = strconv.Itoa(rv)
+			return node
+		}
+		rv := 200000
+		for i := range n {
+			rv++
+			if err := idx.Add(keys.Strip(decode(i, rv))); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		for range rounds {
+			for _, i := range rng.Perm(n) {
+				rv++
+				if err := idx.Update(keys.Strip(decode(i, rv))); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "live-B/node")
+		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/n, "inuse-B/node")
+		runtime.KeepAlive(idx)
+	}
+}
+
+// kubeletRaws is the JSON (or, with proto, the protobuf, as the product's watch gets them) of n
+// `make load` kubelet nodes, as settled clients of racks of 40.
+func kubeletRaws(b *testing.B, n int, proto bool) [][]byte {
+	fleet := nodetest.DefaultKubeletFleet()
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	raws := make([][]byte, n)
+	for i := range raws {
+		node := fleet.Kubelet(i, created)
+		node.UID = types.UID(fmt.Sprintf("6f1c0a52-0000-4000-8000-%012d", i))
+		node.ResourceVersion = fmt.Sprint(100000 + i)
+		node.Labels[extender.LabelPeeringSet] = fmt.Sprintf("rack-%d", i/40)
+		node.Annotations[extender.AnnotationRouteReflectors] = fmt.Sprintf("rr-%d-a,rr-%d-b", i/40, i/40)
+		marshal := func() ([]byte, error) { return json.Marshal(node) }
+		if proto {
+			marshal = node.Marshal
+		}
+		raw, err := marshal()
+		if err != nil {
+			b.Fatal(err)
+		}
+		raws[i] = raw
+	}
+	return raws
 }
