@@ -3,6 +3,7 @@ package state
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,10 @@ type LabelKeys struct {
 	// never modified). Cleared when it reaches maxShared.
 	sharedMu sync.Mutex
 	shared   map[string]map[string]string
+	// sharedTaints holds one taints slice per distinct list of taints (by taintsKey): the API
+	// server's TaintNodesByCondition puts the same not-ready taint on every new node, and a node
+	// group's nodes carry the same taints. Cleared when it reaches maxShared.
+	sharedTaints map[string][]corev1.Taint
 }
 
 // maxShared bounds the distinct label maps LabelKeys keeps for sharing.
@@ -264,6 +269,39 @@ func (l *LabelKeys) share(labels map[string]string) map[string]string {
 	return labels
 }
 
+// shareTaints returns the taints slice shared by every node with these taints (which it becomes
+// when it is the first).
+func (l *LabelKeys) shareTaints(taints []corev1.Taint) []corev1.Taint {
+	if len(taints) == 0 {
+		return taints
+	}
+	var b strings.Builder
+	for _, t := range taints {
+		b.WriteString(t.Key)
+		b.WriteByte(0)
+		b.WriteString(t.Value)
+		b.WriteByte(0)
+		b.WriteString(string(t.Effect))
+		b.WriteByte(0)
+		if t.TimeAdded != nil {
+			b.WriteString(strconv.FormatInt(t.TimeAdded.UnixNano(), 10))
+		}
+		b.WriteByte(0)
+	}
+	key := b.String()
+	l.sharedMu.Lock()
+	defer l.sharedMu.Unlock()
+	if s, ok := l.sharedTaints[key]; ok {
+		return s
+	}
+	if l.sharedTaints == nil || len(l.sharedTaints) >= maxShared {
+		l.sharedTaints = map[string][]corev1.Taint{}
+	}
+	taints = slices.Clip(taints)
+	l.sharedTaints[key] = taints
+	return taints
+}
+
 // WantSelectors adds the keys Calico selectors name (a BGPPeer's nodeSelector and peerSelector:
 // the graph model, adoption and release evaluate them on the cache); every key when one has a term
 // whose keys cannot be read. It returns the keys added.
@@ -315,6 +353,7 @@ func (l *LabelKeys) Strip(n *corev1.Node) *corev1.Node {
 		stripNode(n, func(k string) bool { return s.keys[k] || strings.HasPrefix(k, keptPrefix) })
 		n.Labels = l.share(n.Labels)
 	}
+	n.Spec.Taints = l.shareTaints(n.Spec.Taints)
 	n.Generation = stampBase + s.gen
 	if st := l.cached.Load(); st != nil && !l.noReuse {
 		if o, ok, _ := (*st).GetByKey(n.Name); ok {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -158,8 +159,9 @@ func TestLabelKeysStripReusesCachedParts(t *testing.T) {
 		{"an annotation changed", func(n *corev1.Node) { n.Annotations[extender.AnnotationRack] = "r2" }, parts{false, true, true, true}},
 		{"readiness changed", func(n *corev1.Node) { n.Status.Conditions = ready(t0.Add(time.Minute)) }, parts{true, false, true, true}},
 		{"an address changed", func(n *corev1.Node) { n.Status.Addresses[0].Address = "10.0.0.2" }, parts{true, true, false, true}},
-		{"a taint removed", func(n *corev1.Node) { n.Spec.Taints = nil }, parts{true, true, true, false}},
-		{"another node of the same name", func(n *corev1.Node) { n.UID = "uid-2" }, parts{}},
+		{"a taint changed", func(n *corev1.Node) { n.Spec.Taints[0].Value = "edge" }, parts{true, true, true, false}},
+		// Taints equal to another node's are shared whatever the node (shareTaints).
+		{"another node of the same name", func(n *corev1.Node) { n.UID = "uid-2" }, parts{taints: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			keys := NewLabelKeys()
@@ -188,5 +190,44 @@ func TestLabelKeysStripReusesCachedParts(t *testing.T) {
 				t.Errorf("resourceVersions %s and %s, want 2 and 1 (the cached object untouched)", n.ResourceVersion, was.ResourceVersion)
 			}
 		})
+	}
+}
+
+// TestLabelKeysStripSharesTaints: nodes with the same taints share one slice (the not-ready taint
+// the API server puts on every new node); a different taint, or the same one added at another
+// time, gets its own.
+func TestLabelKeysStripSharesTaints(t *testing.T) {
+	notReady := corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}
+	added := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	tainted := func(name string, taints ...corev1.Taint) *corev1.Node {
+		n := labelled(name, nil)
+		n.Spec.Taints = taints
+		return n
+	}
+	keys := NewLabelKeys()
+	a := keys.Strip(tainted("a", notReady))
+	for _, tc := range []struct {
+		name   string
+		node   *corev1.Node
+		shared bool
+	}{
+		{"the same taint", tainted("b", notReady), true},
+		{"another effect", tainted("c", corev1.Taint{Key: notReady.Key, Effect: corev1.TaintEffectNoExecute}), false},
+		{"added at a time", tainted("d", corev1.Taint{Key: notReady.Key, Effect: notReady.Effect, TimeAdded: &added}), false},
+		{"one more taint", tainted("e", notReady, corev1.Taint{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := slices.Clone(tc.node.Spec.Taints)
+			n := keys.Strip(tc.node)
+			if got := &n.Spec.Taints[0] == &a.Spec.Taints[0]; got != tc.shared {
+				t.Errorf("shares a's taints: %v, want %v", got, tc.shared)
+			}
+			if !equality.Semantic.DeepEqual(n.Spec.Taints, want) {
+				t.Errorf("taints %v, want %v", n.Spec.Taints, want)
+			}
+		})
+	}
+	if n := keys.Strip(tainted("f")); n.Spec.Taints != nil {
+		t.Errorf("untainted node's taints %v, want nil", n.Spec.Taints)
 	}
 }

@@ -22,7 +22,11 @@ const (
 	// IndexRouteReflectors holds the nodes that carry a cluster ID or the route reflector ID label,
 	// under the key "rr".
 	IndexRouteReflectors = "routereflector.io/route-reflectors"
-	// IndexClientsOf holds every client under the name of each of its route reflectors.
+	// IndexClientsOf holds every client under its route reflectors' list, the annotation's value
+	// whole (AnnotationRouteReflectors): one entry per client, where an entry under each route
+	// reflector's name was one per client and route reflector; the clients of a peering set share
+	// the list (a few hundred lists at 65,000 nodes). ClientsOf reads the lists that name a route
+	// reflector.
 	IndexClientsOf = "routereflector.io/clients-of"
 )
 
@@ -49,7 +53,7 @@ func NodeIndexers() toolscache.Indexers {
 				return nil, nil
 			}
 			if s := n.Annotations[extender.AnnotationRouteReflectors]; s != "" {
-				return strings.Split(s, ","), nil
+				return []string{s}, nil
 			}
 			return nil, nil
 		},
@@ -81,8 +85,16 @@ func (s *NodeStore) List() []*corev1.Node { return nodes(s.idx.List()) }
 // RouteReflectors returns the nodes that carry a cluster ID or a route reflector ID.
 func (s *NodeStore) RouteReflectors() []*corev1.Node { return s.byIndex(IndexRouteReflectors, rrKey) }
 
-// ClientsOf returns the nodes whose route reflectors include rr.
-func (s *NodeStore) ClientsOf(rr string) []*corev1.Node { return s.byIndex(IndexClientsOf, rr) }
+// ClientsOf returns the nodes whose route reflectors include rr, in no order.
+func (s *NodeStore) ClientsOf(rr string) []*corev1.Node {
+	var out []*corev1.Node
+	for _, list := range s.idx.ListIndexFuncValues(IndexClientsOf) {
+		if slices.Contains(strings.Split(list, ","), rr) {
+			out = append(out, s.byIndex(IndexClientsOf, list)...)
+		}
+	}
+	return out
+}
 
 func (s *NodeStore) byIndex(index, key string) []*corev1.Node {
 	objs, err := s.idx.ByIndex(index, key)

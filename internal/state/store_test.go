@@ -1,0 +1,66 @@
+package state
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+)
+
+// TestNodeStoreClientsOf: the clients of a route reflector are the nodes whose route-reflector
+// list names it (a whole name, not a prefix), and follow a node's list as it changes.
+func TestNodeStoreClientsOf(t *testing.T) {
+	idx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, NodeIndexers())
+	store := NewNodeStore(idx)
+	client := func(name, rrs string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if rrs != "" {
+			n.Annotations = map[string]string{extender.AnnotationRouteReflectors: rrs}
+		}
+		return n
+	}
+	for _, n := range []*corev1.Node{client("n4", "rr-a,rr-b"), client("n1", "rr-a,rr-b"), client("n2", "rr-b,rr-c"),
+		client("n3", "rr-ab"), client("rr-a", "")} {
+		if err := idx.Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(rr string) []string {
+		var out []string
+		for _, n := range store.ClientsOf(rr) {
+			out = append(out, n.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, tc := range []struct {
+		rr   string
+		want []string
+	}{
+		{"rr-a", []string{"n1", "n4"}},
+		{"rr-b", []string{"n1", "n2", "n4"}},
+		{"rr-c", []string{"n2"}},
+		{"rr-ab", []string{"n3"}},
+		{"rr-x", nil},
+	} {
+		if got := names(tc.rr); !slices.Equal(got, tc.want) {
+			t.Errorf("ClientsOf(%s) = %v, want %v", tc.rr, got, tc.want)
+		}
+	}
+	if err := idx.Update(client("n1", "rr-c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Delete(client("n4", "")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names("rr-a"), []string(nil); !slices.Equal(got, want) {
+		t.Errorf("after the moves ClientsOf(rr-a) = %v, want %v", got, want)
+	}
+	if got, want := names("rr-c"), []string{"n1", "n2"}; !slices.Equal(got, want) {
+		t.Errorf("after the moves ClientsOf(rr-c) = %v, want %v", got, want)
+	}
+}
