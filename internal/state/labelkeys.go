@@ -256,17 +256,22 @@ func (l *LabelKeys) share(labels map[string]string) map[string]string {
 		b.WriteString(labels[k])
 		b.WriteByte(0)
 	}
-	key := b.String()
-	l.sharedMu.Lock()
-	defer l.sharedMu.Unlock()
-	if m, ok := l.shared[key]; ok {
-		return m
+	return shared(&l.sharedMu, &l.shared, b.String(), labels)
+}
+
+// shared returns the value *m holds under key, or makes v that value (clearing *m first when it
+// holds maxShared) and returns it.
+func shared[V any](mu *sync.Mutex, m *map[string]V, key string, v V) V {
+	mu.Lock()
+	defer mu.Unlock()
+	if s, ok := (*m)[key]; ok {
+		return s
 	}
-	if l.shared == nil || len(l.shared) >= maxShared {
-		l.shared = map[string]map[string]string{}
+	if *m == nil || len(*m) >= maxShared {
+		*m = map[string]V{}
 	}
-	l.shared[key] = labels
-	return labels
+	(*m)[key] = v
+	return v
 }
 
 // shareTaints returns the taints slice shared by every node with these taints (which it becomes
@@ -288,18 +293,7 @@ func (l *LabelKeys) shareTaints(taints []corev1.Taint) []corev1.Taint {
 		}
 		b.WriteByte(0)
 	}
-	key := b.String()
-	l.sharedMu.Lock()
-	defer l.sharedMu.Unlock()
-	if s, ok := l.sharedTaints[key]; ok {
-		return s
-	}
-	if l.sharedTaints == nil || len(l.sharedTaints) >= maxShared {
-		l.sharedTaints = map[string][]corev1.Taint{}
-	}
-	taints = slices.Clip(taints)
-	l.sharedTaints[key] = taints
-	return taints
+	return shared(&l.sharedMu, &l.sharedTaints, b.String(), slices.Clip(taints))
 }
 
 // WantSelectors adds the keys Calico selectors name (a BGPPeer's nodeSelector and peerSelector:
