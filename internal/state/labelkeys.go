@@ -54,13 +54,15 @@ type LabelKeys struct {
 	// never modified). Cleared when it reaches maxShared.
 	sharedMu sync.Mutex
 	shared   map[string]map[string]string
-	// sharedTaints holds one taints slice per distinct list of taints (by taintsKey): the API
+	// sharedTaints holds one taints slice per distinct list of taints (keyed by their content,
+	// the time added included): the API
 	// server's TaintNodesByCondition puts the same not-ready taint on every new node, and a node
 	// group's nodes carry the same taints. Cleared when it reaches maxShared.
 	sharedTaints map[string][]corev1.Taint
 }
 
-// maxShared bounds the distinct label maps LabelKeys keeps for sharing.
+// maxShared bounds the distinct label maps, and the distinct taint lists, LabelKeys keeps for
+// sharing.
 const maxShared = 8192
 
 type keySet struct {
