@@ -121,7 +121,10 @@ type AdmitState struct {
 	healthy    int
 	active     int
 	zones      map[string]*admitZone
-	nodes      map[string]admitNode
+	// nodes indexes nodeList by node name: a map of small values, and the facts in one slice
+	// (at 65,000 nodes a map of whole admitNodes was about 20 MB, most of it empty slots).
+	nodes    map[string]int32
+	nodeList []admitNode
 	rrs        map[string]*admitRR
 	sets       map[string]*admitSet
 	ids        map[uint32]int // active route reflectors per cluster ID
@@ -198,7 +201,8 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 		crossPolicy: in.CrossPolicy || in.OutsideSelector != "",
 		desired:     res.Summary.DesiredRouteReflectors,
 		zones:       map[string]*admitZone{},
-		nodes:       make(map[string]admitNode, len(res.Nodes)),
+		nodes:       make(map[string]int32, len(res.Nodes)),
+		nodeList:    make([]admitNode, 0, len(res.Nodes)),
 		rrs:         map[string]*admitRR{},
 		sets:        map[string]*admitSet{},
 		ids:         map[uint32]int{},
@@ -253,7 +257,7 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 		} else if f.set != "" {
 			f.role = AdmitClient
 		}
-		s.nodes[st.Name] = f
+		s.setNode(st.Name, f)
 		// A cluster ID the node still carries but the plan takes from it (a demotion that waits
 		// for its handover) is not free yet.
 		if fact.hasID && (!wantsID || wantID != fact.id) {
@@ -272,12 +276,12 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 		s.spineID++
 	}
 	// Route reflectors first, so that clients find them.
-	for name, f := range s.nodes {
+	for name, f := range s.eachNode {
 		if f.role == AdmitRouteReflector || f.draining {
 			s.contribute(name, f, 1)
 		}
 	}
-	for name, f := range s.nodes {
+	for name, f := range s.eachNode {
 		if f.role != AdmitRouteReflector && !f.draining {
 			s.contribute(name, f, 1)
 		}
@@ -285,6 +289,34 @@ func NewAdmitState(in Input, res *Result) *AdmitState {
 	_, one := s.racks[ZoneRackName("", 1)]
 	s.oneRack = p.Topology == v1alpha1.DualPlane && (len(s.racks) == 0 || one && len(s.racks) == 1)
 	return s
+}
+
+// node returns the state's facts of a node, and whether it holds them.
+func (s *AdmitState) node(name string) (admitNode, bool) {
+	i, ok := s.nodes[name]
+	if !ok {
+		return admitNode{}, false
+	}
+	return s.nodeList[i], true
+}
+
+// setNode sets the facts of a node.
+func (s *AdmitState) setNode(name string, f admitNode) {
+	if i, ok := s.nodes[name]; ok {
+		s.nodeList[i] = f
+		return
+	}
+	s.nodes[name] = int32(len(s.nodeList))
+	s.nodeList = append(s.nodeList, f)
+}
+
+// eachNode yields every node the state holds with its facts, in no order.
+func (s *AdmitState) eachNode(yield func(string, admitNode) bool) {
+	for name, i := range s.nodes {
+		if !yield(name, s.nodeList[i]) {
+			return
+		}
+	}
 }
 
 // readFacts reads the facts NewAdmitState needs from the input nodes, for a Result that Plan did
@@ -438,7 +470,7 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 	if a.Role == AdmitNone && !a.Awaited {
 		return func() {}
 	}
-	prev, known := s.nodes[a.Node]
+	prev, known := s.node(a.Node)
 	f := admitNode{zone: a.Zone, healthy: a.Healthy, eligible: a.Eligible, awaited: a.Awaited, role: a.Role, set: a.PeeringSet, rack: a.Rack, plane: a.Plane,
 		families: a.Families}
 	if a.Role == AdmitRouteReflector {
@@ -455,7 +487,7 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 		s.contribute(a.Node, prev, -1)
 	}
 	s.contribute(a.Node, f, 1)
-	s.nodes[a.Node] = f
+	s.setNode(a.Node, f)
 	if a.Role == AdmitRouteReflector && a.Plane > 0 {
 		// A DualPlane rack route reflector: its rack's sets (named after the rack) now have it, and
 		// the rack's next clients peer with it (the reconciler updates the sets' BGPPeers).
@@ -470,17 +502,17 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 		}
 	}
 	return func() {
-		if cur, ok := s.nodes[a.Node]; !ok || cur != f {
+		if cur, ok := s.node(a.Node); !ok || cur != f {
 			return // superseded
 		}
 		for name, rrs := range resetFrom {
 			s.resetSet(name, rrs)
 		}
 		s.contribute(a.Node, f, -1)
-		delete(s.nodes, a.Node)
+		delete(s.nodes, a.Node) // its slot in nodeList stays, unused
 		if known {
 			s.contribute(a.Node, prev, 1)
-			s.nodes[a.Node] = prev
+			s.setNode(a.Node, prev)
 		}
 	}
 }
@@ -488,7 +520,7 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 // Known reports whether the state holds the node, and the role the plan (or a recorded decision)
 // gives it.
 func (s *AdmitState) Known(name string) (AdmitRole, bool) {
-	f, ok := s.nodes[name]
+	f, ok := s.node(name)
 	return f.role, ok
 }
 
@@ -517,7 +549,7 @@ func (s *AdmitState) AdmitNode(ni *NodeInfo) Admission { return s.admitNode(ni, 
 // the state had for it (familiesFilter, rejectFamily): in a dual-stack cluster a node without
 // both families is no route reflector. It returns ni, or a changed copy.
 func (s *AdmitState) readFamilies(ni *NodeInfo) *NodeInfo {
-	prev, known := s.nodes[ni.Name]
+	prev, known := s.node(ni.Name)
 	out := ni
 	if known && prev.families != 0 && prev.families != ni.Families && !HasCalicoAddress(ni.Node) {
 		c := *ni
@@ -559,7 +591,7 @@ func (s *AdmitState) admitNode(ni *NodeInfo, noPromotion bool) Admission {
 	}
 	n := ni.Node
 	a := Admission{Node: n.Name, Zone: ni.Zone, Healthy: ni.Healthy(), Eligible: ni.Eligible, Awaited: ni.Awaited, Families: ni.Families}
-	prev, known := s.nodes[n.Name]
+	prev, known := s.node(n.Name)
 	if known && prev.zone == a.Zone && prev.healthy == a.Healthy && prev.eligible == a.Eligible && prev.awaited == a.Awaited {
 		// A known node whose facts did not change: the plan's answer.
 		switch {

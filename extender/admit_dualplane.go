@@ -130,7 +130,7 @@ func (s *AdmitState) promoteRackRR(a *Admission, ni *NodeInfo) bool {
 // spineMembers returns the active spine route reflectors by plane.
 func (s *AdmitState) spineMembers() map[int]string {
 	out := map[int]string{}
-	for name, f := range s.nodes {
+	for name, f := range s.eachNode {
 		if f.role == AdmitRouteReflector && f.id == s.spineID && f.plane > 0 {
 			if cur, ok := out[f.plane]; !ok || name < cur {
 				out[f.plane] = name
