@@ -122,13 +122,14 @@ type AdmitState struct {
 	active     int
 	zones      map[string]*admitZone
 	// nodes indexes nodeList by node name: a map of small values, and the facts in one slice
-	// (at 65,000 nodes a map of whole admitNodes was about 20 MB, most of it empty slots).
+	// (BenchmarkAdmitStateHeap: 151 heap bytes per node at 65,000 nodes; a map of whole
+	// admitNodes held 244).
 	nodes    map[string]int32
 	nodeList []admitNode
-	rrs        map[string]*admitRR
-	sets       map[string]*admitSet
-	ids        map[uint32]int // active route reflectors per cluster ID
-	draining   map[uint32]int // draining route reflectors per cluster ID
+	rrs      map[string]*admitRR
+	sets     map[string]*admitSet
+	ids      map[uint32]int // active route reflectors per cluster ID
+	draining map[uint32]int // draining route reflectors per cluster ID
 	// releasing counts cluster IDs that nodes still carry but the plan takes from them.
 	releasing map[uint32]int
 	reserved  map[uint32]bool // other policies' cluster IDs (Input.ForeignClusterIDs)
