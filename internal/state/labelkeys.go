@@ -40,10 +40,10 @@ type LabelKeys struct {
 	mu sync.Mutex
 	// relist asks the node informer to list again (nil: no informer, as in tests).
 	relist func()
-	store  toolscache.Store
-	// cached reads the store's object of a node (nil before SetRelist): Strip points a new
-	// object's kept parts at it when they are equal (reuseKept).
-	cached atomic.Pointer[toolscache.Store]
+	// store is the node cache (nil before SetRelist): Held scans its nodes' stamps, and Strip
+	// points a new object's kept parts at the cached object's when they are equal (reuseKept).
+	// Strip runs on the informer's goroutine without mu: an atomic pointer.
+	store atomic.Pointer[toolscache.Store]
 	// noReuse turns reuseKept off (the heartbeat benchmark's comparison).
 	noReuse bool
 	// refilled: a generation every cached node was last found stamped at or above.
@@ -103,10 +103,16 @@ func NewLabelKeys() *LabelKeys {
 func (l *LabelKeys) SetRelist(store toolscache.Store, relist func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.store, l.relist = store, relist
-	if store != nil {
-		l.cached.Store(&store)
+	l.relist = relist
+	l.store.Store(&store)
+}
+
+// cache returns the node cache SetRelist gave, nil if none.
+func (l *LabelKeys) cache() toolscache.Store {
+	if st := l.store.Load(); st != nil {
+		return *st
 	}
+	return nil
 }
 
 // Kept reports whether the cache keeps label key.
@@ -231,11 +237,12 @@ func (l *LabelKeys) refilledGen() int64 {
 func (l *LabelKeys) refilledThrough(s *keySet, need int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.refilled >= need || l.store == nil {
+	store := l.cache()
+	if l.refilled >= need || store == nil {
 		return true
 	}
 	low := s.gen
-	for _, o := range l.store.List() {
+	for _, o := range store.List() {
 		if n, ok := o.(*corev1.Node); ok {
 			low = min(low, StrippedUnder(n))
 		}
@@ -351,8 +358,8 @@ func (l *LabelKeys) Strip(n *corev1.Node) *corev1.Node {
 	}
 	n.Spec.Taints = l.shareTaints(n.Spec.Taints)
 	n.Generation = stampBase + s.gen
-	if st := l.cached.Load(); st != nil && !l.noReuse {
-		if o, ok, _ := (*st).GetByKey(n.Name); ok {
+	if store := l.cache(); store != nil && !l.noReuse {
+		if o, ok, _ := store.GetByKey(n.Name); ok {
 			if was, ok := o.(*corev1.Node); ok {
 				reuseKept(n, was)
 			}
