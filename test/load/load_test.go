@@ -391,14 +391,10 @@ func TestLoad(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
+			const path = "profile?seconds=20"
 			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if b, err := p.pprof(ctx, "profile?seconds=20"); err == nil {
-					f := filepath.Join(*profileDir, "cpu-restart.pprof")
-					if err = os.WriteFile(f, b, 0o644); err == nil {
-						t.Logf("profile of the restart: %s", f)
-					} else {
-						t.Logf("profile of the restart: %v", err)
-					}
+				if b, err := p.pprof(ctx, path); err == nil {
+					saveProfile(t, path, "cpu-restart.pprof", b, nil)
 					return
 				}
 			}

@@ -154,6 +154,12 @@ func (p *product) profile(ctx context.Context, t *testing.T, path, name string) 
 		return
 	}
 	b, err := p.pprof(ctx, path)
+	saveProfile(t, path, name, b, err)
+}
+
+// saveProfile writes a fetched profile (b, or the fetch's error) into -load-profiles as name, and
+// logs where it went or why it did not.
+func saveProfile(t *testing.T, path, name string, b []byte, err error) {
 	if err == nil {
 		err = os.MkdirAll(*profileDir, 0o755)
 	}
