@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -59,10 +60,15 @@ type LabelKeys struct {
 	// server's TaintNodesByCondition puts the same not-ready taint on every new node, and a node
 	// group's nodes carry the same taints. Cleared when it reaches maxShared.
 	sharedTaints map[string][]corev1.Taint
+	// sharedConds holds one conditions slice per distinct list of stripped conditions (type,
+	// status and the time of the last transition: StripNode keeps no more): the nodes that
+	// became Ready in the same second, and every node under a pressure condition since the same
+	// second, share one. Cleared when it reaches maxShared.
+	sharedConds map[string][]corev1.NodeCondition
 }
 
-// maxShared bounds the distinct label maps, and the distinct taint lists, LabelKeys keeps for
-// sharing.
+// maxShared bounds the distinct label maps, taint lists and condition lists LabelKeys keeps for
+// sharing (each).
 const maxShared = 8192
 
 type keySet struct {
@@ -305,6 +311,40 @@ func (l *LabelKeys) shareTaints(taints []corev1.Taint) []corev1.Taint {
 	return shared(&l.sharedMu, &l.sharedTaints, b.String(), slices.Clip(taints))
 }
 
+// shareConditions returns the conditions slice shared by every node with these stripped
+// conditions (which it becomes when it is the first).
+func (l *LabelKeys) shareConditions(conds []corev1.NodeCondition) []corev1.NodeCondition {
+	if len(conds) == 0 {
+		return conds
+	}
+	var b strings.Builder
+	for _, c := range conds {
+		b.WriteString(string(c.Type))
+		b.WriteByte(0)
+		b.WriteString(string(c.Status))
+		b.WriteByte(0)
+		b.WriteString(c.Reason)
+		b.WriteByte(0)
+		b.WriteString(c.Message)
+		b.WriteByte(0)
+		writeTime(&b, c.LastTransitionTime)
+		writeTime(&b, c.LastHeartbeatTime)
+	}
+	return shared(&l.sharedMu, &l.sharedConds, b.String(), slices.Clip(conds))
+}
+
+// writeTime writes a time's instant and zone offset (two equal times in other zones are not the
+// same value to a reader that formats them), then a separator.
+func writeTime(b *strings.Builder, t metav1.Time) {
+	if !t.IsZero() {
+		_, off := t.Zone()
+		b.WriteString(strconv.FormatInt(t.UnixNano(), 10))
+		b.WriteByte('@')
+		b.WriteString(strconv.Itoa(off))
+	}
+	b.WriteByte(0)
+}
+
 // WantSelectors adds the keys Calico selectors name (a BGPPeer's nodeSelector and peerSelector:
 // the graph model, adoption and release evaluate them on the cache); every key when one has a term
 // whose keys cannot be read. It returns the keys added.
@@ -357,6 +397,7 @@ func (l *LabelKeys) Strip(n *corev1.Node) *corev1.Node {
 		n.Labels = l.share(n.Labels)
 	}
 	n.Spec.Taints = l.shareTaints(n.Spec.Taints)
+	n.Status.Conditions = l.shareConditions(n.Status.Conditions)
 	n.Generation = stampBase + s.gen
 	if store := l.cache(); store != nil && !l.noReuse {
 		if o, ok, _ := store.GetByKey(n.Name); ok {

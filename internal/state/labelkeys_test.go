@@ -160,8 +160,9 @@ func TestLabelKeysStripReusesCachedParts(t *testing.T) {
 		{"readiness changed", func(n *corev1.Node) { n.Status.Conditions = ready(t0.Add(time.Minute)) }, parts{true, false, true, true}},
 		{"an address changed", func(n *corev1.Node) { n.Status.Addresses[0].Address = "10.0.0.2" }, parts{true, true, false, true}},
 		{"a taint changed", func(n *corev1.Node) { n.Spec.Taints[0].Value = "edge" }, parts{true, true, true, false}},
-		// Taints equal to another node's are shared whatever the node (shareTaints).
-		{"another node of the same name", func(n *corev1.Node) { n.UID = "uid-2" }, parts{taints: true}},
+		// Taints and conditions equal to another node's are shared whatever the node (shareTaints,
+		// shareConditions).
+		{"another node of the same name", func(n *corev1.Node) { n.UID = "uid-2" }, parts{conditions: true, taints: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			keys := NewLabelKeys()
@@ -229,5 +230,54 @@ func TestLabelKeysStripSharesTaints(t *testing.T) {
 	}
 	if n := keys.Strip(tainted("f")); n.Spec.Taints != nil {
 		t.Errorf("untainted node's taints %v, want nil", n.Spec.Taints)
+	}
+}
+
+func TestLabelKeysStripSharesConditions(t *testing.T) {
+	at := func(sec int) metav1.Time { return metav1.NewTime(time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC)) }
+	ready := func(status corev1.ConditionStatus, sec int) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: corev1.NodeReady, Status: status, LastTransitionTime: at(sec),
+			LastHeartbeatTime: at(sec + 30), Message: "kubelet is posting ready status"}
+	}
+	conditioned := func(name string, conds ...corev1.NodeCondition) *corev1.Node {
+		n := labelled(name, nil)
+		n.Status.Conditions = conds
+		return n
+	}
+	memory := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, LastTransitionTime: at(5)}
+	keys := NewLabelKeys()
+	a := keys.Strip(conditioned("a", ready(corev1.ConditionTrue, 1)))
+	for _, tc := range []struct {
+		name   string
+		node   *corev1.Node
+		shared bool
+	}{
+		{"Ready since the same second (another heartbeat and message)", conditioned("b", func() corev1.NodeCondition {
+			c := ready(corev1.ConditionTrue, 1)
+			c.LastHeartbeatTime, c.Message = at(50), "other"
+			return c
+		}()), true},
+		{"Ready since another second", conditioned("c", ready(corev1.ConditionTrue, 2)), false},
+		{"NotReady since the same second", conditioned("d", ready(corev1.ConditionFalse, 1)), false},
+		{"the same second in another zone", conditioned("e", func() corev1.NodeCondition {
+			c := ready(corev1.ConditionTrue, 1)
+			c.LastTransitionTime = metav1.NewTime(c.LastTransitionTime.In(time.FixedZone("x", 3600)))
+			return c
+		}()), false},
+		{"and under memory pressure", conditioned("f", ready(corev1.ConditionTrue, 1), memory), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := extender.SlimConditions(tc.node.Status.Conditions)
+			n := keys.Strip(tc.node)
+			if got := &n.Status.Conditions[0] == &a.Status.Conditions[0]; got != tc.shared {
+				t.Errorf("shares a's conditions: %v, want %v", got, tc.shared)
+			}
+			if !equality.Semantic.DeepEqual(n.Status.Conditions, want) {
+				t.Errorf("conditions %v, want %v", n.Status.Conditions, want)
+			}
+		})
+	}
+	if n := keys.Strip(conditioned("g")); n.Status.Conditions != nil {
+		t.Errorf("a node without conditions has %v, want nil", n.Status.Conditions)
 	}
 }
