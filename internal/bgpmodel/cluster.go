@@ -8,11 +8,15 @@ import (
 )
 
 // FromCluster builds the topology of a cluster's actual state: its nodes (labels and annotations as
-// Calico reads them) and its BGPPeers, as the tests and tools read them from an API server.
+// Calico reads them; equal label sets share a map, as in FromPlan) and its BGPPeers, as the tests,
+// the tools and the reconciler's release and adoption checks read them.
 func FromCluster(nodes []*corev1.Node, peers []apiv3.BGPPeer, zoneLabel string, opts Options) (*Topology, error) {
 	ns := make([]Node, 0, len(nodes))
+	var labelSets labelSets
 	for _, n := range nodes {
-		ns = append(ns, NodeFromObject(n.Name, n.Labels, n.Annotations, zoneLabel))
+		node := NodeFromObject(n.Name, n.Labels, n.Annotations, zoneLabel)
+		node.Labels = labelSets.share(node.Labels)
+		ns = append(ns, node)
 	}
 	ps := make([]extender.BGPPeer, 0, len(peers))
 	for _, p := range peers {
