@@ -25,6 +25,14 @@ import (
 // kin) are always kept.
 type Decoder struct {
 	KeepAnnotation func(key string) bool
+	// Labels, when set, is asked once per Node for the labels to keep (keep sees the key's bytes,
+	// which it must not retain) and the generation of that choice (a set of keys that only
+	// grows, as the cache's: state.LabelKeys.DecodeLabels). The labels it does not keep are
+	// skipped without being allocated, and the Node's metadata.generation, which the API server
+	// leaves at 0 on Nodes, is set to the generation negated: a Node decoded while the set grew
+	// says which set it was decoded under (state.LabelKeys.Strip stamps it with that one). Every
+	// label is kept when Labels is nil.
+	Labels func() (keep func(key []byte) bool, generation int64)
 }
 
 // initialEventsPrefix is the watch-list bookmarks' annotations (metav1.InitialEventsAnnotationKey).
@@ -33,10 +41,21 @@ var initialEventsPrefix = metav1.InitialEventsAnnotationKey[:len("k8s.io/initial
 // Node decodes a Node message (the bytes inside the protobuf envelope) into n, which it resets.
 func (d Decoder) Node(b []byte, n *corev1.Node) error {
 	*n = corev1.Node{}
+	var keepLabel func([]byte) bool
+	var generation int64
+	if d.Labels != nil {
+		keepLabel, generation = d.Labels()
+	}
 	return fields(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 1:
-			return d.objectMeta(v, &n.ObjectMeta)
+			if err := d.objectMeta(v, &n.ObjectMeta, keepLabel); err != nil {
+				return err
+			}
+			if keepLabel != nil {
+				n.Generation = -generation
+			}
+			return nil
 		case 2:
 			return spec(v, &n.Spec)
 		case 3:
@@ -65,7 +84,7 @@ func (d Decoder) MetadataList(b []byte, l *metav1.PartialObjectMetadataList) err
 		item := &l.Items[len(l.Items)-1]
 		return fields(v, func(num protowire.Number, v []byte) error {
 			if num == 1 {
-				return d.objectMeta(v, &item.ObjectMeta)
+				return d.objectMeta(v, &item.ObjectMeta, nil)
 			}
 			return nil
 		})
@@ -90,9 +109,9 @@ func (d Decoder) keepAnnotation(k string) bool {
 		strings.HasPrefix(k, initialEventsPrefix)
 }
 
-// objectMeta decodes an ObjectMeta but its owner references, managed fields and the annotations
-// the decoder does not keep.
-func (d Decoder) objectMeta(b []byte, m *metav1.ObjectMeta) error {
+// objectMeta decodes an ObjectMeta but its owner references, managed fields, the annotations
+// the decoder does not keep and the labels keepLabel does not (every label when it is nil).
+func (d Decoder) objectMeta(b []byte, m *metav1.ObjectMeta, keepLabel func([]byte) bool) error {
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if typ == protowire.VarintType {
 			x, _ := protowire.ConsumeVarint(v)
@@ -128,6 +147,9 @@ func (d Decoder) objectMeta(b []byte, m *metav1.ObjectMeta) error {
 			return m.DeletionTimestamp.Unmarshal(v)
 		case 11:
 			return mapEntry(v, func(k, val []byte) {
+				if keepLabel != nil && !keepLabel(k) {
+					return
+				}
 				if m.Labels == nil {
 					m.Labels = map[string]string{}
 				}

@@ -74,6 +74,28 @@ func TestNodeMatchesFullDecode(t *testing.T) {
 	}
 }
 
+// TestNodeKeepsTheChosenLabels: decoded with the cache's choice of labels (LabelKeys.DecodeLabels),
+// a node stripped by the cache equals the node decoded whole and stripped, and carries the
+// generation it was decoded under until the strip stamps it.
+func TestNodeKeepsTheChosenLabels(t *testing.T) {
+	for name, n := range nodes() {
+		t.Run(name, func(t *testing.T) {
+			keys := state.NewLabelKeys()
+			keys.Want("node.kubernetes.io/instance-type")
+			b, err := n.Marshal()
+			require.NoError(t, err)
+			var whole, fast corev1.Node
+			require.NoError(t, whole.Unmarshal(b))
+			require.NoError(t, Decoder{KeepAnnotation: state.KeptAnnotation, Labels: keys.DecodeLabels}.Node(b, &fast))
+			require.Equal(t, -keys.Generation(), fast.Generation, "the generation decoded under")
+			for k := range fast.Labels {
+				require.True(t, keys.Kept(k), "label %s decoded, not kept", k)
+			}
+			require.Equal(t, keys.Strip(&whole), keys.Strip(&fast))
+		})
+	}
+}
+
 // TestBookmarkKeepsInitialEventsEnd: client-go's watch-list ends its first sync on the bookmark's
 // annotation, which the cache's own filter does not keep.
 func TestBookmarkKeepsInitialEventsEnd(t *testing.T) {
@@ -130,9 +152,9 @@ func protobufBytes(t testing.TB, obj runtime.Object) []byte {
 }
 
 // protobufDecoder is the decoder a client of Codecs gets for protobuf responses.
-func protobufDecoder(t testing.TB) runtime.Decoder {
+func protobufDecoder(t testing.TB, dec Decoder) runtime.Decoder {
 	t.Helper()
-	ns := Codecs(scheme.Codecs.WithoutConversion(), cacheDecoder)
+	ns := Codecs(scheme.Codecs.WithoutConversion(), dec)
 	info, ok := runtime.SerializerInfoForMediaType(ns.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
 	require.True(t, ok)
 	return ns.DecoderToVersion(info.Serializer, corev1.SchemeGroupVersion)
@@ -148,7 +170,7 @@ func wholeDecoder() runtime.Decoder {
 // TestCodecsDecodeNodesAndDelegateTheRest: through a client's negotiated protobuf decoder, Nodes
 // and NodeLists take the short decode (no managed fields), every other kind the usual one.
 func TestCodecsDecodeNodesAndDelegateTheRest(t *testing.T) {
-	dec := protobufDecoder(t)
+	dec := protobufDecoder(t, cacheDecoder)
 	n := nodes()["every kept field"]
 	t.Run("node", func(t *testing.T) {
 		data := protobufBytes(t, n)
@@ -247,9 +269,12 @@ func BenchmarkDecodeKubeletNode(b *testing.B) {
 	n := nodetest.DefaultKubeletFleet().Kubelet(5, time.Now())
 	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: make([]byte, 6000)}}}
 	data := protobufBytes(b, n)
+	keys := state.NewLabelKeys()
 	for name, dec := range map[string]runtime.Decoder{
 		"whole": wholeDecoder(),
-		"short": protobufDecoder(b),
+		"short": protobufDecoder(b, cacheDecoder),
+		// The labels the product reads, as serve decodes the node watch.
+		"short-read-labels": protobufDecoder(b, Decoder{KeepAnnotation: state.KeptAnnotation, Labels: keys.DecodeLabels}),
 	} {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -17,16 +17,20 @@ import (
 )
 
 // nodeClient is a REST client of the core API group whose protobuf responses decode Nodes, NodeLists
-// and lists of metadata with nodedecode: what the cache keeps, nothing else. At 65,000 kubelet
-// nodes the whole decode was the restart's first list and most of the CPU the kubelets' status
-// reports cost (BENCHMARKS.md).
-func nodeClient(cfg *rest.Config) (rest.Interface, error) {
+// and lists of metadata with nodedecode: what the cache keeps, nothing else (the labels of keys,
+// every label when keys is nil). At 65,000 kubelet nodes the whole decode was the restart's first
+// list and most of the CPU the kubelets' status reports cost (BENCHMARKS.md).
+func nodeClient(cfg *rest.Config, keys *state.LabelKeys) (rest.Interface, error) {
+	dec := nodedecode.Decoder{KeepAnnotation: state.KeptAnnotation}
+	if keys != nil {
+		dec.Labels = keys.DecodeLabels
+	}
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &corev1.SchemeGroupVersion
 	c.APIPath = "/api"
 	c.ContentType = runtime.ContentTypeProtobuf
 	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	c.NegotiatedSerializer = nodedecode.Codecs(clientgoscheme.Codecs.WithoutConversion(), nodedecode.Decoder{KeepAnnotation: state.KeptAnnotation})
+	c.NegotiatedSerializer = nodedecode.Codecs(clientgoscheme.Codecs.WithoutConversion(), dec)
 	return rest.RESTClientFor(c)
 }
 

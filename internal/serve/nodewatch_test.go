@@ -26,7 +26,7 @@ func TestNodeListWatchDecodesShort(t *testing.T) {
 	n.Annotations[extender.AnnotationCalicoIPv4] = "10.16.0.3/16"
 	_, err := admin.CoreV1().Nodes().Create(t.Context(), n, metav1.CreateOptions{})
 	require.NoError(t, err)
-	rc, err := nodeClient(env.Config)
+	rc, err := nodeClient(env.Config, nil)
 	require.NoError(t, err)
 	lw := nodeListWatch(rc)
 

@@ -33,7 +33,7 @@ func TestCatchUpByWatchOnRealAPIServer(t *testing.T) {
 		_, err := admin.CoreV1().Nodes().Create(t.Context(), nodetest.New(fmt.Sprintf("node-%02d", i), nodetest.Zone("zone-a")), metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	rc, err := nodeClient(env.Config)
+	rc, err := nodeClient(env.Config, nil)
 	require.NoError(t, err)
 	relist := newRelister(nodeListWatch(rc))
 	// Each node takes a while to enter the cache (an index that is slow to compute, as a busy

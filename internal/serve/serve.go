@@ -220,7 +220,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	// any key a policy or a BGPPeer names later (the cache then lists the nodes again).
 	keys := state.NewLabelKeys()
 	seedLabelKeys(ctx, cfg, scheme, etcd, keys)
-	nodes, err := nodeClient(cfg)
+	nodes, err := nodeClient(cfg, keys)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"maps"
 	"slices"
 	"strconv"
@@ -382,14 +383,33 @@ func (l *LabelKeys) Transform(obj any) (any, error) {
 	return TransformStrip(obj)
 }
 
+// DecodeLabels is the node decoder's choice of labels (nodedecode.Decoder.Labels): the set's
+// keys now and its generation. The watch's decoder skips the other labels without allocating
+// them (a kubelet node carries some thirty that no policy reads, in every status report); a
+// node it decoded carries the generation negated, and Strip stamps it with that generation, not
+// a later one: a key added between the decode and the strip is missing from it.
+func (l *LabelKeys) DecodeLabels() (keep func(key []byte) bool, generation int64) {
+	s := l.set.Load()
+	if s.all {
+		return func([]byte) bool { return true }, s.gen
+	}
+	return func(k []byte) bool { return s.keys[string(k)] || bytes.HasPrefix(k, keptPrefixBytes) }, s.gen
+}
+
+var keptPrefixBytes = []byte(keptPrefix)
+
 // Strip strips a node in place keeping the labels of the set, and stamps it with the set's
-// generation. A node already stamped keeps its stamp (the informer may transform an object
-// twice: the labels it lacks are not back).
+// generation (the decoder's when it chose the labels: DecodeLabels). A node already stamped keeps
+// its stamp (the informer may transform an object twice: the labels it lacks are not back).
 func (l *LabelKeys) Strip(n *corev1.Node) *corev1.Node {
 	if n.Generation >= stampBase {
 		return n
 	}
 	s := l.set.Load()
+	gen := s.gen
+	if n.Generation < 0 { // decoded keeping the labels of generation -n.Generation
+		gen = min(gen, -n.Generation)
+	}
 	if s.all {
 		StripNode(n)
 	} else {
@@ -398,7 +418,7 @@ func (l *LabelKeys) Strip(n *corev1.Node) *corev1.Node {
 	}
 	n.Spec.Taints = l.shareTaints(n.Spec.Taints)
 	n.Status.Conditions = l.shareConditions(n.Status.Conditions)
-	n.Generation = stampBase + s.gen
+	n.Generation = stampBase + gen
 	if store := l.cache(); store != nil && !l.noReuse {
 		if o, ok, _ := store.GetByKey(n.Name); ok {
 			if was, ok := o.(*corev1.Node); ok {

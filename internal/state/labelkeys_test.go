@@ -12,6 +12,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodedecode"
 )
 
 func labelled(name string, labels map[string]string) *corev1.Node {
@@ -279,5 +280,51 @@ func TestLabelKeysStripSharesConditions(t *testing.T) {
 	}
 	if n := keys.Strip(conditioned("g")); n.Status.Conditions != nil {
 		t.Errorf("a node without conditions has %v, want nil", n.Status.Conditions)
+	}
+}
+
+// TestLabelKeysDecodedBeforeAKeyIsAdded: a node the watch decoded keeping the labels of one
+// generation, then stripped after a policy wanted another key, lacks that key: Strip stamps it with
+// the generation it was decoded under, so Held waits for the relist's copy instead of reading a
+// selector on the key as matching nothing.
+func TestLabelKeysDecodedBeforeAKeyIsAdded(t *testing.T) {
+	keys := NewLabelKeys()
+	store := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+	keys.SetRelist(store, nil)
+	decode := func() *corev1.Node {
+		n := &corev1.Node{}
+		b, err := (&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "u",
+			Labels: map[string]string{corev1.LabelTopologyZone: "z1", "team": "infra"}}}).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (nodedecode.Decoder{KeepAnnotation: KeptAnnotation, Labels: keys.DecodeLabels}).Node(b, n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	early := decode() // under generation 1: "team" is not read yet
+	if _, ok := early.Labels["team"]; ok {
+		t.Fatalf("decoded %v under generation 1, want no team label", early.Labels)
+	}
+	keys.Want("team") // generation 2 (the informer would list again)
+	if err := store.Add(keys.Strip(early)); err != nil {
+		t.Fatal(err)
+	}
+	if got := StrippedUnder(early); got != 1 {
+		t.Errorf("stamped with generation %d, want 1 (the decode's)", got)
+	}
+	if pending := keys.Held("team"); !slices.Equal(pending, []string{"team"}) {
+		t.Errorf("Held(team) = %v with a node decoded before the key was wanted, want [team]", pending)
+	}
+	late := keys.Strip(decode()) // the relist's copy
+	if err := store.Update(late); err != nil {
+		t.Fatal(err)
+	}
+	if late.Labels["team"] != "infra" || StrippedUnder(late) != 2 {
+		t.Errorf("relisted node: labels %v, generation %d; want team=infra under 2", late.Labels, StrippedUnder(late))
+	}
+	if pending := keys.Held("team"); pending != nil {
+		t.Errorf("Held(team) = %v once every node was decoded under generation 2, want none", pending)
 	}
 }
