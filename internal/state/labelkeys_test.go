@@ -208,32 +208,44 @@ func TestLabelKeysStripSharesTaints(t *testing.T) {
 	}
 	keys := NewLabelKeys()
 	a := keys.Strip(tainted("a", notReady))
-	for _, tc := range []struct {
-		name   string
-		node   *corev1.Node
-		shared bool
-	}{
+	checkSharing(t, keys, a, []sharingCase{
 		{"the same taint", tainted("b", notReady), true},
 		{"another effect", tainted("c", corev1.Taint{Key: notReady.Key, Effect: corev1.TaintEffectNoExecute}), false},
 		{"added at a time", tainted("d", corev1.Taint{Key: notReady.Key, Effect: notReady.Effect, TimeAdded: &added}), false},
 		{"one more taint", tainted("e", notReady, corev1.Taint{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule}), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			want := slices.Clone(tc.node.Spec.Taints)
-			n := keys.Strip(tc.node)
-			if got := &n.Spec.Taints[0] == &a.Spec.Taints[0]; got != tc.shared {
-				t.Errorf("shares a's taints: %v, want %v", got, tc.shared)
-			}
-			if !equality.Semantic.DeepEqual(n.Spec.Taints, want) {
-				t.Errorf("taints %v, want %v", n.Spec.Taints, want)
-			}
-		})
-	}
+	}, func(n *corev1.Node) []corev1.Taint { return n.Spec.Taints }, func(n *corev1.Node) []corev1.Taint { return slices.Clone(n.Spec.Taints) })
 	if n := keys.Strip(tainted("f")); n.Spec.Taints != nil {
 		t.Errorf("untainted node's taints %v, want nil", n.Spec.Taints)
 	}
 }
 
+// sharingCase is a node stripped after another, a, and whether a part of it must share a's.
+type sharingCase struct {
+	name   string
+	node   *corev1.Node
+	shared bool
+}
+
+// checkSharing strips each case's node with keys: its part (part) shares a's exactly when the
+// case says, and holds what want reads of the node before the strip.
+func checkSharing[T any](t *testing.T, keys *LabelKeys, a *corev1.Node, cases []sharingCase, part, want func(*corev1.Node) []T) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := want(tc.node)
+			n := keys.Strip(tc.node)
+			if got := &part(n)[0] == &part(a)[0]; got != tc.shared {
+				t.Errorf("shares a's %T: %v, want %v", w, got, tc.shared)
+			}
+			if !equality.Semantic.DeepEqual(part(n), w) {
+				t.Errorf("%v, want %v", part(n), w)
+			}
+		})
+	}
+}
+
+// TestLabelKeysStripSharesConditions: nodes whose stripped conditions are the same (Ready since the
+// same second) share one slice; another status, second, zone or one more condition does not.
 func TestLabelKeysStripSharesConditions(t *testing.T) {
 	at := func(sec int) metav1.Time { return metav1.NewTime(time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC)) }
 	ready := func(status corev1.ConditionStatus, sec int) corev1.NodeCondition {
@@ -248,11 +260,7 @@ func TestLabelKeysStripSharesConditions(t *testing.T) {
 	memory := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, LastTransitionTime: at(5)}
 	keys := NewLabelKeys()
 	a := keys.Strip(conditioned("a", ready(corev1.ConditionTrue, 1)))
-	for _, tc := range []struct {
-		name   string
-		node   *corev1.Node
-		shared bool
-	}{
+	checkSharing(t, keys, a, []sharingCase{
 		{"Ready since the same second (another heartbeat and message)", conditioned("b", func() corev1.NodeCondition {
 			c := ready(corev1.ConditionTrue, 1)
 			c.LastHeartbeatTime, c.Message = at(50), "other"
@@ -266,18 +274,8 @@ func TestLabelKeysStripSharesConditions(t *testing.T) {
 			return c
 		}()), false},
 		{"and under memory pressure", conditioned("f", ready(corev1.ConditionTrue, 1), memory), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			want := extender.SlimConditions(tc.node.Status.Conditions)
-			n := keys.Strip(tc.node)
-			if got := &n.Status.Conditions[0] == &a.Status.Conditions[0]; got != tc.shared {
-				t.Errorf("shares a's conditions: %v, want %v", got, tc.shared)
-			}
-			if !equality.Semantic.DeepEqual(n.Status.Conditions, want) {
-				t.Errorf("conditions %v, want %v", n.Status.Conditions, want)
-			}
-		})
-	}
+	}, func(n *corev1.Node) []corev1.NodeCondition { return n.Status.Conditions },
+		func(n *corev1.Node) []corev1.NodeCondition { return extender.SlimConditions(n.Status.Conditions) })
 	if n := keys.Strip(conditioned("g")); n.Status.Conditions != nil {
 		t.Errorf("a node without conditions has %v, want nil", n.Status.Conditions)
 	}
