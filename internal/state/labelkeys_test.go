@@ -326,3 +326,35 @@ func TestLabelKeysDecodedBeforeAKeyIsAdded(t *testing.T) {
 		t.Errorf("Held(team) = %v once every node was decoded under generation 2, want none", pending)
 	}
 }
+
+// TestLabelKeysDecodeLabels: the decoder keeps exactly the keys the set keeps (the fixed ones, the
+// product's prefix, the wanted ones; every key once every key is wanted), under the set's
+// generation.
+func TestLabelKeysDecodeLabels(t *testing.T) {
+	keys := NewLabelKeys()
+	keys.Want("team")
+	for _, step := range []struct {
+		name string
+		all  bool
+		want map[string]bool
+	}{
+		{"the keys read", false, map[string]bool{corev1.LabelTopologyZone: true, extender.LabelPeeringSet: true, "team": true,
+			corev1.LabelHostname: false, "pool": false}},
+		{"every key", true, map[string]bool{corev1.LabelTopologyZone: true, corev1.LabelHostname: true, "pool": true}},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			if step.all {
+				keys.WantAll()
+			}
+			keep, gen := keys.DecodeLabels()
+			if gen != keys.Generation() {
+				t.Errorf("generation %d, want the set's %d", gen, keys.Generation())
+			}
+			for k, want := range step.want {
+				if got := keep([]byte(k)); got != want || got != keys.Kept(k) {
+					t.Errorf("keep(%s) = %v, want %v (Kept: %v)", k, got, want, keys.Kept(k))
+				}
+			}
+		})
+	}
+}
