@@ -123,10 +123,20 @@ func (l *LabelKeys) cache() toolscache.Store {
 }
 
 // Kept reports whether the cache keeps label key.
-func (l *LabelKeys) Kept(key string) bool {
-	s := l.set.Load()
+func (l *LabelKeys) Kept(key string) bool { return l.set.Load().keeps(key) }
+
+// keeps reports whether the set keeps label key.
+func (s *keySet) keeps(key string) bool {
 	return s.all || s.keys[key] || strings.HasPrefix(key, keptPrefix)
 }
+
+// keepsBytes is keeps on a key's bytes, without allocating a string of them (the watch's decoder,
+// about thirty labels a node; a string of a key over 32 bytes would be allocated).
+func (s *keySet) keepsBytes(key []byte) bool {
+	return s.all || s.keys[string(key)] || bytes.HasPrefix(key, keptPrefixBytes)
+}
+
+var keptPrefixBytes = []byte(keptPrefix)
 
 // Keys returns the kept keys, sorted (the product's prefix not listed), and whether every key is
 // kept.
@@ -390,13 +400,8 @@ func (l *LabelKeys) Transform(obj any) (any, error) {
 // a later one: a key added between the decode and the strip is missing from it.
 func (l *LabelKeys) DecodeLabels() (keep func(key []byte) bool, generation int64) {
 	s := l.set.Load()
-	if s.all {
-		return func([]byte) bool { return true }, s.gen
-	}
-	return func(k []byte) bool { return s.keys[string(k)] || bytes.HasPrefix(k, keptPrefixBytes) }, s.gen
+	return s.keepsBytes, s.gen
 }
-
-var keptPrefixBytes = []byte(keptPrefix)
 
 // Strip strips a node in place keeping the labels of the set, and stamps it with the set's
 // generation (the decoder's when it chose the labels: DecodeLabels). A node already stamped keeps
@@ -413,7 +418,7 @@ func (l *LabelKeys) Strip(n *corev1.Node) *corev1.Node {
 	if s.all {
 		StripNode(n)
 	} else {
-		stripNode(n, func(k string) bool { return s.keys[k] || strings.HasPrefix(k, keptPrefix) })
+		stripNode(n, s.keeps)
 		n.Labels = l.share(n.Labels)
 	}
 	n.Spec.Taints = l.shareTaints(n.Spec.Taints)
