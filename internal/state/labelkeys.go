@@ -314,10 +314,12 @@ func (l *LabelKeys) shareTaints(taints []corev1.Taint) []corev1.Taint {
 		b.WriteByte(0)
 		b.WriteString(string(t.Effect))
 		b.WriteByte(0)
-		if t.TimeAdded != nil {
-			b.WriteString(strconv.FormatInt(t.TimeAdded.UnixNano(), 10))
+		if t.TimeAdded == nil {
+			b.WriteString("nil")
+			b.WriteByte(0)
+		} else {
+			writeTime(&b, *t.TimeAdded)
 		}
-		b.WriteByte(0)
 	}
 	return shared(&l.sharedMu, &l.sharedTaints, b.String(), slices.Clip(taints))
 }

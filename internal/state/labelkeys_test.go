@@ -217,6 +217,18 @@ func TestLabelKeysStripSharesTaints(t *testing.T) {
 	if n := keys.Strip(tainted("f")); n.Spec.Taints != nil {
 		t.Errorf("untainted node's taints %v, want nil", n.Spec.Taints)
 	}
+	// The time added is compared as conditions' times are (writeTime): the same instant in
+	// another zone is another value.
+	at := func(name string, tm metav1.Time) *corev1.Node {
+		return keys.Strip(tainted(name, corev1.Taint{Key: notReady.Key, Effect: notReady.Effect, TimeAdded: &tm}))
+	}
+	utc := at("g", added)
+	if n := at("h", added); &n.Spec.Taints[0] != &utc.Spec.Taints[0] {
+		t.Error("taints added at the same time do not share a slice")
+	}
+	if n := at("i", metav1.NewTime(added.In(time.FixedZone("x", 3600)))); &n.Spec.Taints[0] == &utc.Spec.Taints[0] {
+		t.Error("taints added at the same instant in another zone share a slice")
+	}
 }
 
 // sharingCase is a node stripped after another, a, and whether a part of it must share a's.
