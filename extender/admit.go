@@ -510,10 +510,11 @@ func (s *AdmitState) Record(a *Admission) (undo func()) {
 			s.resetSet(name, rrs)
 		}
 		s.contribute(a.Node, f, -1)
-		delete(s.nodes, a.Node) // its slot in nodeList stays, unused
 		if known {
 			s.contribute(a.Node, prev, 1)
-			s.setNode(a.Node, prev)
+			s.setNode(a.Node, prev) // in its own slot
+		} else {
+			delete(s.nodes, a.Node) // its slot in nodeList stays, unused
 		}
 	}
 }
