@@ -138,7 +138,8 @@ func TestLabelKeysStripReusesCachedParts(t *testing.T) {
 		n := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "uid-1", ResourceVersion: rv,
 				Labels:      map[string]string{corev1.LabelTopologyZone: "z1"},
-				Annotations: map[string]string{extender.AnnotationCalicoIPv4: "10.0.0.1/16", extender.AnnotationRack: "r1", "other": "x"}},
+				// No Calico address: the InternalIPs are kept (StripNode).
+				Annotations: map[string]string{extender.AnnotationRack: "r1", "other": "x"}},
 			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule}}},
 			Status: corev1.NodeStatus{Conditions: ready(t0),
 				Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}},

@@ -17,18 +17,9 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
-// Indexes of the node informer.
-const (
-	// IndexRouteReflectors holds the nodes that carry a cluster ID or the route reflector ID label,
-	// under the key "rr".
-	IndexRouteReflectors = "routereflector.io/route-reflectors"
-	// IndexClientsOf holds every client under its route reflectors' list, the annotation's value
-	// whole (AnnotationRouteReflectors): one entry per client, where an entry under each route
-	// reflector's name was one per client and route reflector; the clients of a peering set share
-	// the list (a few hundred lists at 65,000 nodes). ClientsOf reads the lists that name a route
-	// reflector.
-	IndexClientsOf = "routereflector.io/clients-of"
-)
+// IndexRouteReflectors is the node informer's index of the nodes that carry a cluster ID or the
+// route reflector ID label, under the key "rr".
+const IndexRouteReflectors = "routereflector.io/route-reflectors"
 
 const rrKey = "rr"
 
@@ -44,16 +35,6 @@ func NodeIndexers() toolscache.Indexers {
 			_, rid := n.Labels[extender.LabelRouteReflectorID]
 			if id || rid {
 				return []string{rrKey}, nil
-			}
-			return nil, nil
-		},
-		IndexClientsOf: func(obj any) ([]string, error) {
-			n, ok := obj.(*corev1.Node)
-			if !ok {
-				return nil, nil
-			}
-			if s := n.Annotations[extender.AnnotationRouteReflectors]; s != "" {
-				return []string{s}, nil
 			}
 			return nil, nil
 		},
@@ -85,12 +66,29 @@ func (s *NodeStore) List() []*corev1.Node { return nodes(s.idx.List()) }
 // RouteReflectors returns the nodes that carry a cluster ID or a route reflector ID.
 func (s *NodeStore) RouteReflectors() []*corev1.Node { return s.byIndex(IndexRouteReflectors, rrKey) }
 
-// ClientsOf returns the nodes whose route reflectors include rr, in no order.
+// ClientsOf returns the nodes whose route reflectors include rr, in no order. It reads every node:
+// its callers (a route reflector's demotion, by the reconciler or by hand) are rare, and an index
+// of the clients by route-reflector list cost 100 heap bytes per node at 65,000 nodes
+// (BenchmarkClientsOf). The clients of a peering set share one list, parsed once.
 func (s *NodeStore) ClientsOf(rr string) []*corev1.Node {
 	var out []*corev1.Node
-	for _, list := range s.idx.ListIndexFuncValues(IndexClientsOf) {
-		if slices.Contains(strings.Split(list, ","), rr) {
-			out = append(out, s.byIndex(IndexClientsOf, list)...)
+	names := map[string]bool{} // whether a list names rr
+	for _, o := range s.idx.List() {
+		n, ok := o.(*corev1.Node)
+		if !ok {
+			continue
+		}
+		list := n.Annotations[extender.AnnotationRouteReflectors]
+		if list == "" {
+			continue
+		}
+		in, parsed := names[list]
+		if !parsed {
+			in = slices.Contains(strings.Split(list, ","), rr)
+			names[list] = in
+		}
+		if in {
+			out = append(out, n)
 		}
 	}
 	return out

@@ -53,8 +53,14 @@ func TestStripNode(t *testing.T) {
 	if len(a.Status.Images) != 0 || a.Status.NodeInfo.KubeletVersion != "" || a.ManagedFields != nil || a.Status.Capacity != nil {
 		t.Errorf("kept what nothing reads: %+v", a.Status)
 	}
-	if len(a.Status.Addresses) != 1 || a.Status.Addresses[0].Type != corev1.NodeInternalIP {
-		t.Errorf("addresses %v, want the InternalIP only", a.Status.Addresses)
+	if len(a.Status.Addresses) != 0 {
+		t.Errorf("addresses %v, want none: the node has Calico's address", a.Status.Addresses)
+	}
+	noCalico := kubeletNode(3)
+	delete(noCalico.Annotations, extender.AnnotationCalicoIPv4)
+	noCalico.Annotations[extender.AnnotationCalicoIPv6] = " "
+	if got := StripNode(noCalico).Status.Addresses; len(got) != 1 || got[0].Type != corev1.NodeInternalIP {
+		t.Errorf("addresses %v without Calico's address, want the InternalIP only", got)
 	}
 	if _, ok := a.Annotations["csi.volume.kubernetes.io/nodeid"]; ok || a.Annotations[extender.AnnotationCalicoIPv4] == "" {
 		t.Errorf("annotations %v, want Calico's address only", a.Annotations)
