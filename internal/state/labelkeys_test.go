@@ -137,7 +137,7 @@ func TestLabelKeysStripReusesCachedParts(t *testing.T) {
 	node := func(rv string, mutate func(*corev1.Node)) *corev1.Node {
 		n := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "uid-1", ResourceVersion: rv,
-				Labels:      map[string]string{corev1.LabelTopologyZone: "z1"},
+				Labels: map[string]string{corev1.LabelTopologyZone: "z1"},
 				// No Calico address: the InternalIPs are kept (StripNode).
 				Annotations: map[string]string{extender.AnnotationRack: "r1", "other": "x"}},
 			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule}}},
