@@ -33,6 +33,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -88,6 +89,10 @@ func TestLoad(t *testing.T) {
 	admin := clientset(t, env.Config)
 	kubeletCfg := env.ConfigFor(testenv.UserKubelet)
 	kubeletCfg.UserAgent = loadFieldManager
+	// As a kubelet talks to the API server (its --kube-api-content-type): protobuf, so each
+	// status report's response is not a 16 KB JSON encode by the API server and decode here.
+	kubeletCfg.ContentType = runtime.ContentTypeProtobuf
+	kubeletCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	kubelet := clientset(t, kubeletCfg)
 	calicoCRDs, err := crds.Dir()
 	require.NoError(t, err)
