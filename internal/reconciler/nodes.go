@@ -274,9 +274,10 @@ func (r *Reconciler) demote(ctx context.Context, st *State) error {
 		want[s.Name] = s
 	}
 	var patches []nodePatch
+	clients := r.Nodes.ClientsOfEach(st.Demotions...)
 	for _, name := range st.Demotions {
 		cur := st.View[name]
-		moved, blocked := r.clientsMoved(st, name)
+		moved, blocked := clientsMoved(st, name, clients[name])
 		if blocked {
 			st.requeue(handoverRetry)
 			continue
@@ -287,14 +288,15 @@ func (r *Reconciler) demote(ctx context.Context, st *State) error {
 	return r.applyPatches(ctx, st, patches)
 }
 
-// clientsMoved reports whether a client still peers with rr, or a rack route reflector's uplink
-// set still selects it (blocked), and otherwise the route reflectors that took its clients over:
-// the planned ones of its zone, else of its cluster ID.
-func (r *Reconciler) clientsMoved(st *State, rr string) (moved []string, blocked bool) {
+// clientsMoved reports whether a client still peers with rr (of clients, the cache's clients of
+// rr: NodeStore.ClientsOfEach), or a rack route reflector's uplink set still selects it (blocked),
+// and otherwise the route reflectors that took its clients over: the planned ones of its zone,
+// else of its cluster ID.
+func clientsMoved(st *State, rr string, clients []*corev1.Node) (moved []string, blocked bool) {
 	if len(uplinkHolders(st, rr)) > 0 {
 		return nil, true
 	}
-	for _, c := range r.Nodes.ClientsOf(rr) {
+	for _, c := range clients {
 		v := st.View[c.Name]
 		if v == nil {
 			v = c

@@ -66,13 +66,21 @@ func (s *NodeStore) List() []*corev1.Node { return nodes(s.idx.List()) }
 // RouteReflectors returns the nodes that carry a cluster ID or a route reflector ID.
 func (s *NodeStore) RouteReflectors() []*corev1.Node { return s.byIndex(IndexRouteReflectors, rrKey) }
 
-// ClientsOf returns the nodes whose route reflectors include rr, in no order. It reads every node:
-// its callers (a route reflector's demotion, by the reconciler or by hand) are rare, and an index
-// of the clients by route-reflector list cost 100 heap bytes per node at 65,000 nodes
-// (BenchmarkClientsOf). The clients of a peering set share one list, parsed once.
-func (s *NodeStore) ClientsOf(rr string) []*corev1.Node {
-	var out []*corev1.Node
-	names := map[string]bool{} // whether a list names rr
+// ClientsOf returns the nodes whose route reflectors include rr, in no order (ClientsOfEach).
+func (s *NodeStore) ClientsOf(rr string) []*corev1.Node { return s.ClientsOfEach(rr)[rr] }
+
+// ClientsOfEach returns, for each of rrs, the nodes whose route reflectors include it, in no
+// order. It reads every cached node once (15 ms at 65,000 nodes: BenchmarkClientsOf): its callers,
+// a route reflector's demotion by the reconciler (one call for all of a reconcile's demotions) or
+// by hand (the validating webhook), are rare, and the index of the clients by route-reflector list
+// it replaces cost about 100 heap bytes per node at 65,000. The clients of a peering set share one
+// list, parsed once.
+func (s *NodeStore) ClientsOfEach(rrs ...string) map[string][]*corev1.Node {
+	out := make(map[string][]*corev1.Node, len(rrs))
+	if len(rrs) == 0 {
+		return out
+	}
+	named := map[string][]string{} // a list's route reflectors among rrs
 	for _, o := range s.idx.List() {
 		n, ok := o.(*corev1.Node)
 		if !ok {
@@ -82,13 +90,17 @@ func (s *NodeStore) ClientsOf(rr string) []*corev1.Node {
 		if list == "" {
 			continue
 		}
-		in, parsed := names[list]
+		in, parsed := named[list]
 		if !parsed {
-			in = slices.Contains(strings.Split(list, ","), rr)
-			names[list] = in
+			for _, r := range strings.Split(list, ",") {
+				if slices.Contains(rrs, r) && !slices.Contains(in, r) {
+					in = append(in, r)
+				}
+			}
+			named[list] = in
 		}
-		if in {
-			out = append(out, n)
+		for _, r := range in {
+			out[r] = append(out[r], n)
 		}
 	}
 	return out

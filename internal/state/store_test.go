@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -51,6 +52,18 @@ func TestNodeStoreClientsOf(t *testing.T) {
 			t.Errorf("ClientsOf(%s) = %v, want %v", tc.rr, got, tc.want)
 		}
 	}
+	// One read for several route reflectors gives each its own clients.
+	each := store.ClientsOfEach("rr-a", "rr-b", "rr-x")
+	for _, rr := range []string{"rr-a", "rr-b", "rr-x"} {
+		var got []string
+		for _, n := range each[rr] {
+			got = append(got, n.Name)
+		}
+		slices.Sort(got)
+		if want := names(rr); !slices.Equal(got, want) {
+			t.Errorf("ClientsOfEach(...)[%s] = %v, want %v", rr, got, want)
+		}
+	}
 	if err := idx.Update(client("n1", "rr-c")); err != nil {
 		t.Fatal(err)
 	}
@@ -62,5 +75,32 @@ func TestNodeStoreClientsOf(t *testing.T) {
 	}
 	if got, want := names("rr-c"), []string{"n1", "n2"}; !slices.Equal(got, want) {
 		t.Errorf("after the moves ClientsOf(rr-c) = %v, want %v", got, want)
+	}
+}
+
+// BenchmarkClientsOf: the clients of one route reflector among 65,000 nodes (clients of racks of
+// 40, each rack's pair of route reflectors), read from every cached node as the validating
+// webhook and the reconciler's demotion do.
+func BenchmarkClientsOf(b *testing.B) {
+	const n = 65000
+	idx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, NodeIndexers())
+	lists := map[int]string{}
+	for i := range n {
+		rack := i / 40
+		if lists[rack] == "" {
+			lists[rack] = fmt.Sprintf("rr-%d-a,rr-%d-b", rack, rack)
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%05d", i),
+			Annotations: map[string]string{extender.AnnotationRouteReflectors: lists[rack]}}}
+		if err := idx.Add(node); err != nil {
+			b.Fatal(err)
+		}
+	}
+	store := NewNodeStore(idx)
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := len(store.ClientsOf("rr-700-b")); got != 40 {
+			b.Fatalf("%d clients, want 40", got)
+		}
 	}
 }
