@@ -51,7 +51,7 @@ func absorbLimit(q *quietPlan) int {
 	if q == nil {
 		return maxAbsorbed
 	}
-	return max(maxAbsorbed, len(q.view)/16)
+	return max(maxAbsorbed, q.nodes/16)
 }
 
 // marks are what happened to a policy since its last reconcile took them.
@@ -72,9 +72,15 @@ type quietPlan struct {
 	generation int64
 	policies   string                  // the valid policies it was planned with (policiesKey)
 	view       map[string]*corev1.Node // the policy's nodes as that reconcile read and wrote them
-	result     *extender.Result
-	filters    []extender.FilterPlugin // the plan's filters
-	index      map[string]int          // name -> position in result.Nodes, built at the first absorb
+	nodes      int                     // len(view), kept when the plan is retired
+	// retired: a full plan of the policy is under way, and the quiet plan is only its node count
+	// (absorbLimit, for the events that arrive during the plan); its view and result are dropped
+	// so that they are not live beside the new plan and its route cost (about 20 MB at 65,000
+	// nodes). remember replaces it at the end of the reconcile.
+	retired bool
+	result  *extender.Result
+	filters []extender.FilterPlugin // the plan's filters
+	index   map[string]int          // name -> position in result.Nodes, built at the first absorb
 	// counts: the plan's healthy nodes (built at the first absorbed readiness change); health: the
 	// clients whose readiness absorbed reconciles took since, healthy now or not.
 	counts extender.HealthCounts
@@ -152,6 +158,11 @@ func (r *Reconciler) absorb(_ context.Context, st *State) error {
 	q, cause := r.absorbCause(st)
 	if cause != "" {
 		fullPlanCauses.WithLabelValues(st.Name, cause).Inc()
+		r.mu.Lock()
+		if q := r.quiet[st.Name]; q != nil && !q.retired {
+			r.quiet[st.Name] = &quietPlan{nodes: q.nodes, retired: true}
+		}
+		r.mu.Unlock()
 		return nil
 	}
 	st.Done, st.absorbed = true, true
@@ -195,6 +206,9 @@ func (r *Reconciler) absorbCause(st *State) (*quietPlan, string) {
 	r.mu.Lock()
 	q, why := r.quiet[st.Name], r.unquiet[st.Name]
 	r.mu.Unlock()
+	if q != nil && q.retired { // the full plan that retired it did not finish
+		q = nil
+	}
 	switch {
 	case q == nil && why == "":
 		return nil, causeLastPlan + "none"
@@ -352,7 +366,7 @@ func (r *Reconciler) remember(st *State) {
 		filters = extender.DefaultFilters()
 	}
 	r.quiet[st.Name] = &quietPlan{at: st.Now, generation: st.Policy.Generation, policies: policiesKey(st.valid),
-		view: st.View, result: st.Result, filters: filters}
+		view: st.View, nodes: len(st.View), result: st.Result, filters: filters}
 }
 
 // quietness returns "" when the reconcile ran every step and left nothing to do: no role change,

@@ -371,7 +371,7 @@ func firstKey(m map[string]string) string {
 
 func TestAbsorbLimit(t *testing.T) {
 	view := func(n int) *quietPlan {
-		q := &quietPlan{view: map[string]*corev1.Node{}}
+		q := &quietPlan{view: map[string]*corev1.Node{}, nodes: n}
 		for i := range n {
 			q.view[fmt.Sprint(i)] = nil
 		}
@@ -386,6 +386,7 @@ func TestAbsorbLimit(t *testing.T) {
 		{"a small policy", view(30), maxAbsorbed},
 		{"4,096 nodes", view(4096), maxAbsorbed},
 		{"65,000 nodes: a sixteenth", view(65000), 4062},
+		{"65,000 nodes, retired by a full plan under way", &quietPlan{nodes: 65000, retired: true}, 4062},
 	} {
 		t.Run(c.name, func(t *testing.T) { require.Equal(t, c.want, absorbLimit(c.q)) })
 	}

@@ -14,8 +14,9 @@ import (
 )
 
 // TestPreviousPlanNotHeldThroughStatus: once a reconcile's plan step has replaced the policy's
-// previous plan, nothing of the reconcile holds the previous result (only its route reflectors,
-// for the events step), so the status step's graph model (the route cost, 37 MB at 65,000 nodes)
+// previous plan, nothing holds the previous result: not the reconcile (only its route reflectors,
+// for the events step), not the quiet plan that absorbed events (retired to its node count when
+// the full plan began). So the status step's graph model (the route cost, 37 MB at 65,000 nodes)
 // does not run with the previous plan still live beside the new one.
 func TestPreviousPlanNotHeldThroughStatus(t *testing.T) {
 	var nodes []*corev1.Node
@@ -23,8 +24,14 @@ func TestPreviousPlanNotHeldThroughStatus(t *testing.T) {
 		nodes = append(nodes, node(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3), i))
 	}
 	h := newHarness(t, nil, nodes)
-	h.reconcile()
+	// Settled: the last plan is quiet, kept to absorb node events (its view and result).
+	for range 3 {
+		h.reconcile()
+	}
 	require.NotNil(t, h.r.last[h.policyNm], "the first plan")
+	q := h.r.quiet[h.policyNm]
+	require.True(t, q != nil && !q.retired && q.result == h.r.last[h.policyNm], "the last plan is the quiet plan")
+	q = nil
 	prev := weak.Make(h.r.last[h.policyNm])
 	prevRRs := len(h.r.last[h.policyNm].RouteReflectors)
 
