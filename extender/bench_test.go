@@ -84,3 +84,29 @@ func BenchmarkAdmitStateHeap(b *testing.B) {
 		})
 	}
 }
+
+// TestAdmitStateRoomForAdmissions: a plan's admission state holds the nodes admitted after its
+// plan read its input (replayed at the commit, or recorded until the next plan) in the room
+// NewAdmitState left (a sixty-fourth of the plan's nodes, at least 64), without copying its node
+// list.
+func TestAdmitStateRoomForAdmissions(t *testing.T) {
+	for _, n := range []int{300, 6400} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			p := resolve(t, v1alpha1.RouteReflectorPolicySpec{Topology: dual})
+			nodes := cluster(n, 3)
+			in := Input{Policy: p, Nodes: nodes, Now: t0.Add(24 * time.Hour)}
+			st := NewAdmitState(in, Plan(in))
+			first := &st.nodeList[0]
+			room := max(64, n/64) // a sixty-fourth of the plan's nodes, at least 64
+			for i := range room {
+				st.setNode(fmt.Sprintf("joined-%d", i), admitNode{})
+			}
+			if &st.nodeList[0] != first {
+				t.Fatalf("the node list was copied within the %d nodes of room", room)
+			}
+			if got := len(st.nodeList); got != n+room {
+				t.Fatalf("%d nodes held, want %d", got, n+room)
+			}
+		})
+	}
+}

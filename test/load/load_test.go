@@ -52,7 +52,7 @@ var (
 	hbRate     = flag.Float64("load-heartbeat-rate", 0, "kubelet status reports per second in the heartbeat phase [nodes/300: every node every 5 minutes, the kubelet's default nodeStatusReportFrequency]")
 	hbFor      = flag.Duration("load-heartbeat-duration", time.Minute, "length of the heartbeat phase")
 	memLimit   = flag.String("load-gomemlimit", "", "GOMEMLIMIT of the product's process, as the chart sets it from resources.limits.memory (e.g. 256MiB, the chart's default limit); none if empty")
-	profileDir = flag.String("load-profiles", "", "directory for the product's pprof profiles (heap settled, heap after a restart, CPU during the join, the heartbeats, the direct admissions and the restart's first list and first plan, allocations during the direct admissions); none if empty")
+	profileDir = flag.String("load-profiles", "", "directory for the product's pprof profiles (heap settled, heap after a restart, heap at nine tenths of the join (as of its last collection), CPU during the join, the heartbeats, the direct admissions and the restart's first list and first plan, allocations during the direct admissions); none if empty")
 )
 
 const (
@@ -153,8 +153,13 @@ func TestLoad(t *testing.T) {
 	// the node a role: a node that got its first role from the reconciler instead waited for a
 	// plan. (The role labels' field managers, below, say who set the label a node has now: a rack
 	// split moves admitted clients to their rack's set, which counts as the reconciler's.)
-	var roleAtJoin atomic.Int64
+	var roleAtJoin, joining atomic.Int64
 	parallel(ctx, t, 64, names, func(ctx context.Context, name string) error {
+		if joining.Add(1) == int64(n)*9/10 {
+			// What the last collection found live late in the join, where the heap's high-water
+			// mark (the settled RSS) is made: the profile without gc=1 is as of that collection.
+			goProfile("heap", "heap-join.pprof")
+		}
 		created, err := kubelet.CoreV1().Nodes().Create(ctx, fleet.Kubelet(index[name], time.Now()), metav1.CreateOptions{})
 		if err != nil {
 			return err
