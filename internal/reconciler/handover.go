@@ -493,12 +493,8 @@ func nodeIPs(n *corev1.Node) []string {
 	if n == nil {
 		return nil
 	}
-	calico := false
-	for _, a := range []string{extender.AnnotationCalicoIPv4, extender.AnnotationCalicoIPv6} {
-		if strings.TrimSpace(n.Annotations[a]) != "" {
-			calico = true
-		}
-	}
+	// The same test the cache's strip makes: a node it keeps no InternalIP of has an annotation.
+	calico := extender.HasCalicoAddress(n)
 	var out []string
 	for _, fam := range [...]struct {
 		annotation string
