@@ -240,23 +240,23 @@ func condition(b []byte, c *corev1.NodeCondition) error {
 
 // conditionType is a condition's type, a kubelet's without an allocation.
 func conditionType(b []byte) corev1.NodeConditionType {
-	for _, t := range [...]corev1.NodeConditionType{corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure,
-		corev1.NodePIDPressure, corev1.NodeNetworkUnavailable} {
-		if string(b) == string(t) {
-			return t
-		}
-	}
-	return corev1.NodeConditionType(b)
+	return known(b, corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure,
+		corev1.NodeNetworkUnavailable)
 }
 
 // conditionStatus is a condition's status, without an allocation for True, False and Unknown.
 func conditionStatus(b []byte) corev1.ConditionStatus {
-	for _, c := range [...]corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown} {
+	return known(b, corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown)
+}
+
+// known returns the constant of consts whose bytes are b (no allocation), or a new string of b.
+func known[T ~string](b []byte, consts ...T) T {
+	for _, c := range consts {
 		if string(b) == string(c) {
 			return c
 		}
 	}
-	return corev1.ConditionStatus(b)
+	return T(b)
 }
 
 // mapEntry decodes one entry of a map<string, string>.

@@ -88,19 +88,7 @@ func (s watchEvents) Decode(data []byte, defaults *schema.GroupVersionKind, into
 
 // eventType is a watch event's type, the known ones without an allocation.
 func eventType(b []byte) string {
-	switch string(b) {
-	case string(watch.Added):
-		return string(watch.Added)
-	case string(watch.Modified):
-		return string(watch.Modified)
-	case string(watch.Deleted):
-		return string(watch.Deleted)
-	case string(watch.Bookmark):
-		return string(watch.Bookmark)
-	case string(watch.Error):
-		return string(watch.Error)
-	}
-	return string(b)
+	return string(known(b, watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error))
 }
 
 // serializer is the protobuf serializer but for Nodes, NodeLists and lists of metadata.
