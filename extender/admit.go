@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -330,7 +328,7 @@ func (s *AdmitState) eachNode(yield func(string, admitNode) bool) {
 // readFacts reads the facts NewAdmitState needs from the input nodes, for a Result that Plan did
 // not make (Plan records them as it reads the nodes).
 func readFacts(in Input, res *Result) []nodeFacts {
-	byName := make(map[string]*corev1.Node, len(in.Nodes))
+	byName := make(map[string]*Node, len(in.Nodes))
 	for _, n := range in.Nodes {
 		if n != nil && byName[n.Name] == nil {
 			byName[n.Name] = n
@@ -539,7 +537,7 @@ func (s *AdmitState) RouteReflectors() int { return s.active }
 // Admit decides the role of a node that is not a route reflector: a joining node, or one that just
 // became eligible. It reads the node through the filters at s.Now, then decides as AdmitNode. It
 // does not change the state (see Record).
-func (s *AdmitState) Admit(n *corev1.Node) Admission {
+func (s *AdmitState) Admit(n *Node) Admission {
 	ni := NewNodeInfo(n, s.Policy)
 	ni.Now = s.Now
 	RunFilters(DefaultFilters(), s.Policy, ni)
@@ -857,7 +855,7 @@ func (s *AdmitState) chooseZoneSet(a *Admission) {
 }
 
 // chooseRackSet (Hierarchical): the peering set of the node's rack.
-func (s *AdmitState) chooseRackSet(a *Admission, n *corev1.Node) {
+func (s *AdmitState) chooseRackSet(a *Admission, n *Node) {
 	p := s.Policy
 	base := n.Labels[p.RackLabel]
 	if base == "" {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -36,7 +35,7 @@ func TestAdmitDualPlaneRoles(t *testing.T) {
 			p := admitPolicy(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 				s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: &tt.rack}
 			})
-			var base, joining []*corev1.Node
+			var base, joining []*extender.Node
 			for i := range tt.base {
 				base = append(base, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%min(tt.zones, 3)), true))
 			}

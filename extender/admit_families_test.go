@@ -23,7 +23,7 @@ func TestAdmitFamilies(t *testing.T) {
 		v6only
 		dual
 	)
-	withFamilies := func(n *corev1.Node, i, fam int) *corev1.Node {
+	withFamilies := func(n *extender.Node, i, fam int) *extender.Node {
 		if fam == v4only || fam == dual {
 			n.Annotations[extender.AnnotationCalicoIPv4] = fmt.Sprintf("10.0.0.%d/24", i)
 		}
@@ -56,7 +56,7 @@ func TestAdmitFamilies(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := admitPolicy(t, nil)
-			var nodes []*corev1.Node
+			var nodes []*extender.Node
 			for i := range 2 {
 				nodes = append(nodes, withFamilies(admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%2), true), i+1, tc.cluster))
 			}
@@ -79,7 +79,7 @@ func TestAdmitFamilies(t *testing.T) {
 			if tc.etcd {
 				planned = withFamilies(joining.DeepCopy(), 7, tc.joining)
 			}
-			full := extender.Input{Policy: p, Nodes: append(append([]*corev1.Node{}, nodes...), planned), Now: admitT0}
+			full := extender.Input{Policy: p, Nodes: append(append([]*extender.Node{}, nodes...), planned), Now: admitT0}
 			res := extender.Plan(full)
 			ineligible := false
 			for _, n := range res.Ineligible {

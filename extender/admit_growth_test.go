@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
@@ -18,15 +16,15 @@ import (
 type growth struct {
 	t      *testing.T
 	p      *policy.Resolved
-	nodes  []*corev1.Node
-	byName map[string]*corev1.Node
+	nodes  []*extender.Node
+	byName map[string]*extender.Node
 	st     *extender.AdmitState
 	now    time.Time
 	setBy  map[string]string // node -> "admission" or "plan"
 	plans  int
 }
 
-func roleLabel(p *policy.Resolved, n *corev1.Node) string {
+func roleLabel(p *policy.Resolved, n *extender.Node) string {
 	if p.IsRouteReflectorLabel(n.Labels) {
 		return "rr"
 	}
@@ -48,7 +46,7 @@ func (g *growth) replan() {
 	g.plans++
 }
 
-func (g *growth) admit(n *corev1.Node) {
+func (g *growth) admit(n *extender.Node) {
 	g.st.Now = g.now
 	a := g.st.Admit(n)
 	before := roleLabel(g.p, n)
@@ -85,7 +83,7 @@ func (g *growth) join(i int, zone string) {
 func TestAdmitDualPlaneGrowthLabelsByAdmission(t *testing.T) {
 	for _, tt := range []struct{ nodes, zones, batch int }{{3000, 3, 150}, {3000, 1, 150}, {3000, 5, 150}} {
 		t.Run(fmt.Sprintf("%d nodes in %d zones", tt.nodes, tt.zones), func(t *testing.T) {
-			g := &growth{t: t, p: policy.MustResolve(policy.Default("default")), byName: map[string]*corev1.Node{},
+			g := &growth{t: t, p: policy.MustResolve(policy.Default("default")), byName: map[string]*extender.Node{},
 				now: admitT0, setBy: map[string]string{}}
 			g.replan()
 			for i := range tt.nodes {

@@ -4,8 +4,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
 
@@ -18,9 +16,9 @@ import (
 
 // AdmitRequest is one admission of a node by the mutating webhook.
 type AdmitRequest struct {
-	Node *corev1.Node
+	Node *Node
 	// Old is the node before an UPDATE, nil for a CREATE.
-	Old *corev1.Node
+	Old *Node
 	// Now is when the node is read (the filters' grace periods, a draining mark's time).
 	Now time.Time
 	// Observe: the policy is in Observe or Paused mode; the answer says what Enforce would do
@@ -166,7 +164,7 @@ func (s *AdmitState) Decide(ni *NodeInfo, o DecideOptions) Decision {
 	return d
 }
 
-func (s *AdmitState) changes(n *corev1.Node, d *Decision) (lbl, ann map[string]*string) {
+func (s *AdmitState) changes(n *Node, d *Decision) (lbl, ann map[string]*string) {
 	if !d.Decided {
 		return nil, nil
 	}
@@ -191,7 +189,7 @@ func (s *AdmitState) Remember(a *Admission) {
 // reflector of the same zone, rack, plane and cluster ID, with the same peering. A commit keeps the
 // promotions admitted while its plan was computed only when they fill a gap its plan left; a
 // promotion the plan's own choices displace fails the commit (the plan is computed again).
-func (s *AdmitState) Replays(n *corev1.Node, at time.Time, a *Admission) bool {
+func (s *AdmitState) Replays(n *Node, at time.Time, a *Admission) bool {
 	if a.Role != AdmitRouteReflector || n == nil || n.Name != a.Node {
 		return false
 	}
@@ -209,7 +207,7 @@ func sameAdmission(a, b *Admission) bool {
 }
 
 // OwnedChanges returns the label and annotation changes that turn n's owned keys into want's.
-func OwnedChanges(rrLabelKey string, n *corev1.Node, want NodeState) (lbl, ann map[string]*string) {
+func OwnedChanges(rrLabelKey string, n *Node, want NodeState) (lbl, ann map[string]*string) {
 	return diffKeys(OwnedLabelKeys(rrLabelKey), n.Labels, want.Labels), diffKeys(ownedAnnotationKeys, n.Annotations, want.Annotations)
 }
 

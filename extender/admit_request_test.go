@@ -20,7 +20,7 @@ func TestAdmitRequestDecidesOnceAndRemembers(t *testing.T) {
 	p := admitPolicy(t, nil)
 	in := extender.Input{Policy: p, Now: admitT0}
 	st := extender.NewAdmitState(in, extender.Plan(in))
-	req := func(n *corev1.Node, o extender.DecideOptions) extender.AdmitAnswer {
+	req := func(n *extender.Node, o extender.DecideOptions) extender.AdmitAnswer {
 		return extender.AdmitNodeRequest(p, extender.AdmitRequest{Node: n, Now: admitT0, State: st, Decide: o})
 	}
 	n := admitNode(1, "zone-a", true)
@@ -60,7 +60,7 @@ func TestReplays(t *testing.T) {
 		s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: &rack}
 	})
 	now := admitT0.Add(time.Hour)
-	var base []*corev1.Node
+	var base []*extender.Node
 	for i := range 60 { // three zones of full racks
 		base = append(base, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
 	}
@@ -68,7 +68,7 @@ func TestReplays(t *testing.T) {
 	for i, st := range res.Nodes {
 		applyState(p, base[i], st)
 	}
-	stateOf := func(nodes ...*corev1.Node) *extender.AdmitState {
+	stateOf := func(nodes ...*extender.Node) *extender.AdmitState {
 		in := extender.Input{Policy: p, Nodes: append(slices.Clone(base), nodes...), Now: now}
 		return extender.NewAdmitState(in, extender.Plan(in))
 	}

@@ -19,12 +19,12 @@ import (
 
 var admitT0 = time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 
-func admitNode(i int, zone string, ready bool) *corev1.Node {
+func admitNode(i int, zone string, ready bool) *extender.Node {
 	n := nodetest.New(fmt.Sprintf("node-%04d", i), nodetest.Zone(zone), nodetest.Created(admitT0.Add(time.Duration(i)*time.Second)))
 	if !ready {
 		nodetest.NotReady(n)
 	}
-	return n
+	return extender.FromNode(n)
 }
 
 // admitPolicy is the default policy changed by mut, in MultiCluster unless mut names another
@@ -42,7 +42,7 @@ func admitPolicy(t testing.TB, mut func(*v1alpha1.RouteReflectorPolicySpec)) *po
 }
 
 // applyState writes a NodeState's owned keys onto a node.
-func applyState(p *policy.Resolved, n *corev1.Node, st extender.NodeState) {
+func applyState(p *policy.Resolved, n *extender.Node, st extender.NodeState) {
 	for _, k := range extender.OwnedLabelKeys(p.RRLabelKey) {
 		delete(n.Labels, k)
 	}
@@ -57,7 +57,7 @@ func applyState(p *policy.Resolved, n *corev1.Node, st extender.NodeState) {
 	}
 }
 
-func rrOf(p *policy.Resolved, n *corev1.Node) (string, bool) {
+func rrOf(p *policy.Resolved, n *extender.Node) (string, bool) {
 	if !p.IsRouteReflectorLabel(n.Labels) {
 		return "", false
 	}
@@ -66,7 +66,7 @@ func rrOf(p *policy.Resolved, n *corev1.Node) (string, bool) {
 }
 
 // joinAll admits nodes one at a time onto the state of a plan of base, applying each decision.
-func joinAll(t *testing.T, p *policy.Resolved, base, joining []*corev1.Node) (*extender.AdmitState, []*corev1.Node) {
+func joinAll(t *testing.T, p *policy.Resolved, base, joining []*extender.Node) (*extender.AdmitState, []*extender.Node) {
 	t.Helper()
 	in := extender.Input{Policy: p, Nodes: base, Now: admitT0.Add(time.Hour)}
 	st := extender.NewAdmitState(in, extender.Plan(in))
@@ -84,7 +84,7 @@ func joinAll(t *testing.T, p *policy.Resolved, base, joining []*corev1.Node) (*e
 
 func TestAdmitEmptyClusterPromotesOnePerZone(t *testing.T) {
 	p := admitPolicy(t, nil)
-	var joining []*corev1.Node
+	var joining []*extender.Node
 	for i := range 30 {
 		joining = append(joining, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
 	}
@@ -110,7 +110,7 @@ func TestAdmitEmptyClusterPromotesOnePerZone(t *testing.T) {
 }
 
 // assertNoOvershoot checks that a full plan keeps every admitted route reflector and its cluster ID.
-func assertNoOvershoot(t *testing.T, p *policy.Resolved, nodes []*corev1.Node, res *extender.Result) {
+func assertNoOvershoot(t *testing.T, p *policy.Resolved, nodes []*extender.Node, res *extender.Result) {
 	t.Helper()
 	planned := map[string]extender.RouteReflector{}
 	for _, rr := range res.RouteReflectors {
@@ -153,7 +153,7 @@ func TestAdmitBurstNeverOvershoots(t *testing.T) {
 			p := admitPolicy(t, tc.mut)
 			for seed := range uint64(5) {
 				rng := rand.New(rand.NewPCG(seed, 1))
-				var base, joining []*corev1.Node
+				var base, joining []*extender.Node
 				for i := range 240 {
 					n := admitNode(i, fmt.Sprintf("zone-%c", 'a'+rng.IntN(3)), true)
 					if i < 40 {
@@ -231,7 +231,7 @@ func TestAdmitIneligibleAndReadiness(t *testing.T) {
 
 func TestAdmitKnownNodeAnswersFromPlan(t *testing.T) {
 	p := admitPolicy(t, nil)
-	var nodes []*corev1.Node
+	var nodes []*extender.Node
 	for i := range 12 {
 		nodes = append(nodes, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
 	}
@@ -252,7 +252,7 @@ func TestAdmitSingleClusterZoneIDs(t *testing.T) {
 		s.Topology = &v1alpha1.Topology{Type: v1alpha1.SingleCluster}
 		s.MinRouteReflectors = ptr(int32(2))
 	})
-	var joining []*corev1.Node
+	var joining []*extender.Node
 	for i := range 12 {
 		joining = append(joining, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%2), true))
 	}
@@ -286,7 +286,7 @@ func ptr[T any](v T) *T { return &v }
 
 func BenchmarkAdmit5000(b *testing.B) {
 	p := admitPolicy(b, nil)
-	var nodes []*corev1.Node
+	var nodes []*extender.Node
 	for i := range 5000 {
 		nodes = append(nodes, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
 	}
@@ -306,7 +306,7 @@ func BenchmarkAdmit5000(b *testing.B) {
 // watch lags).
 func TestCalicoNodeRegistered(t *testing.T) {
 	p := admitPolicy(t, nil)
-	var nodes []*corev1.Node
+	var nodes []*extender.Node
 	for i := range 12 {
 		nodes = append(nodes, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // joining returns a node created at created that has not reported Ready yet.
-func joining(name, zone string, created time.Time) *corev1.Node {
+func joining(name, zone string, created time.Time) *Node {
 	n := node(name, zone, 0, notReady)
 	n.CreationTimestamp = metav1.NewTime(created)
 	return n
@@ -36,7 +36,7 @@ func TestAwaitedZoneKeepsItsShare(t *testing.T) {
 	p := resolve(t, v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{ClusterIDs: v1alpha1.PerRouteReflector}})
 	now := t0.Add(time.Hour)
 	created := now.Add(-10 * time.Second)
-	nodes := []*corev1.Node{
+	nodes := []*Node{
 		node("c-1", "zone-c", 0), node("c-2", "zone-c", 0), node("c-3", "zone-c", 0),
 		joining("a-1", "zone-a", created), joining("b-1", "zone-b", created),
 	}
@@ -82,7 +82,7 @@ func TestJoinOrderMovesNoRole(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 1))
 			now := t0.Add(time.Hour)
-			var nodes []*corev1.Node
+			var nodes []*Node
 			for i := range 9 {
 				nodes = append(nodes, joining(fmt.Sprintf("node-%d", i), fmt.Sprintf("zone-%c", 'a'+i%3), now))
 			}

@@ -209,10 +209,10 @@ func runChurn(t *testing.T, top *v1alpha1.Topology, events, maxNodes int, seed u
 }
 
 // churnEvent applies one random event to the cluster and says what it was.
-func churnEvent(rng *rand.Rand, p *policy.Resolved, nodes *[]*corev1.Node, next *int, maxNodes int, now time.Time) (kind, target string, isRR bool) {
+func churnEvent(rng *rand.Rand, p *policy.Resolved, nodes *[]*Node, next *int, maxNodes int, now time.Time) (kind, target string, isRR bool) {
 	ns := *nodes
-	pick := func() *corev1.Node { return ns[rng.IntN(len(ns))] }
-	isRRNode := func(n *corev1.Node) bool { _, ok := n.Annotations[AnnotationClusterID]; return ok }
+	pick := func() *Node { return ns[rng.IntN(len(ns))] }
+	isRRNode := func(n *Node) bool { _, ok := n.Annotations[AnnotationClusterID]; return ok }
 	switch k := rng.IntN(100); {
 	case k < 20 && len(ns) < maxNodes:
 		n := node(fmt.Sprintf("node-%05d", *next), fmt.Sprintf("zone-%c", 'a'+rng.IntN(3)), int(now.Sub(t0).Minutes()))
@@ -221,7 +221,7 @@ func churnEvent(rng *rand.Rand, p *policy.Resolved, nodes *[]*corev1.Node, next 
 		return "join", n.Name, false
 	case k < 35 && len(ns) > 10:
 		n := pick()
-		*nodes = slices.DeleteFunc(ns, func(x *corev1.Node) bool { return x == n })
+		*nodes = slices.DeleteFunc(ns, func(x *Node) bool { return x == n })
 		return "delete", n.Name, isRRNode(n)
 	case k < 50:
 		n := pick()
@@ -235,7 +235,7 @@ func churnEvent(rng *rand.Rand, p *policy.Resolved, nodes *[]*corev1.Node, next 
 		n := pick()
 		rr := isRRNode(n)
 		if IsReady(n) {
-			notReady(n)
+			with(n, notReady)
 			return "NotReady", n.Name, rr
 		}
 		n.Status.Conditions[0].Status = corev1.ConditionTrue
@@ -276,7 +276,7 @@ func churnEvent(rng *rand.Rand, p *policy.Resolved, nodes *[]*corev1.Node, next 
 		return "zone relabel", n.Name, isRRNode(n)
 	case k < 94:
 		// A spine member (the holder of the policy's first cluster ID), else any route reflector.
-		var rrs []*corev1.Node
+		var rrs []*Node
 		for _, n := range ns {
 			if isRRNode(n) && n.Annotations[AnnotationClusterID] == policy.ClusterIDString(p.BaseClusterID) {
 				rrs = append(rrs, n)
@@ -294,7 +294,7 @@ func churnEvent(rng *rand.Rand, p *policy.Resolved, nodes *[]*corev1.Node, next 
 		}
 		n := rrs[rng.IntN(len(rrs))]
 		if rng.IntN(2) == 0 {
-			*nodes = slices.DeleteFunc(ns, func(x *corev1.Node) bool { return x == n })
+			*nodes = slices.DeleteFunc(ns, func(x *Node) bool { return x == n })
 			return "delete spine member", n.Name, true
 		}
 		n.Spec.Unschedulable = true

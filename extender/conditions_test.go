@@ -49,11 +49,11 @@ func TestNotReadyGracePeriod(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(string(p.Topology)+"/"+tt.name, func(t *testing.T) {
-				nodes := make([]*corev1.Node, len(base))
+				nodes := make([]*Node, len(base))
 				for i, n := range base {
 					nodes[i] = n.DeepCopy()
 					if n.Name == rr {
-						notReadyFor(now, tt.down)(nodes[i])
+						with(nodes[i], notReadyFor(now, tt.down))
 					}
 				}
 				res := Plan(Input{Policy: p, Nodes: nodes, Now: now})
@@ -115,7 +115,7 @@ func TestReadyAgainTakesRoleBack(t *testing.T) {
 			nodes := cluster(30, 3)
 			apply(p, nodes, Plan(Input{Policy: p, Nodes: nodes, Now: now}))
 			before := rrNames(Plan(Input{Policy: p, Nodes: nodes, Now: now}))
-			var rr *corev1.Node
+			var rr *Node
 			for _, n := range nodes {
 				if r, ok := before[n.Name]; ok && !r.Spine {
 					rr = n
@@ -123,7 +123,7 @@ func TestReadyAgainTakesRoleBack(t *testing.T) {
 				}
 			}
 			plane := rr.Annotations[AnnotationPlane]
-			notReadyFor(now, 90*time.Second)(rr)
+			with(rr, notReadyFor(now, 90*time.Second))
 			res := Plan(Input{Policy: p, Nodes: nodes, Now: now})
 			apply(p, nodes, res)
 			require.True(t, rrNames(res)[rr.Name].Draining, "NotReady past the grace period: draining")

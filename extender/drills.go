@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 // Drill kinds.
@@ -210,8 +208,8 @@ func keptPlaces(stable, fresh *Result) map[string]bool {
 // withoutRoles copies the input's nodes (only those in names, unless names is nil) without the
 // route reflector role, its plane and its handover marks (racks stay: they are where a node is,
 // not what it does): with nil, the nodes a fresh plan would see.
-func withoutRoles(in Input, names map[string]bool) []*corev1.Node {
-	out := make([]*corev1.Node, len(in.Nodes))
+func withoutRoles(in Input, names map[string]bool) []*Node {
+	out := make([]*Node, len(in.Nodes))
 	for i, n := range in.Nodes {
 		out[i] = n
 		if n == nil || names != nil && !names[n.Name] {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -34,7 +32,8 @@ func TestDualPlaneDefaultLayout(t *testing.T) {
 			if tt.nodes > 5000 && testing.Short() {
 				t.Skip("-short")
 			}
-			nodes, err := nodesource.Simulate(tt.nodes, tt.zones)
+			sim, err := nodesource.Simulate(tt.nodes, tt.zones)
+			nodes := extender.FromNodes(sim)
 			require.NoError(t, err)
 			in := extender.Input{Policy: p, Nodes: nodes, Now: nodesource.SimulationStart.Add(time.Hour)}
 			res := extender.Plan(in)
@@ -63,7 +62,8 @@ func TestDualPlaneDefaultLayout(t *testing.T) {
 // single route reflector.
 func TestDualPlaneInvariantsCatchBrokenWiring(t *testing.T) {
 	p := policy.MustResolve(policy.Default("default"))
-	nodes, err := nodesource.Simulate(1500, 3) // racks and a spine (300 nodes are one rack)
+	sim, err := nodesource.Simulate(1500, 3) // racks and a spine (300 nodes are one rack)
+	nodes := extender.FromNodes(sim)
 	require.NoError(t, err)
 	res := extender.Plan(extender.Input{Policy: p, Nodes: nodes, Now: nodesource.SimulationStart})
 	require.Empty(t, extender.CheckInvariants(p, nodes, res))
@@ -112,7 +112,8 @@ func TestZoneRacks(t *testing.T) {
 // route reflectors in MultiCluster, smaller racks in Hierarchical) and says Degraded when
 // maxRouteReflectors or the zones leave no way to keep it; unset, the seed's tables stand.
 func TestMaxClientsPerRouteReflector(t *testing.T) {
-	nodes, err := nodesource.Simulate(2000, 3)
+	sim, err := nodesource.Simulate(2000, 3)
+	nodes := extender.FromNodes(sim)
 	require.NoError(t, err)
 	tests := []struct {
 		name     string
@@ -156,7 +157,7 @@ func TestDualPlaneAdmissionAgreesWithThePlan(t *testing.T) {
 		pol.Spec.Topology = &v1alpha1.Topology{MaxRackSize: ptr(int32(40))}
 		return pol
 	}())
-	var base, joining []*corev1.Node
+	var base, joining []*extender.Node
 	for i := range 150 {
 		base = append(base, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), true))
 	}

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
 
@@ -92,7 +90,7 @@ func parseAddress(s string) (netip.Addr, bool) {
 }
 
 // NodeFamilies returns the families of a node (FamiliesOf its annotations).
-func NodeFamilies(n *corev1.Node) Families { return FamiliesOf(n.Annotations) }
+func NodeFamilies(n *Node) Families { return FamiliesOf(n.Annotations) }
 
 // CalicoAddresses are a node's Calico BGP addresses ("addr/len" or a bare address, "" for none):
 // with the Kubernetes datastore, the projectcalico.org/IPv4Address and IPv6Address annotations
@@ -101,7 +99,7 @@ func NodeFamilies(n *corev1.Node) Families { return FamiliesOf(n.Annotations) }
 type CalicoAddresses struct{ IPv4, IPv6 string }
 
 // HasCalicoAddress reports whether a node carries a Calico address annotation (non-empty).
-func HasCalicoAddress(n *corev1.Node) bool {
+func HasCalicoAddress(n *Node) bool {
 	return strings.TrimSpace(n.Annotations[AnnotationCalicoIPv4]) != "" || strings.TrimSpace(n.Annotations[AnnotationCalicoIPv6]) != ""
 }
 
@@ -111,7 +109,7 @@ func HasCalicoAddress(n *corev1.Node) bool {
 // projectcalico.org annotations, so that FamiliesOf reads an etcd datastore's node as it reads a
 // KDD one. The copy is a view: its annotations are never written (the product patches owned keys
 // only).
-func (a CalicoAddresses) OnNode(n *corev1.Node) *corev1.Node {
+func (a CalicoAddresses) OnNode(n *Node) *Node {
 	if n == nil || a == (CalicoAddresses{}) || HasCalicoAddress(n) {
 		return n
 	}
@@ -131,7 +129,7 @@ func (a CalicoAddresses) OnNode(n *corev1.Node) *corev1.Node {
 
 // WithCalicoAddresses returns the nodes with their Calico addresses from addrs (by node name) on
 // them (CalicoAddresses.OnNode); nodes is returned as it is when addrs changes none of them.
-func WithCalicoAddresses(nodes []*corev1.Node, addrs map[string]CalicoAddresses) []*corev1.Node {
+func WithCalicoAddresses(nodes []*Node, addrs map[string]CalicoAddresses) []*Node {
 	if len(addrs) == 0 {
 		return nodes
 	}

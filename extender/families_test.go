@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -62,7 +61,7 @@ func TestAddressFamiliesFilter(t *testing.T) {
 func TestPlanFamilies(t *testing.T) {
 	p := policy.MustResolve(policy.Default("default"))
 	t.Run("IPv4-only nodes: no filter, as before", func(t *testing.T) {
-		var nodes []*corev1.Node
+		var nodes []*Node
 		for i := range 12 {
 			nodes = append(nodes, node(fmt.Sprintf("n%02d", i), fmt.Sprintf("z%d", i%3), i, v4(i+1)))
 		}
@@ -71,7 +70,7 @@ func TestPlanFamilies(t *testing.T) {
 		assert.False(t, res.Summary.Degraded)
 	})
 	t.Run("IPv6-only nodes: no filter", func(t *testing.T) {
-		var nodes []*corev1.Node
+		var nodes []*Node
 		for i := range 12 {
 			nodes = append(nodes, node(fmt.Sprintf("n%02d", i), fmt.Sprintf("z%d", i%3), i, v6(i+1)))
 		}
@@ -80,7 +79,7 @@ func TestPlanFamilies(t *testing.T) {
 		assert.False(t, res.Summary.Degraded)
 	})
 	t.Run("mixed: the oldest nodes are IPv4-only, the route reflectors dual-stack", func(t *testing.T) {
-		var nodes []*corev1.Node
+		var nodes []*Node
 		for i := range 12 {
 			opts := []nodeOpt{v4(i + 1)}
 			if i >= 6 {
@@ -101,7 +100,7 @@ func TestPlanFamilies(t *testing.T) {
 	t.Run("IPv6-only clients of IPv4-only route reflectors: Degraded", func(t *testing.T) {
 		// The current route reflectors are IPv4-only and no node has both families: none is
 		// eligible, the current ones stay (draining) and their IPv6-only clients have no IPv6 routes.
-		var nodes []*corev1.Node
+		var nodes []*Node
 		for i := range 9 {
 			opts := []nodeOpt{v6(i + 1)}
 			if i < 3 {
@@ -141,7 +140,7 @@ func TestCalicoAddressesOnNode(t *testing.T) {
 	kdd := node("kdd", "z0", 1, v4(1))
 	assert.Same(t, kdd, both.OnNode(kdd), "Calico's annotations on the node win")
 
-	nodes := []*corev1.Node{bare, kdd}
+	nodes := []*Node{bare, kdd}
 	same := WithCalicoAddresses(nodes, map[string]CalicoAddresses{"kdd": both, "other": both})
 	assert.Same(t, &nodes[0], &same[0], "nothing changed: the same slice")
 	out := WithCalicoAddresses(nodes, map[string]CalicoAddresses{"bare": {IPv4: "10.1.0.1/24"}})
@@ -153,7 +152,7 @@ func TestCalicoAddressesOnNode(t *testing.T) {
 	// dual-stack; their Kubernetes Nodes carry no Calico address. With the addresses on them the
 	// route reflectors are dual-stack; without, every node counts as IPv4 and the oldest are taken.
 	p := policy.MustResolve(policy.Default("default"))
-	var kube []*corev1.Node
+	var kube []*Node
 	addrs := map[string]CalicoAddresses{}
 	for i := range 12 {
 		name := fmt.Sprintf("n%02d", i)
@@ -235,7 +234,7 @@ func TestSafestReadsFamilyDrills(t *testing.T) {
 		{"fails family-blind: handed over, as before", []Drill{{Kind: DrillZone, Name: "z0", MissingPairs: 5}}, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var nodes []*corev1.Node
+			var nodes []*Node
 			for i := range 9 {
 				opts := []nodeOpt{v4(i + 1), v6(i + 1)}
 				if i >= 6 {

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -14,8 +13,8 @@ import (
 )
 
 // pool returns n Ready nodes named <prefix>-NN labelled pool=<prefix>, over three zones.
-func pool(prefix string, n int) []*corev1.Node {
-	out := make([]*corev1.Node, n)
+func pool(prefix string, n int) []*Node {
+	out := make([]*Node, n)
 	for i := range out {
 		out[i] = node(fmt.Sprintf("%s-%02d", prefix, i), fmt.Sprintf("zone-%c", 'a'+i%3), i, label("pool", prefix))
 	}
@@ -60,7 +59,7 @@ func TestClusterIDsUniqueAcrossPolicies(t *testing.T) {
 			a, b := pool("a", 24), pool("b", 24)
 			pa, pb := poolPolicy(t, "a", topo), poolPolicy(t, "b", topo)
 			all := slices.Concat(a, b)
-			planWith := func(p *policy.Resolved, own []*corev1.Node, foreign bool) *Result {
+			planWith := func(p *policy.Resolved, own []*Node, foreign bool) *Result {
 				in := Input{Policy: p, Nodes: all, Now: t0.Add(24 * 3600e9)}
 				if foreign {
 					in.ForeignClusterIDs = ForeignClusterIDs(all, own)

@@ -100,8 +100,8 @@ func fuzzPolicy(topo, groups, redundancy, minRR, maxRR, flags uint8) *v1alpha1.R
 	return p
 }
 
-func fuzzNodes(rng *rand.Rand, n, zones int) []*corev1.Node {
-	out := make([]*corev1.Node, n)
+func fuzzNodes(rng *rand.Rand, n, zones int) []*Node {
+	out := make([]*Node, n)
 	for i := range out {
 		zone := fmt.Sprintf("zone-%c", 'a'+rng.IntN(zones))
 		if rng.IntN(20) == 0 {
@@ -115,25 +115,25 @@ func fuzzNodes(rng *rand.Rand, n, zones int) []*corev1.Node {
 
 // mutate gives a node a random condition: mostly healthy, sometimes NotReady, cordoned,
 // forbidden, preferred, tainted or in a rack.
-func mutate(rng *rand.Rand, n *corev1.Node) {
+func mutate(rng *rand.Rand, n *Node) {
 	switch rng.IntN(14) {
 	case 0:
-		notReady(n)
+		with(n, notReady)
 	case 1:
-		cordoned(n)
+		with(n, cordoned)
 	case 2:
 		n.Labels["no-rr"] = "true"
 	case 3:
 		n.Labels["rr"] = "preferred"
 	case 4:
-		deleting(n)
+		with(n, deleting)
 	case 5:
 		n.Labels["rack"] = fmt.Sprintf("r%d", rng.IntN(4))
 	}
 }
 
 // churn changes a few nodes: conditions flip, labels change, nodes leave and join.
-func churn(rng *rand.Rand, nodes []*corev1.Node, now time.Time) {
+func churn(rng *rand.Rand, nodes []*Node, now time.Time) {
 	// Now and then a whole zone goes NotReady, comes back, or a node moves to another zone.
 	z := fmt.Sprintf("zone-%c", 'a'+rng.IntN(3))
 	switch rng.IntN(8) {

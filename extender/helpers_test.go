@@ -17,8 +17,8 @@ var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 type nodeOpt = nodetest.Opt
 
 // node is a Ready node of zone (none when zone is empty) created age minutes after t0.
-func node(name, zone string, age int, opts ...nodeOpt) *corev1.Node {
-	return nodetest.New(name, append([]nodeOpt{nodetest.Zone(zone), nodetest.Created(t0.Add(time.Duration(age) * time.Minute))}, opts...)...)
+func node(name, zone string, age int, opts ...nodeOpt) *Node {
+	return FromNode(nodetest.New(name, append([]nodeOpt{nodetest.Zone(zone), nodetest.Created(t0.Add(time.Duration(age) * time.Minute))}, opts...)...))
 }
 
 var (
@@ -39,8 +39,8 @@ func asRR(id string) nodeOpt {
 }
 
 // cluster returns n Ready nodes spread round-robin over zones, one minute apart.
-func cluster(n, zones int, opts ...nodeOpt) []*corev1.Node {
-	return nodetest.Cluster(n, zones, t0, time.Minute, opts...)
+func cluster(n, zones int, opts ...nodeOpt) []*Node {
+	return FromNodes(nodetest.Cluster(n, zones, t0, time.Minute, opts...))
 }
 
 // resolve resolves a policy with spec. A spec that names no topology type gets MultiCluster: the
@@ -65,13 +65,13 @@ func resolve(t testing.TB, spec v1alpha1.RouteReflectorPolicySpec) *policy.Resol
 
 func i32(v int32) *int32 { return &v }
 
-func plan(t testing.TB, p *policy.Resolved, nodes []*corev1.Node) *Result {
+func plan(t testing.TB, p *policy.Resolved, nodes []*Node) *Result {
 	t.Helper()
 	return Plan(Input{Policy: p, Nodes: nodes, Now: t0.Add(24 * time.Hour)})
 }
 
 // apply writes a plan's owned labels and annotations onto the nodes, as the reconciler would.
-func apply(p *policy.Resolved, nodes []*corev1.Node, r *Result) {
+func apply(p *policy.Resolved, nodes []*Node, r *Result) {
 	want := map[string]NodeState{}
 	for _, s := range r.Nodes {
 		want[s.Name] = s
@@ -102,4 +102,17 @@ func rrNames(r *Result) map[string]RouteReflector {
 		m[rr.Node] = rr
 	}
 	return m
+}
+
+// with applies node options (nodetest's, written for corev1.Node) to a record in place.
+func with(n *Node, opts ...nodeOpt) {
+	c := &corev1.Node{}
+	c.Name, c.UID, c.ResourceVersion, c.Generation = n.Name, n.UID, n.ResourceVersion, n.Generation
+	c.CreationTimestamp, c.DeletionTimestamp, c.Labels, c.Annotations = n.CreationTimestamp, n.DeletionTimestamp, n.Labels, n.Annotations
+	c.Spec.Unschedulable, c.Spec.Taints = n.Spec.Unschedulable, n.Spec.Taints
+	c.Status.Conditions, c.Status.Addresses = n.Status.Conditions, n.Status.Addresses
+	for _, o := range opts {
+		o(c)
+	}
+	*n = *FromNode(c)
 }

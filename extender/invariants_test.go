@@ -4,17 +4,15 @@ import (
 	"fmt"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // checkInvariants returns every violated plan invariant; the unit tests and the fuzz test share it.
-func checkInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []string {
+func checkInvariants(p *policy.Resolved, nodes []*Node, r *Result) []string {
 	var bad []string
 	fail := func(f string, a ...any) { bad = append(bad, fmt.Sprintf(f, a...)) }
-	byName := map[string]*corev1.Node{}
+	byName := map[string]*Node{}
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
@@ -166,7 +164,7 @@ func checkInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []stri
 // maxRackSize; and the graph model (when the test binary wires it, see ModelDrills) finds every
 // route with all nodes up and, with two planes or more and a plan that is not Degraded, after the
 // loss of any zone and after the loss of any route reflector.
-func dualPlaneInvariants(p *policy.Resolved, nodes []*corev1.Node, r *Result) []string {
+func dualPlaneInvariants(p *policy.Resolved, nodes []*Node, r *Result) []string {
 	var bad []string
 	fail := func(f string, a ...any) { bad = append(bad, fmt.Sprintf(f, a...)) }
 	degraded := len(r.Conditions) > 0

@@ -19,14 +19,14 @@ import (
 type life struct {
 	t     *testing.T
 	p     *policy.Resolved
-	nodes []*corev1.Node
+	nodes []*Node
 	now   time.Time
 	recs  []Recommendation
 	res   *Result
 	bgp   map[string]BGPHealth // the leader's BGP health records (Input.BGPHealth)
 }
 
-func newLife(t *testing.T, p *policy.Resolved, nodes []*corev1.Node) *life {
+func newLife(t *testing.T, p *policy.Resolved, nodes []*Node) *life {
 	t.Helper()
 	require.NotNil(t, PlanDrills, "the graph model's drills are wired by model_hook_test.go")
 	l := &life{t: t, p: p, nodes: nodes, now: t0.Add(240 * time.Hour)}
@@ -59,8 +59,8 @@ func (l *life) settle(d time.Duration, n int) {
 	}
 }
 
-func (l *life) node(name string) *corev1.Node {
-	i := slices.IndexFunc(l.nodes, func(n *corev1.Node) bool { return n.Name == name })
+func (l *life) node(name string) *Node {
+	i := slices.IndexFunc(l.nodes, func(n *Node) bool { return n.Name == name })
 	require.GreaterOrEqual(l.t, i, 0, name)
 	return l.nodes[i]
 }
@@ -89,7 +89,7 @@ func (l *life) requireSafe(what string) {
 	require.NotEmpty(l.t, l.res.Drills, "%s: drills ran", what)
 }
 
-func setReady(n *corev1.Node, ready bool, at time.Time) {
+func setReady(n *Node, ready bool, at time.Time) {
 	st := corev1.ConditionFalse
 	if ready {
 		st = corev1.ConditionTrue
@@ -102,8 +102,8 @@ func setReady(n *corev1.Node, ready bool, at time.Time) {
 	}
 }
 
-func zoneNodes(nodes []*corev1.Node, zone string) []*corev1.Node {
-	var out []*corev1.Node
+func zoneNodes(nodes []*Node, zone string) []*Node {
+	var out []*Node
 	for _, n := range nodes {
 		if n.Labels[corev1.LabelTopologyZone] == zone {
 			out = append(out, n)
@@ -143,7 +143,7 @@ func TestLifeSpineReplacementPrefersAnotherZone(t *testing.T) {
 	spec := dualSpec(50)
 	spec.ForbiddenNodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"no-rr": "true"}}
 	p := resolve(t, spec)
-	var nodes []*corev1.Node
+	var nodes []*Node
 	for i := range 200 {
 		zone := []string{"zone-a", "zone-a", "zone-b", "zone-c"}[i%4]
 		n := node(fmt.Sprintf("node-%05d", i+1), zone, i)
@@ -164,7 +164,7 @@ func TestLifeSpineReplacementPrefersAnotherZone(t *testing.T) {
 	l.requireSafe("fresh")
 	for plane := 1; plane <= 2; plane++ {
 		gone := l.spine()[plane].Node
-		l.nodes = slices.DeleteFunc(l.nodes, func(n *corev1.Node) bool { return n.Name == gone })
+		l.nodes = slices.DeleteFunc(l.nodes, func(n *Node) bool { return n.Name == gone })
 		l.settle(time.Minute, 10)
 		l.requireSafe("spine member " + gone + " deleted")
 	}

@@ -14,7 +14,7 @@ import (
 
 // NodeInfo is what the pipeline knows of one node: its facts and the state this product wrote on it.
 type NodeInfo struct {
-	Node *corev1.Node
+	Node *Node
 	Name string
 	Zone string
 	// Created is the creation time in Unix seconds.
@@ -63,7 +63,7 @@ type NodeInfo struct {
 }
 
 // NewNodeInfo reads a node under a policy.
-func NewNodeInfo(n *corev1.Node, p *policy.Resolved) *NodeInfo {
+func NewNodeInfo(n *Node, p *policy.Resolved) *NodeInfo {
 	ni := &NodeInfo{
 		Node:          n,
 		Name:          n.Name,
@@ -101,7 +101,7 @@ func NewNodeInfo(n *corev1.Node, p *policy.Resolved) *NodeInfo {
 // RouteReflectorClusterID returns the cluster ID of a node that is a route reflector of p: it
 // carries the policy's route reflector label and a valid cluster ID (draining or not). The
 // webhooks, the reconciler's status and metrics all read a node's role through it.
-func RouteReflectorClusterID(n *corev1.Node, p *policy.Resolved) (uint32, bool) {
+func RouteReflectorClusterID(n *Node, p *policy.Resolved) (uint32, bool) {
 	if !p.IsRouteReflectorLabel(n.Labels) {
 		return 0, false
 	}
@@ -109,10 +109,10 @@ func RouteReflectorClusterID(n *corev1.Node, p *policy.Resolved) (uint32, bool) 
 }
 
 // IsDraining reports whether a node carries the draining mark (its role is being handed over).
-func IsDraining(n *corev1.Node) bool { return n.Annotations[AnnotationDrainingSince] != "" }
+func IsDraining(n *Node) bool { return n.Annotations[AnnotationDrainingSince] != "" }
 
 // IsActiveRouteReflector reports whether n is a route reflector of p that is not being handed over.
-func IsActiveRouteReflector(n *corev1.Node, p *policy.Resolved) bool {
+func IsActiveRouteReflector(n *Node, p *policy.Resolved) bool {
 	_, ok := RouteReflectorClusterID(n, p)
 	return ok && !IsDraining(n)
 }
@@ -157,7 +157,7 @@ func (n *NodeInfo) awaitable(p *policy.Resolved) bool {
 	return !n.Ready && !n.Deleting && !n.Now.IsZero() && n.Now.Before(n.AwaitedUntil(p))
 }
 
-func notReadySince(n *corev1.Node) time.Time {
+func notReadySince(n *Node) time.Time {
 	for i := range n.Status.Conditions {
 		if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
 			return c.LastTransitionTime.Time
@@ -171,7 +171,7 @@ var badConditions = []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1
 
 // PressureCondition returns the first of MemoryPressure, DiskPressure, PIDPressure and
 // NetworkUnavailable that is True on n, "" when none is.
-func PressureCondition(n *corev1.Node) corev1.NodeConditionType {
+func PressureCondition(n *Node) corev1.NodeConditionType {
 	for i := range n.Status.Conditions {
 		c := &n.Status.Conditions[i]
 		if c.Status == corev1.ConditionTrue && slices.Contains(badConditions, c.Type) {
@@ -199,7 +199,7 @@ func SlimConditions(conds []corev1.NodeCondition) []corev1.NodeCondition {
 }
 
 // IsReady reports whether a node's Ready condition is True.
-func IsReady(n *corev1.Node) bool {
+func IsReady(n *Node) bool {
 	for i := range n.Status.Conditions {
 		if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

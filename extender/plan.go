@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -16,7 +14,7 @@ import (
 type Input struct {
 	Policy *policy.Resolved
 	// Nodes are the cluster's nodes; those the policy does not select are ignored.
-	Nodes []*corev1.Node
+	Nodes []*Node
 	// Now is the time of the decision (the planner never reads a clock).
 	Now time.Time
 	// Recommendations is the stabilization history returned by the previous plan.
@@ -448,7 +446,7 @@ func reservedIDs(foreign map[uint32]string, own iter.Seq2[string, uint32]) map[u
 // ForeignClusterIDs returns the cluster IDs carried by the nodes of all that are not in own (the
 // nodes of other policies, or of none), each with the smallest name of a node carrying it: the
 // ForeignClusterIDs of a policy's Input.
-func ForeignClusterIDs(all, own []*corev1.Node) map[uint32]string {
+func ForeignClusterIDs(all, own []*Node) map[uint32]string {
 	mine := make(map[string]bool, len(own))
 	for _, n := range own {
 		mine[n.Name] = true

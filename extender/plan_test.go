@@ -212,7 +212,7 @@ func TestEdgeCases(t *testing.T) {
 func TestHandover(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		change func(*corev1.Node)
+		change nodeOpt
 	}{
 		{"cordoned", cordoned},
 		{"forbidden label added", label("no-rr", "true")},
@@ -229,13 +229,13 @@ func TestHandover(t *testing.T) {
 			apply(p, nodes, r1)
 			victim := r1.RouteReflectors[0]
 			oldID := victim.ClusterID
-			var vn *corev1.Node
+			var vn *Node
 			for _, n := range nodes {
 				if n.Name == victim.Node {
 					vn = n
 				}
 			}
-			tc.change(vn)
+			with(vn, tc.change)
 
 			r2 := Plan(Input{Policy: p, Nodes: nodes, Now: now.Add(time.Minute)})
 			rr2 := rrNames(r2)
@@ -274,7 +274,7 @@ func TestHandover(t *testing.T) {
 		r1 := plan(t, p, nodes)
 		apply(p, nodes, r1)
 		victim := r1.RouteReflectors[1].Node
-		nodes = slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return n.Name == victim })
+		nodes = slices.DeleteFunc(nodes, func(n *Node) bool { return n.Name == victim })
 		r2 := plan(t, p, nodes)
 		assert.Equal(t, r1.Summary.RouteReflectors, r2.Summary.RouteReflectors)
 		assert.Empty(t, checkInvariants(p, nodes, r2))
@@ -455,7 +455,7 @@ func TestClientsNeverOnOneClusterID(t *testing.T) {
 		MinRouteReflectors: i32(8), MaxRouteReflectors: i32(8),
 		Topology: &v1alpha1.Topology{Type: v1alpha1.MultiCluster, ClusterIDs: v1alpha1.Grouped, ClusterIDGroups: i32(2), Redundancy: i32(2)},
 	})
-	nodes := []*corev1.Node{node("small-1", "", 0), node("small-2", "", 1)}
+	nodes := []*Node{node("small-1", "", 0), node("small-2", "", 1)}
 	for i := range 46 {
 		nodes = append(nodes, node(fmt.Sprintf("big-%02d", i), "zone-a", 10+i))
 	}
@@ -483,11 +483,11 @@ func TestPerRRNewIDNotHeldByDemotion(t *testing.T) {
 	})
 	nodes := cluster(30, 3)
 	// node-00001 was drained long ago (cordoned) and is due for demotion; it still carries 224.0.0.1.
-	asRR("224.0.0.1")(nodes[0])
-	annot(AnnotationDrainingSince, t0.Format(time.RFC3339))(nodes[0])
-	cordoned(nodes[0])
-	asRR("224.0.0.2")(nodes[1])
-	asRR("224.0.0.3")(nodes[2])
+	with(nodes[0], asRR("224.0.0.1"))
+	with(nodes[0], annot(AnnotationDrainingSince, t0.Format(time.RFC3339)))
+	with(nodes[0], cordoned)
+	with(nodes[1], asRR("224.0.0.2"))
+	with(nodes[2], asRR("224.0.0.3"))
 	r := plan(t, p, nodes)
 	rrs := rrNames(r)
 	if _, ok := rrs["node-00001"]; ok {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -46,7 +45,7 @@ func TestAtIsPlan(t *testing.T) {
 			// The history of a larger cluster a minute before: the window holds a higher count.
 			history := Plan(Input{Policy: p, Nodes: cluster(1500, 3), Now: start.Add(-time.Minute)}).Recommendations
 			now := start.Add(time.Minute)
-			var rrs, clients []*corev1.Node
+			var rrs, clients []*Node
 			for _, n := range nodes {
 				if _, rr := n.Labels[p.RRLabelKey]; rr {
 					rrs = append(rrs, n)
@@ -55,10 +54,10 @@ func TestAtIsPlan(t *testing.T) {
 				}
 			}
 			require.GreaterOrEqual(t, len(rrs), 3)
-			nodetest.NotReadySince(now.Add(-30 * time.Second))(rrs[0])
+			with(rrs[0], nodetest.NotReadySince(now.Add(-30*time.Second)))
 			rrs[1].Annotations[AnnotationDrainingSince] = now.Add(-3 * time.Minute).Format(time.RFC3339)
 			for i, c := range clients[:5] {
-				nodetest.NotReadySince(now.Add(-time.Duration(20*i) * time.Second))(c)
+				with(c, nodetest.NotReadySince(now.Add(-time.Duration(20*i)*time.Second)))
 			}
 			joining := node("joining", "zone-a", 0, notReady)
 			joining.CreationTimestamp.Time = now.Add(-10 * time.Second)

@@ -50,7 +50,7 @@ func bigCluster(b *testing.B, n int) *fixture {
 	}
 	f := newFixture(b, []*v1alpha1.RouteReflectorPolicy{p}, nil)
 	m, _ := f.policies.Get("default")
-	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: tNow}
+	in := extender.Input{Policy: m.Resolved, Nodes: extender.FromNodes(nodes), Now: tNow}
 	res := extender.Plan(in)
 	for i, node := range nodes {
 		st := res.Nodes[i]
@@ -148,7 +148,7 @@ func benchMutateReady(b *testing.B, nodes int) {
 func benchMutateKnownNode(b *testing.B, nodes int) {
 	f := bigCluster(b, nodes)
 	benchServe(b, Serve("mutate-v1-node", f.mutator), wantAllowed, func(i int) []byte {
-		old := realistic(f.nodes.Get(fmt.Sprintf("node-%05d", 100+i)))
+		old := realistic(f.nodes.Get(fmt.Sprintf("node-%05d", 100+i)).ToNode())
 		n := old.DeepCopy()
 		n.Labels["team"] = "x"
 		return reviewBody(b, nodeReq(b, alice, n, old))
@@ -163,7 +163,7 @@ func benchValidateRemoveRR(b *testing.B, nodes int) {
 	p.Generation = 2
 	require.NoError(b, f.policies.Store().Update(p))
 	benchServe(b, Serve("validate-v1-node", f.nodeVal), wantDenied, func(i int) []byte {
-		old := realistic(rrs[i%len(rrs)])
+		old := realistic(rrs[i%len(rrs)].ToNode())
 		n := old.DeepCopy()
 		delete(n.Labels, "calico-route-reflector")
 		return reviewBody(b, nodeReq(b, alice, n, old))
@@ -173,7 +173,7 @@ func benchValidateRemoveRR(b *testing.B, nodes int) {
 func benchValidateCordon(b *testing.B, nodes int) {
 	f := bigCluster(b, nodes)
 	benchServe(b, Serve("validate-v1-node", f.nodeVal), wantAllowed, func(i int) []byte {
-		old := realistic(f.nodes.Get(fmt.Sprintf("node-%05d", 100+i)))
+		old := realistic(f.nodes.Get(fmt.Sprintf("node-%05d", 100+i)).ToNode())
 		n := old.DeepCopy()
 		n.Spec.Unschedulable = true
 		return reviewBody(b, nodeReq(b, alice, n, old))
@@ -184,7 +184,7 @@ func benchValidateDelete(b *testing.B, nodes int) {
 	f := bigCluster(b, nodes)
 	rrs := f.nodes.RouteReflectors()
 	benchServe(b, Serve("validate-v1-node", f.nodeVal), wantAllowed, func(i int) []byte {
-		return reviewBody(b, nodeReq(b, alice, nil, realistic(rrs[i%len(rrs)])))
+		return reviewBody(b, nodeReq(b, alice, nil, realistic(rrs[i%len(rrs)].ToNode())))
 	})
 }
 

@@ -391,7 +391,7 @@ func (keptAnnotationsDecoder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator
 }
 
 // decodeNode decodes the fields of a node that the webhooks read (see StripNode).
-func decodeNode(raw []byte, what string) (*corev1.Node, error) {
+func decodeNode(raw []byte, what string) (*extender.Node, error) {
 	var s slimNode
 	if len(raw) == 0 {
 		return nil, malformedf("%s is missing", what)
@@ -400,7 +400,7 @@ func decodeNode(raw []byte, what string) (*corev1.Node, error) {
 		msg := strings.NewReplacer("webhook.slimNode", "Node", "slimNode", "Node").Replace(err.Error())
 		return nil, malformedf("%s is not a Node: %s", what, msg)
 	}
-	n := &corev1.Node{}
+	n := &extender.Node{}
 	m := &s.Metadata
 	n.Name, n.UID, n.ResourceVersion = m.Name, m.UID, m.ResourceVersion
 	n.Labels, n.Annotations = m.Labels, m.Annotations

@@ -299,7 +299,7 @@ func FuzzDecodeNode(f *testing.F) {
 		}
 		got, err := decodeNode(raw, "request.object")
 		require.NoError(t, err, "%s", raw)
-		want := &corev1.Node{}
+		want := &extender.Node{}
 		want.Name, want.UID, want.ResourceVersion, want.Labels = full.Name, full.UID, full.ResourceVersion, full.Labels
 		if full.Annotations != nil {
 			want.Annotations = map[string]string{}

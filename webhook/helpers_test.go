@@ -129,7 +129,7 @@ func (f *fixture) commit(t testing.TB) {
 // admit reads n as the mutating webhook does (the planner's filters at tNow) and asks the ledger to
 // admit it.
 func (f *fixture) admit(m state.Managed, n *corev1.Node, change state.Change) (extender.Admission, bool) {
-	ni := extender.NewNodeInfo(n, m.Resolved)
+	ni := extender.NewNodeInfo(extender.FromNode(n), m.Resolved)
 	ni.Now = tNow
 	extender.RunFilters(extender.DefaultFilters(), m.Resolved, ni)
 	return f.ledger.Admit(m, ni, change)

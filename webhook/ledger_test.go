@@ -97,15 +97,15 @@ func TestLedgerOverlayShowsAdmittedFacts(t *testing.T) {
 	m, _ := f.policies.Get("default")
 	n := mkNode("node-1", "zone-a", notReady)
 	n.ResourceVersion = ""
-	f.admit(m, n, state.Change{Object: n.DeepCopy(), Create: true})
+	f.admit(m, n, state.Change{Object: extender.FromNode(n.DeepCopy()), Create: true})
 	cached := n.DeepCopy()
 	cached.ResourceVersion = "10"
 	ready := cached.DeepCopy()
 	ready.Status.Conditions[0].Status = corev1.ConditionTrue
-	a, ok := f.admit(m, ready, state.Change{Object: ready.DeepCopy(), BaseRV: "10"})
+	a, ok := f.admit(m, ready, state.Change{Object: extender.FromNode(ready.DeepCopy()), BaseRV: "10"})
 	require.True(t, ok, "%+v", a)
 	require.Equal(t, extender.AdmitRouteReflector, a.Role, "%+v", a)
-	out, _ := f.ledger.Overlay([]*corev1.Node{cached})
+	out, _ := f.ledger.Overlay([]*extender.Node{extender.FromNode(cached)})
 	require.Len(t, out, 1, "overlay")
 	require.True(t, extender.IsReady(out[0]), "overlay: %+v", out[0])
 	require.NotEmpty(t, out[0].Annotations[extender.AnnotationClusterID], "overlay: %+v", out[0])
@@ -127,12 +127,14 @@ func TestLedgerCountsAwaitedJoiners(t *testing.T) {
 	for _, name := range []string{"a-1", "b-1"} {
 		n := mkNode(name, "zone-"+name[:1], notReady, created)
 		n.ResourceVersion = ""
-		a, ok := f.admit(m, n, state.Change{Object: n.DeepCopy(), Create: true})
+		a, ok := f.admit(m, n, state.Change{Object: extender.FromNode(n.DeepCopy()), Create: true})
 		require.False(t, ok, "%s: %+v, want no decision on an awaited node", name, a)
 		require.True(t, a.Awaited, "%s: %+v, want no decision on an awaited node", name, a)
 	}
 	require.Equal(t, 2, f.ledger.Pending(), "entries, want the two awaited joiners")
-	create := func(n *corev1.Node) state.Change { return state.Change{Object: n.DeepCopy(), Create: true} }
+	create := func(n *corev1.Node) state.Change {
+		return state.Change{Object: extender.FromNode(n.DeepCopy()), Create: true}
+	}
 	c1 := mkNode("c-1", "zone-c")
 	a, ok := f.admit(m, c1, create(c1))
 	require.True(t, ok, "c-1: %+v", a)

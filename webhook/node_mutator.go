@@ -7,7 +7,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
@@ -46,7 +45,7 @@ func (m *NodeMutator) Handle(_ context.Context, req *admissionv1.AdmissionReques
 	if node.Name == "" {
 		node.Name = req.Name
 	}
-	var old *corev1.Node
+	var old *extender.Node
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
 		if old, err = decodeNode(req.OldObject.Raw, "request.oldObject"); err != nil {
 			return nil, err
@@ -115,7 +114,7 @@ func (m *NodeMutator) now() time.Time {
 
 // wouldDo says what Enforce would do to the node, for a policy in Observe or Paused mode: the
 // webhook changes nothing then, and answers with a warning instead.
-func wouldDo(mp state.Managed, node *corev1.Node, ans *extender.AdmitAnswer) []string {
+func wouldDo(mp state.Managed, node *extender.Node, ans *extender.AdmitAnswer) []string {
 	p := mp.Resolved
 	prefix := fmt.Sprintf("policy %q is in %s mode: Enforce would ", p.Name, p.Mode)
 	switch {

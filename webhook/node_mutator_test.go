@@ -206,7 +206,7 @@ func TestNodeMutatorDryRunLeavesNoTrace(t *testing.T) {
 	req.DryRun = &yes
 	got, _ = mutate(t, f2, req, obj)
 	require.NotEmpty(t, got.Annotations[extender.AnnotationDrainingSince], "dry-run cordon: no draining mark in the answer")
-	all, _ := f2.ledger.Overlay(threeZones())
+	all, _ := f2.ledger.Overlay(extender.FromNodes(threeZones()))
 	for _, n := range all {
 		assert.Empty(t, n.Annotations[extender.AnnotationDrainingSince], "dry-run cordon assumed a draining mark on %s", n.Name)
 	}

@@ -113,7 +113,7 @@ func (v *NodeValidator) routeReflectors(mp state.Managed, skip string) map[strin
 	return out
 }
 
-func (v *NodeValidator) removal(mp state.Managed, old, node *corev1.Node) Denials {
+func (v *NodeValidator) removal(mp state.Managed, old, node *extender.Node) Denials {
 	p := mp.Resolved
 	if _, was := extender.RouteReflectorClusterID(old, p); !was {
 		return nil
@@ -244,7 +244,7 @@ func countedNames(names []string, one, many string) string {
 	return fmt.Sprintf("%d %s (%s, ...)", len(names), many, strings.Join(names[:show], ", "))
 }
 
-func (v *NodeValidator) addition(mp state.Managed, old, node *corev1.Node) Denials {
+func (v *NodeValidator) addition(mp state.Managed, old, node *extender.Node) Denials {
 	p := mp.Resolved
 	var errs Denials
 	oldID, hadID := old.Annotations[extender.AnnotationClusterID]

@@ -129,7 +129,7 @@ metadata.annotations[projectcalico.org/RouteReflectorClusterID]: Invalid value: 
 				}
 			}
 			f := newFixture(t, []*v1alpha1.RouteReflectorPolicy{mkPolicy("default", tc.spec)}, nodes)
-			old := f.nodes.Get(tc.node).DeepCopy()
+			old := f.nodes.Get(tc.node).ToNode()
 			for _, n := range nodes {
 				if n.Name == tc.node {
 					old = n.DeepCopy()

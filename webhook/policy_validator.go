@@ -78,7 +78,7 @@ func (v *PolicyValidator) costWarning(p *v1alpha1.RouteReflectorPolicy) []string
 	if pending := v.notHeld(r.LabelKeys()...); len(pending) > 0 {
 		return []string{fmt.Sprintf("route cost not computed: the node cache is listing the nodes again to keep the label keys %v; apply again in a few seconds for the figure", pending)}
 	}
-	var nodes []*corev1.Node
+	var nodes []*extender.Node
 	for _, n := range v.Nodes.List() {
 		if r.NodeSelector.Matches(labels.Set(n.Labels)) {
 			nodes = append(nodes, n)

@@ -58,7 +58,7 @@ func TestPlanAndVerifyFromEtcd(t *testing.T) {
 	require.NoError(t, err)
 	nodes, err := nodesource.Simulate(15, 3)
 	require.NoError(t, err)
-	in := extender.Input{Policy: policy.MustResolve(policy.Default("default")), Nodes: nodes, Now: time.Now()}
+	in := extender.Input{Policy: policy.MustResolve(policy.Default("default")), Nodes: extender.FromNodes(nodes), Now: time.Now()}
 	res := extender.Plan(in)
 	owned := extender.OwnedLabelKeys(in.Policy.RRLabelKey)
 	for i, n := range nodes {

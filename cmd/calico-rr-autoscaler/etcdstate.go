@@ -35,14 +35,14 @@ func readEtcd(cfg calicoetcd.Config) (*calicoetcd.State, error) {
 // etcdPlanNodes are the nodes plan reads with --datastore etcdv3: the Kubernetes Nodes of --nodes
 // (health, cordon, zones) with each one's route reflector role and BGP addresses as its Calico Node
 // in etcd carries them, or, without --nodes, the Calico Nodes themselves (Calico keeps no health: taken as Ready).
-func etcdPlanNodes(st *calicoetcd.State, kube []*corev1.Node, rrLabelKey string) []*corev1.Node {
+func etcdPlanNodes(st *calicoetcd.State, kube []*corev1.Node, rrLabelKey string) []*extender.Node {
 	if kube == nil {
-		out := make([]*corev1.Node, 0, len(st.Nodes))
+		out := make([]*extender.Node, 0, len(st.Nodes))
 		for _, n := range st.Nodes {
 			n = n.DeepCopy()
 			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 			n.CreationTimestamp = metav1.Time{}
-			out = append(out, n)
+			out = append(out, extender.FromNode(n))
 		}
 		return out
 	}
@@ -51,15 +51,15 @@ func etcdPlanNodes(st *calicoetcd.State, kube []*corev1.Node, rrLabelKey string)
 		calico[n.Name] = n
 	}
 	owned := extender.OwnedLabelKeys(rrLabelKey)
-	out := make([]*corev1.Node, 0, len(kube))
+	out := make([]*extender.Node, 0, len(kube))
 	for _, k := range kube {
 		c := calico[k.Name]
 		if c == nil {
-			out = append(out, k)
+			out = append(out, extender.FromNode(k))
 			continue
 		}
-		n := k.DeepCopy()
-		role := calicoetcd.RoleOfNode(owned, c)
+		n := extender.FromNode(k).DeepCopy()
+		role := calicoetcd.RoleOfNode(owned, extender.FromNode(c))
 		n.Labels = extender.ApplyOwned(k.Labels, owned, role.Labels)
 		id := map[string]string{}
 		if role.ClusterID != "" {
@@ -85,7 +85,7 @@ type etcdFigures struct {
 
 func etcdRouteFigures(st *calicoetcd.State) (*etcdFigures, error) {
 	f := &etcdFigures{Nodes: len(st.Nodes), BGPPeers: len(st.Peers), Mesh: st.NodeToNodeMesh()}
-	topo, err := bgpmodel.FromCluster(st.Nodes, st.Peers, corev1.LabelTopologyZone, bgpmodel.Options{NodeToNodeMesh: f.Mesh})
+	topo, err := bgpmodel.FromCluster(extender.FromNodes(st.Nodes), st.Peers, corev1.LabelTopologyZone, bgpmodel.Options{NodeToNodeMesh: f.Mesh})
 	if err != nil {
 		return nil, fmt.Errorf("route model of the state in etcd: %w", err)
 	}

@@ -83,7 +83,10 @@ func (in *planInputs) load() (extender.Input, error) {
 		if in.etcd, err = readEtcd(in.ds.etcd); err != nil {
 			return out, err
 		}
-		nodes = etcdPlanNodes(in.etcd, nodes, resolved.RRLabelKey)
+	}
+	planned := extender.FromNodes(nodes)
+	if etcd {
+		planned = etcdPlanNodes(in.etcd, nodes, resolved.RRLabelKey)
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	if in.now != "" {
@@ -93,7 +96,7 @@ func (in *planInputs) load() (extender.Input, error) {
 	}
 	// The plan is the one the reconciler would commit: it prefers a layout that survives its failure
 	// drills (the graph model's).
-	return extender.Input{Policy: resolved, Nodes: nodes, Now: now, Drills: bgpmodel.PlanDrills}, nil
+	return extender.Input{Policy: resolved, Nodes: planned, Now: now, Drills: bgpmodel.PlanDrills}, nil
 }
 
 func runPlan(args []string, stdout io.Writer) error {

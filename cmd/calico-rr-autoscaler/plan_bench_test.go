@@ -44,7 +44,7 @@ func BenchmarkPlanRoutes(b *testing.B) {
 			if l.max > 0 {
 				p.Spec.MaxRouteReflectors = &l.max
 			}
-			in := extender.Input{Policy: policy.MustResolve(p), Nodes: nodes, Now: nodesource.SimulationStart.Add(time.Hour)}
+			in := extender.Input{Policy: policy.MustResolve(p), Nodes: extender.FromNodes(nodes), Now: nodesource.SimulationStart.Add(time.Hour)}
 			b.Run(fmt.Sprintf("%s/%d/zones=%d", l.name, n, size.zones), func(b *testing.B) {
 				var f *routeFigures
 				var res *extender.Result

@@ -56,7 +56,7 @@ func TestPlanTransitionOfADeadRackRouteReflector(t *testing.T) {
 	require.NotEmpty(t, victim.Node)
 	var nodes []*corev1.Node
 	for _, n := range input.Nodes {
-		c := n.DeepCopy()
+		c := n.ToNode()
 		c.Labels = extender.ApplyOwned(c.Labels, extender.OwnedLabelKeys(input.Policy.RRLabelKey), want[c.Name].Labels)
 		c.Annotations = extender.ApplyOwned(c.Annotations, extender.OwnedAnnotationKeys(), want[c.Name].Annotations)
 		c.APIVersion, c.Kind = "v1", "Node"

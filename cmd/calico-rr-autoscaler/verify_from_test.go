@@ -46,7 +46,7 @@ func settledState(t *testing.T, n int, now string) (string, *extender.Result, st
 	require.NotEmpty(t, victim, "a route reflector of plane 1")
 	var items []any
 	for _, nd := range input.Nodes {
-		c := nd.DeepCopy()
+		c := nd.ToNode()
 		c.Labels = extender.ApplyOwned(c.Labels, extender.OwnedLabelKeys(input.Policy.RRLabelKey), want[c.Name].Labels)
 		c.Annotations = extender.ApplyOwned(c.Annotations, extender.OwnedAnnotationKeys(), want[c.Name].Annotations)
 		c.APIVersion, c.Kind = "v1", "Node"

@@ -2,7 +2,6 @@ package bgpmodel
 
 import (
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
@@ -10,7 +9,7 @@ import (
 // FromCluster builds the topology of a cluster's actual state: its nodes (labels and annotations as
 // Calico reads them; equal label sets share a map, as in FromPlan) and its BGPPeers, as the tests,
 // the tools and the reconciler's release and adoption checks read them.
-func FromCluster(nodes []*corev1.Node, peers []apiv3.BGPPeer, zoneLabel string, opts Options) (*Topology, error) {
+func FromCluster(nodes []*extender.Node, peers []apiv3.BGPPeer, zoneLabel string, opts Options) (*Topology, error) {
 	ns := make([]Node, 0, len(nodes))
 	var labelSets labelSets
 	for _, n := range nodes {

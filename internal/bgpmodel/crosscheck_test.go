@@ -11,7 +11,6 @@ import (
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/nodesource"
@@ -334,7 +333,7 @@ func dualPlanePlan(t testing.TB, n, rackSize, planes int) (extender.Input, *exte
 	require.NoError(t, errs.ToAggregate())
 	nodes, err := nodesource.Simulate(n, 3)
 	require.NoError(t, err)
-	in := extender.Input{Policy: r, Nodes: nodes, Now: nodesource.SimulationStart.Add(24 * 3600e9)}
+	in := extender.Input{Policy: r, Nodes: extender.FromNodes(nodes), Now: nodesource.SimulationStart.Add(24 * 3600e9)}
 	return in, extender.Plan(in)
 }
 
@@ -475,7 +474,7 @@ func TestFromPlanMatchesOverlay(t *testing.T) {
 	in, res, err := SamplePlan("Hierarchical", 200, 3)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(1, 1))
-	var nodes []*corev1.Node
+	var nodes []*extender.Node
 	for _, n := range in.Nodes {
 		n = n.DeepCopy()
 		if n.Annotations == nil {
@@ -499,7 +498,7 @@ func TestFromPlanMatchesOverlay(t *testing.T) {
 		in.Nodes = nodes
 		topo, err := FromPlan(in, res, Options{})
 		require.NoError(t, err)
-		byName := map[string]*corev1.Node{}
+		byName := map[string]*extender.Node{}
 		for _, n := range nodes {
 			byName[n.Name] = n
 		}

@@ -28,7 +28,7 @@ func multiPlan(t testing.TB, n, rrs int, mode v1alpha1.ClusterIDMode) (extender.
 	require.NoError(t, errs.ToAggregate())
 	nodes, err := nodesource.Simulate(n, 3)
 	require.NoError(t, err)
-	in := extender.Input{Policy: r, Nodes: nodes, Now: nodesource.SimulationStart}
+	in := extender.Input{Policy: r, Nodes: extender.FromNodes(nodes), Now: nodesource.SimulationStart}
 	return in, extender.Plan(in)
 }
 

@@ -56,6 +56,6 @@ func SamplePlan(layout string, n, zones int) (extender.Input, *extender.Result, 
 	if err != nil {
 		return extender.Input{}, nil, err
 	}
-	in := extender.Input{Policy: resolved, Nodes: nodes, Now: nodesource.SimulationStart.Add(24 * 3600e9)}
+	in := extender.Input{Policy: resolved, Nodes: extender.FromNodes(nodes), Now: nodesource.SimulationStart.Add(24 * 3600e9)}
 	return in, extender.Plan(in), nil
 }

@@ -104,7 +104,7 @@ func (t *Topology) RRClient(a, b int) bool {
 // labels and annotations where the plan's owned keys are replaced by the plan's values, and the
 // plan's BGPPeers.
 func FromPlan(in extender.Input, res *extender.Result, opts Options) (*Topology, error) {
-	var byName map[string]*corev1.Node // built when the plan's order is not the input's
+	var byName map[string]*extender.Node // built when the plan's order is not the input's
 	rrKey, zoneKey := "", corev1.LabelTopologyZone
 	if in.Policy != nil {
 		rrKey, zoneKey = in.Policy.RRLabelKey, in.Policy.ZoneLabel
@@ -115,7 +115,7 @@ func FromPlan(in extender.Input, res *extender.Result, opts Options) (*Topology,
 	var labelSets labelSets
 	next := 0 // the input node expected next
 	for _, st := range res.Nodes {
-		var n *corev1.Node
+		var n *extender.Node
 		for next < len(in.Nodes) && in.Nodes[next] == nil {
 			next++
 		}
@@ -124,7 +124,7 @@ func FromPlan(in extender.Input, res *extender.Result, opts Options) (*Topology,
 			next++
 		} else {
 			if byName == nil {
-				byName = make(map[string]*corev1.Node, len(in.Nodes))
+				byName = make(map[string]*extender.Node, len(in.Nodes))
 				for _, n := range in.Nodes {
 					if n != nil {
 						byName[n.Name] = n

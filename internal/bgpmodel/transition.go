@@ -280,7 +280,7 @@ func NewTransition(before, after *Topology, down map[string]bool) (*Transition, 
 // ClusterTransition is the transition from the cluster as it is (its nodes' labels and annotations,
 // its BGPPeers) to a plan of those nodes, the nodes that are not Ready down in every state: what
 // `plan --bgppeers` reports and the reconciler's transition step says.
-func ClusterTransition(in extender.Input, res *extender.Result, nodes []*corev1.Node, peers []apiv3.BGPPeer) (*Transition, error) {
+func ClusterTransition(in extender.Input, res *extender.Result, nodes []*extender.Node, peers []apiv3.BGPPeer) (*Transition, error) {
 	zone := corev1.LabelTopologyZone
 	if in.Policy != nil {
 		zone = in.Policy.ZoneLabel

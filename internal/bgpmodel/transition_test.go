@@ -17,13 +17,13 @@ import (
 
 // applied returns the nodes with the plan's owned labels and annotations, as the reconciler
 // writes them.
-func applied(in extender.Input, res *extender.Result) []*corev1.Node {
+func applied(in extender.Input, res *extender.Result) []*extender.Node {
 	want := map[string]extender.NodeState{}
 	for _, st := range res.Nodes {
 		want[st.Name] = st
 	}
 	lk, ak := extender.OwnedLabelKeys(in.Policy.RRLabelKey), extender.OwnedAnnotationKeys()
-	out := make([]*corev1.Node, len(in.Nodes))
+	out := make([]*extender.Node, len(in.Nodes))
 	for i, n := range in.Nodes {
 		c := n.DeepCopy()
 		if st, ok := want[n.Name]; ok {
@@ -57,7 +57,7 @@ func TestTransitionOfARackReplacement(t *testing.T) {
 			nodes, err := nodesource.Simulate(tc.nodes, tc.zones)
 			require.NoError(t, err)
 			now := nodesource.SimulationStart.Add(24 * time.Hour)
-			in := extender.Input{Policy: r, Nodes: nodes, Now: now}
+			in := extender.Input{Policy: r, Nodes: extender.FromNodes(nodes), Now: now}
 			res := extender.Plan(in)
 			for range 3 { // settle
 				in.Nodes, in.Now = applied(in, res), in.Now.Add(time.Minute)
@@ -154,7 +154,7 @@ func benchTransition65000(b *testing.B, plan bool) {
 	require.NoError(b, errs.ToAggregate())
 	nodes, err := nodesource.Simulate(65000, 3)
 	require.NoError(b, err)
-	in := extender.Input{Policy: r, Nodes: nodes, Now: nodesource.SimulationStart.Add(24 * time.Hour)}
+	in := extender.Input{Policy: r, Nodes: extender.FromNodes(nodes), Now: nodesource.SimulationStart.Add(24 * time.Hour)}
 	res := extender.Plan(in)
 	in.Nodes, in.Now = applied(in, res), in.Now.Add(time.Minute)
 	res = extender.Plan(in)

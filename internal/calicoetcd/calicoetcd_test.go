@@ -130,7 +130,7 @@ func TestStoreOnRealEtcd(t *testing.T) {
 		require.NoError(t, err)
 		want := extender.CalicoAddresses{IPv4: "10.0.0.7/24", IPv6: "fd00::7/64"}
 		require.Eventually(t, func() bool { return s.Addresses()["node-dual"] == want }, 10*time.Second, 20*time.Millisecond, "addresses %v", s.Addresses())
-		require.Equal(t, extender.FamilyIPv4|extender.FamilyIPv6, extender.NodeFamilies(calicoetcd.KubernetesShape(n)))
+		require.Equal(t, extender.FamilyIPv4|extender.FamilyIPv6, extender.NodeFamilies(extender.FromNode(calicoetcd.KubernetesShape(n))))
 		// calico-node drops the node's IPv6 address: IPv4 only.
 		cur, err := other.Client().Nodes().Get(ctx, "node-dual", options.GetOptions{})
 		require.NoError(t, err)

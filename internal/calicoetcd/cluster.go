@@ -36,7 +36,13 @@ func KubernetesShape(n *libapiv3.Node) *corev1.Node {
 	if b := n.Spec.BGP; b != nil && b.RouteReflectorClusterID != "" {
 		out.Annotations[extender.AnnotationClusterID] = b.RouteReflectorClusterID
 	}
-	return AddressesOf(n).OnNode(out)
+	if a := AddressesOf(n); a.IPv4 != "" {
+		out.Annotations[extender.AnnotationCalicoIPv4] = a.IPv4
+	}
+	if a := AddressesOf(n); a.IPv6 != "" {
+		out.Annotations[extender.AnnotationCalicoIPv6] = a.IPv6
+	}
+	return out
 }
 
 // AddressesOf returns a Calico Node's BGP addresses (spec.bgp.ipv4Address and ipv6Address): what

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	libapiv3 "github.com/projectcalico/calico/libcalico-go/lib/apis/v3"
@@ -34,7 +33,7 @@ func (r Role) Equal(o Role) bool {
 
 // RoleOfNode is the role a Kubernetes Node carries (its owned labels and the cluster ID
 // annotation): what the reconciler wrote there, and what its Calico Node must carry.
-func RoleOfNode(owned []string, n *corev1.Node) Role {
+func RoleOfNode(owned []string, n *extender.Node) Role {
 	return Role{Labels: pick(n.Labels, owned), ClusterID: n.Annotations[extender.AnnotationClusterID]}
 }
 

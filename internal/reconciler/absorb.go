@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -63,16 +62,16 @@ type marks struct {
 	overflow bool
 	// nodes: the nodes updated in a way a plan reads (NodeChanged), by name, with the object as it
 	// was before the first of those updates.
-	nodes map[string]*corev1.Node
+	nodes map[string]*extender.Node
 }
 
 // quietPlan is the last full reconcile of a policy when it left nothing to do (see quiet).
 type quietPlan struct {
 	at         time.Time
 	generation int64
-	policies   string                  // the valid policies it was planned with (policiesKey)
-	view       map[string]*corev1.Node // the policy's nodes as that reconcile read and wrote them
-	nodes      int                     // len(view), kept when the plan is retired
+	policies   string                    // the valid policies it was planned with (policiesKey)
+	view       map[string]*extender.Node // the policy's nodes as that reconcile read and wrote them
+	nodes      int                       // len(view), kept when the plan is retired
 	// retired: a full plan of the policy is under way, and the quiet plan is only its node count
 	// (absorbLimit, for the events that arrive during the plan); its view and result are dropped
 	// so that they are not live beside the new plan and its route cost (about 20 MB at 65,000
@@ -103,7 +102,7 @@ func (r *Reconciler) markFull(name string) {
 // NodeUpdated records that node old was updated in a way a plan reads (NodeChanged), for the
 // absorb step of every policy's next reconcile. The node informer's update handler calls it
 // before it queues the policies.
-func (r *Reconciler) NodeUpdated(old *corev1.Node) {
+func (r *Reconciler) NodeUpdated(old *extender.Node) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.Policies.List() {
@@ -112,7 +111,7 @@ func (r *Reconciler) NodeUpdated(old *corev1.Node) {
 			continue
 		}
 		if m.nodes == nil {
-			m.nodes = map[string]*corev1.Node{}
+			m.nodes = map[string]*extender.Node{}
 		}
 		if _, seen := m.nodes[old.Name]; !seen {
 			m.nodes[old.Name] = old
@@ -280,7 +279,7 @@ func (q *quietPlan) healthNeutral(p *policy.Resolved, health map[string]bool) bo
 // as it is until the next full plan, absorbReadiness when only a client's readiness changed
 // (then healthy says whether the node, as read here, is healthy now), else the cause of a full
 // plan.
-func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Managed, name string, before *corev1.Node, now time.Time) (cause string, healthy bool) {
+func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Managed, name string, before *extender.Node, now time.Time) (cause string, healthy bool) {
 	cur := r.Nodes.Get(name)
 	if cur == nil || r.Ledger.Unsettled(cur) {
 		return causeNodeUnsettled, false
@@ -333,7 +332,7 @@ func (r *Reconciler) absorbs(p *policy.Resolved, q *quietPlan, valid []state.Man
 
 // sameSelectors reports whether the same valid policies select a and b (the partition of the
 // nodes among policies, and the nodes outside every selector, are unchanged).
-func sameSelectors(valid []state.Managed, a, b *corev1.Node) bool {
+func sameSelectors(valid []state.Managed, a, b *extender.Node) bool {
 	for _, m := range valid {
 		if m.Resolved.NodeSelector.Matches(labels.Set(a.Labels)) != m.Resolved.NodeSelector.Matches(labels.Set(b.Labels)) {
 			return false

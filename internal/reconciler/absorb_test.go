@@ -114,7 +114,7 @@ func (h *harness) aClient(zone string) string {
 	h.t.Helper()
 	rrs := h.rrs()
 	nodes := h.r.Nodes.List()
-	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(nodes, func(a, b *extender.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
 		if _, rr := rrs[n.Name]; !rr && (zone == "" || n.Labels["topology.kubernetes.io/zone"] == zone) {
 			return n.Name
@@ -273,7 +273,7 @@ func TestAbsorbNeedsAQuietRecentPlan(t *testing.T) {
 		h := quietHarness(t, 30, nil)
 		for i := range maxAbsorbed + 1 {
 			n := node(fmt.Sprintf("other-%03d", i), "zone-a", 0)
-			h.r.NodeUpdated(n)
+			h.r.NodeUpdated(extender.FromNode(n))
 		}
 		cause, _ := h.event(h.aClient(""), cordon)
 		require.Equal(t, causeTooManyNodes, cause)
@@ -371,7 +371,7 @@ func firstKey(m map[string]string) string {
 
 func TestAbsorbLimit(t *testing.T) {
 	view := func(n int) *quietPlan {
-		q := &quietPlan{view: map[string]*corev1.Node{}, nodes: n}
+		q := &quietPlan{view: map[string]*extender.Node{}, nodes: n}
 		for i := range n {
 			q.view[fmt.Sprint(i)] = nil
 		}

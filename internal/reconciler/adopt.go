@@ -183,21 +183,21 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 }
 
 // clusterNodes are the cluster's nodes as this reconcile knows them: the policy's from the view.
-func clusterNodes(st *State, all []*corev1.Node) []*corev1.Node {
-	out := make([]*corev1.Node, 0, len(all))
+func clusterNodes(st *State, all []*extender.Node) []*extender.Node {
+	out := make([]*extender.Node, 0, len(all))
 	for _, n := range all {
 		if v := st.View[n.Name]; v != nil {
 			n = v
 		}
 		out = append(out, n)
 	}
-	slices.SortFunc(out, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *extender.Node) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
 // sessionNodes returns the nodes a node-to-node BGPPeer gives sessions, sorted, or why it is not
 // one adoptBGPPeers may delete.
-func sessionNodes(b *apiv3.BGPPeer, nodes []*corev1.Node, zoneLabel string) ([]string, string) {
+func sessionNodes(b *apiv3.BGPPeer, nodes []*extender.Node, zoneLabel string) ([]string, string) {
 	s := b.Spec
 	if s.PeerIP != "" || s.PeerSelector == "" {
 		return nil, "peers with an address, not with nodes by selector"
@@ -305,7 +305,7 @@ func (r *Reconciler) adoptable(ctx context.Context, st *State) ([]string, error)
 	if err != nil {
 		return nil, fmt.Errorf("listing BGPPeers: %w", err)
 	}
-	var nodes []*corev1.Node
+	var nodes []*extender.Node
 	var out []string
 	for _, b := range list {
 		if b.Labels[extender.LabelManagedBy] == extender.ManagedByValue {

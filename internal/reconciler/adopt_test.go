@@ -200,7 +200,7 @@ func TestSessionNodes(t *testing.T) {
 		{"a node with itself only", apiv3.BGPPeerSpec{Node: "node-00", PeerSelector: "has(rr) && topology.kubernetes.io/zone == 'zone-a'"}, "", "makes no session"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, why := sessionNodes(&apiv3.BGPPeer{Spec: tc.spec}, nodes, corev1.LabelTopologyZone)
+			got, why := sessionNodes(&apiv3.BGPPeer{Spec: tc.spec}, extender.FromNodes(nodes), corev1.LabelTopologyZone)
 			require.Equal(t, tc.why, why)
 			require.Equal(t, tc.want, strings.Join(got, " "))
 		})

@@ -118,7 +118,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		return nil
 	}
 	nodes := state.Partition(valid, r.Nodes.List())[st.Name]
-	view := make(map[string]*corev1.Node, len(nodes))
+	view := make(map[string]*extender.Node, len(nodes))
 	var rrs []string
 	for _, n := range nodes {
 		view[n.Name] = n
@@ -279,7 +279,7 @@ func justStarted(m *handoverMemo, rr string, now time.Time) bool {
 // removes them. On the live lab's rack split at load 54 (confd/BIRD rounds of 19 s), the new route
 // reflectors of a rack, taken for alive from those sessions, were then judged down before their
 // clients' sessions came up and replaced by two kept clients, and back.
-func roleSessionUp(cns *apiv3.CalicoNodeStatus, peers []string, view map[string]*corev1.Node, calicoIPs map[string][]string) bool {
+func roleSessionUp(cns *apiv3.CalicoNodeStatus, peers []string, view map[string]*extender.Node, calicoIPs map[string][]string) bool {
 	up := establishedIPs(withoutMesh(cns))
 	if len(up) == 0 {
 		return false
@@ -298,7 +298,7 @@ func roleSessionUp(cns *apiv3.CalicoNodeStatus, peers []string, view map[string]
 // nodes whose route reflectors annotation lists it), the rack route reflectors whose uplink set
 // selects it (a spine member's), and the spine members its own uplink set selects (a rack route
 // reflector's). uplinks maps each uplink set to the IDs its BGPPeer selects.
-func rolePeers(rr string, clients []string, view map[string]*corev1.Node, uplinks func() map[string][]string) []string {
+func rolePeers(rr string, clients []string, view map[string]*extender.Node, uplinks func() map[string][]string) []string {
 	out := slices.Clone(clients)
 	id := extender.RouteReflectorID(rr)
 	var own []string
@@ -364,15 +364,15 @@ func (r *Reconciler) watchBGPHealth(ctx context.Context, q queue) {
 }
 
 // clientsOf maps each route reflector to the clients of view that peer with it (Ready or not).
-func clientsOf(p interface{ IsRouteReflectorLabel(map[string]string) bool }, view map[string]*corev1.Node) map[string][]string {
-	return rrClients(view, func(n *corev1.Node) bool { return p.IsRouteReflectorLabel(n.Labels) })
+func clientsOf(p interface{ IsRouteReflectorLabel(map[string]string) bool }, view map[string]*extender.Node) map[string][]string {
+	return rrClients(view, func(n *extender.Node) bool { return p.IsRouteReflectorLabel(n.Labels) })
 }
 
 // sessionsDown reads a route reflector's CalicoNodeStatus per address family (downFamilies): the
 // families down (every one when the status is stale; 0: up), with the sessions of those families
 // that are not Established: its clients' first (by name and address), then its other peers'.
 // rrIPs are the route reflector's BGP addresses.
-func sessionsDown(cns *apiv3.CalicoNodeStatus, rrIPs []string, clients []string, view map[string]*corev1.Node, calicoIPs map[string][]string, now time.Time) (extender.Families, []string) {
+func sessionsDown(cns *apiv3.CalicoNodeStatus, rrIPs []string, clients []string, view map[string]*extender.Node, calicoIPs map[string][]string, now time.Time) (extender.Families, []string) {
 	addrs := make(map[string][]string, len(clients))
 	var clientFams extender.Families
 	for _, c := range clients {

@@ -169,7 +169,7 @@ func (h *harness) inSync(f *fakeEtcd) error {
 		if !ok {
 			continue
 		}
-		if want := calicoetcd.RoleOfNode(owned, n); !have.Equal(want) {
+		if want := calicoetcd.RoleOfNode(owned, extender.FromNode(n)); !have.Equal(want) {
 			return fmt.Errorf("%s: %v", n.Name, calicoetcd.Diff(have, want))
 		}
 	}

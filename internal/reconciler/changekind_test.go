@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -21,8 +19,8 @@ func TestChangeKind(t *testing.T) {
 		}
 		return a
 	}
-	node := func(isRR bool, ann map[string]string) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{}, Annotations: ann}}
+	node := func(isRR bool, ann map[string]string) *extender.Node {
+		n := &extender.Node{ObjectMeta: extender.ObjectMeta{Name: "n", Labels: map[string]string{}, Annotations: ann}}
 		if isRR {
 			n.Labels[p.RRLabelKey] = ""
 		}
@@ -31,7 +29,7 @@ func TestChangeKind(t *testing.T) {
 	const since = "2026-11-25T10:00:00Z"
 	for _, tc := range []struct {
 		name string
-		cur  *corev1.Node
+		cur  *extender.Node
 		want map[string]string
 		kind ChangeKind
 	}{

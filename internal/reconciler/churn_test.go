@@ -29,10 +29,10 @@ func (h *harness) modelNow() (*bgpmodel.Topology, map[string]bool) {
 	require.NoError(h.t, h.client.List(context.Background(), nodes))
 	peers := &apiv3.BGPPeerList{}
 	require.NoError(h.t, h.client.List(context.Background(), peers))
-	ptrs := make([]*corev1.Node, len(nodes.Items))
+	ptrs := make([]*extender.Node, len(nodes.Items))
 	down := map[string]bool{}
 	for i := range nodes.Items {
-		ptrs[i] = &nodes.Items[i]
+		ptrs[i] = extender.FromNode(&nodes.Items[i])
 		if !extender.IsReady(ptrs[i]) {
 			down[ptrs[i].Name] = true
 		}
@@ -66,7 +66,7 @@ func (h *harness) placements() map[string]placement {
 	for _, n := range nodes.Items {
 		_, rr := n.Labels["calico-route-reflector"]
 		id := n.Annotations[extender.AnnotationClusterID]
-		if rr && id != "" && !extender.IsDraining(&n) {
+		if rr && id != "" && !extender.IsDraining(extender.FromNode(&n)) {
 			out[n.Name] = placement{id: id, zone: n.Labels[corev1.LabelTopologyZone], rack: n.Annotations[extender.AnnotationRack]}
 		}
 	}

@@ -175,7 +175,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 	// Route reflectors first, then clients: each phase finishes before the next.
 	var rrs, clients []nodePatch
 	sel := st.Managed.Resolved.NodeSelector
-	matching := map[string]*corev1.Node{} // the policy's nodes, for their Calico Nodes in etcd
+	matching := map[string]*extender.Node{} // the policy's nodes, for their Calico Nodes in etcd
 	for _, n := range r.Nodes.List() {
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
@@ -192,7 +192,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 			clients = append(clients, np)
 		}
 	}
-	st.View = map[string]*corev1.Node{}
+	st.View = map[string]*extender.Node{}
 	for _, phase := range [][]nodePatch{rrs, clients} {
 		if err := r.applyPatches(ctx, st, phase); err != nil {
 			return err
@@ -322,7 +322,7 @@ func (r *Reconciler) waitWhileReleaseLoses(ctx context.Context, st *State, mesh,
 // loses ("" when nothing).
 func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State, mesh, keepPeers bool) (string, error) {
 	p := st.Managed.Resolved
-	var nodes []*corev1.Node
+	var nodes []*extender.Node
 	for _, n := range r.Nodes.List() {
 		if p.NodeSelector.Matches(labels.Set(n.Labels)) {
 			c := n.DeepCopy()

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
 
 // LoggingRecorder records every Event the reconciler decides and logs it too, one line with its
@@ -44,6 +46,8 @@ func (r LoggingRecorder) AnnotatedEventf(obj runtime.Object, annotations map[str
 func (r LoggingRecorder) log(obj runtime.Object, eventtype, reason, message string) {
 	kv := []any{"reason", reason, "type", eventtype}
 	switch o := obj.(type) {
+	case *extender.Node:
+		kv = append(kv, "node", o.Name)
 	case *corev1.Node:
 		kv = append(kv, "node", o.Name)
 	case *corev1.ObjectReference:

@@ -89,7 +89,7 @@ func (r *Reconciler) events(_ context.Context, st *State) error {
 
 // nodeRef is the reference of an Event on node name; n, the node as the reconcile sees it (nil
 // when it does not), gives its UID.
-func nodeRef(name string, n *corev1.Node) *corev1.ObjectReference {
+func nodeRef(name string, n *extender.Node) *corev1.ObjectReference {
 	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: name}
 	if n != nil {
 		ref.UID = n.UID
@@ -98,7 +98,7 @@ func nodeRef(name string, n *corev1.Node) *corev1.ObjectReference {
 }
 
 // promoted: "Promoted to route reflector: zone zone-b below desired 4" and suffix.
-func promoted(st *State, n *corev1.Node, suffix string) *RoleChange {
+func promoted(st *State, n *extender.Node, suffix string) *RoleChange {
 	return &RoleChange{Node: n.Name, Kind: KindPromoted, Message: "Promoted to route reflector: " + promotionReason(st, n) + suffix}
 }
 
@@ -120,11 +120,11 @@ func demoted(st *State, name string, moved []string) *RoleChange {
 // clusterIDChanged says why a route reflector's cluster ID changes: a duplicate repaired (another
 // route reflector holds the same ID, with one ID per route reflector: a manual edit, a restore) or
 // a move to another cluster-ID group (or a zone's or rack's ID).
-func clusterIDChanged(st *State, cur *corev1.Node, want extender.NodeState) *RoleChange {
+func clusterIDChanged(st *State, cur *extender.Node, want extender.NodeState) *RoleChange {
 	return &RoleChange{Node: cur.Name, Kind: KindClusterIDChanged, Message: clusterIDChangeReason(st, cur, want)}
 }
 
-func clusterIDChangeReason(st *State, cur *corev1.Node, want extender.NodeState) string {
+func clusterIDChangeReason(st *State, cur *extender.Node, want extender.NodeState) string {
 	from, to := cur.Annotations[extender.AnnotationClusterID], want.Annotations[extender.AnnotationClusterID]
 	p := st.Managed.Resolved
 	if p.Topology == v1alpha1.MultiCluster && p.ClusterIDMode == v1alpha1.PerRouteReflector {
@@ -154,7 +154,7 @@ func replacements(st *State, name string) []string {
 }
 
 // promotionReason: "zone zone-b below desired 4".
-func promotionReason(st *State, n *corev1.Node) string {
+func promotionReason(st *State, n *extender.Node) string {
 	zone := n.Labels[st.Managed.Resolved.ZoneLabel]
 	for _, z := range st.Result.Zones {
 		if z.Zone == zone {

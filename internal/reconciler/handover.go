@@ -457,7 +457,7 @@ func withoutMesh(cns *apiv3.CalicoNodeStatus) *apiv3.CalicoNodeStatus {
 
 // bgpAddresses are a node's BGP addresses: Calico's (calicoIPs, the etcd datastore), else the
 // Node's (nodeIPs).
-func bgpAddresses(calicoIPs map[string][]string, view map[string]*corev1.Node, name string) []string {
+func bgpAddresses(calicoIPs map[string][]string, view map[string]*extender.Node, name string) []string {
 	if a, ok := calicoIPs[name]; ok {
 		return a
 	}
@@ -489,7 +489,7 @@ func lackingNames(m *handoverMemo, rrs, clients []string, famOf func(string) ext
 // each family instead. A node with Calico's IPv4 address only peers in IPv4 only, whatever
 // InternalIPs it has (a dual-stack Kubernetes cluster whose Calico runs IPv4 BGP): its IPv6
 // InternalIP is no BGP address, so no IPv6 session is waited for or judged.
-func nodeIPs(n *corev1.Node) []string {
+func nodeIPs(n *extender.Node) []string {
 	if n == nil {
 		return nil
 	}
@@ -528,14 +528,14 @@ func annotatedIP(v string) net.IP {
 // clientsByRR maps each route reflector to the Ready clients of the view that peer with it.
 func clientsByRR(st *State) map[string][]string {
 	p := st.Managed.Resolved
-	return rrClients(st.View, func(n *corev1.Node) bool {
+	return rrClients(st.View, func(n *extender.Node) bool {
 		return isCurrentRR(p, n) || !extender.IsReady(n) || n.DeletionTimestamp != nil
 	})
 }
 
 // rrClients maps each route reflector to the nodes of view whose route reflectors annotation
 // lists it (sorted), the nodes skip reports aside.
-func rrClients(view map[string]*corev1.Node, skip func(*corev1.Node) bool) map[string][]string {
+func rrClients(view map[string]*extender.Node, skip func(*extender.Node) bool) map[string][]string {
 	out := map[string][]string{}
 	for name, n := range view {
 		if skip(n) {
@@ -648,7 +648,7 @@ func unverified(m *handoverMemo, clients map[string][]string, rrs []string) []st
 	return out
 }
 
-func isCurrentRR(p *policy.Resolved, n *corev1.Node) bool {
+func isCurrentRR(p *policy.Resolved, n *extender.Node) bool {
 	if !p.IsRouteReflectorLabel(n.Labels) {
 		return false
 	}

@@ -127,7 +127,7 @@ func TestNodeIPs(t *testing.T) {
 		{n(nil, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "1.2.3.4"}), "[]"},
 		{nil, "[]"},
 	} {
-		if got := fmt.Sprint(nodeIPs(tc.node)); got != tc.want {
+		if got := fmt.Sprint(nodeIPs(extender.FromNode(tc.node))); got != tc.want {
 			assert.Fail(t, fmt.Sprintf("%+v: %s want %s", tc.node, got, tc.want))
 		}
 	}
@@ -191,7 +191,7 @@ func TestMeshReady(t *testing.T) {
 		{"another policy's client", view(rr("r1"), cl("c1", "r1")), []*corev1.Node{cl("x", "q1")}, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ok, why := meshReady(p, tc.view, tc.others)
+			ok, why := meshReady(p, records(tc.view), extender.FromNodes(tc.others))
 			require.Equal(t, tc.ok, ok, "ok")
 			require.Equal(t, tc.why, why, "why")
 		})

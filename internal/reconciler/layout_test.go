@@ -28,9 +28,9 @@ func (h *harness) modelMissingMesh(mesh bool) int64 {
 	require.NoError(h.t, h.client.List(context.Background(), nodes))
 	peers := &apiv3.BGPPeerList{}
 	require.NoError(h.t, h.client.List(context.Background(), peers))
-	ptrs := make([]*corev1.Node, len(nodes.Items))
+	ptrs := make([]*extender.Node, len(nodes.Items))
 	for i := range nodes.Items {
-		ptrs[i] = &nodes.Items[i]
+		ptrs[i] = extender.FromNode(&nodes.Items[i])
 	}
 	topo, err := bgpmodel.FromCluster(ptrs, peers.Items, corev1.LabelTopologyZone, bgpmodel.Options{NodeToNodeMesh: mesh})
 	require.NoError(h.t, err)

@@ -131,7 +131,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 // a route reflector or a client with a peering set whose every listed route reflector carries its
 // role; any other node of the cluster is a route reflector or lists route reflectors (another
 // policy's). It returns why not.
-func meshReady(p *policy.Resolved, view map[string]*corev1.Node, all []*corev1.Node) (bool, string) {
+func meshReady(p *policy.Resolved, view map[string]*extender.Node, all []*extender.Node) (bool, string) {
 	rrs := 0
 	for _, n := range view {
 		if isCurrentRR(p, n) {
@@ -169,7 +169,7 @@ func meshReady(p *policy.Resolved, view map[string]*corev1.Node, all []*corev1.N
 
 // meshLayout is what the clients' sessions to their route reflectors depend on: every node's
 // route reflectors and cluster ID (a change restarts or moves sessions the mesh must wait for).
-func meshLayout(view map[string]*corev1.Node) string {
+func meshLayout(view map[string]*extender.Node) string {
 	var b strings.Builder
 	for _, name := range slices.Sorted(maps.Keys(view)) {
 		n := view[name]

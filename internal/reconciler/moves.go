@@ -479,7 +479,7 @@ func planeOf(st *State, rr string) string {
 // key) and, for a client's peering set, as the route reflectors annotation, the planned route
 // reflectors then the old ones that remain (the planner keeps a MultiCluster client's first ones:
 // the planned); left are the old ones the set no longer selects.
-func transitionalPatch(np nodePatch, key, set string, cur *corev1.Node, want, old, left []string, rrOf map[string]string) nodePatch {
+func transitionalPatch(np nodePatch, key, set string, cur *extender.Node, want, old, left []string, rrOf map[string]string) nodePatch {
 	np.lbl, np.ann = maps.Clone(np.lbl), maps.Clone(np.ann)
 	np.lbl[key] = &set
 	if key != extender.LabelPeeringSet {

@@ -101,7 +101,7 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 // ownedChange is a planned node whose owned labels or annotations differ from the cache.
 type ownedChange struct {
 	want     extender.NodeState
-	cur      *corev1.Node
+	cur      *extender.Node
 	lbl, ann map[string]*string
 }
 
@@ -133,7 +133,7 @@ func ownedChanges(st *State) []ownedChange {
 // promoted, demoted, a new draining mark, a route reflector's cluster ID changed, or "" (a
 // client's peering, or an RR's other keys). patchNodes makes the change; pending (Observe,
 // Paused) says what Enforce would make.
-func changeKind(p *policy.Resolved, cur *corev1.Node, want extender.NodeState) ChangeKind {
+func changeKind(p *policy.Resolved, cur *extender.Node, want extender.NodeState) ChangeKind {
 	wasRR := extender.NewNodeInfo(cur, p).CurrentRR
 	_, wantRR := want.Annotations[extender.AnnotationClusterID]
 	curID := cur.Annotations[extender.AnnotationClusterID]
@@ -223,7 +223,7 @@ func inParallel[T any](items []T, fn func(T) error) error {
 // patchNode merge-patches a node's owned keys (null removes a key) and records the change in the
 // ledger until the cache shows it. It returns the view of the node after the patch, or nil when
 // the node is gone.
-func (r *Reconciler) patchNode(ctx context.Context, policyName string, np nodePatch) (*corev1.Node, error) {
+func (r *Reconciler) patchNode(ctx context.Context, policyName string, np nodePatch) (*extender.Node, error) {
 	meta := map[string]any{}
 	if len(np.lbl) > 0 {
 		meta["labels"] = np.lbl
@@ -292,7 +292,7 @@ func (r *Reconciler) demote(ctx context.Context, st *State) error {
 // rr: NodeStore.ClientsOfEach), or a rack route reflector's uplink set still selects it (blocked),
 // and otherwise the route reflectors that took its clients over: the planned ones of its zone,
 // else of its cluster ID.
-func clientsMoved(st *State, rr string, clients []*corev1.Node) (moved []string, blocked bool) {
+func clientsMoved(st *State, rr string, clients []*extender.Node) (moved []string, blocked bool) {
 	if len(uplinkHolders(st, rr)) > 0 {
 		return nil, true
 	}

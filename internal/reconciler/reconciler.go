@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/record"
@@ -164,7 +163,7 @@ type State struct {
 	Previous *PreviousPlan
 	// View is the policy's nodes as this reconcile knows them: the cache, the ledger's assumed
 	// changes, and this reconcile's own patches. Nodes in it are never modified in place.
-	View map[string]*corev1.Node
+	View map[string]*extender.Node
 	// Peers are the policy's managed BGPPeers in the cache.
 	Peers []*apiv3.BGPPeer
 	// Demotions are route reflectors the plan makes clients, handled by the demote step.

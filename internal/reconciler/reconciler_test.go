@@ -501,7 +501,7 @@ func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
 	}
 	m, _ := h.r.Policies.Get("default")
 	joiner := node("node-new", "zone-d", 99)
-	ni := extender.NewNodeInfo(joiner, m.Resolved) // read as the mutating webhook reads it
+	ni := extender.NewNodeInfo(extender.FromNode(joiner), m.Resolved) // read as the mutating webhook reads it
 	ni.Now = h.now
 	extender.RunFilters(extender.DefaultFilters(), m.Resolved, ni)
 	a, ok := h.r.Ledger.Admit(m, ni, state.Change{Object: state.StripNode(joiner.DeepCopy()), Create: true})
@@ -510,7 +510,7 @@ func TestReconcileHonoursAssumedAdmissions(t *testing.T) {
 	// The full plan sees the admitted node (not in the cache) through the ledger.
 	h.sync()
 	all, _ := h.r.Ledger.Overlay(h.r.Nodes.List())
-	require.True(t, slices.ContainsFunc(all, func(n *corev1.Node) bool { return n.Name == "node-new" }), "the overlay lacks the admitted node")
+	require.True(t, slices.ContainsFunc(all, func(n *extender.Node) bool { return n.Name == "node-new" }), "the overlay lacks the admitted node")
 	h.reconcile()
 	res := h.r.last["default"]
 	i := slices.IndexFunc(res.Clients, func(c extender.Client) bool { return c.Node == "node-new" })
@@ -627,7 +627,7 @@ func settledHarness(b testing.TB, n int) *harness {
 	h := newHarness(b, nil, nil)
 	h.sync()
 	m, _ := h.r.Policies.Get("default")
-	in := extender.Input{Policy: m.Resolved, Nodes: nodes, Now: h.now}
+	in := extender.Input{Policy: m.Resolved, Nodes: extender.FromNodes(nodes), Now: h.now}
 	res := extender.Plan(in)
 	for i, nd := range nodes {
 		for k, v := range res.Nodes[i].Labels {
@@ -687,7 +687,7 @@ func (h *harness) informerUpdate(b *testing.B, name string, change func(*corev1.
 	nd := old.DeepCopy()
 	change(nd)
 	require.NoError(b, h.nodeIdx.Update(nd))
-	h.r.NodeUpdated(old)
+	h.r.NodeUpdated(extender.FromNode(old))
 }
 
 func BenchmarkReconcileOneEvent5000(b *testing.B)  { benchOneEvent(b, 5000) }
@@ -766,3 +766,12 @@ func BenchmarkReconcileTenChanges65000(b *testing.B) { benchTenChanges(b, 65000)
 
 func BenchmarkReconcileSettled5000(b *testing.B)  { benchSettled(b, 5000) }
 func BenchmarkReconcileSettled65000(b *testing.B) { benchSettled(b, 65000) }
+
+// records is a view of corev1 test nodes as the reconciler reads them (extender.FromNode).
+func records(view map[string]*corev1.Node) map[string]*extender.Node {
+	out := make(map[string]*extender.Node, len(view))
+	for k, n := range view {
+		out[k] = extender.FromNode(n)
+	}
+	return out
+}

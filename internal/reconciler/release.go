@@ -201,13 +201,13 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 	n := sim.node(next)
 	lbl, ann := state.OwnedChanges(p.RRLabelKey, n, extender.NodeState{})
 	if st.View == nil {
-		st.View = map[string]*corev1.Node{}
+		st.View = map[string]*extender.Node{}
 	}
 	if err := r.applyPatches(ctx, st, []nodePatch{{name: next, lbl: lbl, ann: ann}}); err != nil {
 		return false, "", err
 	}
 	if r.CalicoNodes != nil {
-		view := map[string]*corev1.Node{next: n}
+		view := map[string]*extender.Node{next: n}
 		if v := st.View[next]; v != nil {
 			view[next] = v
 		}
@@ -264,7 +264,7 @@ func (r *Reconciler) releaseTurn(pol *v1alpha1.RouteReflectorPolicy, started, me
 type releaseSim struct {
 	p      *policy.Resolved
 	name   string
-	nodes  []*corev1.Node
+	nodes  []*extender.Node
 	peers  []apiv3.BGPPeer // every BGPPeer but the policy's release BGPPeer
 	bridge string          // the release BGPPeer's name
 }
@@ -280,12 +280,12 @@ func (r *Reconciler) newReleaseSim(ctx context.Context, st *State) (*releaseSim,
 			s.peers = append(s.peers, *b)
 		}
 	}
-	slices.SortFunc(s.nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(s.nodes, func(a, b *extender.Node) int { return strings.Compare(a.Name, b.Name) })
 	return s, nil
 }
 
-func (s *releaseSim) node(name string) *corev1.Node {
-	i, ok := slices.BinarySearchFunc(s.nodes, name, func(n *corev1.Node, name string) int { return strings.Compare(n.Name, name) })
+func (s *releaseSim) node(name string) *extender.Node {
+	i, ok := slices.BinarySearchFunc(s.nodes, name, func(n *extender.Node, name string) int { return strings.Compare(n.Name, name) })
 	if !ok {
 		return nil
 	}
@@ -314,7 +314,7 @@ func (s *releaseSim) model(released map[string]bool, all bool, keeper string, dr
 
 // modelDown is model with the node down gone ("" none): its sessions down, its block not expected.
 func (s *releaseSim) modelDown(released map[string]bool, all bool, keeper string, dropPeers, mesh bool, down string) (*bgpmodel.Model, error) {
-	nodes := make([]*corev1.Node, len(s.nodes))
+	nodes := make([]*extender.Node, len(s.nodes))
 	for i, n := range s.nodes {
 		if (all || released[n.Name]) && s.p.NodeSelector.Matches(labels.Set(n.Labels)) {
 			c := n.DeepCopy()

@@ -8,7 +8,6 @@ import (
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -22,7 +21,7 @@ import (
 // as the release's simulation reads the cluster.
 func planned(t testing.TB, in extender.Input, res *extender.Result) *releaseSim {
 	t.Helper()
-	byName := map[string]*corev1.Node{}
+	byName := map[string]*extender.Node{}
 	for _, n := range in.Nodes {
 		byName[n.Name] = n
 	}
@@ -33,7 +32,7 @@ func planned(t testing.TB, in extender.Input, res *extender.Result) *releaseSim 
 		n.Annotations = extender.ApplyOwned(n.Annotations, extender.OwnedAnnotationKeys(), st.Annotations)
 		s.nodes = append(s.nodes, n)
 	}
-	slices.SortFunc(s.nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(s.nodes, func(a, b *extender.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, b := range res.BGPPeers {
 		s.peers = append(s.peers, apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Labels: b.Labels}, Spec: b.Spec})
 	}
@@ -53,7 +52,7 @@ func TestReleaseFiguresRacksOf8(t *testing.T) {
 	require.NoError(t, errs.ToAggregate())
 	nodes, err := nodesource.Simulate(24, 2)
 	require.NoError(t, err)
-	in := extender.Input{Policy: r, Nodes: nodes, Now: nodesource.SimulationStart.Add(24 * 3600e9)}
+	in := extender.Input{Policy: r, Nodes: extender.FromNodes(nodes), Now: nodesource.SimulationStart.Add(24 * 3600e9)}
 	res := extender.Plan(in)
 	s := planned(t, in, res)
 	require.Len(t, s.policyRRs(), 10)

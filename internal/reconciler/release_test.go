@@ -28,11 +28,11 @@ func (h *harness) model(mesh bool) *bgpmodel.Model {
 	require.NoError(h.t, h.client.List(context.Background(), nodes))
 	peers := &apiv3.BGPPeerList{}
 	require.NoError(h.t, h.client.List(context.Background(), peers))
-	ptrs := make([]*corev1.Node, len(nodes.Items))
+	ptrs := make([]*extender.Node, len(nodes.Items))
 	for i := range nodes.Items {
-		ptrs[i] = &nodes.Items[i]
+		ptrs[i] = extender.FromNode(&nodes.Items[i])
 	}
-	slices.SortFunc(ptrs, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(ptrs, func(a, b *extender.Node) int { return strings.Compare(a.Name, b.Name) })
 	topo, err := bgpmodel.FromCluster(ptrs, peers.Items, corev1.LabelTopologyZone, bgpmodel.Options{NodeToNodeMesh: mesh})
 	require.NoError(h.t, err)
 	m, err := topo.Propagate(nil)
@@ -113,7 +113,7 @@ func (h *harness) calicoNodeAllUp() {
 			if nodes[i].Name == cns.Spec.Node {
 				continue
 			}
-			for _, ip := range nodeIPs(&nodes[i]) {
+			for _, ip := range nodeIPs(extender.FromNode(&nodes[i])) {
 				if ipFamily(ip) == v6 {
 					cns.Status.BGP.PeersV6 = append(cns.Status.BGP.PeersV6, peer(ip, true))
 				} else {
@@ -416,7 +416,7 @@ func TestPolicyDeletionWaitsForKeeperSessions(t *testing.T) {
 			late = n.Name
 		}
 	}
-	lateIP := nodeIPs(h.node(late))[0]
+	lateIP := nodeIPs(extender.FromNode(h.node(late)))[0]
 	start := h.now.Add(time.Minute) // removalDelay
 	for h.now = start; h.now.Sub(start) < idSettleMax-2*time.Second; h.now = h.now.Add(5 * time.Second) {
 		h.calicoNodeAllUp()

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -73,7 +72,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		return wait("the keeper's CalicoNodeStatus not reported since the last change")
 	}
 	nodes := r.Nodes.List()
-	view := make(map[string]*corev1.Node, len(nodes))
+	view := make(map[string]*extender.Node, len(nodes))
 	for _, n := range nodes {
 		view[n.Name] = n
 	}

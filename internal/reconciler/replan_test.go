@@ -30,7 +30,7 @@ func TestReplanDoesNotHoldPromotionsAtFirst(t *testing.T) {
 	h.r.Ledger.Drills = func(extender.Input, *extender.Result) ([]extender.Drill, error) {
 		if k := len(during) + 1; k <= 2 {
 			zone := map[int]string{1: "zone-a", 2: "zone-b"}[k]
-			_, ans, _ := h.r.Ledger.AdmitNode(h.r.Policies, state.NodeAdmission{Node: node(fmt.Sprintf("join-%d", k), zone, 10+k), Now: h.now})
+			_, ans, _ := h.r.Ledger.AdmitNode(h.r.Policies, state.NodeAdmission{Node: extender.FromNode(node(fmt.Sprintf("join-%d", k), zone, 10+k)), Now: h.now})
 			during = append(during, ans)
 		}
 		return nil, nil

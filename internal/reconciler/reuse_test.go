@@ -38,7 +38,7 @@ func TestReusedPlanIsFullPlan(t *testing.T) {
 	}
 	firstClient := func(h *harness) string {
 		nodes := h.r.Nodes.List()
-		slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(nodes, func(a, b *extender.Node) int { return strings.Compare(a.Name, b.Name) })
 		for _, n := range nodes {
 			if _, rr := n.Labels["calico-route-reflector"]; !rr && n.Labels["tier"] == "" && extender.IsReady(n) {
 				return n.Name

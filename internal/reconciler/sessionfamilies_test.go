@@ -100,7 +100,7 @@ func TestSessionsDownFamilies(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cns.Status.LastUpdated = metav1.NewTime(tc.updated)
-			down, sessions := sessionsDown(tc.cns, rrIPs, []string{"c1", "c2"}, view, nil, now)
+			down, sessions := sessionsDown(tc.cns, rrIPs, []string{"c1", "c2"}, records(view), nil, now)
 			require.Equal(t, tc.families, down.String())
 			require.Equal(t, tc.sessions, fmt.Sprint(sessions))
 		})
@@ -293,7 +293,7 @@ func TestSessionsDownCalicoIPv4Only(t *testing.T) {
 	view := map[string]*corev1.Node{"rr": n("rr", 9), "c1": n("c1", 1)}
 	cns := statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", true)}, nil)
 	cns.Status.LastUpdated = metav1.NewTime(t0)
-	down, sessions := sessionsDown(cns, nodeIPs(view["rr"]), []string{"c1"}, view, nil, t0)
+	down, sessions := sessionsDown(cns, nodeIPs(extender.FromNode(view["rr"])), []string{"c1"}, records(view), nil, t0)
 	require.Equal(t, "none", down.String(), "sessions %v", sessions)
 }
 

@@ -65,7 +65,14 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := c.Watch(source.Kind[client.Object](mgr.GetCache(), &corev1.Node{}, handler.Funcs{
 		CreateFunc: func(_ context.Context, _ event.CreateEvent, q queue) { r.enqueueAll(q, r.coalesce()) },
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
-			if old := e.ObjectOld.(*corev1.Node); NodeChanged(old, e.ObjectNew.(*corev1.Node), r.labelRead) {
+			// The cache holds records (state.LabelKeys.Transform); anything else is not a node of it.
+			old, ok := e.ObjectOld.(*extender.Node)
+			cur, ok2 := e.ObjectNew.(*extender.Node)
+			if !ok || !ok2 {
+				r.enqueue(q, r.coalesce())
+				return
+			}
+			if NodeChanged(old, cur, r.labelRead) {
 				r.NodeUpdated(old)
 				r.enqueue(q, r.coalesce())
 			}
@@ -143,7 +150,7 @@ func (r *Reconciler) coalesce() time.Duration {
 // NodeChanged reports whether a node changed in a way a plan reads: a label for which read is
 // true, the annotations the cache keeps, unschedulable, taints, the Ready condition, deletion. A
 // kubelet heartbeat is not, nor is a label no policy reads.
-func NodeChanged(old, cur *corev1.Node, read func(key string) bool) bool {
+func NodeChanged(old, cur *extender.Node, read func(key string) bool) bool {
 	return labelsChanged(old.Labels, cur.Labels, read) ||
 		!maps.Equal(old.Annotations, cur.Annotations) ||
 		old.Spec.Unschedulable != cur.Spec.Unschedulable ||

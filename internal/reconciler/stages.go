@@ -193,7 +193,7 @@ const stageCandidates = 4
 // drain the old top-level ones, left no node with the label, and with the mesh off every node
 // outside the policy without a route until the change was made. It reads them once per
 // reconcile (the cluster-ID staging and the moves' staging both model them before either writes).
-func (r *Reconciler) stageOutside(ctx context.Context, st *State) ([]*corev1.Node, []*apiv3.BGPPeer, error) {
+func (r *Reconciler) stageOutside(ctx context.Context, st *State) ([]*extender.Node, []*apiv3.BGPPeer, error) {
 	if st.outside == nil {
 		o := &outsideRead{}
 		o.nodes, o.peers, o.err = r.readOutside(ctx, st)
@@ -204,13 +204,13 @@ func (r *Reconciler) stageOutside(ctx context.Context, st *State) ([]*corev1.Nod
 
 // outsideRead is stageOutside's reading of the cluster in one reconcile.
 type outsideRead struct {
-	nodes []*corev1.Node
+	nodes []*extender.Node
 	peers []*apiv3.BGPPeer
 	err   error
 }
 
 // readOutside reads what stageOutside returns.
-func (r *Reconciler) readOutside(ctx context.Context, st *State) ([]*corev1.Node, []*apiv3.BGPPeer, error) {
+func (r *Reconciler) readOutside(ctx context.Context, st *State) ([]*extender.Node, []*apiv3.BGPPeer, error) {
 	top := slices.ContainsFunc(st.Result.Nodes, func(ns extender.NodeState) bool { _, ok := ns.Labels[extender.LabelTopLevel]; return ok })
 	for _, n := range st.View {
 		if _, ok := n.Labels[extender.LabelTopLevel]; ok {
@@ -221,13 +221,13 @@ func (r *Reconciler) readOutside(ctx context.Context, st *State) ([]*corev1.Node
 	if !top {
 		return nil, nil, nil
 	}
-	var outside []*corev1.Node
+	var outside []*extender.Node
 	for _, n := range r.Nodes.List() {
 		if st.View[n.Name] == nil {
 			outside = append(outside, n)
 		}
 	}
-	slices.SortFunc(outside, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(outside, func(a, b *extender.Node) int { return strings.Compare(a.Name, b.Name) })
 	peers, err := r.peers().List(ctx, nil)
 	if err != nil {
 		return nil, nil, err
@@ -238,8 +238,8 @@ func (r *Reconciler) readOutside(ctx context.Context, st *State) ([]*corev1.Node
 // stageCheck evaluates, with the graph model, the states a reconcile can leave.
 type stageCheck struct {
 	st      *State
-	outside []*corev1.Node // the cluster's other nodes, as they are (stageOutside)
-	others  []nodePatch    // every patch but the held ones
+	outside []*extender.Node // the cluster's other nodes, as they are (stageOutside)
+	others  []nodePatch      // every patch but the held ones
 	peers   []extender.BGPPeer
 	down    map[string]bool
 	target  int64 // missing pairs with every patch written
@@ -247,7 +247,7 @@ type stageCheck struct {
 
 // newStageCheck: outside and allPeers are stageOutside's (nil: the policy's nodes and BGPPeers
 // alone).
-func newStageCheck(st *State, phases *[3][]nodePatch, held []nodePatch, outside []*corev1.Node, allPeers []*apiv3.BGPPeer) (*stageCheck, error) {
+func newStageCheck(st *State, phases *[3][]nodePatch, held []nodePatch, outside []*extender.Node, allPeers []*apiv3.BGPPeer) (*stageCheck, error) {
 	c := newModelView(st, outside, allPeers)
 	for _, ps := range phases {
 		c.others = append(c.others, ps...)
@@ -260,7 +260,7 @@ func newStageCheck(st *State, phases *[3][]nodePatch, held []nodePatch, outside 
 // newModelView is the cluster as the graph model sees it while a reconcile writes: the plan's
 // BGPPeers beside the old ones (and the transitional ones), NotReady nodes down. outside and
 // allPeers are stageOutside's (nil: the policy's nodes and BGPPeers alone).
-func newModelView(st *State, outside []*corev1.Node, allPeers []*apiv3.BGPPeer) *stageCheck {
+func newModelView(st *State, outside []*extender.Node, allPeers []*apiv3.BGPPeer) *stageCheck {
 	c := &stageCheck{st: st, outside: outside, down: map[string]bool{}}
 	planned := map[string]bool{}
 	for _, p := range st.Result.BGPPeers {

@@ -154,7 +154,7 @@ func TestStagedClusterIDKeepsTopLevel(t *testing.T) {
 		resolved, errs := h.r.Policies.Resolve(pol)
 		require.Empty(t, errs)
 		st := &State{Name: "default", Now: h.now, Policy: pol, Managed: state.Managed{Policy: pol, Resolved: resolved},
-			Result: &extender.Result{Nodes: want, BGPPeers: peers}, View: map[string]*corev1.Node{}}
+			Result: &extender.Result{Nodes: want, BGPPeers: peers}, View: map[string]*extender.Node{}}
 		for _, n := range h.r.Nodes.List() {
 			if n.Labels["pool"] == "c" {
 				st.View[n.Name] = n

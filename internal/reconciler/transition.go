@@ -60,7 +60,7 @@ func (r *Reconciler) transition(_ context.Context, st *State) error {
 	if changed == 0 {
 		return nil
 	}
-	nodes := make([]*corev1.Node, 0, len(st.View))
+	nodes := make([]*extender.Node, 0, len(st.View))
 	for _, n := range st.View {
 		nodes = append(nodes, n)
 	}

@@ -3,8 +3,6 @@ package reconciler
 import (
 	"maps"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
 
@@ -24,18 +22,18 @@ type viewFacts struct {
 	shape                uint64
 	// view is the view of the nodes viewNodes (the plan's input nodes), shared by the reconciles
 	// of the plan until one patches a node (State.setView).
-	view      map[string]*corev1.Node
-	viewNodes []*corev1.Node
+	view      map[string]*extender.Node
+	viewNodes []*extender.Node
 }
 
 // viewOf returns the view of a plan's input nodes: the view of the last reconcile of the plan when
 // it read the same slice of nodes, else a new one. The view is shared: State.setView copies it
 // before its first change.
-func (f *viewFacts) viewOf(nodes []*corev1.Node) map[string]*corev1.Node {
+func (f *viewFacts) viewOf(nodes []*extender.Node) map[string]*extender.Node {
 	if f.view != nil && len(nodes) == len(f.viewNodes) && (len(nodes) == 0 || &nodes[0] == &f.viewNodes[0]) {
 		return f.view
 	}
-	view := make(map[string]*corev1.Node, len(nodes))
+	view := make(map[string]*extender.Node, len(nodes))
 	for _, n := range nodes {
 		view[n.Name] = n
 	}
@@ -45,7 +43,7 @@ func (f *viewFacts) viewOf(nodes []*corev1.Node) map[string]*corev1.Node {
 
 // setView puts this reconcile's patched node n in the view, copied first when it is a plan's
 // shared view.
-func (st *State) setView(name string, n *corev1.Node) {
+func (st *State) setView(name string, n *extender.Node) {
 	if st.patched == 0 && st.facts != nil && st.facts.view != nil {
 		st.View = maps.Clone(st.View)
 	}

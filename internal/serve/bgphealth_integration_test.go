@@ -132,7 +132,7 @@ func TestBGPHealthOnRealBIRD(t *testing.T) {
 		nodes := w.snapshot().nodes
 		for _, name := range slices.Sorted(maps.Keys(nodes)) {
 			n := nodes[name]
-			if _, rr := n.Labels["calico-route-reflector"]; !rr || extender.IsDraining(n) {
+			if _, rr := n.Labels["calico-route-reflector"]; !rr || extender.IsDraining(extender.FromNode(n)) {
 				continue
 			}
 			if n.Annotations[extender.AnnotationClusterID] == "224.0.0.1" || n.Annotations[extender.AnnotationPlane] != "1" {
@@ -172,7 +172,7 @@ func TestBGPHealthOnRealBIRD(t *testing.T) {
 	w.eventually("a replacement in the rack's plane 1", bound, func() error {
 		for _, n := range w.snapshot().nodes {
 			if n.Name != victim && n.Annotations[extender.AnnotationRack] == rack && n.Annotations[extender.AnnotationPlane] == "1" &&
-				n.Annotations[extender.AnnotationClusterID] != "" && n.Annotations[extender.AnnotationClusterID] != "224.0.0.1" && !extender.IsDraining(n) {
+				n.Annotations[extender.AnnotationClusterID] != "" && n.Annotations[extender.AnnotationClusterID] != "224.0.0.1" && !extender.IsDraining(extender.FromNode(n)) {
 				repl = n.Name
 				return nil
 			}
@@ -193,7 +193,7 @@ func TestBGPHealthOnRealBIRD(t *testing.T) {
 	require.LessOrEqual(t, promoted, bound)
 	w.eventually("the victim draining, reason BGPDown", 10*time.Second, func() error {
 		v = w.node(victim)
-		if !extender.IsReady(v) {
+		if !extender.IsReady(extender.FromNode(v)) {
 			return fmt.Errorf("%s not Ready", victim)
 		}
 		if r := v.Annotations[extender.AnnotationDrainingReason]; r != extender.DrainingReasonBGPDown {
@@ -234,10 +234,10 @@ func TestBGPHealthOnRealBIRD(t *testing.T) {
 	lab.Revive(victim)
 	w.eventually("the original route reflector back in its plane", time.Minute, func() error {
 		n := w.node(victim)
-		if n.Annotations[extender.AnnotationPlane] != "1" || extender.IsDraining(n) || n.Annotations[extender.AnnotationClusterID] == "" {
+		if n.Annotations[extender.AnnotationPlane] != "1" || extender.IsDraining(extender.FromNode(n)) || n.Annotations[extender.AnnotationClusterID] == "" {
 			return fmt.Errorf("%s: %v", victim, n.Annotations)
 		}
-		if !extender.IsDraining(w.node(repl)) {
+		if !extender.IsDraining(extender.FromNode(w.node(repl))) {
 			return fmt.Errorf("%s not draining", repl)
 		}
 		return nil

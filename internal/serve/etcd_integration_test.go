@@ -119,7 +119,7 @@ func (w *world) etcdState(c *calicoetcd.Store) (*etcdState, error) {
 	if err != nil {
 		return nil, err
 	}
-	topo, err := bgpmodel.FromCluster(st.Nodes, st.Peers, corev1.LabelTopologyZone, bgpmodel.Options{})
+	topo, err := bgpmodel.FromCluster(extender.FromNodes(st.Nodes), st.Peers, corev1.LabelTopologyZone, bgpmodel.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (s *etcdState) settled(want int) error {
 		if c == nil {
 			continue
 		}
-		if k, e := calicoetcd.RoleOfNode(owned, n), calicoetcd.RoleOfCalicoNode(owned, c); !k.Equal(e) {
+		if k, e := calicoetcd.RoleOfNode(owned, extender.FromNode(n)), calicoetcd.RoleOfCalicoNode(owned, c); !k.Equal(e) {
 			return fmt.Errorf("%s: etcd differs from the Kubernetes Node: %v", name, calicoetcd.Diff(e, k))
 		}
 		if n.Annotations[extender.AnnotationDrainingSince] != "" {

@@ -23,7 +23,7 @@ func etcdRouting(t *testing.T, c *calicoetcd.Store) (missing int64, mesh bool, s
 	st, err := c.ReadState(t.Context())
 	require.NoError(t, err)
 	mesh = st.NodeToNodeMesh()
-	topo, err := bgpmodel.FromCluster(st.Nodes, st.Peers, corev1.LabelTopologyZone, bgpmodel.Options{NodeToNodeMesh: mesh})
+	topo, err := bgpmodel.FromCluster(extender.FromNodes(st.Nodes), st.Peers, corev1.LabelTopologyZone, bgpmodel.Options{NodeToNodeMesh: mesh})
 	require.NoError(t, err)
 	m, err := topo.Propagate(nil)
 	require.NoError(t, err)

@@ -274,7 +274,7 @@ func (s *snapshot) roles() string {
 		_, label := n.Labels["calico-route-reflector"]
 		id, dr := n.Annotations[extender.AnnotationClusterID], n.Annotations[extender.AnnotationDrainingSince]
 		if label || id != "" || dr != "" {
-			out = append(out, fmt.Sprintf("%s(label=%v id=%s draining=%s ready=%v)", name, label, id, dr, extender.IsReady(n)))
+			out = append(out, fmt.Sprintf("%s(label=%v id=%s draining=%s ready=%v)", name, label, id, dr, extender.IsReady(extender.FromNode(n))))
 		}
 	}
 	slices.Sort(out)

@@ -81,7 +81,7 @@ func (w *world) clusterTopology(opts bgpmodel.Options) (topo *bgpmodel.Topology,
 				unwired++
 			}
 		}
-		topo, err := bgpmodel.FromCluster(ptrs, peers, corev1.LabelTopologyZone, opts)
+		topo, err := bgpmodel.FromCluster(extender.FromNodes(ptrs), peers, corev1.LabelTopologyZone, opts)
 		return topo, draining, unwired, err
 	}
 }

@@ -4,9 +4,10 @@ import (
 	"strconv"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
 
 // watchProgress follows the node informer's watch for the takeover (catchUp): the highest
@@ -31,11 +32,11 @@ type watchProgress struct {
 	// get reads the cache (nil until the cache exists: setCache), for caughtUp and for observe: a
 	// node's new event first drops those of its events the cache applied, so that a replica that
 	// does not lead (and never calls caughtUp) keeps about one event per node, not every heartbeat.
-	get func(name string) *corev1.Node
+	get func(name string) *extender.Node
 }
 
 // setCache gives the cache the events are checked against.
-func (p *watchProgress) setCache(get func(name string) *corev1.Node) {
+func (p *watchProgress) setCache(get func(name string) *extender.Node) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.get = get
@@ -81,7 +82,7 @@ func (p *watchProgress) observe(ev watch.Event) {
 // appliedPrefix is how many of a node's events, in their order, the cache's object of it (nil:
 // none) shows applied: the cache applies them in their order, so those are the first ones, or all
 // of them when it shows the last (a node created and deleted since: absent, as it ends).
-func appliedPrefix(n *corev1.Node, evs []nodeEvent) int {
+func appliedPrefix(n *extender.Node, evs []nodeEvent) int {
 	if applied(n, evs[len(evs)-1]) {
 		return len(evs)
 	}
@@ -116,7 +117,7 @@ func (p *watchProgress) caughtUp(rv uint64) bool {
 }
 
 // applied reports whether the cache's object of a node (nil: none) shows ev applied.
-func applied(n *corev1.Node, ev nodeEvent) bool {
+func applied(n *extender.Node, ev nodeEvent) bool {
 	if n == nil {
 		return ev.deleted
 	}

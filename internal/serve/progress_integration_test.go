@@ -45,6 +45,7 @@ func TestCatchUpByWatchOnRealAPIServer(t *testing.T) {
 		return nil, nil
 	}
 	inf := relist.newInformer(nil, &corev1.Node{}, 0, indexers)
+	require.NoError(t, inf.SetTransform(state.TransformStrip)) // the cache holds records, as serve's
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go inf.Run(ctx.Done())

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 )
 
@@ -65,9 +66,9 @@ func TestWatchProgressCaughtUp(t *testing.T) {
 				}
 				p.observe(watch.Event{Type: e.typ, Object: obj})
 			}
-			get := func(name string) *corev1.Node {
+			get := func(name string) *extender.Node {
 				if rv, ok := tc.cache[name]; ok {
-					return nodeAt(name, rv)
+					return extender.FromNode(nodeAt(name, rv))
 				}
 				return nil
 			}
@@ -82,7 +83,7 @@ func TestWatchProgressCaughtUp(t *testing.T) {
 func TestWatchProgressStopped(t *testing.T) {
 	p := newWatchProgress()
 	p.observe(watch.Event{Type: watch.Modified, Object: nodeAt("a", 10)})
-	p.setCache(func(string) *corev1.Node { return nodeAt("a", 10) })
+	p.setCache(func(string) *extender.Node { return extender.FromNode(nodeAt("a", 10)) })
 	require.True(t, p.caughtUp(10))
 	p.stop()
 	p.observe(watch.Event{Type: watch.Modified, Object: nodeAt("a", 11)})
@@ -96,9 +97,9 @@ func TestWatchProgressStopped(t *testing.T) {
 func TestWatchProgressKeepsUnappliedEvents(t *testing.T) {
 	cache := map[string]int{}
 	p := newWatchProgress()
-	p.setCache(func(name string) *corev1.Node {
+	p.setCache(func(name string) *extender.Node {
 		if rv, ok := cache[name]; ok {
-			return nodeAt(name, rv)
+			return extender.FromNode(nodeAt(name, rv))
 		}
 		return nil
 	})
@@ -122,7 +123,7 @@ func TestWatchProgressKeepsUnappliedEvents(t *testing.T) {
 // version, the read of every node's version decides.
 func TestCatchUpByWatch(t *testing.T) {
 	idx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, state.NodeIndexers())
-	require.NoError(t, idx.Add(nodeAt("a", 10)))
+	require.NoError(t, idx.Add(extender.FromNode(nodeAt("a", 10))))
 	s := &Server{Nodes: state.NewNodeStore(idx)}
 	var (
 		mu      sync.Mutex

@@ -260,7 +260,7 @@ func (l *LabelKeys) refilledThrough(s *keySet, need int64) bool {
 	}
 	low := s.gen
 	for _, o := range store.List() {
-		if n, ok := o.(*corev1.Node); ok {
+		if n, ok := o.(*extender.Node); ok {
 			low = min(low, StrippedUnder(n))
 		}
 	}
@@ -379,7 +379,7 @@ func (l *LabelKeys) WantSelectors(sels ...string) []string {
 
 // StrippedUnder returns the generation of the set a cached node was stripped under, 0 if it was
 // not stripped by a LabelKeys transform.
-func StrippedUnder(n *corev1.Node) int64 {
+func StrippedUnder(n *extender.Node) int64 {
 	if n.Generation < stampBase {
 		return 0
 	}
@@ -389,8 +389,11 @@ func StrippedUnder(n *corev1.Node) int64 {
 // Transform is the cache's transform with this set: nodes are stripped (Strip) and
 // stamped, every other object loses its managedFields.
 func (l *LabelKeys) Transform(obj any) (any, error) {
-	if n, ok := obj.(*corev1.Node); ok {
+	switch n := obj.(type) {
+	case *corev1.Node:
 		return l.Strip(n), nil
+	case *extender.Node: // stripped already: the informer may transform an object twice
+		return n, nil
 	}
 	return TransformStrip(obj)
 }
@@ -405,33 +408,30 @@ func (l *LabelKeys) DecodeLabels() (keep func(key []byte) bool, generation int64
 	return s.keepsBytes, s.gen
 }
 
-// Strip strips a node in place keeping the labels of the set, and stamps it with the set's
-// generation (the decoder's when it chose the labels: DecodeLabels). A node already stamped keeps
-// its stamp (the informer may transform an object twice: the labels it lacks are not back).
-func (l *LabelKeys) Strip(n *corev1.Node) *corev1.Node {
-	if n.Generation >= stampBase {
-		return n
-	}
+// Strip returns the record of a node that the cache keeps: the labels of the set, stamped with the
+// set's generation (the decoder's when it chose the labels: DecodeLabels).
+func (l *LabelKeys) Strip(n *corev1.Node) *extender.Node {
 	s := l.set.Load()
 	gen := s.gen
 	if n.Generation < 0 { // decoded keeping the labels of generation -n.Generation
 		gen = min(gen, -n.Generation)
 	}
+	var r *extender.Node
 	if s.all {
-		StripNode(n)
+		r = StripNode(n)
 	} else {
-		stripNode(n, s.keeps)
-		n.Labels = l.share(n.Labels)
+		r = stripNode(n, s.keeps)
+		r.Labels = l.share(r.Labels)
 	}
-	n.Spec.Taints = l.shareTaints(n.Spec.Taints)
-	n.Status.Conditions = l.shareConditions(n.Status.Conditions)
-	n.Generation = stampBase + gen
+	r.Spec.Taints = l.shareTaints(r.Spec.Taints)
+	r.Status.Conditions = l.shareConditions(r.Status.Conditions)
+	r.Generation = stampBase + gen
 	if store := l.cache(); store != nil && !l.noReuse {
-		if o, ok, _ := store.GetByKey(n.Name); ok {
-			if was, ok := o.(*corev1.Node); ok {
-				reuseKept(n, was)
+		if o, ok, _ := store.GetByKey(r.Name); ok {
+			if was, ok := o.(*extender.Node); ok {
+				reuseKept(r, was)
 			}
 		}
 	}
-	return n
+	return r
 }

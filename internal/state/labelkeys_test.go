@@ -39,8 +39,8 @@ func TestLabelKeysStrip(t *testing.T) {
 	}
 	// A node transformed twice keeps its first stamp: the labels dropped then are not back.
 	keys.Want("pool")
-	if keys.Strip(n); StrippedUnder(n) != 1 {
-		t.Errorf("restripped node's stamp %d, want 1", StrippedUnder(n))
+	if again, err := keys.Transform(n); err != nil || again != n || StrippedUnder(n) != 1 {
+		t.Errorf("transformed again: %p (want %p, err %v), stamp %d, want 1", again, n, err, StrippedUnder(n))
 	}
 	m := keys.Strip(labelled("b", map[string]string{"pool": "x", corev1.LabelHostname: "b"}))
 	if m.Labels["pool"] != "x" || len(m.Labels) != 1 || StrippedUnder(m) != 2 {
@@ -214,13 +214,13 @@ func TestLabelKeysStripSharesTaints(t *testing.T) {
 		{"another effect", tainted("c", corev1.Taint{Key: notReady.Key, Effect: corev1.TaintEffectNoExecute}), false},
 		{"added at a time", tainted("d", corev1.Taint{Key: notReady.Key, Effect: notReady.Effect, TimeAdded: &added}), false},
 		{"one more taint", tainted("e", notReady, corev1.Taint{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule}), false},
-	}, func(n *corev1.Node) []corev1.Taint { return n.Spec.Taints }, func(n *corev1.Node) []corev1.Taint { return slices.Clone(n.Spec.Taints) })
+	}, func(n *extender.Node) []corev1.Taint { return n.Spec.Taints }, func(n *corev1.Node) []corev1.Taint { return slices.Clone(n.Spec.Taints) })
 	if n := keys.Strip(tainted("f")); n.Spec.Taints != nil {
 		t.Errorf("untainted node's taints %v, want nil", n.Spec.Taints)
 	}
 	// The time added is compared as conditions' times are (writeTime): the same instant in
 	// another zone is another value.
-	at := func(name string, tm metav1.Time) *corev1.Node {
+	at := func(name string, tm metav1.Time) *extender.Node {
 		return keys.Strip(tainted(name, corev1.Taint{Key: notReady.Key, Effect: notReady.Effect, TimeAdded: &tm}))
 	}
 	utc := at("g", added)
@@ -241,7 +241,7 @@ type sharingCase struct {
 
 // checkSharing strips each case's node with keys: its part (part) shares a's exactly when the
 // case says, and holds what want reads of the node before the strip.
-func checkSharing[T any](t *testing.T, keys *LabelKeys, a *corev1.Node, cases []sharingCase, part, want func(*corev1.Node) []T) {
+func checkSharing[T any](t *testing.T, keys *LabelKeys, a *extender.Node, cases []sharingCase, part func(*extender.Node) []T, want func(*corev1.Node) []T) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -287,7 +287,7 @@ func TestLabelKeysStripSharesConditions(t *testing.T) {
 			return c
 		}()), false},
 		{"and under memory pressure", conditioned("f", ready(corev1.ConditionTrue, 1), memory), false},
-	}, func(n *corev1.Node) []corev1.NodeCondition { return n.Status.Conditions },
+	}, func(n *extender.Node) []corev1.NodeCondition { return n.Status.Conditions },
 		func(n *corev1.Node) []corev1.NodeCondition { return extender.SlimConditions(n.Status.Conditions) })
 	if n := keys.Strip(conditioned("g")); n.Status.Conditions != nil {
 		t.Errorf("a node without conditions has %v, want nil", n.Status.Conditions)
@@ -319,10 +319,11 @@ func TestLabelKeysDecodedBeforeAKeyIsAdded(t *testing.T) {
 		t.Fatalf("decoded %v under generation 1, want no team label", early.Labels)
 	}
 	keys.Want("team") // generation 2 (the informer would list again)
-	if err := store.Add(keys.Strip(early)); err != nil {
+	stripped := keys.Strip(early)
+	if err := store.Add(stripped); err != nil {
 		t.Fatal(err)
 	}
-	if got := StrippedUnder(early); got != 1 {
+	if got := StrippedUnder(stripped); got != 1 {
 		t.Errorf("stamped with generation %d, want 1 (the decode's)", got)
 	}
 	if pending := keys.Held("team"); !slices.Equal(pending, []string{"team"}) {

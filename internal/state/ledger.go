@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -97,7 +95,7 @@ type Change struct {
 	// Object is the node as admitted or written (with the change), shown to the planner instead
 	// of the cached node until the change is settled: the facts the decision was taken on (a
 	// node just turned Ready) come with it.
-	Object *corev1.Node
+	Object *extender.Node
 	// Create: the change is a CREATE, settled once the cache holds the node.
 	Create bool
 	// BaseRV is the resourceVersion the change was admitted on (an UPDATE's old object): the
@@ -187,9 +185,9 @@ func (l *Ledger) options(m Managed, node string, record bool) extender.DecideOpt
 
 // NodeAdmission is one admission of a node by the mutating webhook.
 type NodeAdmission struct {
-	Node *corev1.Node
+	Node *extender.Node
 	// Old is the node before an UPDATE, nil for a CREATE.
-	Old *corev1.Node
+	Old *extender.Node
 	// Now is the webhook's time of the request.
 	Now time.Time
 	// DryRun: the same answer, and no trace (nothing assumed, nothing recorded).
@@ -356,7 +354,7 @@ func (l *Ledger) Pending() int {
 // of the last change it reflects, for Commit. It drops settled and expired changes. The nodes it
 // is given are not modified. It holds the ledger's lock only to copy the changes and to drop the
 // settled ones, not over the nodes.
-func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
+func (l *Ledger) Overlay(nodes []*extender.Node) ([]*extender.Node, uint64) {
 	l.mu.Lock()
 	seq := l.seq
 	if len(l.entries) == 0 {
@@ -378,7 +376,7 @@ func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
 	for _, name := range slices.Sorted(maps.Keys(entries)) {
 		e := entries[name]
 		i, inCache := pos[name]
-		var cached *corev1.Node
+		var cached *extender.Node
 		if inCache {
 			cached = nodes[i]
 		}
@@ -412,7 +410,7 @@ func (l *Ledger) Overlay(nodes []*corev1.Node) ([]*corev1.Node, uint64) {
 
 // stale reports whether entry e no longer changes what a plan sees of its node, cached as the
 // cache holds it (nil: the cache does not): expired, shown by the cache, or the node is gone.
-func stale(e *entry, cached *corev1.Node, now time.Time) bool {
+func stale(e *entry, cached *extender.Node, now time.Time) bool {
 	switch {
 	case now.After(e.expires):
 		return true
@@ -426,7 +424,7 @@ func stale(e *entry, cached *corev1.Node, now time.Time) bool {
 // Unsettled reports whether the ledger holds a change of node n, as the cache holds it, that a
 // plan would still see through Overlay (the cache does not show it yet). An entry the cache shows
 // is dropped, as Overlay drops it.
-func (l *Ledger) Unsettled(n *corev1.Node) bool {
+func (l *Ledger) Unsettled(n *extender.Node) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entries[n.Name]
@@ -448,7 +446,7 @@ const SettleGrace = 5 * time.Second
 
 // shows reports whether the cached node carries the change, or whether its resourceVersion is
 // proof enough (a patch's answer, a creation).
-func shows(c *Change, cached *corev1.Node) bool {
+func shows(c *Change, cached *extender.Node) bool {
 	if c.AfterRV != "" || c.BaseRV == "" {
 		return true
 	}
@@ -465,7 +463,7 @@ func keysShow(have map[string]string, want map[string]*string) bool {
 	return true
 }
 
-func settled(c *Change, cached *corev1.Node) bool {
+func settled(c *Change, cached *extender.Node) bool {
 	if c.Create && c.BaseRV == "" && c.AfterRV == "" {
 		return true // the created node is in the cache
 	}
@@ -493,7 +491,7 @@ func parseRV(s string) (uint64, bool) {
 }
 
 // ApplyChange returns a copy of n with the change's labels and annotations.
-func ApplyChange(n *corev1.Node, c *Change) *corev1.Node {
+func ApplyChange(n *extender.Node, c *Change) *extender.Node {
 	out := *n
 	out.Labels = maps.Clone(n.Labels)
 	out.Annotations = maps.Clone(n.Annotations)
@@ -598,14 +596,14 @@ func replay(st *extender.AdmitState, es []*entry) bool {
 // valid policies bring (their cluster IDs, cross-policy peering, the nodes outside every selector).
 // ok is Commit's answer: false means an admission promoted a node meanwhile and the caller must plan
 // again.
-func (l *Ledger) Plan(valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (in extender.Input, res *extender.Result, ok bool) {
+func (l *Ledger) Plan(valid []Managed, cache []*extender.Node, m Managed, now time.Time, history []extender.Recommendation) (in extender.Input, res *extender.Result, ok bool) {
 	pd, ok := l.PlanKept(valid, cache, m, now, history)
 	return pd.In, pd.Res, ok
 }
 
 // PlanKept is Plan, returning the plan with what Reuse needs to reuse it (never nil; ok is
 // Commit's answer).
-func (l *Ledger) PlanKept(valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (*Planned, bool) {
+func (l *Ledger) PlanKept(valid []Managed, cache []*extender.Node, m Managed, now time.Time, history []extender.Recommendation) (*Planned, bool) {
 	all, seq := l.Overlay(cache)
 	nodes := Partition(valid, all)[m.Policy.Name]
 	if l.CalicoAddresses != nil {
@@ -651,7 +649,7 @@ func (l *Ledger) DropPolicy(name string) {
 }
 
 // OwnedChanges returns the label and annotation changes that turn n's owned keys into want's.
-func OwnedChanges(rrLabelKey string, n *corev1.Node, want extender.NodeState) (lbl, ann map[string]*string) {
+func OwnedChanges(rrLabelKey string, n *extender.Node, want extender.NodeState) (lbl, ann map[string]*string) {
 	return extender.OwnedChanges(rrLabelKey, n, want)
 }
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -23,7 +22,7 @@ type admitFixture struct {
 	l     *Ledger
 	pols  *Policies
 	m     Managed
-	cache []*corev1.Node
+	cache []*extender.Node
 }
 
 func newAdmitFixture(t *testing.T, nodes int) *admitFixture {
@@ -134,7 +133,7 @@ func TestLedgerAdmissionDuringCommit(t *testing.T) {
 // commitHeld commits the plan of nodes on f's ledger, holding the commit once it has built its
 // state while during runs (an admission between the plan and its publication). It returns the
 // commit's answer.
-func (f *admitFixture) commitHeld(t *testing.T, nodes []*corev1.Node, during func()) bool {
+func (f *admitFixture) commitHeld(t *testing.T, nodes []*extender.Node, during func()) bool {
 	t.Helper()
 	in0, seq := f.l.Overlay(nodes)
 	in := extender.Input{Policy: f.m.Resolved, Nodes: in0, Now: tNow}
@@ -179,12 +178,12 @@ func TestLedgerCompetingPromotionDuringCommitConflicts(t *testing.T) {
 		s.MinRouteReflectors, s.MaxRouteReflectors = ptr(int32(1)), ptr(int32(1))
 	})
 	var ans extender.AdmitAnswer
-	ok := f.commitHeld(t, []*corev1.Node{mkNode("node-0", "zone-a")}, func() { ans = f.join("node-1", "zone-a") })
+	ok := f.commitHeld(t, []*extender.Node{mkNode("node-0", "zone-a")}, func() { ans = f.join("node-1", "zone-a") })
 	require.Equal(t, extender.AdmitRouteReflector, ans.Role, "node-1: %+v", ans)
 	require.False(t, ok, "a commit whose plan promoted node-0 kept node-1's promotion too")
 	role, known := f.known("node-1")
 	assert.True(t, known && role == extender.AdmitRouteReflector, "the promotion is not in the state admissions decide on: %v %v", role, known)
-	in2, res2, ok := f.l.Plan(f.pols.Valid(), []*corev1.Node{mkNode("node-0", "zone-a")}, f.m, tNow, nil)
+	in2, res2, ok := f.l.Plan(f.pols.Valid(), []*extender.Node{mkNode("node-0", "zone-a")}, f.m, tNow, nil)
 	require.True(t, ok, "commit after the promotion")
 	require.Len(t, in2.Nodes, 2, "input")
 	require.Equal(t, 1, res2.Summary.RouteReflectors, "plan %+v", res2.Summary)
@@ -304,7 +303,7 @@ func TestLedgerPlanReadsCalicoAddresses(t *testing.T) {
 	require.NoError(t, idx.Add(p))
 	pols := NewPolicies(idx)
 	m, _ := pols.Get("default")
-	var cache []*corev1.Node
+	var cache []*extender.Node
 	addrs := map[string]extender.CalicoAddresses{}
 	for i := range 12 {
 		n := mkNode(fmt.Sprintf("node-%02d", i), fmt.Sprintf("zone-%c", 'a'+i%3))

@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
@@ -17,8 +16,8 @@ var tNow = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 func strp(s string) *string { return &s }
 
 // mkNode is a Ready node of zone.
-func mkNode(name, zone string) *corev1.Node {
-	return nodetest.New(name, nodetest.Zone(zone), nodetest.ResourceVersion("100"))
+func mkNode(name, zone string) *extender.Node {
+	return extender.FromNode(nodetest.New(name, nodetest.Zone(zone), nodetest.ResourceVersion("100")))
 }
 
 func TestLedgerOverlaySettlesAndExpires(t *testing.T) {
@@ -34,7 +33,7 @@ func TestLedgerOverlaySettlesAndExpires(t *testing.T) {
 	l.Assume("default", Change{Node: "node-b", AfterRV: "105", Annotations: map[string]*string{extender.AnnotationDrainingSince: strp("x")}})
 	l.Assume("default", Change{Node: "node-new", Object: created, Create: true})
 
-	out, seq := l.Overlay([]*corev1.Node{a, b})
+	out, seq := l.Overlay([]*extender.Node{a, b})
 	require.Equal(t, uint64(3), seq, "seq")
 	require.Len(t, out, 3, "nodes")
 	require.Contains(t, out[0].Labels, "calico-route-reflector", "node-a: assumed label missing")
@@ -46,7 +45,7 @@ func TestLedgerOverlaySettlesAndExpires(t *testing.T) {
 	// server retries the admitted request after a conflict: the change still counts...
 	a1 := a.DeepCopy()
 	a1.ResourceVersion = "101"
-	out, _ = l.Overlay([]*corev1.Node{a1, b, created})
+	out, _ = l.Overlay([]*extender.Node{a1, b, created})
 	require.Equal(t, 2, l.Pending(), "another writer's version settled the change: pending")
 	require.Contains(t, out[0].Labels, "calico-route-reflector", "node-a: assumed label missing while the request may be retried")
 	// ...until the cache shows it: node-a at 102 with the label settles; node-b at 104 does not
@@ -54,13 +53,13 @@ func TestLedgerOverlaySettlesAndExpires(t *testing.T) {
 	a2, b2 := a.DeepCopy(), b.DeepCopy()
 	a2.ResourceVersion, b2.ResourceVersion = "102", "104"
 	a2.Labels["calico-route-reflector"] = ""
-	out, _ = l.Overlay([]*corev1.Node{a2, b2, created})
+	out, _ = l.Overlay([]*extender.Node{a2, b2, created})
 	require.Len(t, out, 3, "settled: nodes")
 	require.Same(t, a2, out[0], "settled: node-a %v", out[0].Labels)
 	require.Equal(t, 1, l.Pending(), "settled: pending")
 	// Expiry.
 	now = now.Add(11 * time.Second)
-	out, _ = l.Overlay([]*corev1.Node{a2, b2})
+	out, _ = l.Overlay([]*extender.Node{a2, b2})
 	assert.Equal(t, 0, l.Pending(), "expired: pending")
 	assert.NotEqual(t, "x", out[1].Annotations[extender.AnnotationDrainingSince], "expired: node-b still has the assumed annotation")
 }
@@ -73,11 +72,11 @@ func TestLedgerSettleGrace(t *testing.T) {
 	l.Assume("default", Change{Node: "node-a", BaseRV: "100", Labels: map[string]*string{"calico-route-reflector": strp("")}})
 	a1 := a.DeepCopy()
 	a1.ResourceVersion = "101"
-	l.Overlay([]*corev1.Node{a1})
+	l.Overlay([]*extender.Node{a1})
 	require.Equal(t, 1, l.Pending(), "settled at once on a version without the change")
 	// The request failed for good: after the grace the newer version stands.
 	now = now.Add(SettleGrace + time.Second)
-	out, _ := l.Overlay([]*corev1.Node{a1})
+	out, _ := l.Overlay([]*extender.Node{a1})
 	assert.Equal(t, 0, l.Pending(), "after the grace: pending")
 	assert.Same(t, a1, out[0], "after the grace: the newer version stands")
 }
@@ -106,7 +105,7 @@ func TestLedgerUnsettled(t *testing.T) {
 func TestOwnedKeysMatchExtender(t *testing.T) {
 	// OwnedChanges spells out the owned label keys; they must stay those of the extender.
 	want := extender.OwnedLabelKeys("k")
-	n := &corev1.Node{}
+	n := &extender.Node{}
 	st := extender.NodeState{Labels: map[string]string{}, Annotations: map[string]string{}}
 	for _, k := range want {
 		st.Labels[k] = "v"

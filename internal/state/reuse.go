@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -25,9 +24,9 @@ type Planned struct {
 	// cache is the cache's nodes the input was read from (nil: the input held assumed changes,
 	// and the plan is not reused); seen holds them, built at the first Reuse, and byName too,
 	// built when a node's object has changed.
-	cache  []*corev1.Node
-	seen   map[*corev1.Node]struct{}
-	byName map[string]*corev1.Node
+	cache  []*extender.Node
+	seen   map[*extender.Node]struct{}
+	byName map[string]*extender.Node
 	ps     *planState // the admission state commit published for it
 }
 
@@ -53,7 +52,7 @@ func PoliciesKey(valid []Managed) string {
 // (extender.Result.At). The plan is then the one PlanKept would compute and commit (a settled
 // reconcile costs no plan: issue 38). Otherwise nil and false: plan with PlanKept. The etcd
 // datastore's plans (Registered, CalicoAddresses) are never reused.
-func (l *Ledger) Reuse(prev *Planned, valid []Managed, cache []*corev1.Node, m Managed, now time.Time, history []extender.Recommendation) (*Planned, bool) {
+func (l *Ledger) Reuse(prev *Planned, valid []Managed, cache []*extender.Node, m Managed, now time.Time, history []extender.Recommendation) (*Planned, bool) {
 	if prev == nil || prev.cache == nil || prev.ps == nil || prev.generation != m.Policy.Generation ||
 		prev.In.Policy != m.Resolved || l.Registered != nil || l.CalicoAddresses != nil ||
 		len(cache) != len(prev.cache) || PoliciesKey(valid) != prev.policies {
@@ -74,18 +73,18 @@ func (l *Ledger) Reuse(prev *Planned, valid []Managed, cache []*corev1.Node, m M
 		return nil, false
 	}
 	if prev.seen == nil {
-		prev.seen = make(map[*corev1.Node]struct{}, len(prev.cache))
+		prev.seen = make(map[*extender.Node]struct{}, len(prev.cache))
 		for _, n := range prev.cache {
 			prev.seen[n] = struct{}{}
 		}
 	}
-	var moved map[string]*corev1.Node // the nodes whose object changed in its resourceVersion only
+	var moved map[string]*extender.Node // the nodes whose object changed in its resourceVersion only
 	for _, n := range cache {
 		if _, ok := prev.seen[n]; ok {
 			continue
 		}
 		if prev.byName == nil {
-			prev.byName = make(map[string]*corev1.Node, len(prev.cache))
+			prev.byName = make(map[string]*extender.Node, len(prev.cache))
 			for _, n := range prev.cache {
 				prev.byName[n.Name] = n
 			}
@@ -94,7 +93,7 @@ func (l *Ledger) Reuse(prev *Planned, valid []Managed, cache []*corev1.Node, m M
 			return nil, false
 		}
 		if moved == nil {
-			moved = map[string]*corev1.Node{}
+			moved = map[string]*extender.Node{}
 		}
 		moved[n.Name] = n
 	}
@@ -131,7 +130,7 @@ func (l *Ledger) quietSince(pol string, ps *planState) bool {
 }
 
 // sameButVersion reports whether two objects of a node differ in their resourceVersion only.
-func sameButVersion(a, b *corev1.Node) bool {
+func sameButVersion(a, b *extender.Node) bool {
 	if a.UID != b.UID || !maps.Equal(a.Labels, b.Labels) || !maps.Equal(a.Annotations, b.Annotations) {
 		return false
 	}

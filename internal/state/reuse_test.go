@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
@@ -21,7 +20,7 @@ func TestReuse(t *testing.T) {
 		require.True(t, ok)
 		return pd
 	}
-	reuse := func(prev *Planned, cache []*corev1.Node) (*Planned, bool) {
+	reuse := func(prev *Planned, cache []*extender.Node) (*Planned, bool) {
 		return f.l.Reuse(prev, f.pols.Valid(), cache, f.m, tNow.Add(time.Second), prev.Res.Recommendations)
 	}
 	prev := plan()
@@ -32,14 +31,14 @@ func TestReuse(t *testing.T) {
 	require.Equal(t, tNow.Add(time.Second), next.In.Now)
 
 	// A heartbeat: a new object, a new resourceVersion, nothing else.
-	hb := append([]*corev1.Node(nil), f.cache...)
+	hb := append([]*extender.Node(nil), f.cache...)
 	hb[3] = hb[3].DeepCopy()
 	hb[3].ResourceVersion = "99"
 	next, ok = reuse(prev, hb)
 	require.True(t, ok, "a resourceVersion changed")
 	require.Contains(t, next.In.Nodes, hb[3], "the input holds the cache's object")
 
-	changed := append([]*corev1.Node(nil), f.cache...)
+	changed := append([]*extender.Node(nil), f.cache...)
 	changed[3] = changed[3].DeepCopy()
 	changed[3].Labels["tier"] = "edge"
 	_, ok = reuse(prev, changed)

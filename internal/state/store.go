@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -27,7 +26,7 @@ const rrKey = "rr"
 func NodeIndexers() toolscache.Indexers {
 	return toolscache.Indexers{
 		IndexRouteReflectors: func(obj any) ([]string, error) {
-			n, ok := obj.(*corev1.Node)
+			n, ok := obj.(*extender.Node)
 			if !ok {
 				return nil, nil
 			}
@@ -51,23 +50,23 @@ type NodeStore struct {
 func NewNodeStore(idx toolscache.Indexer) *NodeStore { return &NodeStore{idx: idx} }
 
 // Get returns a node, or nil.
-func (s *NodeStore) Get(name string) *corev1.Node {
+func (s *NodeStore) Get(name string) *extender.Node {
 	obj, ok, err := s.idx.GetByKey(name)
 	if err != nil || !ok {
 		return nil
 	}
-	n, _ := obj.(*corev1.Node)
+	n, _ := obj.(*extender.Node)
 	return n
 }
 
 // List returns every node.
-func (s *NodeStore) List() []*corev1.Node { return nodes(s.idx.List()) }
+func (s *NodeStore) List() []*extender.Node { return nodes(s.idx.List()) }
 
 // RouteReflectors returns the nodes that carry a cluster ID or a route reflector ID.
-func (s *NodeStore) RouteReflectors() []*corev1.Node { return s.byIndex(IndexRouteReflectors, rrKey) }
+func (s *NodeStore) RouteReflectors() []*extender.Node { return s.byIndex(IndexRouteReflectors, rrKey) }
 
 // ClientsOf returns the nodes whose route reflectors include rr, in no order (ClientsOfEach).
-func (s *NodeStore) ClientsOf(rr string) []*corev1.Node { return s.ClientsOfEach(rr)[rr] }
+func (s *NodeStore) ClientsOf(rr string) []*extender.Node { return s.ClientsOfEach(rr)[rr] }
 
 // ClientsOfEach returns, for each of rrs, the nodes whose route reflectors include it, in no
 // order. It reads every cached node once (15 ms at 65,000 nodes: BenchmarkClientsOf): its callers,
@@ -75,14 +74,14 @@ func (s *NodeStore) ClientsOf(rr string) []*corev1.Node { return s.ClientsOfEach
 // by hand (the validating webhook), are rare, and the index of the clients by route-reflector list
 // it replaces cost about 100 heap bytes per node at 65,000. The clients of a peering set share one
 // list, parsed once.
-func (s *NodeStore) ClientsOfEach(rrs ...string) map[string][]*corev1.Node {
-	out := make(map[string][]*corev1.Node, len(rrs))
+func (s *NodeStore) ClientsOfEach(rrs ...string) map[string][]*extender.Node {
+	out := make(map[string][]*extender.Node, len(rrs))
 	if len(rrs) == 0 {
 		return out
 	}
 	named := map[string][]string{} // a list's route reflectors among rrs
 	for _, o := range s.idx.List() {
-		n, ok := o.(*corev1.Node)
+		n, ok := o.(*extender.Node)
 		if !ok {
 			continue
 		}
@@ -106,7 +105,7 @@ func (s *NodeStore) ClientsOfEach(rrs ...string) map[string][]*corev1.Node {
 	return out
 }
 
-func (s *NodeStore) byIndex(index, key string) []*corev1.Node {
+func (s *NodeStore) byIndex(index, key string) []*extender.Node {
 	objs, err := s.idx.ByIndex(index, key)
 	if err != nil {
 		return nil
@@ -114,10 +113,10 @@ func (s *NodeStore) byIndex(index, key string) []*corev1.Node {
 	return nodes(objs)
 }
 
-func nodes(objs []any) []*corev1.Node {
-	out := make([]*corev1.Node, 0, len(objs))
+func nodes(objs []any) []*extender.Node {
+	out := make([]*extender.Node, 0, len(objs))
 	for _, o := range objs {
-		if n, ok := o.(*corev1.Node); ok {
+		if n, ok := o.(*extender.Node); ok {
 			out = append(out, n)
 		}
 	}
@@ -236,7 +235,7 @@ func forNode(valid []Managed, l map[string]string) (Managed, bool) {
 
 // Overlaps returns the nodes the policy name selects that other valid policies select too, each
 // with those policies' names: such nodes are managed by neither (see forNode).
-func Overlaps(valid []Managed, nodes []*corev1.Node, name string) map[string][]string {
+func Overlaps(valid []Managed, nodes []*extender.Node, name string) map[string][]string {
 	var self *Managed
 	for i := range valid {
 		if valid[i].Policy.Name == name {
@@ -265,7 +264,7 @@ func Overlaps(valid []Managed, nodes []*corev1.Node, name string) map[string][]s
 
 // OutsideSelector returns the Calico selector of the nodes no valid policy selects
 // (extender.OutsideSelector) when at least one of nodes is such a node, else "".
-func OutsideSelector(valid []Managed, nodes []*corev1.Node) string {
+func OutsideSelector(valid []Managed, nodes []*extender.Node) string {
 	if len(valid) == 0 {
 		return ""
 	}
@@ -287,8 +286,8 @@ func OutsideSelector(valid []Managed, nodes []*corev1.Node) string {
 
 // Partition returns, for each valid policy, the nodes it manages (nodes selected by two policies
 // are in none), in the order of nodes.
-func Partition(valid []Managed, nodes []*corev1.Node) map[string][]*corev1.Node {
-	out := make(map[string][]*corev1.Node, len(valid))
+func Partition(valid []Managed, nodes []*extender.Node) map[string][]*extender.Node {
+	out := make(map[string][]*extender.Node, len(valid))
 	for _, n := range nodes {
 		if m, ok := forNode(valid, n.Labels); ok {
 			out[m.Policy.Name] = append(out[m.Policy.Name], n)

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
@@ -17,14 +15,14 @@ import (
 func TestNodeStoreClientsOf(t *testing.T) {
 	idx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, NodeIndexers())
 	store := NewNodeStore(idx)
-	client := func(name, rrs string) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	client := func(name, rrs string) *extender.Node {
+		n := &extender.Node{ObjectMeta: extender.ObjectMeta{Name: name}}
 		if rrs != "" {
 			n.Annotations = map[string]string{extender.AnnotationRouteReflectors: rrs}
 		}
 		return n
 	}
-	for _, n := range []*corev1.Node{client("n4", "rr-a,rr-b"), client("n1", "rr-a,rr-b"), client("n2", "rr-b,rr-c"),
+	for _, n := range []*extender.Node{client("n4", "rr-a,rr-b"), client("n1", "rr-a,rr-b"), client("n2", "rr-b,rr-c"),
 		client("n3", "rr-ab"), client("rr-a", "")} {
 		if err := idx.Add(n); err != nil {
 			t.Fatal(err)
@@ -90,7 +88,7 @@ func BenchmarkClientsOf(b *testing.B) {
 		if lists[rack] == "" {
 			lists[rack] = fmt.Sprintf("rr-%d-a,rr-%d-b", rack, rack)
 		}
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%05d", i),
+		node := &extender.Node{ObjectMeta: extender.ObjectMeta{Name: fmt.Sprintf("node-%05d", i),
 			Annotations: map[string]string{extender.AnnotationRouteReflectors: lists[rack]}}}
 		if err := idx.Add(node); err != nil {
 			b.Fatal(err)

@@ -31,12 +31,13 @@ var uniqueAnnotations = map[string]bool{extender.AnnotationCalicoIPv4: true, ext
 // decoded nodes keep the same ones).
 func KeptAnnotation(key string) bool { return keptAnnotations[key] }
 
-// StripNode removes, in place, every field of a node that the planner, the webhooks and the
-// reconciler never read: managedFields, status.images, addresses but InternalIPs, capacity, node
-// info, the heartbeat times and messages of conditions, all conditions but Ready (with its
-// lastTransitionTime) and the pressure conditions that are True, and the spec but
-// unschedulable and taints. It keeps a 5,000-node cache small and makes kubelet heartbeats
-// invisible to everything but the resourceVersion. (The BGPSessions handover matches the
+// StripNode returns the record the node cache keeps of a node (extender.Node): only the fields the
+// planner, the webhooks and the reconciler read. Everything else goes: managedFields,
+// status.images, addresses but InternalIPs, capacity, node info, the heartbeat times and messages
+// of conditions, all conditions but Ready (with its lastTransitionTime) and the pressure
+// conditions that are True, and the spec but unschedulable and taints. It keeps a 65,000-node
+// cache small and makes kubelet heartbeats invisible to everything but the resourceVersion. The
+// node itself is left as it was (the record shares its taints). (The BGPSessions handover matches the
 // InternalIPs against a route reflector's BGP peers when Calico's BGP address annotation is
 // absent; a node that carries the annotation keeps no address at all: 54 heap bytes per node.)
 //
@@ -47,12 +48,13 @@ func KeptAnnotation(key string) bool { return keptAnnotations[key] }
 //
 // StripNode keeps every label; the serve process's cache keeps only the labels the product reads
 // (LabelKeys.Strip).
-func StripNode(n *corev1.Node) *corev1.Node { return stripNode(n, nil) }
+func StripNode(n *corev1.Node) *extender.Node { return stripNode(n, nil) }
 
-// stripNode is StripNode keeping the labels whose key keep accepts (every label when keep is nil).
-func stripNode(n *corev1.Node, keep func(key string) bool) *corev1.Node {
-	n.ManagedFields = nil
-	n.OwnerReferences = nil
+// stripNode is StripNode keeping the labels whose key keep accepts (every label when keep is nil):
+// a new record of what the product reads of n; n itself is left as it was.
+func stripNode(n *corev1.Node, keep func(key string) bool) *extender.Node {
+	r := &extender.Node{ObjectMeta: extender.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
+		Generation: n.Generation, CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp}}
 	if len(n.Labels) > 0 {
 		var labels map[string]string
 		for k, v := range n.Labels {
@@ -63,14 +65,14 @@ func stripNode(n *corev1.Node, keep func(key string) bool) *corev1.Node {
 				labels[intern(k)] = intern(v)
 			}
 		}
-		n.Labels = labels
+		r.Labels = labels
 	}
 	if len(n.Annotations) > 0 {
 		var keep map[string]string
 		for k, v := range n.Annotations {
 			if keptAnnotations[k] {
 				if keep == nil {
-					keep = map[string]string{}
+					keep = make(map[string]string, 4)
 				}
 				if uniqueAnnotations[k] {
 					keep[intern(k)] = strings.Clone(v) // one node's own: interning would only add an entry
@@ -79,20 +81,20 @@ func stripNode(n *corev1.Node, keep func(key string) bool) *corev1.Node {
 				}
 			}
 		}
-		n.Annotations = keep
+		r.Annotations = keep
 	}
-	n.Spec = corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints}
+	r.Spec = extender.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints}
 	ready := extender.SlimConditions(n.Status.Conditions)
 	var internal []corev1.NodeAddress
-	if !extender.HasCalicoAddress(n) {
+	if !extender.HasCalicoAddress(r) {
 		for _, a := range n.Status.Addresses {
 			if a.Type == corev1.NodeInternalIP {
 				internal = append(internal, a)
 			}
 		}
 	}
-	n.Status = corev1.NodeStatus{Conditions: ready, Addresses: internal}
-	return n
+	r.Status = extender.NodeStatus{Conditions: ready, Addresses: internal}
+	return r
 }
 
 // reuseKept points the kept parts of n, a node just stripped, at those of was, the cache's object
@@ -103,7 +105,7 @@ func stripNode(n *corev1.Node, keep func(key string) bool) *corev1.Node {
 // copies are garbage at once: the live heap is the same, and the heap the collector keeps in use
 // is about a tenth smaller (BenchmarkHeartbeatHeap, issue 38). The cache's objects are never
 // modified, so sharing their parts is safe.
-func reuseKept(n, was *corev1.Node) {
+func reuseKept(n, was *extender.Node) {
 	if was == n || was.UID != n.UID || was.Name != n.Name {
 		return
 	}
@@ -137,6 +139,8 @@ func TransformStrip(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Node:
 		return StripNode(o), nil
+	case *extender.Node: // stripped already: the informer may transform an object twice
+		return o, nil
 	case client.Object:
 		o.SetManagedFields(nil)
 		return o, nil

@@ -546,7 +546,7 @@ func (u *upgradeWorld) snapshot() (*layout, error) {
 		slices.Sort(role)
 		_, rr := n.Labels[rrKey]
 		l.nodes[n.Name] = nodeState{role: strings.Join(role, ","), clusterID: n.Annotations[extender.AnnotationClusterID],
-			set: n.Labels[extender.LabelPeeringSet], rr: rr, draining: extender.IsDraining(&n)}
+			set: n.Labels[extender.LabelPeeringSet], rr: rr, draining: extender.IsDraining(extender.FromNode(&n))}
 	}
 	peers, err := u.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {

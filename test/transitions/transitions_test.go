@@ -154,7 +154,7 @@ func TestTransitionsOnRealBIRD(t *testing.T) {
 	// (iii) A spine member dead and NotReady past the grace: replaced.
 	event("(iii) spine member NotReady past the grace, BIRD killed", func(before *roles) {
 		v := before.pick(func(n *corev1.Node) bool {
-			return before.spine(n) && n.Labels[corev1.LabelTopologyZone] != "zone-b" && extender.IsReady(n)
+			return before.spine(n) && n.Labels[corev1.LabelTopologyZone] != "zone-b" && extender.IsReady(extender.FromNode(n))
 		})
 		require.NotEmpty(t, v, "no spine member outside zone-b: %v", before.id)
 		t.Logf("(iii) kill %s (spine, plane %s, %s, %s) and set it NotReady", v, before.plane(v), before.id[v], before.zone(v))
@@ -1002,11 +1002,11 @@ func (w *world) roles() *roles {
 	for i := range list.Items {
 		n := &list.Items[i]
 		r.nodes[n.Name] = n
-		r.ready[n.Name] = extender.IsReady(n)
+		r.ready[n.Name] = extender.IsReady(extender.FromNode(n))
 		_, label := n.Labels["calico-route-reflector"]
 		id := n.Annotations[extender.AnnotationClusterID]
 		switch {
-		case label && id != "" && extender.IsDraining(n):
+		case label && id != "" && extender.IsDraining(extender.FromNode(n)):
 			r.draining[n.Name] = true
 		case label && id != "":
 			r.id[n.Name] = id

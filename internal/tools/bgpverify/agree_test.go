@@ -35,7 +35,7 @@ func dualPlanePlan(t *testing.T, n int, rack int32) (extender.Input, *extender.R
 	require.Empty(t, errs)
 	nodes, err := nodesource.Simulate(n, 3)
 	require.NoError(t, err)
-	in := extender.Input{Policy: resolved, Nodes: nodes, Now: nodesource.SimulationStart.Add(24 * 3600e9)}
+	in := extender.Input{Policy: resolved, Nodes: extender.FromNodes(nodes), Now: nodesource.SimulationStart.Add(24 * 3600e9)}
 	return in, extender.Plan(in)
 }
 

@@ -121,7 +121,7 @@ type calicoState struct {
 // and annotations (the plan's owned keys replaced by the plan's values), the plan's BGPPeers, and
 // the default BGPConfiguration (AS number, node-to-node mesh as asked).
 func planState(in extender.Input, res *extender.Result, topo *bgpmodel.Topology, opts Options) (*calicoState, error) {
-	byName := make(map[string]*corev1.Node, len(in.Nodes))
+	byName := make(map[string]*extender.Node, len(in.Nodes))
 	for _, n := range in.Nodes {
 		if n != nil {
 			byName[n.Name] = n

@@ -405,7 +405,7 @@ func TestConfdModelPeerIPOfANode(t *testing.T) {
 	st.peers[len(st.peers)-1].Spec.PeerIP = st.addrs[st.model.Index("node-00011")].Addr().String()
 	// The model of the state as written: the nodes carry their BGP addresses.
 	var err error
-	st.model, err = bgpmodel.FromCluster(st.nodes, st.peers, corev1.LabelTopologyZone, bgpmodel.Options{})
+	st.model, err = bgpmodel.FromCluster(extender.FromNodes(st.nodes), st.peers, corev1.LabelTopologyZone, bgpmodel.Options{})
 	require.NoError(t, err)
 	require.True(t, slices.Contains(st.model.Peers(st.model.Index("node-00010")), int32(st.model.Index("node-00011"))), "the model has no session node-00010-node-00011")
 	_, _, diffs, err := confdTopology(st, renderOnly(t, s, st))
@@ -452,7 +452,7 @@ func testCalicoBGPPeerSettings(t *testing.T) {
 	}
 	nodes, err := nodesource.Simulate(12, 3)
 	require.NoError(t, err)
-	in := extender.Input{Policy: policy.MustResolve(pol), Nodes: nodes, Now: nodesource.SimulationStart.Add(24 * time.Hour)}
+	in := extender.Input{Policy: policy.MustResolve(pol), Nodes: extender.FromNodes(nodes), Now: nodesource.SimulationStart.Add(24 * time.Hour)}
 	res := extender.Plan(in)
 
 	// The rendered bird.cfg: the Secret's password and the restart time on every BGP protocol.

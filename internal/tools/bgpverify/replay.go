@@ -108,7 +108,7 @@ func ReplayTransition(ctx context.Context, in extender.Input, res *extender.Resu
 		return nil, InputError{fmt.Errorf("the plan: %w", err)}
 	}
 	// The state before, its nodes in the plan's order: node i is node i of the Lab in both.
-	byName := map[string]*corev1.Node{}
+	byName := map[string]*extender.Node{}
 	for _, n := range in.Nodes {
 		if n != nil {
 			byName[n.Name] = n
@@ -117,7 +117,7 @@ func ReplayTransition(ctx context.Context, in extender.Input, res *extender.Resu
 	if len(byName) != len(after.Nodes) {
 		return nil, inputErr("the plan has %d nodes, the state %d", len(after.Nodes), len(byName))
 	}
-	ordered := make([]*corev1.Node, len(after.Nodes))
+	ordered := make([]*extender.Node, len(after.Nodes))
 	names := make([]string, len(after.Nodes))
 	var dead []string
 	down := map[string]bool{}
@@ -326,7 +326,7 @@ func awaitRendered(ctx context.Context, lab *Lab, since time.Time, timeout time.
 // clusterState is the state of a cluster as it is, its nodes in the given order (node i gets
 // NodeAddress(i)), its BGPPeers (a peerIP that was a node's address names that node's new one) and
 // the default BGPConfiguration as the plan's (AS number, node-to-node mesh as asked).
-func clusterState(nodes []*corev1.Node, peers []apiv3.BGPPeer, model *bgpmodel.Topology, opts Options) (*calicoState, error) {
+func clusterState(nodes []*extender.Node, peers []apiv3.BGPPeer, model *bgpmodel.Topology, opts Options) (*calicoState, error) {
 	st := &calicoState{policy: "(the state before)", model: model}
 	realIP := map[string]int{}
 	for i, n := range nodes {

@@ -176,11 +176,11 @@ func Read(ctx context.Context, cfg *rest.Config, gv schema.GroupVersion, now tim
 		}
 	}
 	slices.Sort(rep.ForeignBGPPeers)
-	ptrs := make([]*corev1.Node, len(nodes.Items))
+	ptrs := make([]*extender.Node, len(nodes.Items))
 	for i := range nodes.Items {
-		ptrs[i] = &nodes.Items[i]
+		ptrs[i] = extender.FromNode(&nodes.Items[i])
 	}
-	slices.SortFunc(ptrs, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(ptrs, func(a, b *extender.Node) int { return strings.Compare(a.Name, b.Name) })
 	ptrs = extender.WithCalicoAddresses(ptrs, cal.Addresses)
 	slices.SortFunc(pols.Items, func(a, b v1alpha1.RouteReflectorPolicy) int { return strings.Compare(a.Name, b.Name) })
 	// The product's CalicoNodeStatuses (bgpHealth, the BGPSessions handover), when the API serves
@@ -226,7 +226,7 @@ func familySessions(cns *apiv3.CalicoNodeStatus) []FamilySessions {
 	return out
 }
 
-func policyReport(pol *v1alpha1.RouteReflectorPolicy, nodes []*corev1.Node, statuses map[string]*apiv3.CalicoNodeStatus, now time.Time) PolicyReport {
+func policyReport(pol *v1alpha1.RouteReflectorPolicy, nodes []*extender.Node, statuses map[string]*apiv3.CalicoNodeStatus, now time.Time) PolicyReport {
 	pr := PolicyReport{Name: pol.Name, Mode: string(pol.Status.Mode), Desired: pol.Status.DesiredRouteReflectors,
 		Pending: pol.Status.PendingChanges, Zones: []ZoneReport{}, Draining: []Draining{}}
 	if pr.Pending == nil {
@@ -294,7 +294,7 @@ func policyReport(pol *v1alpha1.RouteReflectorPolicy, nodes []*corev1.Node, stat
 	return pr
 }
 
-func routeFigures(nodes []*corev1.Node, peers []apiv3.BGPPeer, mesh bool) RouteFigures {
+func routeFigures(nodes []*extender.Node, peers []apiv3.BGPPeer, mesh bool) RouteFigures {
 	f := RouteFigures{Nodes: len(nodes)}
 	topo, err := bgpmodel.FromCluster(nodes, peers, corev1.LabelTopologyZone, bgpmodel.Options{NodeToNodeMesh: mesh})
 	if err != nil {
