@@ -224,6 +224,8 @@ func TestLoad(t *testing.T) {
 	// VmRSS counts the binary's own pages as they are mapped (file-backed: code, read-only data,
 	// the pclntab the runtime reads for stacks), besides the memory the process allocated.
 	anonSettled, fileSettled := procStatus(t, p.Cmd.Process.Pid, "RssAnon:"), procStatus(t, p.Cmd.Process.Pid, "RssFile:")
+	binCode, binRO, binData, err := binaryPages(p.Cmd.Process.Pid)
+	require.NoError(t, err, "reading the product's mappings")
 	quietMetrics := p.scrape(t)
 	heapSettled := quietMetrics.sum("go_memstats_heap_inuse_bytes", nil)
 	liveSettled := p.liveHeap(ctx, t)
@@ -498,6 +500,7 @@ func TestLoad(t *testing.T) {
 	row("direct: from scheduled send (client) p99", "%s", d.pctSched(0.99))
 	row("direct: product GC cycles / reconciles in the phase", "%v / %v", d.gcCycles, d.reconciles)
 	row("product RSS settled: anonymous / file-backed (the binary's mapped pages)", "%d / %d MiB", anonSettled>>20, fileSettled>>20)
+	row("the binary's resident pages, settled: code / read-only data and pclntab / data", "%d / %d / %d MiB", binCode>>20, binRO>>20, binData>>20)
 	row("product RSS idle / settled / after load / peak", "%d / %d / %d / %d MiB (goal settled < 80 MiB at 5,000, < 400 MiB at 65,000)", rssIdle>>20, rssSettled>>20, rssLoaded>>20, peakBeforeRestart>>20)
 	row("go heap in use after a collection, settled", "%.1f MiB (guard < %.0f MiB)", liveSettled/mib, liveLimit/mib)
 	row("product RSS during the join (sampled every second)", "%s", duringJoin)

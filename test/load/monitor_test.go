@@ -227,3 +227,42 @@ func requestRate(before, after metricSet, d time.Duration) string {
 	}
 	return fmt.Sprintf("%.1f/s (%.0f: %s)", total/d.Seconds(), total, strings.Join(parts, ", "))
 }
+
+// binaryPages is how much of the product's own binary is resident, by mapping: its code (r-x), its
+// read-only data (r--: rodata, type links and the pclntab the runtime reads for stacks) and its
+// data (rw-), in bytes, from /proc/<pid>/smaps.
+func binaryPages(pid int) (code, rodata, data int64, err error) {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var cur *int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 6 && strings.Contains(f[0], "-") && len(f[1]) == 4: // a mapping's header
+			cur = nil
+			if f[5] == exe {
+				switch f[1][:3] {
+				case "r-x":
+					cur = &code
+				case "r--":
+					cur = &rodata
+				case "rw-":
+					cur = &data
+				}
+			}
+		case len(f) >= 2 && f[0] == "Rss:" && cur != nil:
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			*cur += kb << 10
+		}
+	}
+	return code, rodata, data, nil
+}
