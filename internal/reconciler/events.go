@@ -53,13 +53,16 @@ func (k ChangeKind) Reason() string {
 // events records an Event on the node and on the policy for every role change of this reconcile
 // ("Promoted to route reflector: zone zone-b below desired 4", "Demoted: cordoned; clients moved
 // to node-12"), and counts them. Promotions the mutating webhook admitted are reported when the
-// plan first holds them.
+// plan first holds them, before this reconcile's own changes: also when the plan drains such a
+// route reflector at once (an admission promoted it on a later count of the nodes than the plan's),
+// so that every Draining has its Promoted.
 func (r *Reconciler) events(_ context.Context, st *State) error {
 	done := map[string]bool{}
 	for _, c := range st.Changes {
 		done[string(c.Kind)+"/"+c.Node] = true
 	}
 	// Role changes the webhook admitted show up as differences from the previous plan.
+	var admitted []RoleChange
 	if st.Previous != nil {
 		was := map[string]bool{}
 		wasDraining := map[string]bool{}
@@ -71,13 +74,22 @@ func (r *Reconciler) events(_ context.Context, st *State) error {
 			n := st.View[rr.Node]
 			switch {
 			case n == nil:
-			case !rr.Draining && !was[rr.Node] && !done[string(KindPromoted)+"/"+rr.Node]:
-				st.Changes = append(st.Changes, *promoted(st, n, " (at admission)"))
-			case rr.Draining && was[rr.Node] && !wasDraining[rr.Node] && !done[string(KindDraining)+"/"+rr.Node]:
-				st.Changes = append(st.Changes, *draining(st, rr.Node))
+			case !was[rr.Node] && !done[string(KindPromoted)+"/"+rr.Node]:
+				if !rr.Draining {
+					admitted = append(admitted, *promoted(st, n, " (at admission)"))
+					break
+				}
+				// The plan does not want it: its reason for a promotion would not be the admission's.
+				admitted = append(admitted, RoleChange{Node: rr.Node, Kind: KindPromoted, Message: "Promoted to route reflector (at admission)"})
+				if !done[string(KindDraining)+"/"+rr.Node] {
+					admitted = append(admitted, *draining(st, rr.Node))
+				}
+			case rr.Draining && !wasDraining[rr.Node] && !done[string(KindDraining)+"/"+rr.Node]:
+				admitted = append(admitted, *draining(st, rr.Node))
 			}
 		}
 	}
+	st.Changes = append(admitted, st.Changes...)
 	for _, c := range st.Changes {
 		reason := c.Kind.Reason()
 		r.Recorder.Event(nodeRef(c.Node, st.View[c.Node]), corev1.EventTypeNormal, reason, c.Message)
