@@ -118,13 +118,19 @@ func (a CalicoAddresses) OnNode(n *Node) *Node {
 	for k, v := range n.Annotations {
 		c.Annotations[k] = v
 	}
+	a.Annotate(c.Annotations)
+	return &c
+}
+
+// Annotate writes the addresses that are set into annotations as Calico's projectcalico.org
+// address annotations (the Kubernetes datastore's shape).
+func (a CalicoAddresses) Annotate(annotations map[string]string) {
 	if a.IPv4 != "" {
-		c.Annotations[AnnotationCalicoIPv4] = a.IPv4
+		annotations[AnnotationCalicoIPv4] = a.IPv4
 	}
 	if a.IPv6 != "" {
-		c.Annotations[AnnotationCalicoIPv6] = a.IPv6
+		annotations[AnnotationCalicoIPv6] = a.IPv6
 	}
-	return &c
 }
 
 // WithCalicoAddresses returns the nodes with their Calico addresses from addrs (by node name) on

@@ -106,13 +106,11 @@ func rrNames(r *Result) map[string]RouteReflector {
 
 // with applies node options (nodetest's, written for corev1.Node) to a record in place.
 func with(n *Node, opts ...nodeOpt) {
-	c := &corev1.Node{}
-	c.Name, c.UID, c.ResourceVersion, c.Generation = n.Name, n.UID, n.ResourceVersion, n.Generation
-	c.CreationTimestamp, c.DeletionTimestamp, c.Labels, c.Annotations = n.CreationTimestamp, n.DeletionTimestamp, n.Labels, n.Annotations
-	c.Spec.Unschedulable, c.Spec.Taints = n.Spec.Unschedulable, n.Spec.Taints
-	c.Status.Conditions, c.Status.Addresses = n.Status.Conditions, n.Status.Addresses
+	c := n.ToNode()
 	for _, o := range opts {
 		o(c)
 	}
+	gen := n.Generation // not a corev1.Node's: ToNode leaves it
 	*n = *FromNode(c)
+	n.Generation = gen
 }

@@ -1,6 +1,8 @@
 package extender
 
 import (
+	"maps"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -97,8 +99,8 @@ func (n *Node) DeepCopy() *Node {
 	c := *n
 	c.CreationTimestamp = *n.CreationTimestamp.DeepCopy()
 	c.DeletionTimestamp = n.DeletionTimestamp.DeepCopy()
-	c.Labels = copyMap(n.Labels)
-	c.Annotations = copyMap(n.Annotations)
+	c.Labels = maps.Clone(n.Labels)
+	c.Annotations = maps.Clone(n.Annotations)
 	if n.Spec.Taints != nil {
 		c.Spec.Taints = make([]corev1.Taint, len(n.Spec.Taints))
 		for i := range n.Spec.Taints {
@@ -115,17 +117,6 @@ func (n *Node) DeepCopy() *Node {
 		c.Status.Addresses = append([]corev1.NodeAddress(nil), n.Status.Addresses...)
 	}
 	return &c
-}
-
-func copyMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	c := make(map[string]string, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 // nodeGVK is the kind a Node reports (GetObjectKind): a Kubernetes Node's.

@@ -36,12 +36,7 @@ func KubernetesShape(n *libapiv3.Node) *corev1.Node {
 	if b := n.Spec.BGP; b != nil && b.RouteReflectorClusterID != "" {
 		out.Annotations[extender.AnnotationClusterID] = b.RouteReflectorClusterID
 	}
-	if a := AddressesOf(n); a.IPv4 != "" {
-		out.Annotations[extender.AnnotationCalicoIPv4] = a.IPv4
-	}
-	if a := AddressesOf(n); a.IPv6 != "" {
-		out.Annotations[extender.AnnotationCalicoIPv6] = a.IPv6
-	}
+	AddressesOf(n).Annotate(out.Annotations)
 	return out
 }
 

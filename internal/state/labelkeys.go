@@ -389,13 +389,10 @@ func StrippedUnder(n *extender.Node) int64 {
 // Transform is the cache's transform with this set: nodes are stripped (Strip) and
 // stamped, every other object loses its managedFields.
 func (l *LabelKeys) Transform(obj any) (any, error) {
-	switch n := obj.(type) {
-	case *corev1.Node:
+	if n, ok := obj.(*corev1.Node); ok {
 		return l.Strip(n), nil
-	case *extender.Node: // stripped already: the informer may transform an object twice
-		return n, nil
 	}
-	return TransformStrip(obj)
+	return TransformStrip(obj) // a record passes as it is: the informer may transform an object twice
 }
 
 // DecodeLabels is the node decoder's choice of labels (nodedecode.Decoder.Labels): the set's

@@ -72,7 +72,7 @@ func stripNode(n *corev1.Node, keep func(key string) bool) *extender.Node {
 		for k, v := range n.Annotations {
 			if keptAnnotations[k] {
 				if keep == nil {
-					keep = make(map[string]string, 4)
+					keep = map[string]string{}
 				}
 				if uniqueAnnotations[k] {
 					keep[intern(k)] = strings.Clone(v) // one node's own: interning would only add an entry
