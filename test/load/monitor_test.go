@@ -192,13 +192,16 @@ func (p *product) pprof(ctx context.Context, path string) ([]byte, error) {
 	return b, err
 }
 
-// liveHeap is the product's Go heap in use right after a collection (heap?gc=1 runs one): what
-// its caches and plans hold, without the garbage RSS carries until the next cycle.
-func (p *product) liveHeap(ctx context.Context, t *testing.T) float64 {
+// liveHeap is the product's Go heap right after a collection (heap?gc=1 runs one): the bytes of
+// its live objects (what its caches and plans hold) and the bytes of the spans they occupy (the
+// live objects and the free slots between them), without the garbage RSS carries until the next
+// cycle.
+func (p *product) liveHeap(ctx context.Context, t *testing.T) (objects, spans float64) {
 	t.Helper()
 	_, err := p.pprof(ctx, "heap?gc=1")
 	require.NoError(t, err, "heap?gc=1")
-	return p.scrape(t).sum("go_memstats_heap_inuse_bytes", nil)
+	m := p.scrape(t)
+	return m.sum("go_memstats_heap_alloc_bytes", nil), m.sum("go_memstats_heap_inuse_bytes", nil)
 }
 
 // clientRequests is the product's requests to the API server (client-go's rest_client_requests_total),
