@@ -45,8 +45,9 @@ test-transitions: tools ## The live transitions proofs on confd + BIRD, the shor
 test-short: ## Unit tests only (no cluster binaries needed)
 	$(GO) test -short ./...
 
-lint: ## go vet and gofmt
+lint: ## go vet and gofmt; the slim build (-tags slim, the image's entrypoint) compiles
 	$(GO) vet ./...
+	$(GO) build -tags slim ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

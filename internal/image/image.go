@@ -33,7 +33,13 @@ import (
 // What the image holds and how it runs; the chart's pod security context runs it as the same
 // user (podSecurityContext.runAsUser/runAsGroup).
 const (
-	Binary     = "/calico-rr-autoscaler"
+	// Binary is the entrypoint: the slim build (go build -tags slim), with the Kubernetes datastore
+	// only and no verify command; it does not link Calico's client, the etcd client, gRPC or
+	// GoBGP, and serves in about 10 MiB less memory (BENCHMARKS.md).
+	Binary = "/calico-rr-autoscaler"
+	// FullBinary is the full build: every command, and Calico's etcd datastore (the chart runs it
+	// with datastore.type etcdv3).
+	FullBinary = "/calico-rr-autoscaler-full"
 	CABundle   = "/etc/ssl/certs/ca-certificates.crt"
 	User       = "65532:65532"
 	UID, GID   = 65532, 65532
@@ -75,7 +81,8 @@ type Result struct {
 	Index     v1.Hash            // the image index's digest
 	Manifests map[string]v1.Hash // per GOARCH, the image manifest's digest
 	Sizes     map[string]int64   // per GOARCH, the compressed layer's size in bytes
-	Binaries  map[string]string  // per GOARCH, the built binary (under Out's sibling build dir)
+	Binaries  map[string]string  // per GOARCH, the full build (FullBinary; the kubectl plugin's and the SBOM's), under Out's sibling build dir
+	Slim      map[string]string  // per GOARCH, the slim build (Binary, the entrypoint), beside it
 }
 
 // SourceDate is the time SOURCE_DATE_EPOCH gives (seconds since the epoch), or the Unix epoch
@@ -113,20 +120,23 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	if err := os.MkdirAll(buildDir, 0o755); err != nil {
 		return nil, err
 	}
-	res := &Result{Manifests: map[string]v1.Hash{}, Sizes: map[string]int64{}, Binaries: map[string]string{}}
+	res := &Result{Manifests: map[string]v1.Hash{}, Sizes: map[string]int64{}, Binaries: map[string]string{}, Slim: map[string]string{}}
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, arch := range o.Archs {
-		bin := filepath.Join(buildDir, "calico-rr-autoscaler-linux-"+arch)
-		start := time.Now()
-		if err := BuildBinary(ctx, o.Root, arch, bin); err != nil {
-			return nil, err
+		bin := filepath.Join(buildDir, "calico-rr-autoscaler-full-linux-"+arch)
+		slim := filepath.Join(buildDir, "calico-rr-autoscaler-linux-"+arch)
+		var exes [2][]byte // the slim build, the full build
+		for k, b := range []struct{ path, tags string }{{slim, "slim"}, {bin, ""}} {
+			start := time.Now()
+			if err := BuildBinary(ctx, o.Root, arch, b.path, b.tags); err != nil {
+				return nil, err
+			}
+			logf(o.Log, "built %s (linux/%s) in %s", b.path, arch, time.Since(start).Round(time.Millisecond))
+			if exes[k], err = os.ReadFile(b.path); err != nil {
+				return nil, err
+			}
 		}
-		logf(o.Log, "built %s (linux/%s) in %s", bin, arch, time.Since(start).Round(time.Millisecond))
-		exe, err := os.ReadFile(bin)
-		if err != nil {
-			return nil, err
-		}
-		img, err := Image(arch, exe, ca, o.Created)
+		img, err := Image(arch, exes[0], exes[1], ca, o.Created)
 		if err != nil {
 			return nil, fmt.Errorf("linux/%s: %w", arch, err)
 		}
@@ -142,7 +152,7 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.Manifests[arch], res.Sizes[arch], res.Binaries[arch] = d, size, bin
+		res.Manifests[arch], res.Sizes[arch], res.Binaries[arch], res.Slim[arch] = d, size, bin, slim
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
 			Platform: &v1.Platform{OS: "linux", Architecture: arch},
 		}})
@@ -174,12 +184,12 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-// BuildBinary builds cmd/calico-rr-autoscaler for linux/arch into out: static (no cgo), no
-// paths of the build machine, no build ID, no VCS stamp (the digest follows the sources, not
-// the commit or a dirty tree).
-func BuildBinary(ctx context.Context, root, arch, out string) error {
+// BuildBinary builds cmd/calico-rr-autoscaler for linux/arch into out, with the build tags tags
+// ("slim" for Binary, "" for FullBinary): static (no cgo), no paths of the build machine, no
+// build ID, no VCS stamp (the digest follows the sources, not the commit or a dirty tree).
+func BuildBinary(ctx context.Context, root, arch, out, tags string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=",
-		"-o", out, "./cmd/calico-rr-autoscaler")
+		"-tags="+tags, "-o", out, "./cmd/calico-rr-autoscaler")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -189,9 +199,9 @@ func BuildBinary(ctx context.Context, root, arch, out string) error {
 }
 
 // Image is the image of one platform: one layer (Layer), the config of a non-root, shell-less
-// container whose entrypoint is the binary.
-func Image(arch string, exe, ca []byte, created time.Time) (v1.Image, error) {
-	layer, err := Layer(exe, ca, created)
+// container whose entrypoint is the slim binary.
+func Image(arch string, slim, full, ca []byte, created time.Time) (v1.Image, error) {
+	layer, err := Layer(slim, full, ca, created)
 	if err != nil {
 		return nil, err
 	}
@@ -239,13 +249,14 @@ const (
 	group = "root:x:0:\nnonroot:x:65532:\n"
 )
 
-// Layer is the image's only layer, an in-memory tar: the binary (0755), the CA bundle, passwd and
-// group (the user nonroot, 65532, whose shell /sbin/nologin does not exist: there is no shell),
-// /tmp and nonroot's home; entries sorted by name, owned by root but for the home, all modified
-// at mtime.
-func Layer(exe, ca []byte, mtime time.Time) (v1.Layer, error) {
+// Layer is the image's only layer, an in-memory tar: the slim and the full binary (0755), the CA
+// bundle, passwd and group (the user nonroot, 65532, whose shell /sbin/nologin does not exist:
+// there is no shell), /tmp and nonroot's home; entries sorted by name, owned by root but for the
+// home, all modified at mtime.
+func Layer(slim, full, ca []byte, mtime time.Time) (v1.Layer, error) {
 	files := []file{
-		{name: strings.TrimPrefix(Binary, "/"), mode: 0o755, data: exe},
+		{name: strings.TrimPrefix(Binary, "/"), mode: 0o755, data: slim},
+		{name: strings.TrimPrefix(FullBinary, "/"), mode: 0o755, data: full},
 		{name: strings.TrimPrefix(CABundle, "/"), mode: 0o644, data: ca},
 		{name: "etc/", mode: 0o755},
 		{name: "etc/group", mode: 0o644, data: []byte(group)},

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -138,8 +139,9 @@ func layerFiles(t *testing.T, img v1.Image) ([]*tar.Header, map[string][]byte) {
 
 // TestLayout reads the OCI layout back as a registry client would: one index under the
 // layout's index.json, an image for linux/amd64 and linux/arm64, each valid (digests and sizes
-// match their contents), run as 65532:65532 with the binary as entrypoint, holding a static
-// binary of its architecture, the build machine's CA bundle and the user, and no shell.
+// match their contents), run as 65532:65532 with the slim binary as entrypoint, holding the slim
+// and the full static binaries of its architecture, the build machine's CA bundle and the user,
+// and no shell.
 func TestLayout(t *testing.T) {
 	dir, res := built(t)
 	p, err := layout.FromPath(dir)
@@ -182,7 +184,7 @@ func TestLayout(t *testing.T) {
 		for _, h := range hs {
 			names = append(names, h.Name)
 			require.True(t, h.ModTime.Equal(time.Unix(0, 0)), "%s mtime %s", h.Name, h.ModTime)
-			if h.Name == "calico-rr-autoscaler" {
+			if h.Name == "calico-rr-autoscaler" || h.Name == "calico-rr-autoscaler-full" {
 				require.Equal(t, int64(0o755), h.Mode)
 				require.Equal(t, 0, h.Uid)
 				require.Equal(t, 0, h.Gid)
@@ -198,14 +200,43 @@ func TestLayout(t *testing.T) {
 		require.Contains(t, string(files["/etc/passwd"]), "nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")
 		require.Contains(t, string(files["/etc/group"]), "nonroot:x:65532:\n")
 
-		exe, err := elf.NewFile(bytes.NewReader(files["/calico-rr-autoscaler"]))
-		require.NoError(t, err)
-		want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[arch]
-		require.Equal(t, want, exe.Machine, arch)
-		for _, prog := range exe.Progs {
-			require.NotEqual(t, elf.PT_INTERP, prog.Type, "%s: a static binary has no interpreter", arch)
+		for _, bin := range []string{image.Binary, image.FullBinary} {
+			exe, err := elf.NewFile(bytes.NewReader(files[bin]))
+			require.NoError(t, err, bin)
+			want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[arch]
+			require.Equal(t, want, exe.Machine, arch)
+			for _, prog := range exe.Progs {
+				require.NotEqual(t, elf.PT_INTERP, prog.Type, "%s %s: a static binary has no interpreter", arch, bin)
+			}
+			require.Nil(t, exe.Section(".dynamic"), "%s %s: static", arch, bin)
 		}
-		require.Nil(t, exe.Section(".dynamic"), "%s: static", arch)
+		// The entrypoint is the slim build: no etcd client, gRPC or GoBGP linked in; the full
+		// build has them (Calico's etcd datastore, the verify command).
+		for bin, slim := range map[string]bool{image.Binary: true, image.FullBinary: false} {
+			bi, err := buildinfo.Read(bytes.NewReader(files[bin]))
+			require.NoError(t, err, bin)
+			tags := ""
+			for _, st := range bi.Settings {
+				if st.Key == "-tags" {
+					tags = st.Value
+				}
+			}
+			var heavy []string
+			for _, d := range bi.Deps {
+				for _, m := range []string{"go.etcd.io/etcd/client/v3", "google.golang.org/grpc", "github.com/osrg/gobgp/v3"} {
+					if d.Path == m {
+						heavy = append(heavy, m)
+					}
+				}
+			}
+			if slim {
+				require.Equal(t, "slim", tags, bin)
+				require.Empty(t, heavy, "%s links them", bin)
+			} else {
+				require.Empty(t, tags, bin)
+				require.Len(t, heavy, 3, "%s: %v", bin, heavy)
+			}
+		}
 		t.Logf("linux/%s: manifest %s, layer %.1f MiB compressed", arch, d.Digest, float64(res.Sizes[arch])/(1<<20))
 	}
 	require.ElementsMatch(t, []string{"linux/amd64", "linux/arm64"}, platforms)

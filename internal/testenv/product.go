@@ -36,14 +36,16 @@ func (e *Env) AwaitWebhooks(t testing.TB, timeout time.Duration) {
 	})
 }
 
-// BuildProduct builds the calico-rr-autoscaler binary into dir and returns its path.
+// BuildProduct builds the calico-rr-autoscaler binary the chart runs by default, the image's
+// entrypoint (the slim build: go build -tags slim, the Kubernetes datastore only), into dir and
+// returns its path.
 func BuildProduct(ctx context.Context, dir string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "calico-rr-autoscaler")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/calico-rr-autoscaler")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags=slim", "-o", bin, "./cmd/calico-rr-autoscaler")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)

@@ -7,11 +7,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/image"
 )
 
-// TestRenderEtcdDatastore: datastore.type etcdv3 passes --datastore and --etcd-endpoints, and with
-// a tlsSecret mounts the Secret's etcd-key, etcd-cert and etcd-ca read-only where the --etcd-*-file
-// flags point; the default passes none of them.
+// TestRenderEtcdDatastore: datastore.type etcdv3 runs the image's full binary (the slim
+// entrypoint has no etcd datastore), passes --datastore and --etcd-endpoints, and with a tlsSecret
+// mounts the Secret's etcd-key, etcd-cert and etcd-ca read-only where the --etcd-*-file flags point;
+// the default runs the entrypoint and passes none of them.
 func TestRenderEtcdDatastore(t *testing.T) {
 	for _, tc := range []struct {
 		name, values                    string
@@ -33,6 +36,11 @@ func TestRenderEtcdDatastore(t *testing.T) {
 			fs, _ := serveFlags()
 			require.NoError(t, fs.Parse(c.Args[1:]), "args %v", c.Args)
 			require.Equal(t, tc.datastore, fs.Lookup("datastore").Value.String())
+			if tc.datastore == "etcdv3" {
+				require.Equal(t, []string{image.FullBinary}, c.Command)
+			} else {
+				require.Empty(t, c.Command, "the image's entrypoint, the slim build")
+			}
 			require.Equal(t, tc.endpoints, fs.Lookup("etcd-endpoints").Value.String())
 			files := map[string]string{"etcd-key-file": tc.keyFile, "etcd-cert-file": tc.certFile, "etcd-ca-cert-file": tc.caFile}
 			for flag, want := range files {
