@@ -41,17 +41,9 @@ func (g *lagged) admit(n *extender.Node) {
 	ni.Now = g.now
 	extender.RunFilters(extender.DefaultFilters(), g.p, ni)
 	d := g.st.Decide(ni, o)
-	set := func(m map[string]string, ch map[string]*string) {
-		for k, v := range ch {
-			if v == nil {
-				delete(m, k)
-			} else {
-				m[k] = *v
-			}
-		}
+	if d.Decided {
+		applyState(g.p, n, d.Admission.State(g.p))
 	}
-	set(n.Labels, d.Labels)
-	set(n.Annotations, d.Annotations)
 	if d.Recorded {
 		g.decided[n.Name] = len(g.log)
 		g.log = append(g.log, lateDecision{node: n.DeepCopy(), at: g.now, adm: d.Admission})
