@@ -18,6 +18,7 @@ import (
 // runServe runs the webhooks, the reconciler, the probes and the metrics until SIGTERM or SIGINT.
 func runServe(args []string, stdout io.Writer) error {
 	serve.StreamInitialLists()
+	serve.TuneGC()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var o serve.Options

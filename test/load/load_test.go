@@ -462,6 +462,7 @@ func TestLoad(t *testing.T) {
 	if *memLimit != "" {
 		row("product GOMEMLIMIT", "%s", *memLimit)
 	}
+	row("product GOGC (the collector's target)", "%.0f", quietMetrics.sum("go_gc_gogc_percent", nil))
 	row("nodes / zones / route reflectors", "%d / %d / %d", n, zones, rrs)
 	row("node JSON (kubelet-like, as created)", "%d bytes", len(mustJSON(t, fleet.Kubelet(0, time.Now()))))
 	row("join (create + Ready), settled after", "%s, %s", joined.Round(time.Millisecond), settled.Round(time.Millisecond))
