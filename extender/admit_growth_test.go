@@ -61,17 +61,30 @@ func (g *growth) admit(n *extender.Node) {
 
 // join registers node i of zone: created NotReady, then Ready.
 func (g *growth) join(i int, zone string) {
+	n := g.register(i, zone)
+	g.admit(n)
+	g.readied(n, i, zone)
+	g.admit(n)
+}
+
+// register adds node i of zone, NotReady and created a second after the last node, to the
+// cluster; the caller admits it.
+func (g *growth) register(i int, zone string) *extender.Node {
 	g.now = g.now.Add(time.Second)
 	n := admitNode(i, zone, false)
 	n.CreationTimestamp.Time = g.now
 	g.byName[n.Name] = n
 	g.nodes = append(g.nodes, n)
-	g.admit(n)
+	return n
+}
+
+// readied makes n, node i of zone, Ready (its kubelet's first status), keeping its creation time,
+// labels and annotations; the caller admits it.
+func (g *growth) readied(n *extender.Node, i int, zone string) {
 	ready := admitNode(i, zone, true)
-	ready.CreationTimestamp.Time = g.now
+	ready.CreationTimestamp = n.CreationTimestamp
 	ready.Labels, ready.Annotations = n.Labels, n.Annotations
 	*n = *ready
-	g.admit(n)
 }
 
 // TestAdmitDualPlaneGrowthLabelsByAdmission: a default-policy cluster of 3,000 nodes joins as make

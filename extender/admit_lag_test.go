@@ -50,23 +50,13 @@ func (g *lagged) admit(n *extender.Node) {
 	}
 }
 
-// create registers node i of zone, NotReady.
-func (g *lagged) create(i int, zone string) {
-	g.now = g.now.Add(time.Second)
-	n := admitNode(i, zone, false)
-	n.CreationTimestamp.Time = g.now
-	g.byName[n.Name] = n
-	g.nodes = append(g.nodes, n)
-	g.admit(n)
-}
+// create registers node i of zone, NotReady, and admits it.
+func (g *lagged) create(i int, zone string) { g.admit(g.register(i, zone)) }
 
-// ready reports node i of zone Ready (its kubelet's first status).
+// ready reports node i of zone Ready (its kubelet's first status) and admits it.
 func (g *lagged) ready(i int, zone string) {
 	n := g.byName[fmt.Sprintf("node-%04d", i)]
-	ready := admitNode(i, zone, true)
-	ready.CreationTimestamp = n.CreationTimestamp
-	ready.Labels, ready.Annotations = n.Labels, n.Annotations
-	*n = *ready
+	g.readied(n, i, zone)
 	g.admit(n)
 }
 
