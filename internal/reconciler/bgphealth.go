@@ -17,6 +17,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // BGP health (the policy's bgpHealth, see extender.BGPHealth for the planner's rules).
@@ -158,6 +159,9 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			st.HealthReported[rr] = !have[rr].Status.LastUpdated.IsZero()
 			continue
 		}
+		if p.Mode != v1alpha1.Enforce {
+			continue // Observe and Paused write the status and Events only: read what exists
+		}
 		obj := r.nodeStatus(st.Name, rr)
 		if err := r.nodeStatuses().Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			r.Log.Error(err, "bgpHealth: creating CalicoNodeStatus", "node", rr)
@@ -190,9 +194,9 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	for _, rr := range rrs {
 		cns := have[rr]
 		h, had := prev[rr]
-		if rec := m.settle[rr]; rec != nil && !rec.alive && cns != nil && !cns.Status.LastUpdated.Time.Before(rec.at) &&
+		if rec := m.trans.Newest(rr); rec != nil && !rec.Alive && cns != nil && !cns.Status.LastUpdated.Time.Before(rec.Started) &&
 			roleSessionUp(cns, rolePeers(rr, clients[rr], view, uplinks), view, ips) {
-			rec.alive = true
+			m.trans.SeenAlive(rr, cns.Status.LastUpdated.Time)
 		}
 		starting := justStarted(m, rr, st.Now)
 		if cns == nil || cns.Status.LastUpdated.IsZero() || !extender.IsReady(view[rr]) || starting {
@@ -204,7 +208,8 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 				// nothing watchBGPHealth looks at, so without this no reconcile would see it alive,
 				// and a BIRD dying after that would be judged only idSettleMax after the role
 				// change (TestBGPHealthSeesSettledRouteReflectorsAlive).
-				st.requeue(min(healthEvery, m.settle[rr].at.Add(idSettleMax).Sub(st.Now)+100*time.Millisecond))
+				rec := m.trans.Newest(rr)
+				st.requeue(min(healthEvery, rec.Started.Add(rec.Max).Sub(st.Now)+100*time.Millisecond))
 			}
 			continue
 		}
@@ -268,8 +273,8 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 // their first sessions came up (10-15 s on two loaded cores), which moved or promoted nodes again.
 // A route reflector whose BIRD is dead from the start is replaced idSettleMax later.
 func justStarted(m *handoverMemo, rr string, now time.Time) bool {
-	rec := m.settle[rr]
-	return rec != nil && !rec.up && !rec.alive && now.Sub(rec.at) < idSettleMax
+	rec := m.trans.Newest(rr)
+	return rec != nil && rec.Starting(now)
 }
 
 // roleSessionUp: cns shows an Established session (not a mesh one, see withoutMesh) to one of

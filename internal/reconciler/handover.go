@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -93,20 +94,18 @@ type handoverMemo struct {
 	adoptWhy map[string]string
 	// bgpAnnounced: route reflectors whose BGP failure was announced (RouteReflectorBGPDown).
 	bgpAnnounced map[string]bool
-	// idStage: the last kept route reflector whose cluster ID changed (stages.go); idStageSeen
-	// that a CalicoNodeStatus reported it since, idStageUp that all its clients were Established.
-	idStage     idStage
-	idStageSeen bool
-	idStageUp   bool
-	// settle: route reflectors whose sessions (re)started lately (promoted, renumbered, given
-	// clients or rack route reflectors by a move), which moves between sets wait for (moves.go);
-	// moveSets: the BGPPeers of the transitional peering and uplink sets this leader knows the
-	// settle time of.
-	settle   map[string]*settleRec
+	// trans: the moves in flight (internal/transitions): route reflectors whose sessions
+	// (re)started lately (renumbered, promoted, given clients or rack route reflectors by a move,
+	// released), which the next cluster-ID change, the moves between sets and the release's next
+	// step wait for. Read from the policy's status by the load step of this leader's first
+	// reconcile, written back there before the moves they record (persistTransitions); persisted
+	// is what the status holds.
+	trans     *transitions.Table
+	persisted []v1alpha1.Transition
+	loaded    bool
+	// moveSets: the BGPPeers of the transitional peering and uplink sets this leader has looked
+	// at (adoptTransitionalSets).
 	moveSets map[string]bool
-	// releasedAt: when a deleted policy's release last released one of its route reflectors
-	// (releasesessions.go).
-	releasedAt time.Time
 }
 
 var handoverTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -125,7 +124,7 @@ func (r *Reconciler) memo(name string) *handoverMemo {
 	m := r.memos[name]
 	if m == nil {
 		m = &handoverMemo{verified: map[string]map[string]bool{}, lacking: map[string]map[string]extender.Families{}, reported: map[string]bool{},
-			adoptSince: map[string]time.Time{}, adoptRetry: map[string]time.Time{}}
+			adoptSince: map[string]time.Time{}, adoptRetry: map[string]time.Time{}, trans: &transitions.Table{}}
 		r.memos[name] = m
 	}
 	return m
@@ -174,10 +173,11 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 				addNeed(rr)
 			}
 		}
-		if rr := m.idStage.node; rr != "" && !m.idStageUp {
+		if last := m.trans.Latest(transitions.Renumber); last != nil && !last.Up {
+			rr := last.Node
 			addNeed(rr)
 			if len(need[rr]) == 0 {
-				m.idStageUp = true // no clients to wait for
+				m.trans.Settled(rr, transitions.Renumber) // no clients to wait for
 			}
 		}
 		for _, rr := range slices.Sorted(maps.Keys(st.SettleWaits)) {
@@ -189,7 +189,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 				}
 			}
 			if len(need[rr]) == 0 {
-				settleSessions(m, rr, 0) // no clients to wait for
+				m.trans.Settled(rr) // no clients to wait for
 			}
 		}
 	}
@@ -216,10 +216,14 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	calicoIPs := r.calicoBGPAddresses(ctx, len(statuses) > 0)
 	for rr, cs := range need {
 		cns := statuses[rr]
-		if cns == nil || idStageStale(m, rr, cns) {
+		if cns == nil {
 			continue
 		}
-		stale := settleStale(m, rr, cns)
+		reported := cns.Status.LastUpdated.Time
+		if m.trans.Stale(rr, reported, transitions.Renumber) {
+			continue // made before the last renumbering's sessions restarted
+		}
+		stale := m.trans.Stale(rr, reported)
 		if stale && (st.SettleWaits[rr] || mesh) {
 			continue // made before its sessions (re)started: the mesh, or a held move, waits for a fresh one
 		}
@@ -242,12 +246,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 				delete(m.lacking[rr], c)
 			}
 		}
-		if rr == m.idStage.node {
-			idStageSessions(m, slices.Sorted(maps.Keys(missing)))
-		}
-		if !stale {
-			settleSessions(m, rr, len(missing))
-		}
+		m.trans.Observe(rr, reported, len(missing))
 	}
 	if len(need) > 0 {
 		st.requeue(handoverRetry)

@@ -2,11 +2,15 @@ package reconciler
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -90,4 +94,63 @@ func TestForeignBGPPeers(t *testing.T) {
 	require.Equal(t, metav1.ConditionTrue, c.Status)
 	require.Equal(t, "1 BGPPeers not written by calico-rr-autoscaler, left as they are: hand-made", c.Message)
 	require.Contains(t, h.peers(), "hand-made")
+}
+
+// TestObserveWritesOnlyStatus runs every step in Observe, with BGP health on, through what makes
+// Enforce write most (a layout switch, a cordoned route reflector, a relabel, new and deleted
+// nodes, BGP sessions reported down) and finds no write but the policy's status: no Node, no
+// BGPPeer, no CalicoNodeStatus, no BGPConfiguration created or changed. What Enforce would do is
+// in the status and the Events.
+func TestObserveWritesOnlyStatus(t *testing.T) {
+	on := true
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.BGPHealth = &v1alpha1.BGPHealth{Enabled: &on, GracePeriod: &metav1.Duration{Duration: 5 * time.Second}}
+	}, cluster(30))
+	h.reconcile() // Enforce: route reflectors, BGPPeers
+	h.now = h.now.Add(time.Second)
+	h.reconcile() // and their CalicoNodeStatuses
+	rrs := slices.Sorted(maps.Keys(h.rrs()))
+	require.NotEmpty(t, rrs)
+	ctx := context.Background()
+	cnss := &apiv3.CalicoNodeStatusList{}
+	require.NoError(t, h.client.List(ctx, cnss))
+	require.NotEmpty(t, cnss.Items, "bgpHealth is on: Enforce keeps one per route reflector")
+	for i := range cnss.Items { // what Observe would need to create
+		require.NoError(t, h.client.Delete(ctx, &cnss.Items[i]))
+	}
+	h.setMode(v1alpha1.Observe)
+
+	onlyStatus := func(what string) {
+		t.Helper()
+		h.mu.Lock()
+		h.writeLog = nil
+		h.mu.Unlock()
+		for range 4 {
+			h.reconcile()
+			h.now = h.now.Add(20 * time.Second)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, w := range h.writeLog {
+			require.Equal(t, "patch RouteReflectorPolicy "+h.policyNm+" status", w, "%s: Observe wrote more than the status", what)
+		}
+	}
+	onlyStatus("switched to Observe")
+	h.update(rrs[0], func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	onlyStatus("a route reflector cordoned")
+	h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) { s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane} })
+	onlyStatus("a layout switch")
+	require.NoError(t, h.client.Create(ctx, node("node-30", "zone-a", 30)))
+	require.NoError(t, h.client.Delete(ctx, h.node(rrs[1])))
+	onlyStatus("a node joined, a route reflector deleted")
+	h.update("node-05", func(n *corev1.Node) { n.Labels["topology.kubernetes.io/zone"] = "zone-c" })
+	onlyStatus("a relabel")
+
+	require.NoError(t, h.client.List(ctx, cnss))
+	require.Empty(t, cnss.Items, "no CalicoNodeStatus created in Observe")
+	s := h.status()
+	require.Equal(t, v1alpha1.Observe, s.Mode)
+	require.NotEmpty(t, s.PendingChanges)
+	require.Contains(t, strings.Join(h.events(), "\n"), EventWouldChange)
+	require.Empty(t, s.Transitions, "no move made, none recorded")
 }

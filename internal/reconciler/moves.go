@@ -15,6 +15,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 )
 
 // Moves between sets of route reflectors, make-before-break.
@@ -95,57 +96,17 @@ type setKind struct {
 	nodes string // what the moving nodes are, and what their route reflectors are (Events)
 	rrs   string
 	held  *prometheus.GaugeVec
+	kind  transitions.Kind // the record a move gives the route reflectors it adds
 }
 
 var setKinds = [...]setKind{
-	{label: extender.LabelPeeringSet, phase: 1, event: EventClientMovesHeld, nodes: "clients", rrs: "route reflectors", held: transitionHeldMoves},
-	{label: extender.LabelUplinkSet, phase: 0, event: EventUplinkMovesHeld, nodes: "rack route reflectors", rrs: "spine members", held: transitionHeldUplinks},
-}
-
-// settleRec is a route reflector whose BGP sessions (re)started at `at`: promoted, renumbered, or
-// given clients by a move; seen: a CalicoNodeStatus reported it idSettleMin after; up: that report
-// showed every client that lists it Established; alive: BGP health saw one of its sessions (not a
-// mesh one) Established since (see justStarted).
-type settleRec struct {
-	at              time.Time
-	seen, up, alive bool
-}
-
-// settling records that the sessions of these route reflectors (re)start now: their clients are
-// seen Established again before moves rely on them.
-func (m *handoverMemo) settling(now time.Time, names ...string) {
-	if m.settle == nil {
-		m.settle = map[string]*settleRec{}
-	}
-	for _, n := range names {
-		m.settle[n] = &settleRec{at: now}
-	}
-}
-
-// restamp moves the settle times this reconcile gave (began: its start) to now, once its patches
-// are written: the sessions (re)start then, and a reconcile that plans and models 30 nodes on a
-// loaded machine took about 10 s on the live lab, the whole of idSettle.
-func (m *handoverMemo) restamp(began, now time.Time) {
-	if !now.After(began) {
-		return
-	}
-	for _, rec := range m.settle {
-		if rec.at.Equal(began) {
-			rec.at = now
-		}
-	}
-	if m.idStage.at.Equal(began) {
-		m.idStage.at = now
-	}
+	{label: extender.LabelPeeringSet, phase: 1, event: EventClientMovesHeld, nodes: "clients", rrs: "route reflectors", held: transitionHeldMoves, kind: transitions.ClientMove},
+	{label: extender.LabelUplinkSet, phase: 0, event: EventUplinkMovesHeld, nodes: "rack route reflectors", rrs: "spine members", held: transitionHeldUplinks, kind: transitions.UplinkMove},
 }
 
 // rrWait is how long a move relying on route reflector rr must still wait for its sessions.
 func rrWait(st *State, m *handoverMemo, rr string) time.Duration {
-	rec := m.settle[rr]
-	if rec == nil {
-		return 0
-	}
-	return settleWait(st.Managed.Resolved.Handover, st.Now.Sub(rec.at), rec.up, rec.seen)
+	return m.trans.Wait(rr, st.Now, verifies(st))
 }
 
 // waitFor records that a held change waits for route reflector rr's sessions.
@@ -156,35 +117,16 @@ func (st *State) waitFor(rr string) {
 	st.SettleWaits[rr] = true
 }
 
-// settleStale: the CalicoNodeStatus of a settling route reflector was reported too soon after its
-// change to show the sessions that (re)started.
-func settleStale(m *handoverMemo, rr string, cns *apiv3.CalicoNodeStatus) bool {
-	rec := m.settle[rr]
-	return rec != nil && cns.Status.LastUpdated.Time.Before(rec.at.Add(idSettleMin))
-}
-
-// settleSessions is called by the handover step with a fresh report of a settling route reflector.
-func settleSessions(m *handoverMemo, rr string, missing int) {
-	if rec := m.settle[rr]; rec != nil {
-		rec.seen, rec.up = true, missing == 0
-	}
-}
-
 // stageMoves makes the moves between peering sets and between uplink sets make-before-break (see
 // above). It runs after stageClusterIDs, on the patches that reconcile writes.
 func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nodePatch) error {
 	m := r.memo(st.Name)
-	for n, rec := range m.settle {
-		if st.View[n] == nil || st.Now.Sub(rec.at) >= idSettleMax {
-			delete(m.settle, n)
-		}
-	}
 	idNow := map[string]int{} // the nodes this reconcile promotes or renumbers -> the phase that writes it
 	for _, ps := range phases {
 		for _, np := range ps {
 			if id := np.ann[extender.AnnotationClusterID]; id != nil {
 				// Promoted or renumbered: every session of the node (re)starts.
-				m.settling(st.Now, np.name)
+				m.trans.Start(transitions.SessionsRestart, st.Now, np.name)
 				delete(m.verified, np.name)
 				idNow[np.name] = np.phase
 			}
@@ -244,7 +186,7 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 		for node, rrs := range added[ki] {
 			for _, rr := range rrs {
 				if rr != "" {
-					m.settling(st.Now, rr)
+					m.trans.Start(k.kind, st.Now, rr)
 					delete(m.verified[rr], node)
 				}
 			}
@@ -302,8 +244,8 @@ func (r *Reconciler) adoptTransitionalSets(st *State, m *handoverMemo, rrOf map[
 			cur = peerIDs(st.Peers)
 		}
 		for _, id := range cur[name] {
-			if rr := rrOf[id]; rr != "" && m.settle[rr] == nil {
-				m.settling(st.Now, rr)
+			if rr := rrOf[id]; rr != "" && !m.trans.Has(rr) {
+				m.trans.Start(transitions.SetInherited, st.Now, rr)
 			}
 		}
 	}

@@ -85,8 +85,14 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 		}
 		phases[np.phase] = append(phases[np.phase], np)
 	}
+	r.expireTransitions(st)
 	r.stageClusterIDs(ctx, st, &phases)
 	if err := r.stageMoves(ctx, st, &phases); err != nil {
+		return err
+	}
+	// The records of the moves these patches make are in the API before the patches: a leader
+	// that dies between the two leaves its successor the waits, not the moves without them.
+	if err := r.persistTransitions(ctx, st); err != nil {
 		return err
 	}
 	for _, patches := range phases {
@@ -94,8 +100,8 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 			return err
 		}
 	}
-	r.memo(st.Name).restamp(st.Now, r.now())
-	return nil
+	r.memo(st.Name).trans.Restamp(st.Now, r.now())
+	return r.persistTransitions(ctx, st)
 }
 
 // ownedChange is a planned node whose owned labels or annotations differ from the cache.

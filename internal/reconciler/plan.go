@@ -40,6 +40,7 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 		return nil
 	}
 	st.Policy = obj.(*v1alpha1.RouteReflectorPolicy)
+	r.loadTransitions(ctx, st)
 	if r.waitRefill(ctx, st) {
 		return nil
 	}

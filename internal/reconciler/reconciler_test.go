@@ -58,6 +58,16 @@ type harness struct {
 
 	mu          sync.Mutex
 	nodePatches []string // "name body" of every node patch, in the order they were sent
+	writeLog    []string // "verb Kind name[ subresource]" of every write, in order
+}
+
+// logWrite adds a write to the harness's write log.
+func (h *harness) logWrite(verb string, obj client.Object, sub string) {
+	kind := fmt.Sprintf("%T", obj)
+	kind = kind[strings.LastIndex(kind, ".")+1:]
+	h.mu.Lock()
+	h.writeLog = append(h.writeLog, strings.TrimSpace(verb+" "+kind+" "+obj.GetName()+" "+sub))
+	h.mu.Unlock()
 }
 
 // errDied is the write error of a harness past its writeLimit.
@@ -110,6 +120,7 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 	// The fake API server sets no UID; a real one always does (cleanup compares them).
 	pol.UID = types.UID("uid-policy-" + pol.Name)
 	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		h.logWrite("create", obj, "")
 		if err := h.write(); err != nil {
 			return err
 		}
@@ -123,12 +134,14 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 		WithInterceptorFuncs(interceptor.Funcs{
 			Create: count,
 			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				h.logWrite("update", obj, "")
 				if err := h.write(); err != nil {
 					return err
 				}
 				return c.Update(ctx, obj, opts...)
 			},
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+				h.logWrite("patch", obj, "")
 				if err := h.write(); err != nil {
 					return err
 				}
@@ -141,6 +154,7 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 				return c.Patch(ctx, obj, p, opts...)
 			},
 			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				h.logWrite("delete", obj, "")
 				if err := h.write(); err != nil {
 					return err
 				}
@@ -150,6 +164,7 @@ func newHarness(t testing.TB, spec func(*v1alpha1.RouteReflectorPolicySpec), nod
 				if _, ok := obj.(*v1alpha1.RouteReflectorPolicy); ok && sub == "status" {
 					h.statusWrites.Add(1)
 				}
+				h.logWrite("patch", obj, sub)
 				if err := h.write(); err != nil {
 					return err
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -174,8 +175,9 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 		since, until = at, at.Add(p.RemovalDelay+idSettleMax)
 	}
 	m := r.memo(st.Name)
-	if m.releasedAt.After(since) {
-		since, until = m.releasedAt, m.releasedAt.Add(idSettleMax)
+	r.expireTransitions(st)
+	if last := m.trans.Latest(transitions.ReleaseStep); last != nil && last.Started.After(since) {
+		since, until = last.Started, last.Started.Add(last.Max)
 	}
 	sim, err := r.newReleaseSim(ctx, st)
 	if err != nil {
@@ -203,6 +205,15 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 	if st.View == nil {
 		st.View = map[string]*extender.Node{}
 	}
+	// The next one goes once this one's sessions are back (a cluster ID change restarts them
+	// all; about 2 s in BIRD), at most removalDelay later, and once the keeper's sessions,
+	// this one's among them, are seen Established (keeperSessionsWait). The record is in the
+	// policy's status before the release it records.
+	began := r.now()
+	m.trans.Start(transitions.ReleaseStep, began, next)
+	if err := r.persistTransitions(ctx, st); err != nil {
+		return false, "", err
+	}
 	if err := r.applyPatches(ctx, st, []nodePatch{{name: next, lbl: lbl, ann: ann}}); err != nil {
 		return false, "", err
 	}
@@ -216,10 +227,10 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 			return false, "", err
 		}
 	}
-	// The next one goes once this one's sessions are back (a cluster ID change restarts them
-	// all; about 2 s in BIRD), at most removalDelay later, and once the keeper's sessions,
-	// this one's among them, are seen Established (keeperSessionsWait).
-	m.releasedAt = r.now()
+	m.trans.Restamp(began, r.now())
+	if err := r.persistTransitions(ctx, st); err != nil {
+		return false, "", err
+	}
 	st.requeue(max(handoverRetry, min(p.RemovalDelay, releaseStep)))
 	return false, "", nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -28,20 +29,14 @@ const (
 	// idSettle is how long a cluster-ID change is given to restart its sessions when they cannot
 	// be read: confd renders within a second and BIRD re-establishes within a few (1-4 s on the
 	// live lab, README "Transitions").
-	idSettle = 10 * time.Second
+	idSettle = transitions.DefaultSettle
 	// idSettleMin is how long after a change a CalicoNodeStatus report counts: a report made
 	// before BIRD reconfigured would still show the old sessions Established.
-	idSettleMin = 3 * time.Second
+	idSettleMin = transitions.DefaultMin
 	// idSettleMax bounds the wait for the sessions (a dead peer never comes back): the next
 	// change then goes ahead.
-	idSettleMax = time.Minute
+	idSettleMax = transitions.DefaultMax
 )
-
-// idStage is the last cluster-ID change of a kept route reflector the nodes step made.
-type idStage struct {
-	node string
-	at   time.Time
-}
 
 // stageClusterIDs takes the kept route reflectors' cluster-ID changes out of the phases and puts
 // back at most one, once the previous one has settled; the others wait for a later reconcile
@@ -111,8 +106,8 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		transitionHeld.WithLabelValues(st.Name).Set(float64(len(held)))
 		r.Log.V(1).Info("cluster-ID change held", append([]any{"policy", st.Name, "node", held[0].name, "reason", "ClusterIDChangeStaged"}, why...)...)
 	}
-	if wait := r.idStageWait(st, m); wait > 0 {
-		hold(wait, "until the sessions of", m.idStage.node)
+	if wait, last := idStageWait(st, m); wait > 0 {
+		hold(wait, "until the sessions of", last)
 		return
 	}
 	var leaving []string
@@ -133,8 +128,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 			continue
 		}
 		putBack(np)
-		m.idStage = idStage{node: np.name, at: st.Now}
-		m.idStageUp, m.idStageSeen = false, false
+		m.trans.Start(transitions.Renumber, st.Now, np.name)
 		delete(m.verified, np.name) // its sessions restart: seen again before the next change
 		transitionHeld.WithLabelValues(st.Name).Set(float64(len(held) - 1))
 		if len(held) > 1 {
@@ -360,47 +354,16 @@ func withPatch(m map[string]string, patch map[string]*string) map[string]string 
 	return out
 }
 
-// idStageWait is how long the next cluster-ID change must still wait for the last one (0: go).
-func (r *Reconciler) idStageWait(st *State, m *handoverMemo) time.Duration {
-	last := m.idStage
-	if last.node == "" || st.View[last.node] == nil {
-		return 0
+// idStageWait is how long the next cluster-ID change must still wait for the last one (0: go),
+// and the route reflector renumbered last.
+func idStageWait(st *State, m *handoverMemo) (time.Duration, string) {
+	last := m.trans.Latest(transitions.Renumber)
+	if last == nil || st.View[last.Node] == nil {
+		return 0, ""
 	}
-	return settleWait(st.Managed.Resolved.Handover, st.Now.Sub(last.at), m.idStageUp, m.idStageSeen)
+	return last.Wait(st.Now, verifies(st)), last.Node
 }
 
-// settleWait is how long a route reflector whose BGP sessions restarted or began since ago must
-// still be given before a change that relies on them goes (0: go): idSettleMin at least, then
-// with handover BGPSessions until a CalicoNodeStatus reported idSettleMin after the change shows
-// all its clients Established (up; without any such report (seen), idSettle), otherwise idSettle;
-// never more than idSettleMax. The nodes step's two waits share it: a kept route reflector's
-// cluster-ID change (idStageWait) and a client's move between peering sets (moves.go).
-func settleWait(handover v1alpha1.HandoverMode, since time.Duration, up, seen bool) time.Duration {
-	switch {
-	case since >= idSettleMax:
-		return 0
-	case since < idSettleMin:
-		return idSettleMin - since
-	}
-	if handover != v1alpha1.HandoverBGPSessions {
-		return max(0, idSettle-since)
-	}
-	if up || (!seen && since >= idSettle) {
-		return 0 // back, or no CalicoNodeStatus to read: as without BGPSessions
-	}
-	return handoverRetry
-}
-
-// idStageSessions is called by the handover step with the CalicoNodeStatus of the route
-// reflector whose cluster ID changed last: once a report made idSettleMin after the change shows
-// every one of its clients Established, the next change may go.
-func idStageSessions(m *handoverMemo, missing []string) {
-	m.idStageSeen = true
-	m.idStageUp = len(missing) == 0
-}
-
-// idStageStale: the CalicoNodeStatus of the route reflector whose cluster ID changed last was
-// reported too soon after the change to show its restarted sessions.
-func idStageStale(m *handoverMemo, rr string, cns *apiv3.CalicoNodeStatus) bool {
-	return rr == m.idStage.node && cns.Status.LastUpdated.Time.Before(m.idStage.at.Add(idSettleMin))
-}
+// verifies: the policy's handover reads the BGP sessions (CalicoNodeStatus), so a transition's
+// wait ends when a fresh report shows them Established (transitions.Record.Wait).
+func verifies(st *State) bool { return st.Managed.Resolved.Handover == v1alpha1.HandoverBGPSessions }

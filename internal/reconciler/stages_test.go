@@ -15,6 +15,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -166,7 +167,7 @@ func TestStagedClusterIDKeepsTopLevel(t *testing.T) {
 		require.NoError(t, h.r.patchNodes(ctx, st))
 	}
 	// The last cluster-ID change was made 4 s ago: the next waits for its sessions.
-	h.r.memo("default").idStage = idStage{node: "c-02", at: h.now.Add(-4 * time.Second)}
+	h.r.memo("default").trans.Start(transitions.Renumber, h.now.Add(-4*time.Second), "c-02")
 	nodesStep()
 	require.Zero(t, h.modelMissing(), "while c-01's cluster-ID change is held")
 	require.Equal(t, "224.0.0.2", h.node("c-01").Annotations[extender.AnnotationClusterID], "c-01's change is held")

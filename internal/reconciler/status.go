@@ -46,6 +46,10 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	pol := st.Policy.DeepCopy()
 	s := &pol.Status
 	s.ObservedGeneration = pol.Generation
+	// The moves in flight, as persistTransitions wrote them before each move; in Observe and
+	// Paused the ones an earlier Enforce left, dropped as they run their course.
+	r.expireTransitions(st)
+	s.Transitions = r.memo(st.Name).trans.API()
 	if st.Invalid != nil {
 		msg := st.Invalid.ToAggregate().Error()
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalidPolicy, Message: msg, ObservedGeneration: pol.Generation})

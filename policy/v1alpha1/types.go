@@ -435,6 +435,49 @@ type RouteReflectorPolicyStatus struct {
 	// and on the mean node, for this policy's layout and for the default layout on the same nodes.
 	// +optional
 	Routes *RouteCost `json:"routes,omitempty"`
+	// Transitions are the moves in flight whose BGP sessions a later move waits for (a cluster ID
+	// changed, a route reflector promoted or given clients, a release step): each is written here
+	// before the move it records, so that a new leader resumes every wait where it stood. Dropped
+	// once settled (at most its maxWait after it started) or when its node is gone.
+	// +optional
+	// +listType=map
+	// +listMapKey=kind
+	// +listMapKey=node
+	Transitions []Transition `json:"transitions,omitempty"`
+}
+
+// Transition is one move in flight: a route reflector whose BGP sessions (re)started, and how long
+// the moves that rely on them wait.
+type Transition struct {
+	// Kind is what started it: Renumber (a route reflector keeping its role changed its cluster
+	// ID), SessionsRestart (promoted or renumbered: every session restarts), ClientMove and
+	// UplinkMove (a transitional set gave it clients or rack route reflectors), SetInherited (a
+	// transitional set whose start no record held), ReleaseStep (a deleted policy's release
+	// released it).
+	Kind string `json:"kind"`
+	// Node is the route reflector whose sessions the moves wait for.
+	Node string `json:"node"`
+	// StartedAt is when its sessions (re)started.
+	StartedAt metav1.MicroTime `json:"startedAt"`
+	// MinWait: nothing relying on it goes sooner, and a CalicoNodeStatus report counts only when
+	// made at least this long after StartedAt.
+	MinWait metav1.Duration `json:"minWait"`
+	// SettleWait is the wait when no CalicoNodeStatus can tell (handover other than BGPSessions).
+	SettleWait metav1.Duration `json:"settleWait"`
+	// MaxWait: the moves relying on it go at the latest this long after StartedAt.
+	MaxWait metav1.Duration `json:"maxWait"`
+	// Sessions is what the CalicoNodeStatus reports read since said: Reported (a fresh report,
+	// some session not Established), Established (every awaited session Established), or empty.
+	// +optional
+	Sessions string `json:"sessions,omitempty"`
+	// Alive: BGP health saw a session of its role Established since StartedAt.
+	// +optional
+	Alive bool `json:"alive,omitempty"`
+	// Pending: written before its move, which the leader has not yet confirmed made. A new leader
+	// finding it does not know when (or whether) the move went, and starts the wait again from
+	// when it read it.
+	// +optional
+	Pending bool `json:"pending,omitempty"`
 }
 
 // RouteCost is the graph model's figures for a plan. Paths per prefix are decimals ("2.0"): the

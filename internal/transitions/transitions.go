@@ -1,0 +1,339 @@
+// Package transitions is the reconciler's one record of the moves in flight: a route reflector
+// whose BGP sessions (re)started (renumbered, promoted, given clients or rack route reflectors by
+// a transitional set, released by a deleted policy's release), when, and how long the moves that
+// rely on those sessions wait. One rule decides every such wait (Record.Wait), one freshness rule
+// decides which CalicoNodeStatus report may settle it (Record.Fresh), and the records live in the
+// policy's status (status.transitions): the reconciler writes them there before the move they
+// record, so that a new leader (a failover, a `helm upgrade` rolling the replicas) reads them back
+// and resumes each wait where it stood, shortening none and assuming no route reflector settled.
+//
+// The package decides waits only; which move goes (the graph model's checks, the transitional
+// sets, the planes) stays with the reconciler's steps.
+package transitions
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// Kind is what started a record.
+type Kind string
+
+// The kinds of records.
+const (
+	// Renumber: a route reflector keeping its role changed its cluster ID (the cluster-ID
+	// staging's record: the next renumbering waits for its sessions).
+	Renumber Kind = "Renumber"
+	// SessionsRestart: the node was promoted or renumbered; every session it has (re)starts.
+	SessionsRestart Kind = "SessionsRestart"
+	// ClientMove: a transitional peering set gave the route reflector clients.
+	ClientMove Kind = "ClientMove"
+	// UplinkMove: a transitional uplink set gave the spine member rack route reflectors.
+	UplinkMove Kind = "UplinkMove"
+	// SetInherited: a transitional set some node carries selects the route reflector and no record
+	// said when (a leader before this record existed): its wait starts when it was found.
+	SetInherited Kind = "SetInherited"
+	// ReleaseStep: a deleted policy's release released the route reflector; the next one waits
+	// for the keeper's sessions from then.
+	ReleaseStep Kind = "ReleaseStep"
+)
+
+// What a record's Sessions field says of the reports read since it started.
+const (
+	SessionsReported    = "Reported"
+	SessionsEstablished = "Established"
+)
+
+// Waits are a record's bounds.
+type Waits struct {
+	// Min: nothing relying on the sessions goes sooner, and a CalicoNodeStatus report counts only
+	// when made at least Min after the start (a report made before BIRD reconfigured still shows
+	// the old sessions Established).
+	Min time.Duration
+	// Settle is the wait when no report can tell: confd renders within a second and BIRD
+	// re-establishes within a few (1-4 s on the live lab).
+	Settle time.Duration
+	// Max bounds the wait (a dead peer never comes back): the moves relying on it then go.
+	Max time.Duration
+}
+
+// Every kind's bounds today.
+const (
+	DefaultMin    = 3 * time.Second
+	DefaultSettle = 10 * time.Second
+	DefaultMax    = time.Minute
+)
+
+// DefaultWaits are every kind's bounds today.
+var DefaultWaits = Waits{Min: DefaultMin, Settle: DefaultSettle, Max: DefaultMax}
+
+// Retry is how soon a wait that only a CalicoNodeStatus report can end is looked at again.
+const Retry = time.Second
+
+// Record is one move in flight.
+type Record struct {
+	Kind    Kind
+	Node    string
+	Started time.Time
+	Waits
+	// Seen: a fresh report (Fresh) of the node was read; Up: it showed every awaited session
+	// Established; Alive: BGP health saw a session of the node's role Established since Started.
+	Seen, Up, Alive bool
+	// Pending: started, its move not yet confirmed made (Restamp confirms it).
+	Pending bool
+}
+
+// Wait is how long a move relying on the record's sessions must still wait at now (0: go): Min
+// at least; then, when the sessions can be read (verify: handover BGPSessions), until a fresh
+// report shows every awaited session Established (without any fresh report, Settle), otherwise
+// Settle; never more than Max.
+func (r *Record) Wait(now time.Time, verify bool) time.Duration {
+	since := now.Sub(r.Started)
+	switch {
+	case since >= r.Max:
+		return 0
+	case since < r.Min:
+		return r.Min - since
+	}
+	if !verify {
+		return max(0, r.Settle-since)
+	}
+	if r.Up || (!r.Seen && since >= r.Settle) {
+		return 0 // back, or no report to read: as without verification
+	}
+	return Retry
+}
+
+// Fresh: a report made at reported can show the sessions the record awaits.
+func (r *Record) Fresh(reported time.Time) bool { return !reported.Before(r.Started.Add(r.Min)) }
+
+// Starting: the sessions started less than Max ago and none was seen up since.
+func (r *Record) Starting(now time.Time) bool {
+	return !r.Up && !r.Alive && now.Sub(r.Started) < r.Max
+}
+
+type key struct {
+	kind Kind
+	node string
+}
+
+// Table holds a policy's records.
+type Table struct {
+	recs map[key]*Record
+}
+
+// FromAPI reads the records a policy's status holds (a new leader's start, at now). A record of an
+// unknown kind or without a node is skipped. A pending record (its move written, the old leader
+// gone before it confirmed the move) starts again at now: the move may have gone at any moment up
+// to now, and a wait counted from the record's start could be too short.
+func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
+	t := &Table{}
+	for _, tr := range list {
+		if tr.Node == "" || !known(Kind(tr.Kind)) {
+			continue
+		}
+		w := Waits{Min: tr.MinWait.Duration, Settle: tr.SettleWait.Duration, Max: tr.MaxWait.Duration}
+		if w.Max <= 0 {
+			w = DefaultWaits
+		}
+		rec := &Record{Kind: Kind(tr.Kind), Node: tr.Node, Started: tr.StartedAt.Time, Waits: w,
+			Seen: tr.Sessions != "", Up: tr.Sessions == SessionsEstablished, Alive: tr.Alive}
+		if tr.Pending {
+			rec.Started, rec.Seen, rec.Up, rec.Alive = now, false, false, false
+		}
+		t.put(rec)
+	}
+	return t
+}
+
+func known(k Kind) bool {
+	switch k {
+	case Renumber, SessionsRestart, ClientMove, UplinkMove, SetInherited, ReleaseStep:
+		return true
+	}
+	return false
+}
+
+// API is the table as the policy's status holds it, sorted by kind and node.
+func (t *Table) API() []v1alpha1.Transition {
+	if t == nil || len(t.recs) == 0 {
+		return nil
+	}
+	out := make([]v1alpha1.Transition, 0, len(t.recs))
+	for _, r := range t.sorted() {
+		tr := v1alpha1.Transition{Kind: string(r.Kind), Node: r.Node, StartedAt: metav1.NewMicroTime(r.Started),
+			MinWait: metav1.Duration{Duration: r.Min}, SettleWait: metav1.Duration{Duration: r.Settle},
+			MaxWait: metav1.Duration{Duration: r.Max}, Alive: r.Alive, Pending: r.Pending}
+		switch {
+		case r.Up:
+			tr.Sessions = SessionsEstablished
+		case r.Seen:
+			tr.Sessions = SessionsReported
+		}
+		out = append(out, tr)
+	}
+	return out
+}
+
+func (t *Table) sorted() []*Record {
+	out := slices.Collect(maps.Values(t.recs))
+	slices.SortFunc(out, func(a, b *Record) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Node, b.Node))
+	})
+	return out
+}
+
+func (t *Table) put(r *Record) {
+	if t.recs == nil {
+		t.recs = map[key]*Record{}
+	}
+	t.recs[key{r.Kind, r.Node}] = r
+}
+
+// Start records that the sessions of these nodes (re)start now for the kind's reason, in place of
+// the kind's record of each.
+func (t *Table) Start(kind Kind, now time.Time, nodes ...string) {
+	for _, n := range nodes {
+		t.put(&Record{Kind: kind, Node: n, Started: now, Waits: DefaultWaits, Pending: true})
+	}
+}
+
+// Get is the kind's record of the node (nil: none).
+func (t *Table) Get(kind Kind, node string) *Record {
+	if t == nil {
+		return nil
+	}
+	return t.recs[key{kind, node}]
+}
+
+// Has: the node has a record of any kind.
+func (t *Table) Has(node string) bool {
+	for k := range t.recs {
+		if k.node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// Latest is the kind's most recently started record (nil: none); ties go to the first node by
+// name.
+func (t *Table) Latest(kind Kind) *Record {
+	var out *Record
+	for _, r := range t.sorted() {
+		if r.Kind == kind && (out == nil || r.Started.After(out.Started)) {
+			out = r
+		}
+	}
+	return out
+}
+
+// Newest is the node's most recently started record of any kind but ReleaseStep (nil: none).
+func (t *Table) Newest(node string) *Record {
+	var out *Record
+	for _, r := range t.sorted() {
+		if r.Node == node && r.Kind != ReleaseStep && (out == nil || r.Started.After(out.Started)) {
+			out = r
+		}
+	}
+	return out
+}
+
+// Wait is the longest wait of the node's records but ReleaseStep (0: none, or all settled).
+func (t *Table) Wait(node string, now time.Time, verify bool) time.Duration {
+	var w time.Duration
+	for k, r := range t.recs {
+		if k.node == node && k.kind != ReleaseStep {
+			w = max(w, r.Wait(now, verify))
+		}
+	}
+	return w
+}
+
+// Stale: a report of the node made at reported is too early for one of its records (of kinds, or
+// of any kind but ReleaseStep when none is given).
+func (t *Table) Stale(node string, reported time.Time, kinds ...Kind) bool {
+	for k, r := range t.recs {
+		if k.node != node || k.kind == ReleaseStep || (len(kinds) > 0 && !slices.Contains(kinds, k.kind)) {
+			continue
+		}
+		if !r.Fresh(reported) {
+			return true
+		}
+	}
+	return false
+}
+
+// Observe is the session verifier's finding from a report of the node made at reported: missing
+// awaited sessions were not Established. Only the records the report is fresh for take it.
+func (t *Table) Observe(node string, reported time.Time, missing int) {
+	for k, r := range t.recs {
+		if k.node == node && r.Fresh(reported) {
+			r.Seen, r.Up = true, missing == 0
+		}
+	}
+}
+
+// Settled marks the node's records Up without a report: no session is awaited (a route reflector
+// without clients).
+func (t *Table) Settled(node string, kinds ...Kind) {
+	for k, r := range t.recs {
+		if k.node == node && (len(kinds) == 0 || slices.Contains(kinds, k.kind)) {
+			r.Seen, r.Up = true, true
+		}
+	}
+}
+
+// SeenAlive: BGP health saw a session of the node's role Established in a report made at
+// reported.
+func (t *Table) SeenAlive(node string, reported time.Time) {
+	for k, r := range t.recs {
+		if k.node == node && !reported.Before(r.Started) {
+			r.Alive = true
+		}
+	}
+}
+
+// Restamp confirms the records started at began (a reconcile's start) once the writes they
+// record are made, and moves them to now: the sessions (re)start then, and a reconcile on a
+// loaded machine can take several seconds.
+func (t *Table) Restamp(began, now time.Time) {
+	for _, r := range t.recs {
+		if r.Pending && r.Started.Equal(began) {
+			if now.After(r.Started) {
+				r.Started = now
+			}
+			r.Pending = false
+		}
+	}
+}
+
+// Expire drops the records that have run their course (Max after they started) and returns
+// those of nodes that are gone (exists false), which a new leader may find in a status written
+// before the node was deleted.
+func (t *Table) Expire(now time.Time, exists func(node string) bool) (gone []Record) {
+	for _, r := range t.sorted() {
+		switch {
+		case !exists(r.Node):
+			gone = append(gone, *r)
+		case now.Sub(r.Started) < r.Max:
+			continue
+		}
+		delete(t.recs, key{r.Kind, r.Node})
+	}
+	return gone
+}
+
+// Len is the number of records.
+func (t *Table) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.recs)
+}

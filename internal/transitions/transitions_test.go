@@ -1,0 +1,133 @@
+package transitions
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+
+func TestRecordWait(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		since    time.Duration
+		seen, up bool
+		verify   bool
+		want     time.Duration
+	}{
+		{name: "before min", since: time.Second, verify: true, want: 2 * time.Second},
+		{name: "before min, without verification", since: time.Second, want: 2 * time.Second},
+		{name: "without verification waits settle", since: 4 * time.Second, want: 6 * time.Second},
+		{name: "without verification, settled", since: 10 * time.Second, want: 0},
+		{name: "verified up after min", since: 3 * time.Second, seen: true, up: true, verify: true, want: 0},
+		{name: "verified, a session down: retry", since: 20 * time.Second, seen: true, verify: true, want: Retry},
+		{name: "verified, no fresh report yet: retry", since: 5 * time.Second, verify: true, want: Retry},
+		{name: "verified, no report by settle: go", since: 10 * time.Second, verify: true, want: 0},
+		{name: "max bounds a session that never comes", since: time.Minute, seen: true, verify: true, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Record{Kind: Renumber, Node: "a", Started: t0, Waits: DefaultWaits, Seen: tc.seen, Up: tc.up}
+			require.Equal(t, tc.want, r.Wait(t0.Add(tc.since), tc.verify))
+		})
+	}
+}
+
+func TestFreshAndObserve(t *testing.T) {
+	tb := &Table{}
+	tb.Start(ClientMove, t0, "rr")
+	require.True(t, tb.Stale("rr", t0.Add(2*time.Second)), "a report made before min is too early")
+	tb.Observe("rr", t0.Add(2*time.Second), 0)
+	require.False(t, tb.Get(ClientMove, "rr").Up, "a stale report settles nothing")
+	require.False(t, tb.Stale("rr", t0.Add(3*time.Second)))
+	tb.Observe("rr", t0.Add(3*time.Second), 1)
+	require.Equal(t, Retry, tb.Wait("rr", t0.Add(4*time.Second), true), "a session down holds the wait")
+	tb.Observe("rr", t0.Add(4*time.Second), 0)
+	require.Zero(t, tb.Wait("rr", t0.Add(4*time.Second), true))
+	require.False(t, tb.Get(ClientMove, "rr").Starting(t0.Add(4*time.Second)))
+}
+
+func TestTableLatestNewestWait(t *testing.T) {
+	tb := &Table{}
+	tb.Start(Renumber, t0, "b")
+	tb.Start(Renumber, t0.Add(time.Second), "a")
+	tb.Start(ReleaseStep, t0.Add(5*time.Second), "a")
+	tb.Start(ClientMove, t0.Add(2*time.Second), "b")
+	require.Equal(t, "a", tb.Latest(Renumber).Node)
+	require.Equal(t, ReleaseStep, tb.Latest(ReleaseStep).Kind)
+	require.Equal(t, Renumber, tb.Newest("a").Kind, "a release step is not the node's own sessions")
+	require.Equal(t, ClientMove, tb.Newest("b").Kind)
+	require.Nil(t, tb.Newest("c"))
+	require.Equal(t, 6*time.Second, tb.Wait("b", t0.Add(4*time.Second), false), "the longest of b's waits (the renumbering's settle)")
+	require.Zero(t, tb.Wait("c", t0, false))
+	tb.Settled("b")
+	require.Equal(t, time.Second, tb.Wait("b", t0.Add(4*time.Second), true), "settled still waits min")
+	require.Zero(t, tb.Wait("b", t0.Add(5*time.Second), true))
+}
+
+func TestRoundTripThroughTheAPI(t *testing.T) {
+	tb := &Table{}
+	tb.Start(Renumber, t0, "a")
+	tb.Start(ClientMove, t0, "b")
+	tb.Restamp(t0, t0.Add(1500*time.Millisecond))
+	tb.Observe("b", t0.Add(5*time.Second), 1)
+	tb.SeenAlive("a", t0.Add(4*time.Second))
+	tb.Start(ReleaseStep, t0.Add(6*time.Second), "c") // written, the leader dies before its move
+
+	api := tb.API()
+	require.Len(t, api, 3)
+	later := t0.Add(20 * time.Second)
+	back := FromAPI(api, later)
+	for _, k := range []struct {
+		kind Kind
+		node string
+	}{{Renumber, "a"}, {ClientMove, "b"}} {
+		require.Equal(t, *tb.Get(k.kind, k.node), *back.Get(k.kind, k.node), "%s %s", k.kind, k.node)
+	}
+	c := back.Get(ReleaseStep, "c")
+	require.Equal(t, later, c.Started, "a pending record starts again when read")
+	require.False(t, c.Pending)
+	again := back.API()
+	for i := range api {
+		if api[i].Kind != string(ReleaseStep) {
+			require.Equal(t, api[i], again[i], "what a new leader reads it writes back unchanged")
+		}
+	}
+}
+
+func TestFromAPISkipsWhatItCannotRead(t *testing.T) {
+	back := FromAPI([]v1alpha1.Transition{
+		{Kind: "Teleport", Node: "a", StartedAt: metav1.NewMicroTime(t0)},
+		{Kind: string(Renumber), StartedAt: metav1.NewMicroTime(t0)},
+		{Kind: string(Renumber), Node: "b", StartedAt: metav1.NewMicroTime(t0)}, // no waits: the defaults
+	}, t0)
+	require.Equal(t, 1, back.Len())
+	require.Equal(t, DefaultWaits, back.Get(Renumber, "b").Waits)
+}
+
+func TestExpire(t *testing.T) {
+	tb := &Table{}
+	tb.Start(Renumber, t0, "old")
+	tb.Start(Renumber, t0.Add(30*time.Second), "young")
+	tb.Start(ClientMove, t0.Add(30*time.Second), "deleted")
+	gone := tb.Expire(t0.Add(time.Minute), func(n string) bool { return n != "deleted" })
+	require.Len(t, gone, 1)
+	require.Equal(t, "deleted", gone[0].Node)
+	require.Equal(t, 1, tb.Len())
+	require.NotNil(t, tb.Get(Renumber, "young"))
+}
+
+func TestRestampConfirmsOnlyThisReconcilesRecords(t *testing.T) {
+	tb := &Table{}
+	tb.Start(Renumber, t0, "a")
+	tb.Restamp(t0, t0.Add(time.Second))
+	tb.Start(ClientMove, t0.Add(5*time.Second), "b")
+	tb.Restamp(t0.Add(5*time.Second), t0.Add(7*time.Second))
+	require.Equal(t, t0.Add(time.Second), tb.Get(Renumber, "a").Started, "an earlier reconcile's record keeps its time")
+	require.Equal(t, t0.Add(7*time.Second), tb.Get(ClientMove, "b").Started)
+	require.False(t, tb.Get(ClientMove, "b").Pending)
+}
