@@ -103,7 +103,7 @@ func Apply(ctx context.Context, cfg *rest.Config, doc []byte, timeout time.Durat
 	if err != nil {
 		return err
 	}
-	api, err := client(cfg)
+	api, err := client(cfg, out)
 	if err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func Apply(ctx context.Context, cfg *rest.Config, doc []byte, timeout time.Durat
 // patch changes no spec, so the policy webhook (whose matchCondition skips an UPDATE that keeps
 // the spec) is not called: a down controller does not stop the upgrade that would mend it.
 func Keep(ctx context.Context, cfg *rest.Config, name, release, ns string, timeout time.Duration, b Backoff, out io.Writer) error {
-	api, err := client(cfg)
+	api, err := client(cfg, out)
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,10 @@ func Keep(ctx context.Context, cfg *rest.Config, name, release, ns string, timeo
 	})
 }
 
-func client(cfg *rest.Config) (dynamic.ResourceInterface, error) {
+// client is the policies' client; the API server's warnings (the policy webhook's) go to out.
+func client(cfg *rest.Config, out io.Writer) (dynamic.ResourceInterface, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.WarningHandler = rest.NewWarningWriter(out, rest.WarningWriterOptions{Deduplicate: true})
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the API server: %w", err)

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -774,6 +776,27 @@ type service struct {
 	noEndpoints    atomic.Int64
 	upstreamErrors atomic.Int64
 	served         sync.Map // replica name: *atomic.Int64
+	reviewsMu      sync.Mutex
+	reviews        []svcReview // what the replicas answered
+}
+
+// svcReview is one admission a replica answered.
+type svcReview struct {
+	path, operation, kind, name, user string
+	allowed                           bool
+}
+
+// answered is every admission of a RouteReflectorPolicy the replicas answered.
+func (s *service) answered(kind string) []svcReview {
+	s.reviewsMu.Lock()
+	defer s.reviewsMu.Unlock()
+	var out []svcReview
+	for _, r := range s.reviews {
+		if r.kind == kind {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 type svcEndpoint struct {
@@ -865,9 +888,17 @@ func (s *service) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if v, ok := s.served.Load(ep.name); ok {
 		v.(*atomic.Int64).Add(1)
 	}
+	answer, _ := io.ReadAll(resp.Body)
+	var in, outReview admissionv1.AdmissionReview
+	if json.Unmarshal(body, &in) == nil && in.Request != nil && json.Unmarshal(answer, &outReview) == nil && outReview.Response != nil {
+		s.reviewsMu.Lock()
+		s.reviews = append(s.reviews, svcReview{path: r.URL.Path, operation: string(in.Request.Operation), kind: in.Request.Kind.Kind,
+			name: in.Request.Name, user: in.Request.UserInfo.Username, allowed: outReview.Response.Allowed})
+		s.reviewsMu.Unlock()
+	}
 	for k, v := range resp.Header {
 		rw.Header()[k] = v
 	}
 	rw.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(rw, resp.Body)
+	_, _ = rw.Write(answer)
 }
