@@ -114,6 +114,8 @@ func TestRenderPolicyHooks(t *testing.T) {
 // answered the policy's CREATE (allowed, by the hook's identity), and the policy has the values'
 // spec. Then the command's two other ends: a policy the webhook denies is refused at once (one
 // line, no retry), and with the Service down the apply gives up after its timeout with one line.
+// Last, helm uninstall with its pre-delete hook played: the hook deletes the policy (no release
+// resource now) and the replica releases it; the ConfigMap goes with the release.
 func TestInstallWebhookLoadedFirst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs kube-apiserver, etcd and helm")
@@ -280,5 +282,31 @@ func TestInstallWebhookLoadedFirst(t *testing.T) {
 	require.Regexp(t, `^calico-rr-autoscaler: RouteReflectorPolicy default not applied within 3s \(\d+ attempts\): .*failed calling webhook`, lines[len(lines)-1])
 	svc.down.Store(false)
 	t.Logf("gave up after %s: %s", took.Round(time.Millisecond), lines[len(lines)-1])
+	// helm uninstall: the pre-delete hook (`uninstall`) deletes the policy, which is no release
+	// resource, and the replica releases it; Helm removes the rest, the ConfigMap with it.
+	uninstalled := make(chan error, 1)
+	go func() {
+		out, stderr, err := env.Helm(t, testenv.UserAdmin, "uninstall", testenv.ChartRelease, "--namespace", ns, "--timeout", "2m")
+		if err != nil {
+			err = fmt.Errorf("%w\n%s\n%s", err, out, stderr)
+		}
+		uninstalled <- err
+	}()
+	job, kubeconfig = awaitHookJob(t, env, ns, testenv.ChartRelease+"-uninstall", uninstalled)
+	require.Equal(t, "uninstall", job.Spec.Template.Spec.Containers[0].Args[0])
+	hookOutput := runHookCommand(t, u.bin, job.Spec.Template.Spec.Containers[0].Args, kubeconfig)
+	require.Contains(t, hookOutput, "RouteReflectorPolicy default deleted")
+	require.Contains(t, hookOutput, "every RouteReflectorPolicy released")
+	completeHookJob(t, env, job)
+	select {
+	case err := <-uninstalled:
+		require.NoError(t, err, "helm uninstall")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("helm uninstall did not end after its hook Job completed")
+	}
+	_, err = policies.Get(ctx, "default", metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "the uninstall hook deleted the policy: %v", err)
+	_, err = u.admin.CoreV1().ConfigMaps(ns).Get(ctx, cm.Name, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "the policy's ConfigMap went with the release: %v", err)
 	t.Logf("TestInstallWebhookLoadedFirst took %s", time.Since(begin).Round(time.Millisecond))
 }
