@@ -44,5 +44,49 @@ func (l *loggingFlags) setup(out io.Writer) (logr.Logger, error) {
 	if err := logsapi.ValidateAndApplyWithOptions(c, &logsapi.LoggingOptions{ErrorStream: out, InfoStream: out}, nil); err != nil {
 		return logr.Logger{}, fmt.Errorf("--logging-format: %v", err)
 	}
+	jsonLogging = l.format == "json"
 	return klog.Background(), nil
+}
+
+// jsonLogging is set once serve applied --logging-format=json to klog: its fatal error then goes
+// through that logger.
+var jsonLogging bool
+
+// jsonRequested says whether args (serve's flags) ask for --logging-format=json, the last
+// occurrence winning as with the flag package; it reads the flags before they are parsed, so that
+// an error in another flag is written in the format asked for too.
+func jsonRequested(args []string) bool {
+	json := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") {
+			break
+		}
+		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "logging-format" {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			i++
+			v = args[i]
+		}
+		json = v == "json"
+	}
+	return json
+}
+
+// logFatal writes serve's fatal error as one JSON object (klog's JSON logger: ts, caller, msg
+// "command failed", err), as Kubernetes components write theirs, applying the JSON format first
+// when serve stopped before it did (a bad flag). It reports false when the format cannot be
+// applied: the caller then prints the usual line.
+func logFatal(err error, out io.Writer) bool {
+	if !jsonLogging {
+		l := loggingFlags{format: "json"}
+		if _, err := l.setup(out); err != nil {
+			return false
+		}
+	}
+	klog.Background().Error(err, "command failed")
+	klog.Flush()
+	return true
 }

@@ -19,6 +19,7 @@ Usage:
   calico-rr-autoscaler status [flags]   what the product manages in a live cluster (also: kubectl rr)
   calico-rr-autoscaler uninstall [flags] delete every policy and wait until its route reflectors are released
   calico-rr-autoscaler crds apply [flags] apply the RouteReflectorPolicy CRD built into this binary (server-side)
+  calico-rr-autoscaler policy apply|keep [flags] apply the chart's policy once its webhook answers; keep a policy an earlier chart created
   calico-rr-autoscaler help   [command]
 
 Run "calico-rr-autoscaler <command> -h" for a command's flags.
@@ -45,12 +46,17 @@ func run(args []string) int {
 		err = runVerify(args[1:], os.Stdout, os.Stderr)
 	case "serve":
 		err = runServe(args[1:], os.Stdout)
+		if err != nil && err != errHelp && jsonRequested(args[1:]) && logFatal(err, os.Stderr) {
+			return exitStatus(err)
+		}
 	case "status":
 		err = runStatus(args[1:], os.Stdout)
 	case "uninstall":
 		err = runUninstall(args[1:], os.Stdout)
 	case "crds":
 		err = runCRDs(args[1:], os.Stdout)
+	case "policy":
+		err = runPolicy(args[1:], os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(os.Stdout, usage)
 		return 0
@@ -68,6 +74,11 @@ func exitCode(err error) int {
 		return 0
 	}
 	fmt.Fprintln(os.Stderr, "calico-rr-autoscaler: "+err.Error())
+	return exitStatus(err)
+}
+
+// exitStatus is 2 for bad input, 1 for any other error.
+func exitStatus(err error) int {
 	if _, ok := err.(usageError); ok {
 		return 2
 	}

@@ -93,7 +93,9 @@ func TestRenderCRDUpgradeHook(t *testing.T) {
 	r = render(t, valuesYAML(t, "crds: {upgrade: false}"))
 	for _, o := range r.Objects {
 		require.NotEqual(t, crdsHook, o.GetName(), "%s rendered with crds.upgrade=false", o.GetKind())
-		require.NotEqual(t, "pre-upgrade", o.GetAnnotations()["helm.sh/hook"], "%s %s", o.GetKind(), o.GetName())
+		if o.GetName() != "calico-rr-autoscaler-policy-keep" { // the policy's own pre-upgrade hook (TestRenderPolicyHooks)
+			require.NotEqual(t, "pre-upgrade", o.GetAnnotations()["helm.sh/hook"], "%s %s", o.GetKind(), o.GetName())
+		}
 	}
 	require.Len(t, r.CRDs, 1, "crds/ stays: helm install creates the CRD")
 	require.Contains(t, r.Notes, "calico-rr-autoscaler crds apply", "NOTES say how to upgrade the CRD by hand")
@@ -182,25 +184,30 @@ func TestCRDUpgradeWithHelm(t *testing.T) {
 	require.NotContains(t, string(b), "notReadyGracePeriod")
 	require.NoError(t, os.WriteFile(f, b, 0o644))
 
+	bc := <-binc
+	require.NoError(t, bc.err)
+	const policyJob = "rra-calico-rr-autoscaler-policy"
 	start := time.Now()
-	_, err = helm("install", "rra", prev)
-	require.NoError(t, err)
-	t.Logf("helm install in %s", time.Since(start).Round(time.Millisecond))
+	installed := make(chan error, 1)
+	go func() { _, err := helm("install", "rra", prev); installed <- err }()
+	playPolicyHook(t, env, ns, policyJob, bc.bin, installed)
+	require.NoError(t, <-installed)
+	t.Logf("helm install (with the policy hook) in %s", time.Since(start).Round(time.Millisecond))
 	got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{})
 	require.NoError(t, err, "helm install created the CRD")
 	require.False(t, serves(got))
 	_, err = policies.Get(ctx, "default", metav1.GetOptions{})
-	require.NoError(t, err, "the same helm install created the default policy")
+	require.NoError(t, err, "the same helm install's hook created the default policy")
 	require.ErrorContains(t, strict("before"), `unknown field "spec.notReadyGracePeriod"`)
-
-	bc := <-binc
-	require.NoError(t, bc.err)
 
 	start = time.Now()
 	upgraded := make(chan error, 1)
 	go func() { _, err := helm("upgrade", "rra", chartDir(t), "--timeout", "2m"); upgraded <- err }()
 	const jobName = "rra-calico-rr-autoscaler-crds"
 	playCRDHook(t, env, ns, jobName, bc.bin, upgraded)
+	out := playPolicyHook(t, env, ns, policyJob+"-keep", bc.bin, upgraded)
+	require.Contains(t, out, "already carries helm.sh/resource-policy: keep", "the hook's own policy")
+	playPolicyHook(t, env, ns, policyJob, bc.bin, upgraded)
 	select {
 	case err := <-upgraded:
 		require.NoError(t, err)
@@ -241,10 +248,70 @@ func TestCRDUpgradeWithHelm(t *testing.T) {
 // command's output.
 func playCRDHook(t *testing.T, env *testenv.Env, ns, jobName, bin string, upgraded <-chan error) string {
 	t.Helper()
+	job, kubeconfig := awaitHookJob(t, env, ns, jobName, upgraded)
+	c := job.Spec.Template.Spec.Containers[0]
+	require.Equal(t, "crds", c.Args[0], "the Job runs crds apply: %v", c.Args)
+	out := runHookCommand(t, bin, c.Args, kubeconfig)
+	completeHookJob(t, env, job)
+	return out
+}
+
+// playPolicyHook plays a policy hook Job (`policy apply`, with the ConfigMap Helm created as its
+// -f, or `policy keep`) as playCRDHook plays the crds hook, and returns the command's output.
+func playPolicyHook(t *testing.T, env *testenv.Env, ns, jobName, bin string, done <-chan error) string {
+	t.Helper()
+	job, kubeconfig := awaitHookJob(t, env, ns, jobName, done)
+	pod := job.Spec.Template.Spec
+	args := append([]string{}, pod.Containers[0].Args...)
+	require.Equal(t, "policy", args[0], "the Job runs the policy command: %v", args)
+	if args[1] == "apply" {
+		kube, err := kubernetes.NewForConfig(env.Config)
+		require.NoError(t, err)
+		cm, err := kube.CoreV1().ConfigMaps(ns).Get(t.Context(), pod.Volumes[0].ConfigMap.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		f := filepath.Join(t.TempDir(), "policy.yaml")
+		require.NoError(t, os.WriteFile(f, []byte(cm.Data["policy.yaml"]), 0o644))
+		for i, a := range args {
+			if strings.HasPrefix(a, "-f=") {
+				args[i] = "-f=" + f
+			}
+		}
+	}
+	out := runHookCommand(t, bin, args, kubeconfig)
+	completeHookJob(t, env, job)
+	return out
+}
+
+// awaitHookJob waits until Helm (whose error arrives on done) created the hook Job jobName, after
+// its service account and RBAC, and returns it with a kubeconfig of the Job's service account
+// (impersonated by the admin, so only the hook's RBAC applies).
+func awaitHookJob(t *testing.T, env *testenv.Env, ns, jobName string, done <-chan error) (*batchv1.Job, string) {
+	t.Helper()
 	ctx := t.Context()
 	kube, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
-	sa := "system:serviceaccount:" + ns + ":" + jobName
+	jobs := kube.BatchV1().Jobs(ns)
+	var job *batchv1.Job
+	for deadline := time.Now().Add(time.Minute); job == nil; time.Sleep(100 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("helm ended before its hook Job %s ran: %v", jobName, err)
+		default:
+		}
+		job, err = jobs.Get(ctx, jobName, metav1.GetOptions{})
+		if err != nil {
+			job = nil
+			require.True(t, apierrors.IsNotFound(err), "%v", err)
+			require.True(t, time.Now().Before(deadline), "no hook Job %s after a minute", jobName)
+		}
+	}
+	// Its RBAC was created first.
+	saName := job.Spec.Template.Spec.ServiceAccountName
+	_, err = kube.CoreV1().ServiceAccounts(ns).Get(ctx, saName, metav1.GetOptions{})
+	require.NoError(t, err)
+	_, err = kube.RbacV1().ClusterRoleBindings().Get(ctx, saName, metav1.GetOptions{})
+	require.NoError(t, err)
+	sa := "system:serviceaccount:" + ns + ":" + saName
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: env.URL, CertificateAuthorityData: env.CAData}
 	kc.AuthInfos["hook"] = &clientcmdapi.AuthInfo{Token: env.Token(testenv.UserAdmin), Impersonate: sa}
@@ -252,39 +319,30 @@ func playCRDHook(t *testing.T, env *testenv.Env, ns, jobName, bin string, upgrad
 	kc.CurrentContext = "testenv"
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, clientcmd.WriteToFile(*kc, kubeconfig))
+	return job, kubeconfig
+}
 
-	jobs := kube.BatchV1().Jobs(ns)
-	var job *batchv1.Job
-	for deadline := time.Now().Add(time.Minute); job == nil; time.Sleep(100 * time.Millisecond) {
-		select {
-		case err := <-upgraded:
-			t.Fatalf("helm upgrade ended before its hook Job ran: %v", err)
-		default:
-		}
-		job, err = jobs.Get(ctx, jobName, metav1.GetOptions{})
-		if err != nil {
-			job = nil
-			require.True(t, apierrors.IsNotFound(err), "%v", err)
-			require.True(t, time.Now().Before(deadline), "no hook Job after a minute")
-		}
-	}
-	// Its RBAC was created first.
-	_, err = kube.CoreV1().ServiceAccounts(ns).Get(ctx, jobName, metav1.GetOptions{})
-	require.NoError(t, err)
-	_, err = kube.RbacV1().ClusterRoleBindings().Get(ctx, jobName, metav1.GetOptions{})
-	require.NoError(t, err)
-	c := job.Spec.Template.Spec.Containers[0]
-	require.Equal(t, "crds", c.Args[0], "the Job runs crds apply: %v", c.Args)
-	cmd := exec.CommandContext(ctx, bin, append(append([]string{}, c.Args...), "--kubeconfig="+kubeconfig)...)
+// runHookCommand runs bin with a hook Job's args and kubeconfig; it must succeed.
+func runHookCommand(t *testing.T, bin string, args []string, kubeconfig string) string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bin, append(append([]string{}, args...), "--kubeconfig="+kubeconfig)...)
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "the hook's command: %s", out)
-	t.Logf("the hook's command (%v): %s", c.Args, out)
+	require.NoError(t, err, "the hook's command %v: %s", args, out)
+	t.Logf("the hook's command (%v): %s", args, out)
+	return string(out)
+}
+
+// completeHookJob marks the Job Complete with the conditions the Job controller of Kubernetes
+// 1.34 sets, so that Helm goes on.
+func completeHookJob(t *testing.T, env *testenv.Env, job *batchv1.Job) {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
 	now := metav1.Now()
 	job.Status = batchv1.JobStatus{StartTime: &now, CompletionTime: &now, Succeeded: 1, Conditions: []batchv1.JobCondition{
 		{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now},
 		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now},
 	}}
-	_, err = jobs.UpdateStatus(ctx, job, metav1.UpdateOptions{})
-	require.NoError(t, err, "marking the hook Job Complete")
-	return string(out)
+	_, err = kube.BatchV1().Jobs(job.Namespace).UpdateStatus(t.Context(), job, metav1.UpdateOptions{})
+	require.NoError(t, err, "marking the hook Job %s Complete", job.Name)
 }

@@ -63,6 +63,7 @@ func valuesYAML(t testing.TB, s string) map[string]any {
 // rendered is the output of the chart for some values.
 type rendered struct {
 	Objects  []*unstructured.Unstructured // in Helm's install order
+	Policies []*unstructured.Unstructured // the RouteReflectorPolicy the policy hook applies (the ConfigMap's policy.yaml)
 	CRDs     []*unstructured.Unstructured // from crds/
 	Manifest string
 	Notes    string
@@ -104,6 +105,13 @@ func renderErr(t testing.TB, ns string, vals map[string]any) (*rendered, error) 
 		} else {
 			out.Objects = append(out.Objects, u)
 		}
+		if doc, ok, _ := unstructured.NestedString(u.Object, "data", "policy.yaml"); ok && u.GetKind() == "ConfigMap" {
+			p := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &p.Object); err != nil {
+				return nil, fmt.Errorf("ConfigMap %s: policy.yaml: %w", u.GetName(), err)
+			}
+			out.Policies = append(out.Policies, p)
+		}
 	}
 	return out, nil
 }
@@ -118,7 +126,7 @@ func render(t testing.TB, vals map[string]any) *rendered {
 // get returns the one object of kind and name; it fails the test when absent.
 func (r *rendered) get(t testing.TB, kind, name string) *unstructured.Unstructured {
 	t.Helper()
-	for _, o := range r.Objects {
+	for _, o := range append(r.Objects[:len(r.Objects):len(r.Objects)], r.Policies...) {
 		if o.GetKind() == kind && o.GetName() == name {
 			return o
 		}
@@ -129,7 +137,7 @@ func (r *rendered) get(t testing.TB, kind, name string) *unstructured.Unstructur
 
 func (r *rendered) all(kind string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
-	for _, o := range r.Objects {
+	for _, o := range append(r.Objects[:len(r.Objects):len(r.Objects)], r.Policies...) {
 		if o.GetKind() == kind {
 			out = append(out, o)
 		}

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -48,7 +49,7 @@ func TestSelfManagedCertsWithChartRBAC(t *testing.T) {
 
 	ln := freeListener(t)
 	out, stderr, err := env.Helm(t, testenv.UserAdmin, "install", "rra", chartDir(t), "--namespace", ns,
-		"--set", "certManager.enabled=false", "--set", "service.port="+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+		"--set", "certManager.enabled=false", "--set", "policy.create=false", "--set", "service.port="+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	require.NoError(t, err, "helm install: %s\n%s", out, stderr)
 	const fullname = "rra-calico-rr-autoscaler"
 
@@ -139,6 +140,12 @@ func TestSelfManagedCertsWithChartRBAC(t *testing.T) {
 	changePolicy := func() error {
 		n++
 		p, err := dyn.Resource(policyGVR).Get(ctx, "default", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) { // policy.create=false: no hook here to apply the chart's
+			p = &unstructured.Unstructured{Object: map[string]any{"apiVersion": "routereflector.io/v1alpha1", "kind": "RouteReflectorPolicy",
+				"metadata": map[string]any{"name": "default"}, "spec": map[string]any{"minRouteReflectors": int64(3)}}}
+			_, err = dyn.Resource(policyGVR).Create(ctx, p, metav1.CreateOptions{})
+			return err
+		}
 		if err != nil {
 			return err
 		}

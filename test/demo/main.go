@@ -145,6 +145,21 @@ policy:
 		return err
 	}
 	fmt.Print(indent(out))
+	// The chart's post-install hook, as its Job would run it (no kubelet here): the policy from
+	// the chart's ConfigMap, applied once the policy webhook answers.
+	policyDoc, err := kubectl(testenv.UserAdmin, "get", "configmap", "calico-rr-autoscaler-policy", "-n", namespace, "-o", `jsonpath={.data.policy\.yaml}`)
+	if err != nil {
+		return err
+	}
+	chartPolicy := filepath.Join(work, "chart-policy.yaml")
+	if err := os.WriteFile(chartPolicy, []byte(policyDoc), 0o644); err != nil {
+		return err
+	}
+	out, err = output(ctx, "", bin, "policy", "apply", "-f", chartPolicy, "--kubeconfig", env.KubeconfigPath(testenv.UserAdmin))
+	if err != nil {
+		return err
+	}
+	fmt.Print(indent(out))
 
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
