@@ -20,9 +20,10 @@ type ScorePlugin interface {
 	Score(p *policy.Resolved, n *NodeInfo) int64
 }
 
-// DefaultFilters are the filters in the order they run.
+// DefaultFilters are the filters in the order they run: NodeGoing first, so that the reason of a
+// going node is its going, never the NotReady or cordon that come with it.
 func DefaultFilters() []FilterPlugin {
-	return []FilterPlugin{NewNodeReady(), NewNodeUnschedulable(), NewNodeDeleting(), NewTaintToleration(), NewNotForbidden(), NewNodeConditions(), NewBGPSessions()}
+	return []FilterPlugin{NewNodeGoing(), NewNodeReady(), NewNodeUnschedulable(), NewNodeDeleting(), NewTaintToleration(), NewNotForbidden(), NewNodeConditions(), NewBGPSessions()}
 }
 
 // DefaultScores are the score plugins in order of precedence.

@@ -235,6 +235,7 @@ func (pl *planner) result() *Result {
 			st.Labels[LabelTopLevel] = ""
 		}
 		st.Annotations[AnnotationClusterID] = id
+		protect(p, n.Node.Annotations, st.Annotations)
 		if d.role == roleDraining {
 			st.Annotations[AnnotationDrainingSince] = d.since.UTC().Format(time.RFC3339)
 			if reason := n.drainingReason(p); reason != "" {
