@@ -76,6 +76,20 @@ func NotReadySince(t time.Time) Opt {
 	return func(n *corev1.Node) { setReady(n, corev1.ConditionFalse, t) }
 }
 
+// ShuttingDown sets the Ready condition as the kubelet's graceful node shutdown posts it (k8s.io/kubernetes
+// pkg/kubelet/nodestatus ReadyCondition with the shutdown manager's error): False since t, reason
+// KubeletNotReady, message "node is shutting down".
+func ShuttingDown(t time.Time) Opt {
+	return func(n *corev1.Node) {
+		setReady(n, corev1.ConditionFalse, t)
+		for i := range n.Status.Conditions {
+			if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+				c.Reason, c.Message = "KubeletNotReady", "node is shutting down"
+			}
+		}
+	}
+}
+
 // Deleting sets the deletion timestamp to t.
 func Deleting(t time.Time) Opt {
 	return func(n *corev1.Node) {
