@@ -26,9 +26,9 @@ func DefaultFilters() []FilterPlugin {
 	return []FilterPlugin{NewNodeGoing(), NewNodeReady(), NewNodeUnschedulable(), NewNodeDeleting(), NewTaintToleration(), NewNotForbidden(), NewNodeConditions(), NewBGPSessions()}
 }
 
-// DefaultScores are the score plugins in order of precedence.
+// DefaultScores are the score plugins in order of precedence (the planner compares at most four).
 func DefaultScores() []ScorePlugin {
-	return []ScorePlugin{NewCurrentRole(), NewPreferred(), NewNodeAge()}
+	return []ScorePlugin{NewCurrentRole(), NewPreferred(), NewStableCapacity(), NewNodeAge()}
 }
 
 // RunFilters runs the filters on n and sets n.Eligible and n.Reason (the first failing filter's).
