@@ -27,7 +27,7 @@ type Result struct {
 	Ineligible      []Ineligible     `json:"ineligible,omitempty"`
 	// ScoredDown are the managed nodes a score plugin ranked down (ScoreExplainer), by name.
 	ScoredDown []ScoredDown `json:"scoredDown,omitempty"`
-	Conditions      []Condition      `json:"conditions"`
+	Conditions []Condition  `json:"conditions"`
 	// Recommendations is the stabilization history to pass to the next plan.
 	Recommendations []Recommendation `json:"-"`
 	// RecheckAt is when a decision of this plan changes by the clock alone (a route reflector's

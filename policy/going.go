@@ -23,16 +23,16 @@ const (
 	// TaintKarpenterDisrupted: Karpenter (v1) is disrupting the node: it drains and deletes it.
 	TaintKarpenterDisrupted = "karpenter.sh/disrupted"
 	// KeyKarpenterDisruption with ValueKarpenterDisrupting: Karpenter before v1 (taint, or label).
-	KeyKarpenterDisruption    = "karpenter.sh/disruption"
-	ValueKarpenterDisrupting  = "disrupting"
-	AnnotationDoNotDisrupt    = "karpenter.sh/do-not-disrupt"
-	AnnotationScaleDownOff    = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
-	sourceClusterAutoscaler   = "cluster-autoscaler deletes the node"
-	sourceKarpenter           = "Karpenter disrupts the node"
-	sourceKarpenterBeforeV1   = "Karpenter (before v1) disrupts the node"
-	sourceOutOfService        = "the node is out of service"
-	sourceSpec                = "the policy's goingSignals"
-	maxGoingSignalsPerKind    = 32
+	KeyKarpenterDisruption   = "karpenter.sh/disruption"
+	ValueKarpenterDisrupting = "disrupting"
+	AnnotationDoNotDisrupt   = "karpenter.sh/do-not-disrupt"
+	AnnotationScaleDownOff   = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+	sourceClusterAutoscaler  = "cluster-autoscaler deletes the node"
+	sourceKarpenter          = "Karpenter disrupts the node"
+	sourceKarpenterBeforeV1  = "Karpenter (before v1) disrupts the node"
+	sourceOutOfService       = "the node is out of service"
+	sourceSpec               = "the policy's goingSignals"
+	maxGoingSignalsPerKind   = 32
 )
 
 // GoingSignal is one taint or label that says a node is going.
@@ -70,7 +70,9 @@ func SpotLabels() []v1alpha1.NodeMark {
 
 // ProtectionAnnotations are the annotations a route reflector carries while it is one (unless
 // spec.protectRouteReflectors is false), each "true".
-func ProtectionAnnotations() []string { return []string{AnnotationDoNotDisrupt, AnnotationScaleDownOff} }
+func ProtectionAnnotations() []string {
+	return []string{AnnotationDoNotDisrupt, AnnotationScaleDownOff}
+}
 
 // goingSignalsOf returns the built-in signals and the spec's, in that order.
 func goingSignalsOf(g *v1alpha1.GoingSignals) []GoingSignal {
