@@ -14,37 +14,9 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
-// goingSignals are the signals of a node that goes, each with the rule and a word of the reason
-// its filter gives; the cordon first, the reference the others must match.
-func goingSignals(now time.Time) []struct {
-	name, rule, reason string
-	opt                nodeOpt
-} {
-	return []struct {
-		name, rule, reason string
-		opt                nodeOpt
-	}{
-		{"cordon", RuleCordonedNode, "cordoned", cordoned},
-		{"cluster-autoscaler's ToBeDeletedByClusterAutoscaler", RuleGoingNode, "taint ToBeDeletedByClusterAutoscaler (cluster-autoscaler",
-			taint(corev1.Taint{Key: policy.TaintToBeDeletedByClusterAutoscaler, Value: "1700000000", Effect: corev1.TaintEffectNoSchedule})},
-		{"Karpenter's karpenter.sh/disrupted", RuleGoingNode, "taint karpenter.sh/disrupted (Karpenter",
-			taint(corev1.Taint{Key: policy.TaintKarpenterDisrupted, Effect: corev1.TaintEffectNoSchedule})},
-		{"Karpenter's pre-v1 taint", RuleGoingNode, "taint karpenter.sh/disruption=disrupting (Karpenter (before v1)",
-			taint(corev1.Taint{Key: policy.KeyKarpenterDisruption, Value: "disrupting", Effect: corev1.TaintEffectNoSchedule})},
-		{"Karpenter's pre-v1 label", RuleGoingNode, "label karpenter.sh/disruption=disrupting", label(policy.KeyKarpenterDisruption, "disrupting")},
-		{"out-of-service", RuleGoingNode, "taint node.kubernetes.io/out-of-service",
-			taint(corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})},
-		{"deletion held by a finalizer", RuleDeletingNode, "being deleted", nodetest.Deleting(now.Add(-time.Second))},
-		{"graceful node shutdown, inside the NotReady grace", RuleGoingNode, "graceful node shutdown", nodetest.ShuttingDown(now.Add(-5 * time.Second))},
-		{"the policy's going taint", RuleGoingNode, "taint example.com/retire (the policy's goingSignals)",
-			taint(corev1.Taint{Key: "example.com/retire", Effect: corev1.TaintEffectPreferNoSchedule})},
-		{"the policy's going label", RuleGoingNode, "label lifecycle=retiring (the policy's goingSignals)", label("lifecycle", "retiring")},
-	}
-}
-
 func goingPolicy(t *testing.T, topology v1alpha1.TopologyType) *policy.Resolved {
 	return resolve(t, v1alpha1.RouteReflectorPolicySpec{Topology: &v1alpha1.Topology{Type: topology},
-		GoingSignals: &v1alpha1.GoingSignals{Taints: []v1alpha1.NodeMark{{Key: "example.com/retire"}}, Labels: []v1alpha1.NodeMark{{Key: "lifecycle", Value: "retiring"}}}})
+		GoingSignals: &v1alpha1.GoingSignals{Taints: []v1alpha1.NodeMark{{Key: nodetest.GoingPolicyTaint}}, Labels: []v1alpha1.NodeMark{{Key: nodetest.GoingPolicyLabel, Value: "retiring"}}}})
 }
 
 // TestGoingDrainsLikeACordon: each going signal on a route reflector of a settled plan starts its
@@ -56,8 +28,8 @@ func TestGoingDrainsLikeACordon(t *testing.T) {
 	now := t0.Add(24 * time.Hour)
 	for _, topo := range []v1alpha1.TopologyType{v1alpha1.DualPlane, v1alpha1.MultiCluster} {
 		p := goingPolicy(t, topo)
-		for _, sig := range goingSignals(now) {
-			t.Run(string(topo)+"/"+sig.name, func(t *testing.T) {
+		for _, sig := range nodetest.GoingSignals(now) {
+			t.Run(string(topo)+"/"+sig.Name, func(t *testing.T) {
 				nodes := cluster(30, 3)
 				first := Plan(Input{Policy: p, Nodes: nodes, Now: now})
 				apply(p, nodes, first)
@@ -69,13 +41,13 @@ func TestGoingDrainsLikeACordon(t *testing.T) {
 					}
 				}
 				before := first.RouteReflectors
-				with(n, sig.opt)
+				with(n, sig.Opt)
 
 				// The webhook's admission of the change.
 				in := Input{Policy: p, Nodes: nodes, Now: now}
 				ans := AdmitNodeRequest(p, AdmitRequest{Node: n, Now: now, State: NewAdmitState(in, first)})
 				require.Equal(t, AdmitDrain, ans.Action, "%+v", ans)
-				require.Contains(t, ans.DrainReason, sig.reason)
+				require.Contains(t, ans.DrainReason, sig.Reason)
 				require.NotNil(t, ans.Annotations[AnnotationDrainingSince])
 				assert.Nil(t, ans.Annotations[AnnotationDrainingReason], "a going node does not take its role back")
 
@@ -100,8 +72,8 @@ func TestGoingDrainsLikeACordon(t *testing.T) {
 						in2 = x
 					}
 				}
-				assert.Equal(t, sig.rule, in2.Rule)
-				assert.Contains(t, in2.Reason, sig.reason)
+				assert.Equal(t, sig.Rule, in2.Rule)
+				assert.Contains(t, in2.Reason, sig.Reason)
 				assert.Equal(t, len(before), r.Summary.RouteReflectors, "a replacement for %s", victim)
 			})
 		}
