@@ -604,7 +604,7 @@ spec:
 		requireProtected(t, w.snapshot(), victim, false)
 		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+victim, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
 		require.Contains(t, out, "node is going: taint ToBeDeletedByClusterAutoscaler (cluster-autoscaler deletes the node)", "events of %s", victim)
-		w.checkRouting(t, "after the autoscaler's taint")
+		// No routing check here (40 s on confd + BIRD): the handover is the cordon's, checked above.
 	})
 
 	t.Run("kubectl delete node of an RR succeeds with a warning and is replaced", func(t *testing.T) {
