@@ -168,7 +168,11 @@ func (s *AdmitState) changes(n *Node, d *Decision) (lbl, ann map[string]*string)
 	if !d.Decided {
 		return nil, nil
 	}
-	return OwnedChanges(s.Policy.RRLabelKey, n, d.Admission.State(s.Policy))
+	st := d.Admission.State(s.Policy)
+	if d.Role == AdmitRouteReflector && d.planned == nil {
+		protect(s.Policy, n.Annotations, st.Annotations) // State made its maps for this decision
+	}
+	return OwnedChanges(s.Policy.RRLabelKey, n, st)
 }
 
 // Remember records a decision (Record) in place of the decision recorded for its node before
@@ -208,10 +212,8 @@ func sameAdmission(a, b *Admission) bool {
 
 // OwnedChanges returns the label and annotation changes that turn n's owned keys into want's.
 func OwnedChanges(rrLabelKey string, n *Node, want NodeState) (lbl, ann map[string]*string) {
-	return diffKeys(OwnedLabelKeys(rrLabelKey), n.Labels, want.Labels), diffKeys(ownedAnnotationKeys, n.Annotations, want.Annotations)
+	return diffKeys(OwnedLabelKeys(rrLabelKey), n.Labels, want.Labels), diffKeys(OwnedAnnotationKeysOf(n.Annotations, want.Annotations), n.Annotations, want.Annotations)
 }
-
-var ownedAnnotationKeys = OwnedAnnotationKeys()
 
 func diffKeys(keys []string, cur, want map[string]string) map[string]*string {
 	var out map[string]*string

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -35,6 +36,10 @@ func TestAdmitRequestDecidesOnceAndRemembers(t *testing.T) {
 	require.False(t, a.Held, "%+v", a)
 	require.True(t, a.Recorded, "%+v", a)
 	require.Equal(t, "224.0.0.1", *a.Annotations[extender.AnnotationClusterID], "the patch's cluster ID: %+v", a.Annotations)
+	for _, k := range policy.ProtectionAnnotations() {
+		require.NotNil(t, a.Annotations[k], "the promotion protects the node: %s", k)
+		require.Equal(t, "true", *a.Annotations[k])
+	}
 	require.Equal(t, 1, st.RouteReflectors())
 
 	again := req(n, extender.DecideOptions{Record: true, Prev: &a.Admission})

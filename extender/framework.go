@@ -20,14 +20,15 @@ type ScorePlugin interface {
 	Score(p *policy.Resolved, n *NodeInfo) int64
 }
 
-// DefaultFilters are the filters in the order they run.
+// DefaultFilters are the filters in the order they run: NodeGoing first, so that the reason of a
+// going node is its going, never the NotReady or cordon that come with it.
 func DefaultFilters() []FilterPlugin {
-	return []FilterPlugin{NewNodeReady(), NewNodeUnschedulable(), NewNodeDeleting(), NewTaintToleration(), NewNotForbidden(), NewNodeConditions(), NewBGPSessions()}
+	return []FilterPlugin{NewNodeGoing(), NewNodeReady(), NewNodeUnschedulable(), NewNodeDeleting(), NewTaintToleration(), NewNotForbidden(), NewNodeConditions(), NewBGPSessions()}
 }
 
-// DefaultScores are the score plugins in order of precedence.
+// DefaultScores are the score plugins in order of precedence (the planner compares at most four).
 func DefaultScores() []ScorePlugin {
-	return []ScorePlugin{NewCurrentRole(), NewPreferred(), NewNodeAge()}
+	return []ScorePlugin{NewCurrentRole(), NewPreferred(), NewStableCapacity(), NewNodeAge()}
 }
 
 // RunFilters runs the filters on n and sets n.Eligible and n.Reason (the first failing filter's).

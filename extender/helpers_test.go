@@ -84,7 +84,7 @@ func apply(p *policy.Resolved, nodes []*Node, r *Result) {
 		for _, k := range OwnedLabelKeys(p.RRLabelKey) {
 			delete(n.Labels, k)
 		}
-		for _, k := range OwnedAnnotationKeys() {
+		for _, k := range OwnedAnnotationKeysOf(n.Annotations, s.Annotations) {
 			delete(n.Annotations, k)
 		}
 		for k, v := range s.Labels {

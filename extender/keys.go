@@ -3,6 +3,8 @@ package extender
 import (
 	"slices"
 	"strings"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
 
 // Labels and annotations this product owns on nodes and BGPPeers.
@@ -39,6 +41,12 @@ const (
 	// member (named in the value) is NotReady within its grace period: it is released when the
 	// member is Ready again, and takes the member's place when the member is drained.
 	AnnotationStandbyFor = "routereflector.io/standby-for"
+	// AnnotationProtection lists, comma-separated, the protection annotations
+	// (policy.ProtectionAnnotations: karpenter.sh/do-not-disrupt and
+	// cluster-autoscaler.kubernetes.io/scale-down-disabled) the product set on a route reflector:
+	// only those are the product's, removed after its demotion. One the node carried as "true"
+	// before is its owner's: never listed, never removed (see protect).
+	AnnotationProtection = "routereflector.io/protection"
 	// LabelUplinkSet names the spine route reflectors a DualPlane rack route reflector peers with
 	// (its plane's); one BGPPeer per set, named UplinkBGPPeerPrefix and the set.
 	LabelUplinkSet = "routereflector.io/uplink-set"
@@ -103,5 +111,50 @@ func WatchedAnnotationKeys() []string {
 
 // OwnedAnnotationKeys returns the node annotation keys this product writes.
 func OwnedAnnotationKeys() []string {
-	return []string{AnnotationClusterID, AnnotationRouteReflectors, AnnotationDrainingSince, AnnotationDrainingReason, AnnotationRack, AnnotationPlane, AnnotationStandbyFor}
+	return []string{AnnotationClusterID, AnnotationRouteReflectors, AnnotationDrainingSince, AnnotationDrainingReason, AnnotationRack, AnnotationPlane, AnnotationStandbyFor, AnnotationProtection}
+}
+
+// OwnedAnnotationKeysOf returns the annotation keys the product owns on a node that carries cur
+// and is planned want: OwnedAnnotationKeys, and the protection annotations that either's
+// AnnotationProtection lists (a protection annotation nobody listed is not the product's).
+func OwnedAnnotationKeysOf(cur, want map[string]string) []string {
+	if cur[AnnotationProtection] == "" && want[AnnotationProtection] == "" {
+		return ownedAnnotationKeys
+	}
+	keys := slices.Clone(ownedAnnotationKeys)
+	for _, k := range policy.ProtectionAnnotations() {
+		if listsProtection(cur, k) || listsProtection(want, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+var ownedAnnotationKeys = OwnedAnnotationKeys()
+
+// listsProtection reports whether annotations' AnnotationProtection lists key.
+func listsProtection(ann map[string]string, key string) bool {
+	s := ann[AnnotationProtection]
+	return s != "" && slices.Contains(strings.Split(s, ","), key)
+}
+
+// protect puts the protection annotations on a route reflector's planned annotations (want) when
+// the policy protects route reflectors: each "true", listed in AnnotationProtection, but for one
+// the node (cur) carries as "true" without the product having listed it: that one is the node
+// owner's, left as it is and never removed.
+func protect(p *policy.Resolved, cur, want map[string]string) {
+	if !p.Protect {
+		return
+	}
+	var set []string
+	for _, k := range policy.ProtectionAnnotations() {
+		if cur[k] == "true" && !listsProtection(cur, k) {
+			continue
+		}
+		want[k] = "true"
+		set = append(set, k)
+	}
+	if len(set) > 0 {
+		want[AnnotationProtection] = strings.Join(set, ",")
+	}
 }

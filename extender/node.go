@@ -182,13 +182,18 @@ func PressureCondition(n *Node) corev1.NodeConditionType {
 }
 
 // SlimConditions returns the conditions the planner reads, and only the fields it reads: Ready
-// (status and lastTransitionTime, for the NotReady grace period) and the pressure conditions that
-// are True (type and status). Heartbeat times and messages go, so a kubelet heartbeat changes none
+// (status and lastTransitionTime, for the NotReady grace period; reason and message only when they
+// say the kubelet's graceful node shutdown, IsShuttingDown) and the pressure conditions that are
+// True (type and status). Heartbeat times and messages go, so a kubelet heartbeat changes none
 // of them. The webhooks' decoder and the cache's transform share it.
 func SlimConditions(conds []corev1.NodeCondition) []corev1.NodeCondition {
 	var out []corev1.NodeCondition
 	for _, c := range conds {
 		switch {
+		case c.Type == corev1.NodeReady && IsShuttingDown(&c):
+			// The kubelet's graceful node shutdown (NodeGoing): its reason and message, as constants.
+			out = append(out, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime,
+				Reason: ReadyReasonKubeletNotReady, Message: MessageNodeShuttingDown})
 		case c.Type == corev1.NodeReady:
 			out = append(out, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
 		case c.Status == corev1.ConditionTrue && slices.Contains(badConditions, c.Type):

@@ -25,7 +25,9 @@ type Result struct {
 	Nodes           []NodeState      `json:"nodes"`
 	Zones           []ZoneCount      `json:"zones"`
 	Ineligible      []Ineligible     `json:"ineligible,omitempty"`
-	Conditions      []Condition      `json:"conditions"`
+	// ScoredDown are the managed nodes a score plugin ranked down (ScoreExplainer), by name.
+	ScoredDown []ScoredDown `json:"scoredDown,omitempty"`
+	Conditions []Condition  `json:"conditions"`
 	// Recommendations is the stabilization history to pass to the next plan.
 	Recommendations []Recommendation `json:"-"`
 	// RecheckAt is when a decision of this plan changes by the clock alone (a route reflector's
@@ -134,11 +136,34 @@ type Ineligible struct {
 	Rule string `json:"rule,omitempty"`
 }
 
+// ScoredDown is a node a score plugin ranked after the others, and why.
+type ScoredDown struct {
+	Node   string      `json:"node"`
+	Score  string      `json:"score"`
+	Reason ScoreReason `json:"reason"`
+	// Detail names what on the node gave the reason ("label karpenter.sh/capacity-type=spot").
+	Detail string `json:"detail"`
+	// RouteReflector: the node is a route reflector of the plan all the same.
+	RouteReflector bool `json:"routeReflector,omitempty"`
+}
+
 // Condition is a Degraded condition of the plan.
 type Condition struct {
 	Type    string `json:"type"`
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
+}
+
+// explain appends why the plan's score plugins ranked n down (ScoreExplainer), if they did.
+func (pl *planner) explain(out []ScoredDown, n *NodeInfo, rr bool) []ScoredDown {
+	for _, sp := range pl.in.Scores {
+		if e, ok := sp.(ScoreExplainer); ok {
+			if why, detail := e.Explain(pl.p, n); why != "" {
+				out = append(out, ScoredDown{Node: n.Name, Score: sp.Name(), Reason: why, Detail: detail, RouteReflector: rr})
+			}
+		}
+	}
+	return out
 }
 
 func (pl *planner) result() *Result {
@@ -235,6 +260,7 @@ func (pl *planner) result() *Result {
 			st.Labels[LabelTopLevel] = ""
 		}
 		st.Annotations[AnnotationClusterID] = id
+		protect(p, n.Node.Annotations, st.Annotations)
 		if d.role == roleDraining {
 			st.Annotations[AnnotationDrainingSince] = d.since.UTC().Format(time.RFC3339)
 			if reason := n.drainingReason(p); reason != "" {
@@ -280,6 +306,9 @@ func (pl *planner) result() *Result {
 		if !n.Eligible {
 			res.Ineligible = append(res.Ineligible, Ineligible{Node: n.Name, Reason: n.Reason, Rule: n.Rule})
 		}
+	}
+	for i, n := range pl.nodes {
+		res.ScoredDown = pl.explain(res.ScoredDown, n, pl.dec[i].role != roleClient)
 	}
 	s.ClusterIDs = len(ids)
 	s.Redundancy = p.Redundancy

@@ -76,6 +76,11 @@ type Resolved struct {
 	// BGPPeer is spec.bgpPeer in Calico's types (BGPPeerSettings): only the session settings are
 	// set; every BGPPeer the policy writes carries them.
 	BGPPeer apiv3.BGPPeerSpec
+	// Going are the signals that a node is going: DefaultGoingSignals, then spec.goingSignals.
+	Going []GoingSignal
+	// Protect is spec.protectRouteReflectors [true]: route reflectors carry the
+	// ProtectionAnnotations.
+	Protect bool
 
 	labelKeys []string // see LabelKeys; derived once, in Resolve
 }
@@ -110,6 +115,8 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 		BGPPeer:             BGPPeerSettings(s.BGPPeer),
 		ReleaseMesh:         v1alpha1.ReleaseMeshAuto,
 		MaxMeshNodes:        DefaultMaxMeshNodes,
+		Going:               goingSignalsOf(s.GoingSignals),
+		Protect:             s.ProtectRouteReflectors == nil || *s.ProtectRouteReflectors,
 	}
 	if rel := s.Release; rel != nil {
 		r.ReleaseMesh = v1alpha1.ReleaseMesh(or(string(rel.NodeToNodeMesh), string(r.ReleaseMesh)))
@@ -177,12 +184,20 @@ func Resolve(p *v1alpha1.RouteReflectorPolicy) (*Resolved, field.ErrorList) {
 }
 
 // LabelKeys returns the node label keys a plan of this policy reads: the keys its node, preferred
-// and forbidden selectors name, and its route reflector, zone and rack labels. A change to any
-// other node label cannot change the plan.
+// and forbidden selectors name, its route reflector, zone and rack labels, the labels of its going
+// signals and the SpotLabels. A change to any other node label cannot change the plan.
 func (r *Resolved) LabelKeys() []string { return r.labelKeys }
 
 func (r *Resolved) readLabelKeys() []string {
 	keys := []string{r.RRLabelKey, r.ZoneLabel, r.RackLabel}
+	for _, g := range r.Going {
+		if !g.Taint {
+			keys = append(keys, g.Key)
+		}
+	}
+	for _, m := range SpotLabels() {
+		keys = append(keys, m.Key)
+	}
 	for _, s := range []labels.Selector{r.NodeSelector, r.Preferred, r.Forbidden} {
 		reqs, _ := s.Requirements()
 		for _, q := range reqs {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,14 +25,24 @@ func TestLabelKeys(t *testing.T) {
 			s.RouteReflectorLabel = &v1alpha1.Label{Key: "rr", Value: "yes"}
 			s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, RackLabel: "rack"}
 		}, []string{"gpu", "pool", "rack", "rr", "tier", "zone"}},
+		{"going labels", func(s *v1alpha1.RouteReflectorPolicySpec) {
+			s.GoingSignals = &v1alpha1.GoingSignals{Labels: []v1alpha1.NodeMark{{Key: "example.com/retiring"}},
+				Taints: []v1alpha1.NodeMark{{Key: "example.com/draining-taint"}}}
+		}, []string{DefaultRouteReflectorLabelKey, "example.com/retiring", DefaultZoneLabel}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Default("p")
 			if tc.spec != nil {
 				tc.spec(&p.Spec)
 			}
-			// tc.want is never empty, so Equal is slices.Equal here (no nil/empty distinction).
-			require.Equal(t, tc.want, MustResolve(p).LabelKeys(), "LabelKeys()")
+			// Every policy reads the built-in going label and the spot labels; a going taint's key is
+			// not a label key.
+			want := append(slices.Clone(tc.want), KeyKarpenterDisruption)
+			for _, m := range SpotLabels() {
+				want = append(want, m.Key)
+			}
+			slices.Sort(want)
+			require.Equal(t, want, MustResolve(p).LabelKeys(), "LabelKeys()")
 		})
 	}
 }

@@ -92,6 +92,7 @@ func Validate(p *v1alpha1.RouteReflectorPolicy) field.ErrorList {
 	}
 	errs = append(errs, validateBGPPeer(s.BGPPeer, spec.Child("bgpPeer"))...)
 	errs = append(errs, validateRelease(s.Release, spec.Child("release"))...)
+	errs = append(errs, validateGoingSignals(s.GoingSignals, spec.Child("goingSignals"))...)
 	if b := s.Behavior; b != nil && b.ScaleDown != nil && b.ScaleDown.StabilizationWindowSeconds != nil {
 		if w := *b.ScaleDown.StabilizationWindowSeconds; w < 0 || w > 3600 {
 			errs = append(errs, field.Invalid(spec.Child("behavior", "scaleDown", "stabilizationWindowSeconds"), w, "must be between 0 and 3600"))

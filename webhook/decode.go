@@ -325,7 +325,7 @@ func call(ctx context.Context, h Handler, req *admissionv1.AdmissionRequest) (re
 // slimNode is what the webhooks read of a Node: decoding only these fields (the rest is skipped,
 // not allocated) keeps an admission of a real, image-laden node well under a millisecond. Of the
 // annotations it keeps those the cache keeps (state.KeptAnnotation); of the conditions their type,
-// status and transition time (extender.SlimConditions keeps no more); times are parsed from their
+// status, transition time, reason and message (extender.SlimConditions keeps no more); times are parsed from their
 // strings (metav1.Time's UnmarshalJSON decodes each through encoding/json: eleven a kubelet's node).
 type slimNode struct {
 	Metadata struct {
@@ -350,6 +350,9 @@ type slimCondition struct {
 	Type               corev1.NodeConditionType `json:"type"`
 	Status             corev1.ConditionStatus   `json:"status"`
 	LastTransitionTime rfc3339                  `json:"lastTransitionTime"`
+	// Reason and Message: SlimConditions keeps them only when they say a graceful node shutdown.
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
 }
 
 // rfc3339 is a metav1.Time as its JSON string; null and "" are the zero time.
@@ -425,7 +428,7 @@ func decodeNode(raw []byte, what string) (*extender.Node, error) {
 		if err != nil {
 			return nil, badTime(fmt.Sprintf("status.conditions[%d].lastTransitionTime", i), err)
 		}
-		conds = append(conds, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: t})
+		conds = append(conds, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: t, Reason: c.Reason, Message: c.Message})
 	}
 	n.Status.Conditions = extender.SlimConditions(conds)
 	return n, nil

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -33,11 +34,27 @@ func owned(n *corev1.Node) string {
 		}
 	}
 	for _, k := range extender.OwnedAnnotationKeys() {
-		if v, ok := n.Annotations[k]; ok {
+		if v, ok := n.Annotations[k]; ok && k != extender.AnnotationProtection { // requireProtected's
 			out = append(out, k+"="+v)
 		}
 	}
 	return fmt.Sprint(out)
+}
+
+// requireProtected checks that a node the mutator made a route reflector (was, before the patch,
+// carried no cluster ID; n does) carries the protection annotations, and a client none.
+func requireProtected(t *testing.T, was, n *corev1.Node) {
+	t.Helper()
+	_, wasRR := was.Annotations[extender.AnnotationClusterID]
+	_, rr := n.Annotations[extender.AnnotationClusterID]
+	for _, k := range policy.ProtectionAnnotations() {
+		switch {
+		case rr && !wasRR:
+			require.Equal(t, "true", n.Annotations[k], "promoted %s: %s", n.Name, k)
+		case !rr:
+			require.NotContains(t, n.Annotations, k, n.Name)
+		}
+	}
 }
 
 func TestNodeMutator(t *testing.T) {
@@ -97,6 +114,7 @@ func TestNodeMutator(t *testing.T) {
 			req := nodeReq(t, alice, tc.obj, tc.old)
 			got, resp := mutate(t, f, req, tc.obj)
 			require.Equal(t, tc.want, owned(got), "owned keys (patch %s)", resp.Patch)
+			requireProtected(t, tc.obj, got)
 			// Idempotent: the reinvocation on the patched object changes nothing.
 			req2 := nodeReq(t, alice, got, tc.old)
 			_, resp2 := mutate(t, f, req2, got)

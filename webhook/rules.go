@@ -24,6 +24,7 @@ const (
 	RuleCordonedNode       Rule = extender.RuleCordonedNode
 	RuleNotReadyNode       Rule = extender.RuleNotReadyNode
 	RuleDeletingNode       Rule = extender.RuleDeletingNode
+	RuleGoingNode          Rule = extender.RuleGoingNode
 	RuleUntoleratedTaint   Rule = extender.RuleUntoleratedTaint
 	RuleNodeCondition      Rule = extender.RuleNodeCondition
 )

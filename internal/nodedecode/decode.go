@@ -11,6 +11,7 @@
 package nodedecode
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 
@@ -18,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
 
 // Decoder decodes Nodes. KeepAnnotation says which annotations to keep (all when nil); the
@@ -222,8 +225,10 @@ func status(b []byte, s *corev1.NodeStatus) error {
 	})
 }
 
-// condition decodes a NodeCondition's type, status and last transition time (the heartbeat time,
-// reason and message change with every kubelet report and nothing reads them).
+// condition decodes a NodeCondition's type, status and last transition time (the heartbeat time
+// changes with every kubelet report and nothing reads it). Of the reason and message it keeps, as
+// constants (no allocation), only what says the kubelet's graceful node shutdown
+// (extender.IsShuttingDown); extender.SlimConditions keeps them on the Ready condition only.
 func condition(b []byte, c *corev1.NodeCondition) error {
 	return fields(b, func(num protowire.Number, v []byte) error {
 		switch num {
@@ -233,10 +238,20 @@ func condition(b []byte, c *corev1.NodeCondition) error {
 			c.Status = conditionStatus(v)
 		case 4:
 			return c.LastTransitionTime.Unmarshal(v)
+		case 5:
+			if string(v) == extender.ReadyReasonKubeletNotReady {
+				c.Reason = extender.ReadyReasonKubeletNotReady
+			}
+		case 6:
+			if bytes.Contains(v, shuttingDown) {
+				c.Message = extender.MessageNodeShuttingDown
+			}
 		}
 		return nil
 	})
 }
+
+var shuttingDown = []byte(extender.MessageNodeShuttingDown)
 
 // conditionType is a condition's type, a kubelet's without an allocation.
 func conditionType(b []byte) corev1.NodeConditionType {

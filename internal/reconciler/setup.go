@@ -148,14 +148,15 @@ func (r *Reconciler) coalesce() time.Duration {
 }
 
 // NodeChanged reports whether a node changed in a way a plan reads: a label for which read is
-// true, the annotations the cache keeps, unschedulable, taints, the Ready condition, deletion. A
+// true, the annotations the cache keeps, unschedulable, taints, the Ready condition (and a graceful
+// node shutdown), deletion. A
 // kubelet heartbeat is not, nor is a label no policy reads.
 func NodeChanged(old, cur *extender.Node, read func(key string) bool) bool {
 	return labelsChanged(old.Labels, cur.Labels, read) ||
 		!maps.Equal(old.Annotations, cur.Annotations) ||
 		old.Spec.Unschedulable != cur.Spec.Unschedulable ||
 		!equality.Semantic.DeepEqual(old.Spec.Taints, cur.Spec.Taints) ||
-		extender.IsReady(old) != extender.IsReady(cur) ||
+		extender.IsReady(old) != extender.IsReady(cur) || extender.NodeShuttingDown(old) != extender.NodeShuttingDown(cur) ||
 		extender.PressureCondition(old) != extender.PressureCondition(cur) ||
 		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil)
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/serve"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
 
 var bgpPeersGVR = schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "bgppeers"}
@@ -233,6 +234,21 @@ func (w *world) heartbeat(name string) {
 			n.Status.Conditions[i].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Duration(i) * time.Second))
 		}
 	})
+}
+
+// requireProtected checks that node carries the product's protection annotations (want), or none.
+func requireProtected(t *testing.T, s *snapshot, node string, want bool) {
+	t.Helper()
+	n := s.nodes[node]
+	require.NotNil(t, n, node)
+	for _, k := range policy.ProtectionAnnotations() {
+		if want {
+			require.Equal(t, "true", n.Annotations[k], "%s: %s", node, k)
+		} else {
+			require.NotContains(t, n.Annotations, k, node)
+		}
+	}
+	require.Equal(t, want, n.Annotations[extender.AnnotationProtection] != "", "%s: %s", node, extender.AnnotationProtection)
 }
 
 type snapshot struct {
@@ -515,6 +531,7 @@ spec:
 				orphaned = append(orphaned, o...)
 			}
 		})
+		requireProtected(t, s, victim, true)
 		start := time.Now()
 		if _, stderr, err := w.kubectl(testenv.UserAdmin, "cordon", victim); err != nil {
 			require.Fail(t, fmt.Sprintf("cordon: %v %s", err, stderr))
@@ -547,12 +564,47 @@ spec:
 		}
 		t.Logf("replacement after %s, demotion after %s", replacedAt.Sub(start).Round(10*time.Millisecond), demotedAt.Sub(start).Round(10*time.Millisecond))
 		w.eventually("settled", 20*time.Second, func() error { return w.snapshot().settled(3) })
+		after := w.snapshot()
+		requireProtected(t, after, victim, false)
+		for rr := range after.rrs {
+			requireProtected(t, after, rr, true) // the replacement too
+		}
 		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+victim, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
 		if !strings.Contains(out, "Demoted: cordoned; clients moved to ") || !strings.Contains(out, "Draining: cordoned") {
 			all, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-A", "-o", "wide")
 			require.Fail(t, fmt.Sprintf("events of %s: %q; all: %q", victim, out, all))
 		}
 		w.checkRouting(t, "after the cordon handover")
+	})
+
+	t.Run("cluster-autoscaler's ToBeDeletedByClusterAutoscaler taint on an RR: drained at admission, replaced, demoted", func(t *testing.T) {
+		s := w.snapshot()
+		var victim string
+		for name := range s.rrs {
+			if s.nodes[name].Labels[corev1.LabelTopologyZone] == "zone-a" {
+				victim = name
+			}
+		}
+		requireProtected(t, s, victim, true)
+		start := time.Now()
+		_, stderr, err := w.kubectl(testenv.UserAdmin, "taint", "node", victim, "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule")
+		require.NoError(t, err, stderr)
+		// The mutating webhook marks it in the taint's own write: no reconcile needed.
+		n, err := w.admin.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NotEmpty(t, n.Annotations[extender.AnnotationDrainingSince], "%s not draining after the taint's write: %v", victim, n.Annotations)
+		w.eventually("replacement in zone-a, old RR demoted", 20*time.Second, func() error {
+			s := w.snapshot()
+			if _, still := s.rrs[victim]; still {
+				return fmt.Errorf("%s is still a route reflector", victim)
+			}
+			return s.settled(3)
+		})
+		t.Logf("demoted %s after %s", victim, time.Since(start).Round(10*time.Millisecond))
+		requireProtected(t, w.snapshot(), victim, false)
+		out, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+victim, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+		require.Contains(t, out, "node is going: taint ToBeDeletedByClusterAutoscaler (cluster-autoscaler deletes the node)", "events of %s", victim)
+		// No routing check here (40 s on confd + BIRD): the handover is the cordon's, checked above.
 	})
 
 	t.Run("kubectl delete node of an RR succeeds with a warning and is replaced", func(t *testing.T) {

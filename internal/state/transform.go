@@ -10,15 +10,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
 
-// keptAnnotations are the node annotations the cache keeps: the ones this product owns, Calico's
-// node labels and Calico's BGP addresses, IPv4 and IPv6 (the peer IPs a route reflector's CalicoNodeStatus reports
+// keptAnnotations are the node annotations the cache keeps: the ones this product owns (the
+// protection annotations among them: whether a node carries them decides whether they are the
+// product's, extender.OwnedAnnotationKeysOf), Calico's node labels and Calico's BGP addresses, IPv4 and IPv6 (the peer IPs a route reflector's CalicoNodeStatus reports
 // for the node, read by the BGPSessions handover). Everything else (last-applied configurations,
 // CSI and volume annotations) goes.
 var keptAnnotations = func() map[string]bool {
 	m := map[string]bool{extender.AnnotationCalicoLabels: true, extender.AnnotationCalicoIPv4: true, extender.AnnotationCalicoIPv6: true}
-	for _, k := range extender.OwnedAnnotationKeys() {
+	for _, k := range slices.Concat(extender.OwnedAnnotationKeys(), policy.ProtectionAnnotations()) {
 		m[k] = true
 	}
 	return m

@@ -195,11 +195,51 @@ type RouteReflectorPolicySpec struct {
 	// +optional
 	BGPPeer *BGPPeerSettings `json:"bgpPeer,omitempty"`
 
+	// GoingSignals are more taints and labels that mean a node is about to go (drained, deleted,
+	// reclaimed), besides the built-in ones: cluster-autoscaler's ToBeDeletedByClusterAutoscaler
+	// taint, Karpenter's karpenter.sh/disrupted taint and karpenter.sh/disruption=disrupting
+	// (taint or label), node.kubernetes.io/out-of-service, a deletion held by a finalizer and the
+	// kubelet's graceful node shutdown. A route reflector that carries one hands its role over at
+	// once, as a cordoned one does; a node that carries one is not made a route reflector.
+	// +optional
+	GoingSignals *GoingSignals `json:"goingSignals,omitempty"`
+
+	// ProtectRouteReflectors [true] puts karpenter.sh/do-not-disrupt: "true" and
+	// cluster-autoscaler.kubernetes.io/scale-down-disabled: "true" on every route reflector while
+	// it is one, so that the autoscalers leave it out of their voluntary disruptions
+	// (consolidation, scale-down), and removes them after its demotion (only those the product
+	// set: see docs/autoscalers.md). false: the product sets none and removes those it set.
+	// +optional
+	ProtectRouteReflectors *bool `json:"protectRouteReflectors,omitempty"`
+
 	// Release says what deleting the policy (or uninstalling the chart) does to the layout when
 	// the policy turned the node-to-node mesh off [mesh back on up to 100 nodes, layout kept
 	// above].
 	// +optional
 	Release *Release `json:"release,omitempty"`
+}
+
+// GoingSignals are taints and labels that mean a node is going.
+type GoingSignals struct {
+	// Taints: a node with a taint of this key (and value, when one is given; any effect) is going.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Taints []NodeMark `json:"taints,omitempty"`
+	// Labels: a node with a label of this key (and value, when one is given) is going.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Labels []NodeMark `json:"labels,omitempty"`
+}
+
+// NodeMark matches a taint or a label by key, and by value when Value is set.
+type NodeMark struct {
+	// Key is the taint's or label's key.
+	Key string `json:"key"`
+	// Value, when set, must equal the taint's or label's value; empty matches any value.
+	// +optional
+	Value string `json:"value,omitempty"`
 }
 
 // ReleaseMesh says whether deleting a policy that turned the node-to-node mesh off turns it back on.

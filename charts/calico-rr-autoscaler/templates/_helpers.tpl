@@ -181,4 +181,5 @@ webhooks whatever webhooks.node.watchedAnnotations says.
 - routereflector.io/rack
 - routereflector.io/plane
 - routereflector.io/standby-for
+- routereflector.io/protection
 {{- end }}

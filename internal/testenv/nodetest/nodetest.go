@@ -76,6 +76,20 @@ func NotReadySince(t time.Time) Opt {
 	return func(n *corev1.Node) { setReady(n, corev1.ConditionFalse, t) }
 }
 
+// ShuttingDown sets the Ready condition as the kubelet's graceful node shutdown posts it (k8s.io/kubernetes
+// pkg/kubelet/nodestatus ReadyCondition with the shutdown manager's error): False since t, reason
+// KubeletNotReady, message "node is shutting down".
+func ShuttingDown(t time.Time) Opt {
+	return func(n *corev1.Node) {
+		setReady(n, corev1.ConditionFalse, t)
+		for i := range n.Status.Conditions {
+			if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+				c.Reason, c.Message = "KubeletNotReady", "node is shutting down"
+			}
+		}
+	}
+}
+
 // Deleting sets the deletion timestamp to t.
 func Deleting(t time.Time) Opt {
 	return func(n *corev1.Node) {
@@ -116,3 +130,40 @@ func Cluster(n, zones int, start time.Time, step time.Duration, opts ...Opt) []*
 	}
 	return out
 }
+
+// Going is one signal that a node goes (docs/autoscalers.md), as the tests of every layer put it
+// on a route reflector: the rule of the planner's filter that rejects the node and a part of its
+// reason. The keys are written out here, as the autoscalers set them, not taken from the product.
+type Going struct {
+	Name, Rule, Reason string
+	Opt                Opt
+}
+
+// GoingSignals are the cordon (the reference), the built-in going signals, a deletion held by a
+// finalizer, the kubelet's graceful node shutdown (NotReady for 5 s at now) and the two that
+// GoingPolicyTaint and GoingPolicyLabel add in a policy's spec.goingSignals.
+func GoingSignals(now time.Time) []Going {
+	return []Going{
+		{"cordon", "cordoned-node", "cordoned", Cordoned},
+		{"ToBeDeletedByClusterAutoscaler", "going-node", "taint ToBeDeletedByClusterAutoscaler (cluster-autoscaler",
+			Taint(corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Value: "1700000000", Effect: corev1.TaintEffectNoSchedule})},
+		{"karpenter.sh/disrupted", "going-node", "taint karpenter.sh/disrupted (Karpenter",
+			Taint(corev1.Taint{Key: "karpenter.sh/disrupted", Effect: corev1.TaintEffectNoSchedule})},
+		{"karpenter.sh/disruption taint", "going-node", "taint karpenter.sh/disruption=disrupting (Karpenter (before v1)",
+			Taint(corev1.Taint{Key: "karpenter.sh/disruption", Value: "disrupting", Effect: corev1.TaintEffectNoSchedule})},
+		{"karpenter.sh/disruption label", "going-node", "label karpenter.sh/disruption=disrupting", Label("karpenter.sh/disruption", "disrupting")},
+		{"out-of-service", "going-node", "taint node.kubernetes.io/out-of-service",
+			Taint(corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})},
+		{"deletion held by a finalizer", "deleting-node", "being deleted", Deleting(now.Add(-time.Second))},
+		{"graceful node shutdown", "going-node", "graceful node shutdown", ShuttingDown(now.Add(-5 * time.Second))},
+		{"policy going taint", "going-node", "taint " + GoingPolicyTaint + " (the policy's goingSignals)",
+			Taint(corev1.Taint{Key: GoingPolicyTaint, Effect: corev1.TaintEffectPreferNoSchedule})},
+		{"policy going label", "going-node", "label " + GoingPolicyLabel + "=retiring (the policy's goingSignals)", Label(GoingPolicyLabel, "retiring")},
+	}
+}
+
+// The taint key and label key (value "retiring") of GoingSignals that a policy adds.
+const (
+	GoingPolicyTaint = "example.com/retire"
+	GoingPolicyLabel = "lifecycle"
+)

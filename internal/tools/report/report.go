@@ -13,7 +13,8 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 )
 
-// PlanTable writes the statistics table, the route reflectors by zone and any Degraded condition.
+// PlanTable writes the statistics table, the route reflectors by zone, any Degraded condition, why
+// each draining route reflector drains and which nodes a score ranked down.
 func PlanTable(w io.Writer, r *extender.Result) error {
 	s := r.Summary
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -52,6 +53,23 @@ func PlanTable(w io.Writer, r *extender.Result) error {
 	}
 	for _, c := range r.Conditions {
 		fmt.Fprintf(tw, "\n%s: %s: %s\n", c.Type, c.Reason, c.Message)
+	}
+	why := map[string]string{}
+	for _, in := range r.Ineligible {
+		why[in.Node] = in.Reason
+	}
+	for _, rr := range r.RouteReflectors {
+		if rr.Draining && why[rr.Node] != "" {
+			fmt.Fprintf(tw, "\nDraining %s: %s\n", rr.Node, why[rr.Node])
+		}
+	}
+	if len(r.ScoredDown) > 0 {
+		fmt.Fprintf(tw, "\nScored down: %d nodes (picked after the others; -o json lists them under scoredDown)\n", len(r.ScoredDown))
+		for _, s := range r.ScoredDown {
+			if s.RouteReflector {
+				fmt.Fprintf(tw, "Route reflector %s scored down by %s: %s (%s)\n", s.Node, s.Score, s.Reason, s.Detail)
+			}
+		}
 	}
 	return tw.Flush()
 }
