@@ -39,8 +39,8 @@ func (r *Reconciler) meshPending(st *State, m *handoverMemo) bool {
 // (on a session of its own: a mesh session is none, see missingSessions); else removalDelay, and
 // at least idSettle, after the layout was last seen changing (every client with its peering set
 // and route reflectors in place, the same route reflectors and cluster IDs). In both modes every
-// route reflector's sessions must have settled (settleWait: promoted, renumbered or given clients
-// by a move). Until then every client keeps its mesh sessions: turned off in the confd render
+// route reflector's sessions must have settled (its transitions records: promoted, renumbered or
+// given clients by a move). Until then every client keeps its mesh sessions: turned off in the confd render
 // that brings a client's first sessions to its route reflectors, the mesh left the clients
 // without a route to each other until those were up (15-27 s on the live lab, as BGP health then
 // replaced the route reflectors whose sessions were not up yet). Any moment a client lacks route

@@ -41,8 +41,8 @@ import (
 // holds every route from twice as many route reflectors (135 routes against 58 steady on the live
 // lab's rack split, past twice). A client that keeps a settled route reflector of its old set
 // moves in one write: its routes stay with the kept one while its other sessions change. A route
-// reflector has settled when settleWait (stages.go, the wait of the cluster-ID staging) lets its
-// last change go: it was promoted, renumbered or added to clients by a transitional set at least
+// reflector has settled when its records (internal/transitions, Table.Wait) let its last change
+// go: it was promoted, renumbered or added to clients by a transitional set at least
 // idSettle before (handover BGPSessions: its CalicoNodeStatus, reported idSettleMin after, shows
 // every client that lists it Established), at most idSettleMax. A transitional client's route
 // reflectors annotation lists its planned route reflectors, then the old ones its set still has. A set's BGPPeer

@@ -46,14 +46,11 @@ func (r *Reconciler) load(ctx context.Context, st *State) error {
 	}
 	resolved, errs := r.Policies.Resolve(st.Policy)
 	if st.Policy.DeletionTimestamp != nil {
-		st.Done = true
-		if len(errs) > 0 {
-			r.Recorder.Eventf(st.Policy, corev1.EventTypeWarning, EventRouteReflectorsKept,
-				"policy deleted while invalid: its route reflectors, labels and BGPPeers stay; remove them by hand")
-			return r.dropFinalizer(ctx, st.Policy)
-		}
+		// A deleted policy's reconcile is its release: the release steps replace the rest.
 		st.Managed = state.Managed{Policy: st.Policy, Resolved: resolved}
-		return r.cleanup(ctx, st)
+		st.Invalid = errs
+		st.then = r.releaseSteps
+		return nil
 	}
 	if err := r.ensureFinalizer(ctx, st.Policy); err != nil {
 		return err
@@ -186,4 +183,16 @@ func seedHistory(p *policy.Resolved, s v1alpha1.RouteReflectorPolicyStatus, now 
 		out = append(out, extender.Recommendation{Key: z.Zone, Time: now, Count: int(z.DesiredRouteReflectors)})
 	}
 	return out
+}
+
+// keepInvalid ends the release of a policy deleted while invalid: nothing it made can be released
+// safely without a valid spec, so everything stays and the finalizer goes.
+func (r *Reconciler) keepInvalid(ctx context.Context, st *State) error {
+	if st.Invalid == nil {
+		return nil
+	}
+	st.Done = true
+	r.Recorder.Eventf(st.Policy, corev1.EventTypeWarning, EventRouteReflectorsKept,
+		"policy deleted while invalid: its route reflectors, labels and BGPPeers stay; remove them by hand")
+	return r.dropFinalizer(ctx, st.Policy)
 }

@@ -106,7 +106,8 @@ type Reconciler struct {
 	// difference from them is a hand change (see syncCalicoNodes).
 	calicoRoles map[string]calicoetcd.Role
 	calicoPeers map[string]*apiv3.BGPPeer
-	steps       []Step
+	// steps and releaseSteps: a policy's reconcile, and a deleted policy's after its load.
+	steps, releaseSteps []Step
 	// bgp: the BGP health records of route reflectors by node, per policy (see bgpHealth).
 	bgp map[string]map[string]extender.BGPHealth
 	// marks and quiet: the events since each policy's last reconcile, and its last quiet full
@@ -189,6 +190,8 @@ type State struct {
 	outside *outsideRead
 	Requeue time.Duration
 	Done    bool
+	// then, set by a step, replaces the steps after it (load: a deleted policy's release).
+	then []Step
 
 	facts    *viewFacts      // what the steps read of the plan's view (nil: no plan)
 	patched  int             // the patches of this reconcile in View
@@ -211,6 +214,15 @@ func (st *State) requeue(d time.Duration) {
 	}
 	if st.Requeue == 0 || d < st.Requeue {
 		st.Requeue = d
+	}
+}
+
+// ReleaseSteps are a deleted policy's reconcile after load, in order (load chooses them): the
+// release of what the policy made (cleanup.go, release.go).
+func (r *Reconciler) ReleaseSteps() []Step {
+	return []Step{
+		{"keep-invalid", r.keepInvalid},
+		{"release", r.cleanup},
 	}
 }
 
@@ -252,14 +264,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	r.mu.Unlock()
 	log := r.Log.WithValues("policy", req.Name)
-	for _, s := range r.steps {
+	for steps := r.steps; len(steps) > 0 && !st.Done; steps = steps[1:] {
+		s := steps[0]
 		if err := s.Run(ctx, st); err != nil {
 			reconcileErrors.WithLabelValues(req.Name, s.Name).Inc()
 			r.forgetQuiet(req.Name)
 			return reconcile.Result{}, fmt.Errorf("%s: %w", s.Name, err)
 		}
-		if st.Done {
-			break
+		if st.then != nil { // the step chose the rest of the reconcile
+			steps, st.then = append([]Step{s}, st.then...), nil
 		}
 	}
 	r.remember(st)
@@ -300,6 +313,9 @@ func (r *Reconciler) init() {
 	}
 	if r.steps == nil {
 		r.steps = r.Steps()
+	}
+	if r.releaseSteps == nil {
+		r.releaseSteps = r.ReleaseSteps()
 	}
 }
 
