@@ -67,7 +67,7 @@ func TestPackageChart(t *testing.T) {
 			hooks++
 		}
 	}
-	require.Equal(t, 2, hooks, "the hooks' Jobs (crds apply before an upgrade, uninstall) run the same image")
+	require.Equal(t, 4, hooks, "the hooks' Jobs (crds apply before an upgrade, policy keep and apply, uninstall) run the same image")
 }
 
 // TestSetImageValues changes the image block only, and fails when a key is missing.

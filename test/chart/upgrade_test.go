@@ -74,7 +74,9 @@ var (
 //
 // Required: 0 role changes and 0 cluster-ID changes on the baseline nodes (the owned labels and
 // annotations; at any sample, not only at the end), every baseline BGPPeer with its
-// resourceVersion (none rewritten, none deleted, none added), every late node given a role, the
+// resourceVersion (none rewritten, none deleted, none added), every late node given a role, every
+// route reflector and no client carrying the autoscalers' protection annotations at the end (which
+// 0.2.0 did not write; its routereflector.io/protection marker is not counted as a role change), the
 // policy never deleted (the chart's upgrade takes it out of the release: Helm deletes it unless
 // `policy keep` marked it; same UID at every sample, never a deletionTimestamp, no finalizer
 // release), the CRD the current one (status.routes.families, which 0.2.0's lacks), and 0
@@ -363,6 +365,9 @@ func TestChartUpgradeMovesNothing(t *testing.T) {
 	for _, n := range late.joined {
 		require.NotEmpty(t, final.nodes[n].role, "late node %s has a role", n)
 	}
+	for n, s := range final.nodes {
+		require.Equal(t, s.rr, s.protected, "%s: a route reflector (and only one) carries the protection annotations after the upgrade", n)
+	}
 	drains, _, _ := env.Kubectl(t, testenv.UserAdmin, "get", "events", "-A", "-o",
 		`jsonpath={range .items[?(@.reason=="RouteReflectorDraining")]}{.involvedObject.name}: {.message}{"\n"}{end}`)
 	require.Empty(t, strings.TrimSpace(drains), "route reflectors drained")
@@ -537,6 +542,8 @@ func hasFamilies(crd *apiextensionsv1.CustomResourceDefinition) bool {
 type nodeState struct {
 	role, clusterID, set string
 	rr, draining         bool
+	// protected: the node carries every policy.ProtectionAnnotations as "true".
+	protected bool
 }
 
 type layout struct {
@@ -560,14 +567,20 @@ func (u *upgradeWorld) snapshot() (*layout, error) {
 			}
 		}
 		for _, k := range extender.OwnedAnnotationKeys() {
-			if v, ok := n.Annotations[k]; ok && k != extender.AnnotationClusterID {
+			// The protection marker is not a role: it is what protectRouteReflectors (new in
+			// this release, on by default) adds to every route reflector, checked on its own.
+			if v, ok := n.Annotations[k]; ok && k != extender.AnnotationClusterID && k != extender.AnnotationProtection {
 				role = append(role, k+"="+v)
 			}
 		}
 		slices.Sort(role)
 		_, rr := n.Labels[rrKey]
+		protected := true
+		for _, k := range policy.ProtectionAnnotations() {
+			protected = protected && n.Annotations[k] == "true"
+		}
 		l.nodes[n.Name] = nodeState{role: strings.Join(role, ","), clusterID: n.Annotations[extender.AnnotationClusterID],
-			set: n.Labels[extender.LabelPeeringSet], rr: rr, draining: extender.IsDraining(extender.FromNode(&n))}
+			set: n.Labels[extender.LabelPeeringSet], rr: rr, draining: extender.IsDraining(extender.FromNode(&n)), protected: protected}
 	}
 	peers, err := u.dyn.Resource(bgpPeersGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
