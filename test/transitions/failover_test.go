@@ -1,7 +1,9 @@
 package transitions
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -149,6 +151,52 @@ func (w *world) leaseHolder() string {
 // Runs (go test -count=1 -v -run 'TestFailoverRenumberingOnRealBIRD$' ./test/transitions/):
 // RUNS_PLACEHOLDER
 func TestFailoverRenumberingOnRealBIRD(t *testing.T) {
+	failoverRenumbering(t, false)
+}
+
+// TestFailoverPendingRenumberingOnRealBIRDLarge is TestFailoverRenumberingOnRealBIRD with the
+// leader killed at another moment: once the first renumbering is seen, as soon as the test's
+// watch of the policy sees the write-ahead record (pending) of the next one, before or just after
+// the Node patch it announces. The new leader finds the record pending and restarts its wait from
+// when it read it. In make test-all (another 3 minutes).
+//
+// Runs: RUNS_PENDING_PLACEHOLDER
+func TestFailoverPendingRenumberingOnRealBIRDLarge(t *testing.T) {
+	if os.Getenv(testenv.EnvAll) == "" {
+		t.Skip("the live failover proof at a pending record: make test-all (" + testenv.EnvAll + "=1)")
+	}
+	failoverRenumbering(t, true)
+}
+
+// pendingRenumber waits until the policy's status holds a pending Renumber record of another node
+// than skip and returns that node.
+func (w *world) pendingRenumber(skip string, timeout time.Duration) string {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(w.t.Context(), timeout)
+	defer cancel()
+	wi, err := w.dyn.Resource(policyGVR).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=default"})
+	require.NoError(w.t, err)
+	defer wi.Stop()
+	for ev := range wi.ResultChan() {
+		p, ok := ev.Object.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		list, _, _ := unstructured.NestedSlice(p.Object, "status", "transitions")
+		for _, x := range list {
+			m, _ := x.(map[string]any)
+			if m["kind"] == "Renumber" && m["pending"] == true && m["node"] != skip {
+				return fmt.Sprint(m["node"])
+			}
+		}
+	}
+	w.t.Fatalf("no pending Renumber record of another node than %s within %v", skip, timeout)
+	return ""
+}
+
+// failoverRenumbering is TestFailoverRenumberingOnRealBIRD; pending: the leader is killed at the
+// next renumbering's pending record rather than right after the first renumbering.
+func failoverRenumbering(t *testing.T, pending bool) {
 	if testing.Short() {
 		t.Skip("the live failover proof: needs kube-apiserver, confd and BIRD (hack/tools.sh)")
 	}
@@ -198,10 +246,16 @@ func TestFailoverRenumberingOnRealBIRD(t *testing.T) {
 		}
 		return nil
 	})
-	require.Equal(t, killedHolder, w.leaseHolder(), "the second replica still holds the lease")
-	killed := time.Now()
-	require.NoError(t, syscall.Kill(-leader.Cmd.Process.Pid, syscall.SIGKILL))
 	first := renums.all()[0]
+	if pending {
+		next := w.pendingRenumber(first.node, time.Minute)
+		require.NoError(t, syscall.Kill(-leader.Cmd.Process.Pid, syscall.SIGKILL))
+		t.Logf("leader SIGKILLed at the pending Renumber record of %s", next)
+	} else {
+		require.Equal(t, killedHolder, w.leaseHolder(), "the second replica still holds the lease")
+		require.NoError(t, syscall.Kill(-leader.Cmd.Process.Pid, syscall.SIGKILL))
+	}
+	killed := time.Now()
 	t.Logf("first renumbering %s %s -> %s seen %v after the apply; leader SIGKILLed %v after it; records then: %v",
 		first.node, first.from, first.to, first.at.Sub(applied).Round(10*time.Millisecond), killed.Sub(first.at).Round(10*time.Millisecond), w.policyTransitions())
 	var took time.Duration
@@ -270,7 +324,7 @@ func TestFailoverRenumberingOnRealBIRD(t *testing.T) {
 	kept, pairs := f.MissingWhere(keeps2(keeps))
 	all, _ := f.MissingWhere(func(a, b string) bool { return true })
 	t.Logf("%s", f.String())
-	t.Logf("pair-samples lost: %d between nodes that keep their role and cluster ID, %d in all (the rest with a renumbered route reflector at one end); %d renumbered; %v in all",
+	t.Logf("pair-samples lost: %d between nodes that keep their role and cluster ID, %d in all (the rest with a renumbered or demoted node at one end); %d renumbered; %v in all",
 		kept, all, len(seq), time.Since(start).Round(time.Second))
 	if len(f.Restarts) > 0 {
 		t.Logf("restarted sessions: %s", strings.Join(f.RestartedSessions(), " "))
