@@ -1,0 +1,201 @@
+package transitions
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
+)
+
+// twoRRRestart and twoRRGrace are the clocks of TestTwoRouteReflectorsLostOnRealBIRDLarge's policy:
+// BIRD's graceful-restart time (bgpPeer.maxRestartTime) equal to bgpHealth.gracePeriod, as
+// Calico's default (120 s) is to the product's (2 min), scaled down to 30 s.
+const (
+	twoRRRestart = 30 * time.Second
+	twoRRGrace   = 30 * time.Second
+	twoRRPolicy  = `apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  topology: {type: DualPlane, maxRackSize: 10}
+  notReadyGracePeriod: 30s
+  removalDelay: 3s
+  bgpHealth: {enabled: true, gracePeriod: 30s}
+  bgpPeer: {maxRestartTime: 30s}
+  behavior: {scaleDown: {stabilizationWindowSeconds: 3}}
+`
+	// envTwoRR runs TestTwoRouteReflectorsLostOnRealBIRDLarge outside make test-all.
+	envTwoRR = "RRA_TWORR"
+)
+
+// TestTwoRouteReflectorsLostOnRealBIRDLarge is issue 52's item 4 (calico#9259) on the harness of
+// TestTransitionsOnRealBIRD: the built product's `serve` with the chart's webhooks, a real
+// kube-apiserver, one BIRD per node configured by Calico's confd and kept in sync as calico-node
+// does, every node's routes and sessions read every 100 ms, calico-node's status reporter played
+// from each BIRD's protocol table into the product's CalicoNodeStatuses every second. A DualPlane
+// cluster of 30 nodes in 3 zones (racks of 10, 2 rack route reflectors each, a spine of 2), the
+// policy's graceful-restart time (bgpPeer.maxRestartTime) and bgpHealth.gracePeriod both 30 s (as
+// Calico's 120 s and the product's 2 min defaults are equal). Two events, the Nodes staying Ready
+// in both (what "calico-node stopped" is until the kubelet says more):
+//
+//   - SIGKILL: both rack route reflectors of zone-a's rack crash together (no Cease: their peers
+//     keep the routes for the graceful-restart time); calico-node keeps reporting (BIRD does not
+//     answer: no session). It asserts that no pair between running BIRDs misses a sample: the
+//     replacements must be up well inside the restart time.
+//   - SIGTERM: both rack route reflectors of zone-b's rack stopped together as calico-node's
+//     shutdown stops BIRD (a Cease: their peers drop the routes at once); calico-node stops too,
+//     so their CalicoNodeStatuses are no longer updated. The loss is reported, not asserted to be
+//     zero: it is bounded by the product's reaction plus BIRD's session setup.
+//
+// Per event it reports the pairs lost (pair-samples and pairs, between running BIRDs), the longest
+// gap, when each victim stopped being an active route reflector (both in one plan: the same
+// moment) and when the replacements' sessions were all Established.
+//
+// Measured on 2026-11-28 (RRA_TWORR=1 go test -count=1 -v -timeout 30m -run
+// 'TestTwoRouteReflectorsLostOnRealBIRDLarge$' ./test/transitions/): see BENCHMARKS.md ("Two
+// route reflectors of a client lost at once") for the figures before and after the product's
+// both-down rule (extender.BGPOrphaning, internal/reconciler/bgphealth.go).
+func TestTwoRouteReflectorsLostOnRealBIRDLarge(t *testing.T) {
+	if os.Getenv(envTwoRR) == "" && os.Getenv(testenv.EnvAll) == "" {
+		t.Skip("two route reflectors lost at once on BIRD: `make test-all` runs it (" + testenv.EnvAll + "=1 or " + envTwoRR + "=1)")
+	}
+	if testing.Short() {
+		t.Skip("needs kube-apiserver, confd and BIRD (hack/tools.sh)")
+	}
+	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
+	start := time.Now()
+	w := newWorld(t, false, twoRRPolicy)
+	names := nodeNames(nodes)
+	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
+	require.NoError(t, err)
+	t.Cleanup(lab.Close)
+	for i, n := range names {
+		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
+	}
+	w.eventually("8 route reflectors (3 racks of 2, a spine of 2)", time.Minute, func() error { return w.settled(8) })
+	h := startHistory(t, w, lab, names, start)
+	w.reportStatuses(lab)
+	// Every route reflector reported with its sessions up before the first event.
+	time.Sleep(3 * time.Second)
+
+	var report []string
+	live := nodes
+	for _, c := range []struct {
+		name, zone string
+		sigterm    bool
+	}{
+		{"SIGKILL of a rack's two route reflectors", "zone-a", false},
+		{"SIGTERM of a rack's two route reflectors", "zone-b", true},
+	} {
+		before := w.roles()
+		var victims []string
+		for n := range before.id {
+			if !before.spineName[n] && before.zone(n) == c.zone {
+				victims = append(victims, n)
+			}
+		}
+		slices.Sort(victims)
+		require.Len(t, victims, 2, "%s: rack route reflectors in %s: %v", c.name, c.zone, before.id)
+		rack := before.rack(victims[0])
+		require.Equal(t, rack, before.rack(victims[1]), "%s: %v are not one rack's", c.name, victims)
+		var clients []string
+		for n, set := range before.rrs {
+			if strings.Contains(set, victims[0]) || strings.Contains(set, victims[1]) {
+				clients = append(clients, n)
+			}
+		}
+		t.Logf("%s: %v (rack %s), %d clients", c.name, victims, rack, len(clients))
+		h.s.Begin(c.name)
+		t0 := time.Now()
+		if c.sigterm {
+			for _, v := range victims {
+				lab.Silence(v, true)
+			}
+			lab.Terminate(victims...)
+		} else {
+			for _, v := range victims {
+				lab.Kill(v)
+			}
+		}
+		live -= 2
+		stopped := time.Since(t0)
+		// When each victim stopped being an active route reflector.
+		gone := map[string]time.Duration{}
+		w.eventually(c.name+": both replaced", 3*time.Minute, func() error {
+			r := w.roles()
+			for _, v := range victims {
+				if _, ok := gone[v]; !ok {
+					if _, active := r.id[v]; !active {
+						gone[v] = time.Since(t0)
+					}
+				}
+			}
+			if len(gone) < 2 {
+				return fmt.Errorf("still route reflectors: %v", r.id)
+			}
+			return nil
+		})
+		// The replacements: the rack's active route reflectors now.
+		after := w.roles()
+		var repl []string
+		for n := range after.id {
+			if !after.spineName[n] && after.rack(n) == rack && !slices.Contains(victims, n) {
+				repl = append(repl, n)
+			}
+		}
+		slices.Sort(repl)
+		var sessionsUp time.Duration
+		w.eventually(c.name+": the replacements' sessions Established", 3*time.Minute, func() error {
+			for _, n := range repl {
+				peers := lab.Peers(n)
+				up := 0
+				for _, p := range peers {
+					if p.State == "Established" {
+						up++
+					}
+				}
+				if up == 0 || up < len(peers) {
+					return fmt.Errorf("%s: %d of %d sessions Established", n, up, len(peers))
+				}
+			}
+			sessionsUp = time.Since(t0)
+			return nil
+		})
+		// The window covers the graceful-restart time: stale routes the replacements did not
+		// refresh would be flushed within it.
+		if d := twoRRRestart + 5*time.Second - time.Since(t0); d > 0 {
+			time.Sleep(d)
+		}
+		h.settle(live)
+		f := h.s.End()
+		require.NoError(t, h.s.Err(), "sampling")
+		_, pairs := f.MissingWhere(func(a, b string) bool { return true })
+		line := fmt.Sprintf("%s: %d pair-samples lost in %d pairs (%d clients of the rack), longest gap %v (%s); BIRDs stopped in %v; no longer route reflectors %v after (%s %v, %s %v); replaced by %v (rack %s), their sessions all Established %v after",
+			c.name, f.MissingPairSamples, len(pairs), len(clients), f.LongestGap.Round(100*time.Millisecond), f.LongestGapPair,
+			stopped.Round(10*time.Millisecond), max(gone[victims[0]], gone[victims[1]]).Round(100*time.Millisecond),
+			victims[0], gone[victims[0]].Round(100*time.Millisecond), victims[1], gone[victims[1]].Round(100*time.Millisecond),
+			repl, rack, sessionsUp.Round(100*time.Millisecond))
+		t.Log(line)
+		t.Logf("  %s", f.String())
+		t.Logf("  roles changed: %s", before.diff(after))
+		report = append(report, line)
+		if !c.sigterm {
+			assert.Zerof(t, f.MissingPairSamples, "%s: pair-samples lost while the graceful-restart time (%v) holds the routes; most missed: %s",
+				c.name, twoRRRestart, strings.Join(head(pairs, 12), " "))
+			assert.Less(t, max(gone[victims[0]], gone[victims[1]]), twoRRRestart, "%s: replaced after the graceful-restart time", c.name)
+		}
+		// One plan: both victims replaced in the same reconcile (seen within a poll of each other).
+		assert.LessOrEqual(t, (gone[victims[0]] - gone[victims[1]]).Abs(), 2*time.Second, "%s: the two route reflectors replaced in different plans", c.name)
+	}
+	t.Logf("two route reflectors lost at once (%d nodes, restart time %v, bgpHealth grace %v, %v in all):\n%s",
+		nodes, twoRRRestart, twoRRGrace, time.Since(start).Round(time.Second), strings.Join(report, "\n"))
+	h.finish()
+}
