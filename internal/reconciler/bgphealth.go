@@ -189,6 +189,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 		return uplinkIDs
 	}
+	orphaning := orphaningNow(rrs, have, clients, view, ips, st.Now, func(rr string) bool { return justStarted(m, rr, st.Now) })
 	next := map[string]extender.BGPHealth{}
 	grace, failed := map[extender.Families]int{}, map[extender.Families]int{}
 	for _, rr := range rrs {
@@ -202,6 +203,21 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		if cns == nil || cns.Status.LastUpdated.IsZero() || !extender.IsReady(view[rr]) || starting {
 			if had && extender.IsReady(view[rr]) {
 				next[rr] = h // not reported yet, or its sessions are starting: no judgement
+			}
+			if o := orphaning[rr]; !extender.IsReady(view[rr]) && cns != nil && !cns.Status.LastUpdated.IsZero() &&
+				(len(o) > 0 || had && len(h.Orphaning) > 0 && !starting) {
+				// NotReady, its sessions down, and a client of it left with no route reflector: no
+				// notReadyGracePeriod either (extender.NodeInfo.WithinNotReadyGrace). Kept while down.
+				if down, sessions := sessionsDown(cns, bgpAddresses(ips, view, rr), clients[rr], view, ips, st.Now); down != 0 {
+					if !had || !h.Suspect() {
+						h = extender.BGPHealth{DownSince: st.Now}
+					}
+					h.Sessions, h.Families = sessions, down
+					if len(o) > 0 {
+						h.Orphaning = o
+					}
+					next[rr] = h
+				}
 			}
 			if starting {
 				// Read its status again soon: a status showing its role's sessions up changes
@@ -218,6 +234,9 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		nh, keep := h.Observe(down != 0, sessions, st.Now, p)
 		if keep && down != 0 {
 			nh.Families = down
+			if o := orphaning[rr]; len(o) > 0 {
+				nh.Orphaning = o // kept while down, and through the hold once back (Observe)
+			}
 		}
 		wasFailed, isFailed := m.bgpAnnounced[rr], keep && nh.Failed(st.Now, p)
 		if keep {
@@ -263,6 +282,51 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		bgpDownGauge.WithLabelValues(st.Name, "failed", fam.Key()).Set(float64(failed[fam]))
 	}
 	return nil
+}
+
+// orphaningNow applies extender.BGPOrphaning (two route reflectors of a client lost at once) to
+// what the statuses say now: a route reflector is down when its status, filled in, shows no
+// Established session in a family, or has gone stale (sessionsDown), Ready or not; one whose
+// sessions are starting (starting) is not judged. Every route reflector is read before any is
+// judged, so that both of a client's are failed in the same plan. A stale status counts only while
+// another route reflector's status is fresh: when every report stopped at once, what failed may be
+// the reports (the API server, calico-node's access to it), not BIRD, and the grace stays. A fresh
+// status that lists no Established session is calico-node saying that BIRD has none (it reports an
+// empty list when BIRD does not answer).
+func orphaningNow(rrs []string, have map[string]*apiv3.CalicoNodeStatus, clients map[string][]string, view map[string]*extender.Node,
+	ips map[string][]string, now time.Time, starting func(string) bool) map[string][]string {
+	down := map[string]bool{}
+	var stale []string
+	fresh := false
+	for _, rr := range rrs {
+		cns := have[rr]
+		if cns == nil || cns.Status.LastUpdated.IsZero() || starting(rr) {
+			continue
+		}
+		if now.Sub(cns.Status.LastUpdated.Time) > staleAfter {
+			stale = append(stale, rr)
+			continue
+		}
+		fresh = true
+		if d, _ := sessionsDown(cns, bgpAddresses(ips, view, rr), clients[rr], view, ips, now); d != 0 {
+			down[rr] = true
+		}
+	}
+	if fresh {
+		for _, rr := range stale {
+			down[rr] = true
+		}
+	}
+	if len(down) < 2 {
+		return nil
+	}
+	rrsOf := map[string][]string{}
+	for rr, cs := range clients {
+		for _, c := range cs {
+			rrsOf[c] = append(rrsOf[c], rr)
+		}
+	}
+	return extender.BGPOrphaning(rrsOf, down)
 }
 
 // justStarted: the route reflector's sessions (re)started less than idSettleMax ago (promoted,
@@ -437,6 +501,10 @@ func sessionsDown(cns *apiv3.CalicoNodeStatus, rrIPs []string, clients []string,
 // clients' sake.
 func bgpDownMessage(rr string, h extender.BGPHealth, all extender.Families, grace time.Duration) string {
 	since := h.DownSince.UTC().Format(time.RFC3339)
+	if len(h.Orphaning) > 0 {
+		return fmt.Sprintf("%s: Node Ready but no BGP session Established since %s, and every other route reflector of clients %s is down too: its replacement is promoted without waiting for bgpHealth.gracePeriod (%s); down: %s",
+			rr, since, joinCapped(h.Orphaning, 10), grace, joinCapped(h.Sessions, 20))
+	}
 	if up := all &^ h.Families; h.Families != 0 && up != 0 {
 		return fmt.Sprintf("%s: Node Ready, %s sessions Established but %s sessions down since %s (bgpHealth.gracePeriod %s): its %s clients have no routes through it, its replacement is promoted; down: %s",
 			rr, up, h.Families, since, grace, h.Families, joinCapped(h.Sessions, 20))
