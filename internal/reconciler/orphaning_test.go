@@ -55,7 +55,9 @@ func TestBGPHealthRouteReflectorsOfAClientDownAtOnce(t *testing.T) {
 			if !allDown {
 				down = down[1:]
 			}
-			h.calicoNodeBy(func(rr, peer string, _ extender.Families) bool { return !slices.Contains(down, rr) && !slices.Contains(down, peer) })
+			h.calicoNodeBy(func(rr, peer string, _ extender.Families) bool {
+				return !slices.Contains(down, rr) && !slices.Contains(down, peer)
+			})
 			h.now = h.now.Add(time.Second)
 			h.reconcile()
 			for _, rr := range set {
