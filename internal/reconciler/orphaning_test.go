@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -82,4 +83,56 @@ func TestBGPHealthRouteReflectorsOfAClientDownAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOrphaningNow: which route reflectors the both-down rule finds down, from the statuses alone:
+// a rack's a and b (clients c1, c2), spine member s peering with both. A fresh status with no
+// Established session is down; a stale one is down while another status is fresh; a late one
+// (calico-node missed its report, as when it stopped) is down when a route reflector that reported
+// since sees its sessions to it down (witnessedDown).
+func TestOrphaningNow(t *testing.T) {
+	now := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
+	ips := map[string][]string{"a": {"10.0.0.1"}, "b": {"10.0.0.2"}, "s": {"10.0.0.3"}, "c1": {"10.0.0.11"}, "c2": {"10.0.0.12"}}
+	clients := map[string][]string{"a": {"c1", "c2"}, "b": {"c1", "c2"}}
+	st := func(node string, age time.Duration, peers map[string]bool) *apiv3.CalicoNodeStatus {
+		s := &apiv3.CalicoNodeStatus{Spec: apiv3.CalicoNodeStatusSpec{Node: node}}
+		s.Status.LastUpdated = metav1.NewTime(now.Add(-age))
+		for _, p := range slices.Sorted(maps.Keys(peers)) {
+			s.Status.BGP.PeersV4 = append(s.Status.BGP.PeersV4, peer(ips[p][0], peers[p]))
+		}
+		return s
+	}
+	up := map[string]bool{"c1": true, "c2": true, "s": true}
+	spineUp := map[string]bool{"a": true, "b": true}
+	spineDown := map[string]bool{"a": false, "b": false}
+	both := map[string][]string{"a": {"c1", "c2"}, "b": {"c1", "c2"}}
+	for _, tc := range []struct {
+		name      string
+		a, b, s   *apiv3.CalicoNodeStatus
+		want      map[string][]string
+		witnessed []string
+	}{
+		{"all up", st("a", time.Second, up), st("b", time.Second, up), st("s", time.Second, spineUp), nil, nil},
+		{"a's BIRD down (reported: no session), b up", st("a", time.Second, nil), st("b", time.Second, up), st("s", time.Second, spineUp), nil, nil},
+		{"both BIRDs down (reported: no session)", st("a", time.Second, nil), st("b", time.Second, nil), st("s", time.Second, spineDown), both, nil},
+		{"both stale, s fresh", st("a", 31*time.Second, up), st("b", 31*time.Second, up), st("s", time.Second, spineDown), both, nil},
+		{"every status stale: the reports failed, not BIRD", st("a", 31*time.Second, up), st("b", 31*time.Second, up), st("s", 31*time.Second, spineUp), nil, nil},
+		{"both late, s sees them down", st("a", 16*time.Second, up), st("b", 16*time.Second, up), st("s", time.Second, spineDown), both, []string{"a", "b"}},
+		{"both late, s sees them up", st("a", 16*time.Second, up), st("b", 16*time.Second, up), st("s", time.Second, spineUp), nil, nil},
+		{"both late, no witness", st("a", 16*time.Second, up), st("b", 16*time.Second, up), st("s", time.Second, nil), nil, nil},
+		{"both late, s late too", st("a", 16*time.Second, up), st("b", 16*time.Second, up), st("s", 16*time.Second, spineDown), nil, nil},
+		{"a late and seen down, b's BIRD down", st("a", 16*time.Second, up), st("b", time.Second, nil), st("s", time.Second, spineDown), both, []string{"a"}},
+		{"both within their period (not late), s sees them down", st("a", 9*time.Second, up), st("b", 9*time.Second, up), st("s", time.Second, spineDown), nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			have := map[string]*apiv3.CalicoNodeStatus{"a": tc.a, "b": tc.b, "s": tc.s}
+			got, witnessed := orphaningNow([]string{"a", "b", "s"}, have, clients, nil, ips, now, func(string) bool { return false })
+			require.Equal(t, tc.want, got)
+			require.ElementsMatch(t, tc.witnessed, slices.Collect(maps.Keys(witnessed)))
+		})
+	}
+	// A route reflector whose sessions are starting is not judged.
+	have := map[string]*apiv3.CalicoNodeStatus{"a": st("a", time.Second, nil), "b": st("b", time.Second, nil), "s": st("s", time.Second, spineDown)}
+	got, _ := orphaningNow([]string{"a", "b", "s"}, have, clients, nil, ips, now, func(rr string) bool { return rr == "b" })
+	require.Nil(t, got)
 }
