@@ -88,7 +88,7 @@ func TestTwoRouteReflectorsLostOnRealBIRDLarge(t *testing.T) {
 
 	addrNode := map[string]string{}
 	for i, n := range names {
-		addrNode[bgpverify.NodeAddress(i).String()] = n
+		addrNode[bgpverify.NodeAddress(i).Addr().String()] = n
 	}
 	var report []string
 	live := nodes
