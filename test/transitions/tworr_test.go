@@ -186,8 +186,12 @@ func TestTwoRouteReflectorsLostOnRealBIRDLarge(t *testing.T) {
 		f := h.s.End()
 		require.NoError(t, h.s.Err(), "sampling")
 		_, pairs := f.MissingWhere(func(a, b string) bool { return true })
-		line := fmt.Sprintf("%s: %d pair-samples lost in %d pairs (%d clients of the rack), longest gap %v (%s); BIRDs stopped in %v; no longer route reflectors %v after (%s %v, %s %v); replaced by %v (rack %s), their sessions all Established %v after",
-			c.name, f.MissingPairSamples, len(pairs), len(clients), f.LongestGap.Round(100*time.Millisecond), f.LongestGapPair,
+		// Between nodes that keep their role: neither a victim nor a replacement (promoting a client
+		// restarts its sessions, calico#3819, so its own pairs miss samples while they come up).
+		keeps := func(n string) bool { return !slices.Contains(victims, n) && !slices.Contains(repl, n) }
+		kept, keptPairs := f.MissingWhere(func(a, b string) bool { return keeps(a) && keeps(b) })
+		line := fmt.Sprintf("%s: %d pair-samples lost in %d pairs (%d clients of the rack), %d in %d pairs between nodes that keep their role, longest gap %v (%s); BIRDs stopped in %v; no longer route reflectors %v after (%s %v, %s %v); replaced by %v (rack %s), their sessions all Established %v after",
+			c.name, f.MissingPairSamples, len(pairs), len(clients), kept, len(keptPairs), f.LongestGap.Round(100*time.Millisecond), f.LongestGapPair,
 			stopped.Round(10*time.Millisecond), max(gone[victims[0]], gone[victims[1]]).Round(100*time.Millisecond),
 			victims[0], gone[victims[0]].Round(100*time.Millisecond), victims[1], gone[victims[1]].Round(100*time.Millisecond),
 			repl, rack, sessionsUp.Round(100*time.Millisecond))
@@ -196,8 +200,8 @@ func TestTwoRouteReflectorsLostOnRealBIRDLarge(t *testing.T) {
 		t.Logf("  roles changed: %s", before.diff(after))
 		report = append(report, line)
 		if !c.sigterm {
-			assert.Zerof(t, f.MissingPairSamples, "%s: pair-samples lost while the graceful-restart time (%v) holds the routes; most missed: %s",
-				c.name, twoRRRestart, strings.Join(head(pairs, 12), " "))
+			assert.Zerof(t, kept, "%s: pair-samples lost between nodes that keep their role while the graceful-restart time (%v) holds the routes; most missed: %s",
+				c.name, twoRRRestart, strings.Join(head(keptPairs, 12), " "))
 			assert.Less(t, max(gone[victims[0]], gone[victims[1]]), twoRRRestart, "%s: replaced after the graceful-restart time", c.name)
 		}
 		// One plan: both victims replaced in the same reconcile (seen within a poll of each other).
