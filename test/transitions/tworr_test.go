@@ -15,19 +15,26 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
 )
 
-// twoRRRestart and twoRRGrace are the clocks of TestTwoRouteReflectorsLostOnRealBIRDLarge's policy:
-// BIRD's graceful-restart time (bgpPeer.maxRestartTime) equal to bgpHealth.gracePeriod, as
-// Calico's default (120 s) is to the product's (2 min), scaled down to 30 s.
+// twoRRRestart, twoRRGrace and twoRRRemoval are the clocks of
+// TestTwoRouteReflectorsLostOnRealBIRDLarge's policy: Calico's and the product's defaults scaled
+// by a quarter, so that they keep their order: BIRD's graceful-restart time (bgpPeer.maxRestartTime,
+// Calico's 120 s) and bgpHealth.gracePeriod and notReadyGracePeriod (2 min) 30 s, removalDelay (5
+// min) 75 s. The draining route reflectors keep their role, so the clients keep their sessions to
+// them and the stale routes learnt over those, until removalDelay: with removalDelay 3 s (the
+// other lab tests' clock) the clients' configures removed the dead sessions, and with them the
+// stale routes, 6.3 s after the SIGKILL, before the replacements' sessions were up (14.8 s): 3,488
+// pair-samples lost between nodes that keep their role (2026-11-28).
 const (
 	twoRRRestart = 30 * time.Second
 	twoRRGrace   = 30 * time.Second
+	twoRRRemoval = 75 * time.Second
 	twoRRPolicy  = `apiVersion: routereflector.io/v1alpha1
 kind: RouteReflectorPolicy
 metadata: {name: default}
 spec:
   topology: {type: DualPlane, maxRackSize: 10}
   notReadyGracePeriod: 30s
-  removalDelay: 3s
+  removalDelay: 75s
   bgpHealth: {enabled: true, gracePeriod: 30s}
   bgpPeer: {maxRestartTime: 30s}
   behavior: {scaleDown: {stabilizationWindowSeconds: 3}}
@@ -42,8 +49,7 @@ spec:
 // does, every node's routes and sessions read every 100 ms, calico-node's status reporter played
 // from each BIRD's protocol table into the product's CalicoNodeStatuses every second. A DualPlane
 // cluster of 30 nodes in 3 zones (racks of 10, 2 rack route reflectors each, a spine of 2), the
-// policy's graceful-restart time (bgpPeer.maxRestartTime) and bgpHealth.gracePeriod both 30 s (as
-// Calico's 120 s and the product's 2 min defaults are equal). Two events, the Nodes staying Ready
+// policy's clocks Calico's and the product's defaults scaled by a quarter (twoRRRestart). Two events, the Nodes staying Ready
 // in both (what "calico-node stopped" is until the kubelet says more):
 //
 //   - SIGKILL: both rack route reflectors of zone-a's rack crash together (no Cease: their peers
@@ -177,8 +183,20 @@ func TestTwoRouteReflectorsLostOnRealBIRDLarge(t *testing.T) {
 			sessionsUp = time.Since(t0)
 			return nil
 		})
-		// The window covers the graceful-restart time: stale routes the replacements did not
-		// refresh would be flushed within it.
+		// The window covers the victims' demotion (removalDelay after the plan: the clients' sessions
+		// to them, and the stale routes learnt over those, go then) and the graceful-restart time
+		// (stale routes the replacements did not refresh are flushed within it).
+		var demoted time.Duration
+		w.eventually(c.name+": the victims demoted", twoRRRemoval+2*time.Minute, func() error {
+			r := w.roles()
+			for _, v := range victims {
+				if _, ok := r.id[v]; ok || r.draining[v] {
+					return fmt.Errorf("%s still a route reflector (draining %t)", v, r.draining[v])
+				}
+			}
+			demoted = time.Since(t0)
+			return nil
+		})
 		if d := twoRRRestart + 5*time.Second - time.Since(t0); d > 0 {
 			time.Sleep(d)
 		}
@@ -190,11 +208,11 @@ func TestTwoRouteReflectorsLostOnRealBIRDLarge(t *testing.T) {
 		// restarts its sessions, calico#3819, so its own pairs miss samples while they come up).
 		keeps := func(n string) bool { return !slices.Contains(victims, n) && !slices.Contains(repl, n) }
 		kept, keptPairs := f.MissingWhere(func(a, b string) bool { return keeps(a) && keeps(b) })
-		line := fmt.Sprintf("%s: %d pair-samples lost in %d pairs (%d clients of the rack), %d in %d pairs between nodes that keep their role, longest gap %v (%s); BIRDs stopped in %v; no longer route reflectors %v after (%s %v, %s %v); replaced by %v (rack %s), their sessions all Established %v after",
+		line := fmt.Sprintf("%s: %d pair-samples lost in %d pairs (%d clients of the rack), %d in %d pairs between nodes that keep their role, longest gap %v (%s); BIRDs stopped in %v; no longer route reflectors %v after (%s %v, %s %v); replaced by %v (rack %s), their sessions all Established %v after; the victims demoted %v after",
 			c.name, f.MissingPairSamples, len(pairs), len(clients), kept, len(keptPairs), f.LongestGap.Round(100*time.Millisecond), f.LongestGapPair,
 			stopped.Round(10*time.Millisecond), max(gone[victims[0]], gone[victims[1]]).Round(100*time.Millisecond),
 			victims[0], gone[victims[0]].Round(100*time.Millisecond), victims[1], gone[victims[1]].Round(100*time.Millisecond),
-			repl, rack, sessionsUp.Round(100*time.Millisecond))
+			repl, rack, sessionsUp.Round(100*time.Millisecond), demoted.Round(100*time.Millisecond))
 		t.Log(line)
 		t.Logf("  %s", f.String())
 		t.Logf("  roles changed: %s", before.diff(after))
