@@ -217,6 +217,17 @@ func TestTwoRouteReflectorsLostOnRealBIRDLarge(t *testing.T) {
 		t.Logf("  %s", f.String())
 		t.Logf("  roles changed: %s", before.diff(after))
 		report = append(report, line)
+		if kept > 0 {
+			// When the gaps between kept nodes began (after the stop), and what the losing node
+			// saw down then: the first 30.
+			var gaps []string
+			for _, g := range f.GapStarts {
+				if a, b, _ := strings.Cut(g.Pair, "->"); keeps(a) && keeps(b) {
+					gaps = append(gaps, fmt.Sprintf("%s@%v(not Established: %v)", g.Pair, (g.At-t0.Sub(f.Began)).Round(10*time.Millisecond), g.NotEstablished))
+				}
+			}
+			t.Logf("  gaps between kept nodes began (after the stop): %s", strings.Join(head(gaps, 30), " "))
+		}
 		if !c.sigterm {
 			assert.Zerof(t, kept, "%s: pair-samples lost between nodes that keep their role while the graceful-restart time (%v) holds the routes; most missed: %s",
 				c.name, twoRRRestart, strings.Join(head(keptPairs, 12), " "))
