@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
@@ -89,8 +91,23 @@ func TestTwoRouteReflectorsLostOnRealBIRDLarge(t *testing.T) {
 	w.eventually("8 route reflectors (3 racks of 2, a spine of 2)", time.Minute, func() error { return w.settled(8) })
 	h := startHistory(t, w, lab, names, start)
 	w.reportStatuses(lab)
-	// Every route reflector reported with its sessions up before the first event.
-	time.Sleep(3 * time.Second)
+	// Every route reflector seen alive before the first event: BGP health does not judge one whose
+	// sessions (re)started less than idSettleMax ago and that it has not seen Established since
+	// (reconciler justStarted): a pair killed before that is replaced only idSettleMax after its
+	// promotion (one run on 2026-11-28, beside another lab: 31.8 and 81.5 s after the SIGKILL).
+	w.eventually("every route reflector's sessions seen by BGP health", 3*time.Minute, func() error {
+		p, err := w.dyn.Resource(policyGVR).Get(t.Context(), "default", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		recs, _, _ := unstructured.NestedSlice(p.Object, "status", "transitions")
+		for _, r := range recs {
+			if m, ok := r.(map[string]any); ok && m["alive"] != true {
+				return fmt.Errorf("route reflector %v not seen alive yet (%v)", m["node"], m["kind"])
+			}
+		}
+		return nil
+	})
 
 	addrNode := map[string]string{}
 	for i, n := range names {
