@@ -132,9 +132,10 @@ func (n *NodeInfo) DrainedWhileNotReady() bool {
 }
 
 // WithinNotReadyGrace reports whether n is a route reflector that has been NotReady for less than
-// the policy's grace period at n.Now: it keeps its role.
+// the policy's grace period at n.Now: it keeps its role. One whose BGP sessions are down while
+// every other route reflector of one of its clients is down too (BGPHealth.Orphaning) has no grace.
 func (n *NodeInfo) WithinNotReadyGrace(p *policy.Resolved) bool {
-	return !n.Ready && n.CurrentRR && !n.Draining() && !n.Now.IsZero() && !n.NotReadySince.IsZero() &&
+	return !n.Ready && n.CurrentRR && !n.Draining() && !n.Now.IsZero() && !n.NotReadySince.IsZero() && len(n.BGP.Orphaning) == 0 &&
 		n.Now.Before(n.NotReadySince.Add(p.NotReadyGrace))
 }
 
@@ -154,7 +155,7 @@ func (n *NodeInfo) AwaitedUntil(p *policy.Resolved) time.Time {
 
 // awaitable reports whether a node that fails NodeReady only is awaited at n.Now.
 func (n *NodeInfo) awaitable(p *policy.Resolved) bool {
-	return !n.Ready && !n.Deleting && !n.Now.IsZero() && n.Now.Before(n.AwaitedUntil(p))
+	return !n.Ready && !n.Deleting && !n.Now.IsZero() && len(n.BGP.Orphaning) == 0 && n.Now.Before(n.AwaitedUntil(p))
 }
 
 func notReadySince(n *Node) time.Time {

@@ -189,6 +189,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 		return uplinkIDs
 	}
+	orphaning, witnessed := orphaningNow(rrs, have, clients, view, ips, st.Now, func(rr string) bool { return justStarted(m, rr, st.Now) })
 	next := map[string]extender.BGPHealth{}
 	grace, failed := map[extender.Families]int{}, map[extender.Families]int{}
 	for _, rr := range rrs {
@@ -203,6 +204,25 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			if had && extender.IsReady(view[rr]) {
 				next[rr] = h // not reported yet, or its sessions are starting: no judgement
 			}
+			if o := orphaning[rr]; !extender.IsReady(view[rr]) && cns != nil && !cns.Status.LastUpdated.IsZero() &&
+				(len(o) > 0 || had && len(h.Orphaning) > 0 && !starting) {
+				// NotReady, its sessions down, and a client of it left with no route reflector: no
+				// notReadyGracePeriod either (extender.NodeInfo.WithinNotReadyGrace). Kept while down.
+				down, sessions := sessionsDown(cns, bgpAddresses(ips, view, rr), clients[rr], view, ips, st.Now)
+				if w := witnessed[rr]; down == 0 && w != "" {
+					down, sessions = rrFamilies(bgpAddresses(ips, view, rr), cns, 0), []string{w}
+				}
+				if down != 0 {
+					if !had || !h.Suspect() {
+						h = extender.BGPHealth{DownSince: st.Now}
+					}
+					h.Sessions, h.Families = sessions, down
+					if len(o) > 0 {
+						h.Orphaning = o
+					}
+					next[rr] = h
+				}
+			}
 			if starting {
 				// Read its status again soon: a status showing its role's sessions up changes
 				// nothing watchBGPHealth looks at, so without this no reconcile would see it alive,
@@ -215,9 +235,17 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 		rrIPs := bgpAddresses(ips, view, rr)
 		down, sessions := sessionsDown(cns, rrIPs, clients[rr], view, ips, st.Now)
+		if w := witnessed[rr]; down == 0 && w != "" {
+			// Its calico-node stopped (its last report still shows its sessions up) and the route
+			// reflectors it peers with see them down: down, for the rule of orphaningNow only.
+			down, sessions = rrFamilies(rrIPs, cns, 0), []string{w}
+		}
 		nh, keep := h.Observe(down != 0, sessions, st.Now, p)
 		if keep && down != 0 {
 			nh.Families = down
+			if o := orphaning[rr]; len(o) > 0 {
+				nh.Orphaning = o // kept while down, and through the hold once back (Observe)
+			}
 		}
 		wasFailed, isFailed := m.bgpAnnounced[rr], keep && nh.Failed(st.Now, p)
 		if keep {
@@ -263,6 +291,110 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		bgpDownGauge.WithLabelValues(st.Name, "failed", fam.Key()).Set(float64(failed[fam]))
 	}
 	return nil
+}
+
+// orphaningNow applies extender.BGPOrphaning (two route reflectors of a client lost at once) to
+// what the statuses say now: a route reflector is down when its status, filled in, shows no
+// Established session in a family, or has gone stale (sessionsDown), or is late and witnessed down
+// (witnessedDown), Ready or not; one whose sessions are starting (starting) is not judged. Every
+// route reflector is read before any is judged, so that both of a client's are failed in the same
+// plan. A stale or late status counts only while another route reflector's status is fresh: when
+// every report stopped at once, what failed may be the reports (the API server, calico-node's
+// access to it), not BIRD, and the grace stays. A fresh status that lists no Established session
+// is calico-node saying that BIRD has none (it reports an empty list when BIRD does not answer).
+// It returns the orphaning clients by route reflector, and the route reflectors found down only
+// by witnesses (with the witnesses' words, for the record's sessions).
+func orphaningNow(rrs []string, have map[string]*apiv3.CalicoNodeStatus, clients map[string][]string, view map[string]*extender.Node,
+	ips map[string][]string, now time.Time, starting func(string) bool) (map[string][]string, map[string]string) {
+	down := map[string]bool{}
+	var stale []string
+	fresh := false
+	for _, rr := range rrs {
+		cns := have[rr]
+		if cns == nil || cns.Status.LastUpdated.IsZero() || starting(rr) {
+			continue
+		}
+		if age := now.Sub(cns.Status.LastUpdated.Time); age > lateAfter {
+			stale = append(stale, rr)
+			continue
+		}
+		fresh = true
+		if d, _ := sessionsDown(cns, bgpAddresses(ips, view, rr), clients[rr], view, ips, now); d != 0 {
+			down[rr] = true
+		}
+	}
+	var witnessed map[string]string
+	if fresh {
+		for _, rr := range stale {
+			if now.Sub(have[rr].Status.LastUpdated.Time) > staleAfter {
+				down[rr] = true
+			} else if w := witnessedDown(rr, have, view, ips, now); w != "" {
+				down[rr] = true
+				if witnessed == nil {
+					witnessed = map[string]string{}
+				}
+				witnessed[rr] = w
+			}
+		}
+	}
+	if len(down) < 2 {
+		return nil, nil
+	}
+	rrsOf := map[string][]string{}
+	for rr, cs := range clients {
+		for _, c := range cs {
+			rrsOf[c] = append(rrsOf[c], rr)
+		}
+	}
+	orph := extender.BGPOrphaning(rrsOf, down)
+	for rr := range witnessed {
+		if len(orph[rr]) == 0 {
+			delete(witnessed, rr)
+		}
+	}
+	return orph, witnessed
+}
+
+// lateAfter: a status not updated for a period and a half missed its last report (calico-node
+// writes it every period).
+const lateAfter = NodeStatusPeriod * time.Second * 3 / 2
+
+// witnessedDown: route reflector rr's calico-node missed its last report (late, not stale yet), and
+// the statuses of other route reflectors written since, on time, list their sessions to rr as not
+// Established and none as Established (calico-node stopped: its last report still shows its
+// sessions up). It names the witnesses ("" when none). A rack route reflector's witnesses are its
+// spine members and the other way round, and route reflectors that peer with each other.
+func witnessedDown(rr string, have map[string]*apiv3.CalicoNodeStatus, view map[string]*extender.Node, ips map[string][]string, now time.Time) string {
+	addr := map[string]bool{}
+	for _, a := range bgpAddresses(ips, view, rr) {
+		if ip := net.ParseIP(a); ip != nil {
+			addr[ip.String()] = true
+		}
+	}
+	last := have[rr].Status.LastUpdated.Time
+	var saw []string
+	for _, other := range slices.Sorted(maps.Keys(have)) {
+		o := have[other]
+		if other == rr || o == nil || !o.Status.LastUpdated.Time.After(last) || now.Sub(o.Status.LastUpdated.Time) > lateAfter {
+			continue
+		}
+		for _, fam := range extender.AllFamilies {
+			for _, p := range familyPeers(o, fam) {
+				ip := net.ParseIP(p.PeerIP)
+				if ip == nil || !addr[ip.String()] {
+					continue
+				}
+				if p.State == apiv3.BGPSessionStateEstablished {
+					return ""
+				}
+				saw = append(saw, fmt.Sprintf("%s (%s)", other, p.State))
+			}
+		}
+	}
+	if len(saw) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("all (calico-node has not reported since %s; %s report their sessions to it down)", last.UTC().Format(time.RFC3339), strings.Join(saw, ", "))
 }
 
 // justStarted: the route reflector's sessions (re)started less than idSettleMax ago (promoted,
@@ -323,13 +455,13 @@ func rolePeers(rr string, clients []string, view map[string]*extender.Node, upli
 }
 
 // healthFingerprint is what the statuses say that the plan reads: per route reflector, whether its
-// status is filled in, stale, and which families have an Established session and which are listed
+// status is filled in, late (orphaningNow), stale, and which families have an Established session and which are listed
 // (an IPv6 family gone down or unlisted while IPv4 stays up is a change).
 func healthFingerprint(list []*apiv3.CalicoNodeStatus, now time.Time) string {
 	parts := make([]string, 0, len(list))
 	for _, o := range list {
 		last := o.Status.LastUpdated.Time
-		parts = append(parts, fmt.Sprintf("%s:%t:%t:%s:%s", o.Spec.Node, last.IsZero(), now.Sub(last) > staleAfter,
+		parts = append(parts, fmt.Sprintf("%s:%t:%t:%t:%s:%s", o.Spec.Node, last.IsZero(), now.Sub(last) > lateAfter, now.Sub(last) > staleAfter,
 			establishedFamilies(o).Key(), listedFamilies(o).Key()))
 	}
 	slices.Sort(parts)
@@ -437,6 +569,10 @@ func sessionsDown(cns *apiv3.CalicoNodeStatus, rrIPs []string, clients []string,
 // clients' sake.
 func bgpDownMessage(rr string, h extender.BGPHealth, all extender.Families, grace time.Duration) string {
 	since := h.DownSince.UTC().Format(time.RFC3339)
+	if len(h.Orphaning) > 0 {
+		return fmt.Sprintf("%s: Node Ready but no BGP session Established since %s, and every other route reflector of clients %s is down too: its replacement is promoted without waiting for bgpHealth.gracePeriod (%s); down: %s",
+			rr, since, joinCapped(h.Orphaning, 10), grace, joinCapped(h.Sessions, 20))
+	}
 	if up := all &^ h.Families; h.Families != 0 && up != 0 {
 		return fmt.Sprintf("%s: Node Ready, %s sessions Established but %s sessions down since %s (bgpHealth.gracePeriod %s): its %s clients have no routes through it, its replacement is promoted; down: %s",
 			rr, up, h.Families, since, grace, h.Families, joinCapped(h.Sessions, 20))

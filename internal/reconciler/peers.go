@@ -155,7 +155,11 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 	}
 	settled := func(rr string) bool {
 		n := st.View[rr]
-		return readyNode(st, rr) && rrWait(st, m, rr) == 0 && n.Annotations[extender.AnnotationClusterID] == planned[rr]
+		// A route reflector whose CalicoNodeStatus BGP health reads is settled only once a session
+		// of its role was seen Established (or idSettleMax passed): on the live lab a rack's two
+		// replacements' sessions came up 17-20 s after their promotion, past idSettle.
+		return readyNode(st, rr) && rrWait(st, m, rr) == 0 && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
+			!(st.HealthReported[rr] && justStarted(m, rr, st.Now))
 	}
 	for _, id := range intersect(old, ids) {
 		if settled(byID[id]) {
@@ -166,8 +170,14 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		if !labelled(id) {
 			return false
 		}
+		// An old one the plan drops is kept while labelled; one the plan keeps or adds is ready
+		// once settled. A new one is in have's selector too once the union was written (the
+		// reconcile after the promotion): counting it ready for that broke the union before its
+		// sessions were up, and with every old one failed (a rack's two route reflectors killed
+		// together) the clients dropped the sessions whose stale routes graceful restart held
+		// (issue 52 item 4, 0.9 s after the plan on the live lab).
 		rr := byID[id]
-		if slices.Contains(old, id) || rr == "" || settled(rr) {
+		if slices.Contains(old, id) && !slices.Contains(ids, id) || rr == "" || settled(rr) {
 			return true
 		}
 		st.waitFor(rr)

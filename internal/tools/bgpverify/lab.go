@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
@@ -39,6 +40,9 @@ type Lab struct {
 	// mu holds Sync, Kill and Revive apart: a test kills a BIRD while its confd loop syncs.
 	mu   sync.Mutex
 	dead map[int]bool
+	// silent: nodes whose calico-node is stopped (Silence): ReportStatuses leaves their
+	// CalicoNodeStatus as it was, so it goes stale as calico-node's own does.
+	silent sync.Map
 	// What Sync configured (under rmu), and the Follow loop's rounds (under followMu).
 	rmu         sync.Mutex
 	reconfigs   []Reconfigure
@@ -256,6 +260,54 @@ func (l *Lab) Kill(name string) {
 		_ = cmd.Wait()
 	}
 	_ = os.Remove(l.f.socket(i))
+}
+
+// Terminate stops the BIRDs of names together as calico-node's shutdown does (SIGTERM to every one
+// first, then it waits for each to exit): each closes its sessions with a Cease ("Administrative
+// shutdown"), so its peers withdraw its routes at once, graceful restart does not apply. A BIRD
+// still running after birdStopGrace is killed. They stay stopped until Revive.
+func (l *Lab) Terminate(names ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var procs []*exec.Cmd
+	for _, name := range names {
+		i := l.index[name]
+		l.dead[i] = true
+		l.f.mu.Lock()
+		cmd, c := l.f.procs[i], l.f.conns[i]
+		l.f.procs[i], l.f.conns[i] = nil, nil
+		l.f.mu.Unlock()
+		if c != nil {
+			c.close()
+		}
+		if cmd != nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			procs = append(procs, cmd)
+		}
+	}
+	for _, cmd := range procs {
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(birdStopGrace):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	for _, name := range names {
+		_ = os.Remove(l.f.socket(l.index[name]))
+	}
+}
+
+// Silence stops (true) or resumes (false) the status reports of node name in ReportStatuses: its
+// calico-node is stopped, so its CalicoNodeStatus is not updated any more.
+func (l *Lab) Silence(name string, silent bool) {
+	if silent {
+		l.silent.Store(name, true)
+	} else {
+		l.silent.Delete(name)
+	}
 }
 
 // Revive lets the next Sync start node name's BIRD again.

@@ -13,7 +13,7 @@ import (
 )
 
 // ReportStatuses plays calico-node's status reporter for every CalicoNodeStatus (resource gvr)
-// of a node of the Lab: status.bgp from the node's BIRD protocol table (empty when BIRD does not
+// of a node of the Lab (but those Silence stopped): status.bgp from the node's BIRD protocol table (empty when BIRD does not
 // answer), lastUpdated now. A conflict or a status deleted meanwhile is skipped (the next round
 // writes it); other write errors are returned, one per node.
 func (l *Lab) ReportStatuses(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource) []error {
@@ -24,7 +24,7 @@ func (l *Lab) ReportStatuses(ctx context.Context, dyn dynamic.Interface, gvr sch
 	var errs []error
 	for _, o := range list.Items {
 		node, _, _ := unstructured.NestedString(o.Object, "spec", "node")
-		if l.Index(node) < 0 {
+		if _, silent := l.silent.Load(node); l.Index(node) < 0 || silent {
 			continue
 		}
 		var peers []any

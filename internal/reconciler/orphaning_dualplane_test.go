@@ -1,0 +1,84 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
+)
+
+// TestDualPlaneRackLostKeepsFailedInClientSet (issue 52 item 4): a DualPlane rack's two route
+// reflectors down at once (BIRD killed, Nodes Ready) are replaced in one reconcile, and the rack's
+// set BGPPeer keeps selecting them beside their replacements until those have settled: the
+// clients keep their sessions to the failed ones, over which graceful restart holds the routes.
+// Before, the reconcile after the promotion narrowed it (the new route reflectors, in the union
+// the first reconcile wrote, counted as kept), and on the live lab the clients' BIRDs dropped the
+// stale routes 0.9 s after the plan, 17-20 s before the replacements' sessions were up.
+func TestDualPlaneRackLostKeepsFailedInClientSet(t *testing.T) {
+	on := true
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptr(int32(10))}
+		s.BGPHealth = &v1alpha1.BGPHealth{Enabled: &on, GracePeriod: &metav1.Duration{Duration: 2 * time.Minute}}
+		s.RemovalDelay = &metav1.Duration{Duration: 75 * time.Second}
+	}, dualCluster(30))
+	h.r.Ledger.BGPHealth = h.r.BGPHealthRecords
+	h.reconcile()
+	h.reconcile()
+	allUp := func(string, string, extender.Families) bool { return true }
+	start := h.now
+	for h.now.Sub(start) <= idSettleMax+5*time.Second {
+		h.now = h.now.Add(5 * time.Second)
+		h.calicoNodeBy(allUp)
+		h.reconcile()
+	}
+	// A rack's set BGPPeer and its two route reflectors.
+	list := &apiv3.BGPPeerList{}
+	require.NoError(t, h.client.List(context.Background(), list))
+	var name string
+	var old []string
+	for _, p := range list.Items {
+		if ids, ok := extender.PeerRouteReflectorIDs(p.Spec.PeerSelector); ok && strings.HasPrefix(p.Name, extender.BGPPeerPrefix+"rack-") && len(ids) == 2 {
+			name, old = p.Name, ids
+			break
+		}
+	}
+	require.NotEmpty(t, name, "no rack set BGPPeer")
+	selected := func() []string {
+		p := &apiv3.BGPPeer{}
+		require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: name}, p))
+		ids, _ := extender.PeerRouteReflectorIDs(p.Spec.PeerSelector)
+		return ids
+	}
+	dead := func(rr, peer string, _ extender.Families) bool {
+		return !slices.Contains(old, rr) && !slices.Contains(old, peer)
+	}
+	h.now = h.now.Add(time.Second)
+	h.calicoNodeBy(dead)
+	h.reconcile()
+	for _, rr := range old {
+		require.NotEmpty(t, h.node(rr).Annotations[extender.AnnotationDrainingSince], "%s replaced in the first reconcile: %v", rr, h.rrs())
+	}
+	// The replacements' sessions are not up yet (their statuses list none Established): the set
+	// keeps the failed route reflectors.
+	for i := range 8 {
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeBy(dead)
+		h.reconcile()
+		ids := selected()
+		for _, rr := range old {
+			require.Containsf(t, ids, rr, "reconcile %d after the replacement: the rack set %s dropped failed %s before its replacements settled: %v", i+1, name, rr, ids)
+		}
+		require.Greaterf(t, len(ids), 2, "reconcile %d: the replacements in the set %s: %v", i+1, name, ids)
+	}
+	_ = fmt.Sprint
+}

@@ -1,0 +1,271 @@
+package transitions
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
+)
+
+// twoRRRestart, twoRRGrace and twoRRRemoval are the clocks of
+// TestTwoRouteReflectorsLostOnRealBIRDLarge's policy: Calico's and the product's defaults scaled
+// by a quarter, so that they keep their order: BIRD's graceful-restart time (bgpPeer.maxRestartTime,
+// Calico's 120 s) and bgpHealth.gracePeriod and notReadyGracePeriod (2 min) 30 s, removalDelay (5
+// min) 75 s. The draining route reflectors keep their role, so the clients keep their sessions to
+// them and the stale routes learnt over those, until removalDelay: with removalDelay 3 s (the
+// other lab tests' clock) the clients' configures removed the dead sessions, and with them the
+// stale routes, 6.3 s after the SIGKILL, before the replacements' sessions were up (14.8 s): 3,488
+// pair-samples lost between nodes that keep their role (2026-11-28).
+const (
+	twoRRRestart = 30 * time.Second
+	twoRRGrace   = 30 * time.Second
+	twoRRRemoval = 75 * time.Second
+	twoRRPolicy  = `apiVersion: routereflector.io/v1alpha1
+kind: RouteReflectorPolicy
+metadata: {name: default}
+spec:
+  topology: {type: DualPlane, maxRackSize: 10}
+  notReadyGracePeriod: 30s
+  removalDelay: 75s
+  bgpHealth: {enabled: true, gracePeriod: 30s}
+  bgpPeer: {maxRestartTime: 30s}
+  behavior: {scaleDown: {stabilizationWindowSeconds: 3}}
+`
+	// envTwoRR runs TestTwoRouteReflectorsLostOnRealBIRDLarge outside make test-all.
+	envTwoRR = "RRA_TWORR"
+)
+
+// TestTwoRouteReflectorsLostOnRealBIRDLarge is issue 52's item 4 (calico#9259) on the harness of
+// TestTransitionsOnRealBIRD: the built product's `serve` with the chart's webhooks, a real
+// kube-apiserver, one BIRD per node configured by Calico's confd and kept in sync as calico-node
+// does, every node's routes and sessions read every 100 ms, calico-node's status reporter played
+// from each BIRD's protocol table into the product's CalicoNodeStatuses every second. A DualPlane
+// cluster of 30 nodes in 3 zones (racks of 10, 2 rack route reflectors each, a spine of 2), the
+// policy's clocks Calico's and the product's defaults scaled by a quarter (twoRRRestart). Two events, the Nodes staying Ready
+// in both (what "calico-node stopped" is until the kubelet says more):
+//
+//   - SIGKILL: both rack route reflectors of zone-a's rack crash together (no Cease: their peers
+//     keep the routes for the graceful-restart time); calico-node keeps reporting (BIRD does not
+//     answer: no session). It asserts that no pair between running BIRDs misses a sample: the
+//     replacements must be up well inside the restart time.
+//   - SIGTERM: both rack route reflectors of zone-b's rack stopped together as calico-node's
+//     shutdown stops BIRD (a Cease: their peers drop the routes at once); calico-node stops too,
+//     so their CalicoNodeStatuses are no longer updated. The loss is reported, not asserted to be
+//     zero: it is bounded by the product's reaction plus BIRD's session setup.
+//
+// Per event it reports the pairs lost (pair-samples and pairs, between running BIRDs), the longest
+// gap, when each victim stopped being an active route reflector (both in one plan: the same
+// moment) and when the replacements' sessions were all Established.
+//
+// Measured on 2026-11-28 (RRA_TWORR=1 go test -count=1 -v -timeout 30m -run
+// 'TestTwoRouteReflectorsLostOnRealBIRDLarge$' ./test/transitions/, 1 min 52 s to 5 min; the
+// table is in BENCHMARKS.md, "Two route reflectors of a client lost at once"). Before the
+// both-down rule (extender.BGPOrphaning, internal/reconciler/bgphealth.go orphaningNow; main at
+// e1220bd, one run): SIGKILL replaced 36.1 s after (gracePeriod), 13,718 pair-samples lost between
+// kept nodes from the restart time's end (29.9 s), longest gap 10.1 s; SIGTERM replaced 65 s after
+// (stale status, then gracePeriod), 143,877 between kept nodes, longest gap 71 s. With it (two runs
+// alone): SIGKILL replaced 2.1-6.6 s after, both in one plan, 1,171-2,272 between kept nodes,
+// longest gap 2.7-3.5 s; SIGTERM replaced 17.8-19.1 s after in one plan, 50,366-58,680 between kept
+// nodes, longest gap 19-33 s. The SIGKILL losses came from the rack's clients dropping their
+// sessions to the failed route reflectors (and BIRD the stale routes learnt over them) in the
+// configure that added the replacements' sessions, 0.9 s after the plan: the rack set's
+// make-before-break narrowed at once (reconciler peers.go readyForBreak). With that fixed (one run
+// alone, 20:41, passed): SIGKILL replaced 6.1 s after, sessions up 14.4 s after, 0 pair-samples
+// lost; SIGTERM replaced 19.7 s after, sessions up 35.2 s after, 54,172 between kept nodes, longest
+// gap 27.1 s.
+func TestTwoRouteReflectorsLostOnRealBIRDLarge(t *testing.T) {
+	if os.Getenv(envTwoRR) == "" && os.Getenv(testenv.EnvAll) == "" {
+		t.Skip("two route reflectors lost at once on BIRD: `make test-all` runs it (" + testenv.EnvAll + "=1 or " + envTwoRR + "=1)")
+	}
+	if testing.Short() {
+		t.Skip("needs kube-apiserver, confd and BIRD (hack/tools.sh)")
+	}
+	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
+	start := time.Now()
+	w := newWorld(t, false, twoRRPolicy)
+	names := nodeNames(nodes)
+	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
+	require.NoError(t, err)
+	t.Cleanup(lab.Close)
+	for i, n := range names {
+		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
+	}
+	w.eventually("8 route reflectors (3 racks of 2, a spine of 2)", time.Minute, func() error { return w.settled(8) })
+	h := startHistory(t, w, lab, names, start)
+	w.reportStatuses(lab)
+	// Every route reflector seen alive before the first event: BGP health does not judge one whose
+	// sessions (re)started less than idSettleMax ago and that it has not seen Established since
+	// (reconciler justStarted): a pair killed before that is replaced only idSettleMax after its
+	// promotion (one run on 2026-11-28, beside another lab: 31.8 and 81.5 s after the SIGKILL).
+	w.eventually("every route reflector's sessions seen by BGP health", 3*time.Minute, func() error {
+		p, err := w.dyn.Resource(policyGVR).Get(t.Context(), "default", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		recs, _, _ := unstructured.NestedSlice(p.Object, "status", "transitions")
+		for _, r := range recs {
+			if m, ok := r.(map[string]any); ok && m["alive"] != true {
+				return fmt.Errorf("route reflector %v not seen alive yet (%v)", m["node"], m["kind"])
+			}
+		}
+		return nil
+	})
+
+	addrNode := map[string]string{}
+	for i, n := range names {
+		addrNode[bgpverify.NodeAddress(i).Addr().String()] = n
+	}
+	var report []string
+	live := nodes
+	for _, c := range []struct {
+		name, zone string
+		sigterm    bool
+	}{
+		{"SIGKILL of a rack's two route reflectors", "zone-a", false},
+		{"SIGTERM of a rack's two route reflectors", "zone-b", true},
+	} {
+		before := w.roles()
+		var victims []string
+		for n := range before.id {
+			if !before.spineName[n] && before.zone(n) == c.zone {
+				victims = append(victims, n)
+			}
+		}
+		slices.Sort(victims)
+		require.Len(t, victims, 2, "%s: rack route reflectors in %s: %v", c.name, c.zone, before.id)
+		rack := before.rack(victims[0])
+		require.Equal(t, rack, before.rack(victims[1]), "%s: %v are not one rack's", c.name, victims)
+		var clients []string
+		for n, set := range before.rrs {
+			if strings.Contains(set, victims[0]) || strings.Contains(set, victims[1]) {
+				clients = append(clients, n)
+			}
+		}
+		t.Logf("%s: %v (rack %s), %d clients", c.name, victims, rack, len(clients))
+		h.s.Begin(c.name)
+		t0 := time.Now()
+		if c.sigterm {
+			for _, v := range victims {
+				lab.Silence(v, true)
+			}
+			lab.Terminate(victims...)
+		} else {
+			for _, v := range victims {
+				lab.Kill(v)
+			}
+		}
+		live -= 2
+		stopped := time.Since(t0)
+		// When each victim stopped being an active route reflector.
+		gone := map[string]time.Duration{}
+		w.eventually(c.name+": both replaced", 3*time.Minute, func() error {
+			r := w.roles()
+			for _, v := range victims {
+				if _, ok := gone[v]; !ok {
+					if _, active := r.id[v]; !active {
+						gone[v] = time.Since(t0)
+					}
+				}
+			}
+			if len(gone) < 2 {
+				return fmt.Errorf("still route reflectors: %v", r.id)
+			}
+			return nil
+		})
+		// The replacements: the rack's active route reflectors now.
+		after := w.roles()
+		var repl []string
+		for n := range after.id {
+			if !after.spineName[n] && after.rack(n) == rack && !slices.Contains(victims, n) {
+				repl = append(repl, n)
+			}
+		}
+		slices.Sort(repl)
+		var sessionsUp time.Duration
+		w.eventually(c.name+": the replacements' sessions Established", 3*time.Minute, func() error {
+			for _, n := range repl {
+				// Its sessions to running BIRDs (those to the stopped victims stay down).
+				up, want := 0, 0
+				for _, p := range lab.Peers(n) {
+					if peer := addrNode[p.PeerIP]; peer == "" || !lab.Running(peer) {
+						continue
+					}
+					want++
+					if p.State == "Established" {
+						up++
+					}
+				}
+				if up == 0 || up < want {
+					return fmt.Errorf("%s: %d of %d sessions to running BIRDs Established", n, up, want)
+				}
+			}
+			sessionsUp = time.Since(t0)
+			return nil
+		})
+		// The window covers the victims' demotion (removalDelay after the plan: the clients' sessions
+		// to them, and the stale routes learnt over those, go then) and the graceful-restart time
+		// (stale routes the replacements did not refresh are flushed within it).
+		var demoted time.Duration
+		w.eventually(c.name+": the victims demoted", twoRRRemoval+2*time.Minute, func() error {
+			r := w.roles()
+			for _, v := range victims {
+				if _, ok := r.id[v]; ok || r.draining[v] {
+					return fmt.Errorf("%s still a route reflector (draining %t)", v, r.draining[v])
+				}
+			}
+			demoted = time.Since(t0)
+			return nil
+		})
+		if d := twoRRRestart + 5*time.Second - time.Since(t0); d > 0 {
+			time.Sleep(d)
+		}
+		h.settle(live)
+		f := h.s.End()
+		require.NoError(t, h.s.Err(), "sampling")
+		_, pairs := f.MissingWhere(func(a, b string) bool { return true })
+		// Between nodes that keep their role: neither a victim nor a replacement (promoting a client
+		// restarts its sessions, calico#3819, so its own pairs miss samples while they come up).
+		keeps := func(n string) bool { return !slices.Contains(victims, n) && !slices.Contains(repl, n) }
+		kept, keptPairs := f.MissingWhere(func(a, b string) bool { return keeps(a) && keeps(b) })
+		line := fmt.Sprintf("%s: %d pair-samples lost in %d pairs (%d clients of the rack), %d in %d pairs between nodes that keep their role, longest gap %v (%s); BIRDs stopped in %v; no longer route reflectors %v after (%s %v, %s %v); replaced by %v (rack %s), their sessions all Established %v after; the victims demoted %v after",
+			c.name, f.MissingPairSamples, len(pairs), len(clients), kept, len(keptPairs), f.LongestGap.Round(100*time.Millisecond), f.LongestGapPair,
+			stopped.Round(10*time.Millisecond), max(gone[victims[0]], gone[victims[1]]).Round(100*time.Millisecond),
+			victims[0], gone[victims[0]].Round(100*time.Millisecond), victims[1], gone[victims[1]].Round(100*time.Millisecond),
+			repl, rack, sessionsUp.Round(100*time.Millisecond), demoted.Round(100*time.Millisecond))
+		t.Log(line)
+		t.Logf("  %s", f.String())
+		t.Logf("  roles changed: %s", before.diff(after))
+		report = append(report, line)
+		if kept > 0 {
+			// When the gaps between kept nodes began (after the stop), and what the losing node
+			// saw down then: the first 30.
+			var gaps []string
+			for _, g := range f.GapStarts {
+				if a, b, _ := strings.Cut(g.Pair, "->"); keeps(a) && keeps(b) {
+					gaps = append(gaps, fmt.Sprintf("%s@%v(not Established: %v)", g.Pair, (g.At-t0.Sub(f.Began)).Round(10*time.Millisecond), g.NotEstablished))
+				}
+			}
+			t.Logf("  gaps between kept nodes began (after the stop): %s", strings.Join(head(gaps, 30), " "))
+		}
+		if !c.sigterm {
+			assert.Zerof(t, kept, "%s: pair-samples lost between nodes that keep their role while the graceful-restart time (%v) holds the routes; most missed: %s",
+				c.name, twoRRRestart, strings.Join(head(keptPairs, 12), " "))
+			assert.Less(t, max(gone[victims[0]], gone[victims[1]]), twoRRRestart, "%s: replaced after the graceful-restart time", c.name)
+		}
+		// One plan: both victims replaced in the same reconcile (seen within a poll of each other).
+		assert.LessOrEqual(t, (gone[victims[0]] - gone[victims[1]]).Abs(), 2*time.Second, "%s: the two route reflectors replaced in different plans", c.name)
+	}
+	t.Logf("two route reflectors lost at once (%d nodes, restart time %v, bgpHealth grace %v, %v in all):\n%s",
+		nodes, twoRRRestart, twoRRGrace, time.Since(start).Round(time.Second), strings.Join(report, "\n"))
+	h.finish()
+}
