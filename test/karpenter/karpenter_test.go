@@ -22,6 +22,7 @@ import (
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -99,7 +100,7 @@ var (
 		"blockaffinities", "ipamconfigs", "clusterinformations", "felixconfigurations", "ipreservations"}
 )
 
-// TestKarpenterConsolidatesAroundRouteReflectors runs the product (the built binary's `serve`, the
+// TestKarpenterConsolidatesAroundRouteReflectorsLarge runs the product (the built binary's `serve`, the
 // chart's webhooks and RBAC) beside Karpenter's own controller (sigs.k8s.io/karpenter v1.8.2's
 // kwok cloud provider, built by hack/tools.sh from hack/karpenter) on one real kube-apiserver.
 // There is no kubelet, scheduler or controller manager: the test plays them (kubelet: a Node
@@ -126,10 +127,11 @@ var (
 // they read it; here Karpenter itself decides which nodes to consolidate (its own reading of
 // do-not-disrupt, its budgets, its simulation), in its own order and timing, against the product's
 // webhooks and reconciler on the same API server.
-func TestKarpenterConsolidatesAroundRouteReflectors(t *testing.T) {
+func TestKarpenterConsolidatesAroundRouteReflectorsLarge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs kube-apiserver and Karpenter's kwok controller (hack/tools.sh)")
 	}
+	testenv.SlowProof(t)
 	karpenterBin := testenv.RequireBinary(t, testenv.ToolKarpenter)
 	start := time.Now()
 	w := newWorld(t)
@@ -140,7 +142,7 @@ func TestKarpenterConsolidatesAroundRouteReflectors(t *testing.T) {
 
 	// Scale up.
 	for i := range nodes {
-		w.pod(fmt.Sprintf("p%02d", i), zones[i%3])
+		w.want(fmt.Sprintf("p%02d", i), zones[i%3])
 	}
 	w.eventually("30 nodes, every pod bound", 4*time.Minute, func() error {
 		ns, err := w.nodeList()
@@ -161,7 +163,7 @@ func TestKarpenterConsolidatesAroundRouteReflectors(t *testing.T) {
 		}
 		return nil
 	})
-	w.eventually("the layout settled (8 route reflectors)", 2*time.Minute, func() error { return w.settled(8) })
+	w.settle("the layout settled")
 	scaledUp := time.Now()
 	settledRV := rec.lastRV()
 	rrsBefore := w.routeReflectors()
@@ -169,8 +171,7 @@ func TestKarpenterConsolidatesAroundRouteReflectors(t *testing.T) {
 
 	// Scale down: all but kept pods deleted; Karpenter consolidates.
 	for i := kept; i < nodes; i++ {
-		err := w.admin.CoreV1().Pods(workNS).Delete(w.ctx, fmt.Sprintf("p%02d", i), metav1.DeleteOptions{})
-		require.NoError(t, err)
+		w.unwant(fmt.Sprintf("p%02d", i))
 	}
 	var last string
 	var stable time.Time
@@ -211,9 +212,9 @@ func TestKarpenterConsolidatesAroundRouteReflectors(t *testing.T) {
 		if _, err := w.admin.CoreV1().Nodes().Get(w.ctx, victim, metav1.GetOptions{}); err == nil {
 			return fmt.Errorf("%s still there", victim)
 		}
-		return w.settledAny()
+		return nil
 	})
-	time.Sleep(3 * time.Second)
+	w.settle("the layout settled after the forced termination")
 	rec.stop()
 
 	// The history, replayed.
@@ -245,13 +246,16 @@ type world struct {
 	dir      string
 	ipMu     sync.Mutex
 	ips      map[string]int
+	// desired are the pods the test wants (name -> zone), recreated when evicted, as their
+	// ReplicaSet would.
+	desired map[string]string
 }
 
 func newWorld(t *testing.T) *world {
 	env := testenv.Start(t, testenv.WithChartRBAC())
 	env.CreateNamespace(t, testenv.ChartNamespace)
 	env.CreateNamespace(t, workNS)
-	w := &world{t: t, ctx: t.Context(), env: env, dir: t.TempDir(), ips: map[string]int{}}
+	w := &world{t: t, ctx: t.Context(), env: env, dir: t.TempDir(), ips: map[string]int{}, desired: map[string]string{}}
 	var err error
 	w.admin, err = kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
@@ -355,6 +359,7 @@ func (w *world) startKarpenter(bin string) {
 	require.NoError(t, err)
 	cmd := exec.Command(bin)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr()
 	cmd.Env = append(os.Environ(),
 		"KUBECONFIG="+w.env.KubeconfigPath(testenv.UserAdmin),
 		"DISABLE_LEADER_ELECTION=true",
@@ -384,6 +389,23 @@ func (w *world) startKarpenter(bin string) {
 	})
 }
 
+// want adds a pod to the desired ones and creates it.
+func (w *world) want(name, zone string) {
+	w.ipMu.Lock()
+	w.desired[name] = zone
+	w.ipMu.Unlock()
+	w.pod(name, zone)
+}
+
+// unwant removes a pod from the desired ones and deletes it.
+func (w *world) unwant(name string) {
+	w.ipMu.Lock()
+	delete(w.desired, name)
+	w.ipMu.Unlock()
+	err := w.admin.CoreV1().Pods(workNS).Delete(w.ctx, name, metav1.DeleteOptions{})
+	require.NoError(w.t, err)
+}
+
 // pod creates a bare pod asking for podCPU in zone.
 func (w *world) pod(name, zone string) {
 	p := &corev1.Pod{
@@ -395,7 +417,9 @@ func (w *world) pod(name, zone string) {
 		},
 	}
 	_, err := w.admin.CoreV1().Pods(workNS).Create(w.ctx, p, metav1.CreateOptions{})
-	require.NoError(w.t, err)
+	if !apierrors.IsAlreadyExists(err) && w.ctx.Err() == nil {
+		require.NoError(w.t, err)
+	}
 }
 
 func (w *world) nodeList() ([]corev1.Node, error) {
@@ -466,7 +490,25 @@ func (w *world) settled(want int) error {
 	return nil
 }
 
-func (w *world) settledAny() error { return w.settled(-1) }
+// settle waits until the layout is settled (settled) with the same route reflectors for 10 s.
+func (w *world) settle(what string) {
+	var last string
+	var since time.Time
+	w.eventually(what, 3*time.Minute, func() error {
+		if err := w.settled(-1); err != nil {
+			last = ""
+			return err
+		}
+		rrs := fmt.Sprint(w.routeReflectors())
+		if rrs != last {
+			last, since = rrs, time.Now()
+		}
+		if time.Since(since) < 10*time.Second {
+			return fmt.Errorf("route reflectors changed %s ago", time.Since(since).Round(time.Second))
+		}
+		return nil
+	})
+}
 
 // consolidationState describes the nodes: empty ones that are not route reflectors (Karpenter's
 // to consolidate), draining ones, and the count.
@@ -515,7 +557,8 @@ func (w *world) nodeClaimOf(node string) string {
 	return ""
 }
 
-// playKubeletAndScheduler plays what the cluster has no process for, every 200 ms: each Node
+// playKubeletAndScheduler plays what the cluster has no process for, every 200 ms: a desired pod
+// that is gone (evicted by Karpenter's drain) is created again, as its ReplicaSet would; each Node
 // Karpenter created (kwok's provider ID) is made Ready with an internal address and Calico's BGP
 // address, as the kubelet and calico-node would; a terminating pod is removed (its kubelet
 // confirms it); a pending pod is bound to a Ready node of its zone without a NoSchedule or
@@ -544,15 +587,36 @@ func (w *world) playKubeletAndScheduler() (stop func()) {
 				n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
 				n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: w.ipOf(n.Name)}, {Type: corev1.NodeHostName, Address: n.Name}}
 				_, _ = w.admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+				continue
+			}
+			// The node lifecycle controller's part: the API server's admission taints a new Node
+			// not-ready; the taint goes once the node is Ready.
+			if slices.ContainsFunc(n.Spec.Taints, isNotReadyTaint) {
+				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, isNotReadyTaint)
+				_, _ = w.admin.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 			}
 		}
 		pods, err := w.admin.CoreV1().Pods(workNS).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return
 		}
+		w.ipMu.Lock()
+		missing := maps.Clone(w.desired)
+		w.ipMu.Unlock()
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				delete(missing, p.Name)
+			}
+		}
+		for name, zone := range missing {
+			if slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.Name == name }) {
+				continue // terminating: removed below, created again on the next round
+			}
+			w.pod(name, zone)
+		}
 		used := map[string]int64{}
 		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" {
+			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
 				used[p.Spec.NodeName] += p.Spec.Containers[0].Resources.Requests.Cpu().MilliValue()
 			}
 		}
@@ -585,6 +649,8 @@ func (w *world) playKubeletAndScheduler() (stop func()) {
 		}
 	})
 }
+
+func isNotReadyTaint(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady }
 
 func unschedulable(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
@@ -796,6 +862,10 @@ func (h *history) check(settledRV, forcedRV uint64) summary {
 				if _, ok := goingAt[name]; !ok && h.going(c.node) != "" {
 					goingAt[name] = c.at
 				}
+				if checking && !forced && isRR && disrupted(c.node) && (prev == nil || !disrupted(prev)) {
+					s.violations = append(s.violations, fmt.Sprintf("rv %d: Karpenter disrupts route reflector %s (%s, annotations %v) voluntarily",
+						c.rv, name, c.node.Annotations[extender.AnnotationClusterID], c.node.Annotations))
+				}
 				if prev != nil && prev.Annotations[extender.AnnotationClusterID] != "" && !isRR {
 					demotedAt[name] = c.at
 					if checking {
@@ -829,6 +899,11 @@ func (h *history) check(settledRV, forcedRV uint64) summary {
 		}
 	}
 	return s
+}
+
+// disrupted: Karpenter's taint on a node it disrupts.
+func disrupted(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "karpenter.sh/disrupted" })
 }
 
 func describe(c change) string {
