@@ -22,7 +22,7 @@
 # KARPENTER_VERSION below must match) and its go.sum, as hack/sign does.
 #
 # Usage: hack/tools.sh [kube-apiserver] [kubectl] [etcd] [helm] [confd] [calico-apiserver] [karpenter] [bird] [promtool]
-#   (no arguments = all tools). Safe to call repeatedly and concurrently; it
+#   (no arguments = all tools but karpenter). Safe to call repeatedly and concurrently; it
 #   is fast when everything is cached. At the end it writes
 #   ${cache}/bin/env.sh exporting KUBE_APISERVER, ETCD, KUBECTL, HELM, CONFD,
 #   CALICO_APISERVER, KARPENTER, BIRD and PROMTOOL.
@@ -57,7 +57,8 @@ export GOWORK=off
 export GONOSUMDB="${GONOSUMDB:-github.com/projectcalico}"
 export GO111MODULE=on
 
-ALL_TOOLS=(kube-apiserver kubectl etcd helm confd calico-apiserver karpenter bird promtool)
+# karpenter is built only when named (make test-all: its one test is a slow proof), not by default.
+ALL_TOOLS=(kube-apiserver kubectl etcd helm confd calico-apiserver bird promtool)
 
 log() { printf '%s\n' "$*" >&2; }
 die() { log "hack/tools.sh: $*"; exit 1; }

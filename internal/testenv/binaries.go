@@ -81,7 +81,7 @@ func BinaryPath(tool string) (string, error) {
 	}
 	p := filepath.Join(CacheDir(), "bin", tool+"-"+toolVersion[tool])
 	if err := checkExecutable(p); err != nil {
-		return "", fmt.Errorf("testenv: %s not found (%s unset, %s missing): run hack/tools.sh to build it", tool, envName, p)
+		return "", fmt.Errorf("testenv: %s not found (%s unset, %s missing): run hack/tools.sh %s to build it", tool, envName, p, tool)
 	}
 	return p, nil
 }
