@@ -826,7 +826,6 @@ func (h *history) check(settledRV, forcedRV uint64) summary {
 	nodes := map[string]*corev1.Node{}
 	peers := map[string]*apiv3.BGPPeer{}
 	wasRR := map[string]bool{}
-	drainedAt := map[string]uint64{}    // route reflector -> rv its draining (or going) began
 	demotedAt := map[string]time.Time{} // route reflector -> when it lost its cluster ID
 	goingAt := map[string]time.Time{}
 	for _, c := range h.changes {
@@ -888,11 +887,6 @@ func (h *history) check(settledRV, forcedRV uint64) summary {
 					demotedAt[name] = c.at
 					if checking {
 						s.handovers++
-					}
-				}
-				if extender.IsDraining(extender.FromNode(c.node)) || (isRR && h.going(c.node) != "") {
-					if _, ok := drainedAt[name]; !ok {
-						drainedAt[name] = c.rv
 					}
 				}
 			}
