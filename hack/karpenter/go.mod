@@ -1,3 +1,6 @@
+// Karpenter's controller with its kwok cloud provider (the tool line below), which
+// `hack/tools.sh karpenter` builds for test/karpenter (make test-all). Keep sigs.k8s.io/karpenter's
+// version in sync with KARPENTER_VERSION in hack/tools.sh and testenv.KarpenterVersion.
 module github.com/calico-rr-autoscaler/calico-rr-autoscaler/hack/karpenter
 
 go 1.25.5
