@@ -133,14 +133,14 @@ var (
 // (empty ones, both of a rack at once), 74 recorded states missing up to 526 node pairs in the
 // model, and 8 route reflectors deleted before their handover ended.
 //
-// Figures of two runs (2026-11-28, 2 cores shared with other helpers' live tests;
+// Figures of three runs (2026-11-28, 2 cores shared with other helpers' live tests;
 // RRA_TEST_ALL=1 go test -count=1 -v -run TestKarpenterConsolidatesAroundRouteReflectorsLarge
-// ./test/karpenter/, 2 min 53 s and 3 min 0 s, 40-60 s of it building the product): Karpenter
-// launched the 30 nodes in one batch (scale-up 48-52 s with the product's build), the product
-// settled on 8 and 10 route reflectors; the consolidation took 1 min 48 s and 1 min 59 s, to 6
-// nodes (2 route reflectors, every node holding a pod); 24 nodes deleted by Karpenter, 11 and 12
-// of them former route reflectors, each demoted first (6 and 8 handovers after the settled
-// layout), 0 pairs missing in any of the 151 and 162 recorded states, no route reflector
+// ./test/karpenter/, 2 min 53 s to 3 min 11 s, 40-60 s of it building the product): Karpenter
+// launched the 30 nodes in one batch (scale-up 48-56 s with the product's build), the product
+// settled on 8 to 10 route reflectors; the consolidation took 1 min 48 s to 2 min 3 s, to 6 nodes
+// (2 route reflectors, every node holding a pod); 24 nodes deleted by Karpenter each run, 10 to 12
+// of them former route reflectors, each demoted first (6 to 8 handovers after the settled
+// layout), 0 pairs missing in any of the 151 to 162 recorded states, no route reflector
 // disrupted voluntarily. The forced termination deleted its route reflector 0.35-0.51 s after its
 // going signal, still one (Karpenter's forced path and kwok's instant drain leave no time for a
 // handover: the product cannot prevent it, docs/autoscalers.md); the rack's other plane kept
