@@ -25,7 +25,7 @@ generate: ## Regenerate deepcopy, the CRD and its reference (docs/policy-referen
 	$(GO) run ./hack/policydoc policy/crd/routereflector.io_routereflectorpolicies.yaml docs/policy-reference.md
 	$(GO) run ./hack/metricsdoc
 
-tools: ## Build (or reuse the cached) kube-apiserver, etcd, kubectl and helm
+tools: ## Build (or reuse the cached) kube-apiserver, etcd, kubectl and helm (and more: hack/tools.sh; Karpenter's kwok controller with `hack/tools.sh karpenter`, which make test-all runs)
 	hack/tools.sh
 
 # internal/serve and bgpverify first: the two longest packages start at once; the live transitions
@@ -36,7 +36,8 @@ TEST_FLAGS ?= -p 3 -parallel 4
 test: tools ## Run every test: unit, fuzz seeds, integration on a real kube-apiserver
 	source $(TOOLS_ENV) && $(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./internal/serve/ ./internal/tools/bgpverify/ ./test/transitions/ ./...
 
-test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller, the live transitions history, the release's OCI install); not in .ci/run: run it before a release
+test-all: tools ## The slow proofs (larger sizes of proofs make test runs smaller, the live transitions history, the release's OCI install, Karpenter's controller beside the product); not in .ci/run: run it before a release
+	hack/tools.sh karpenter
 	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 90m -run 'Large$$|^TestTransitionsHistoryOnRealBIRD$$' ./...
 
 test-transitions: tools ## The live transitions proofs on confd + BIRD, the short one (in make test) and the history (in make test-all), verbose

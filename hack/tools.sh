@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the real binaries the integration tests run against:
-# kube-apiserver, kubectl, etcd, helm and Calico's confd. Everything is built
+# kube-apiserver, kubectl, etcd, helm, Calico's confd and Karpenter's controller with its kwok
+# cloud provider (test/karpenter). Everything is built
 # from source fetched through the Go module proxy (no release tarballs) and
 # cached outside the repository, keyed by version:
 #
@@ -16,11 +17,15 @@
 # bird, as root; and Debian's prometheus package for its promtool (the chart's
 # alert tests) when promtool is missing.
 #
-# Usage: hack/tools.sh [kube-apiserver] [kubectl] [etcd] [helm] [confd] [calico-apiserver] [bird] [promtool]
-#   (no arguments = all tools). Safe to call repeatedly and concurrently; it
+# Karpenter (sigs.k8s.io/karpenter/kwok, its controller with the kwok cloud provider) is built
+# from hack/karpenter, a Go module of its own that pins the version (go.mod's tool line,
+# KARPENTER_VERSION below must match) and its go.sum, as hack/sign does.
+#
+# Usage: hack/tools.sh [kube-apiserver] [kubectl] [etcd] [helm] [confd] [calico-apiserver] [karpenter] [bird] [promtool]
+#   (no arguments = all tools but karpenter). Safe to call repeatedly and concurrently; it
 #   is fast when everything is cached. At the end it writes
 #   ${cache}/bin/env.sh exporting KUBE_APISERVER, ETCD, KUBECTL, HELM, CONFD,
-#   CALICO_APISERVER, BIRD and PROMTOOL.
+#   CALICO_APISERVER, KARPENTER, BIRD and PROMTOOL.
 #
 # The first build takes ~10 minutes on 2 cores (confd about 2 more). Versions
 # can be overridden with K8S_VERSION, ETCD_VERSION, HELM_VERSION,
@@ -33,6 +38,10 @@ HELM_VERSION="${HELM_VERSION:-v3.19.5}"
 # Keep in sync with go.mod (github.com/projectcalico/calico and .../api).
 CALICO_VERSION="${CALICO_VERSION:-v0.0.0-20251021213802-b1f3c43f8437}"
 CALICO_API_VERSION="${CALICO_API_VERSION:-v0.0.0-20251022175904-f2ab03771208}"
+# Keep in sync with hack/karpenter/go.mod (sigs.k8s.io/karpenter): v1.8.x is the last line on
+# Kubernetes 1.34's client libraries (K8S_VERSION's API server) and Go 1.25.
+KARPENTER_VERSION="v1.8.2"
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 
 CACHE="${RRA_CACHE:-$HOME/.cache/calico-rr-autoscaler}"
 BIN="$CACHE/bin"
@@ -48,6 +57,7 @@ export GOWORK=off
 export GONOSUMDB="${GONOSUMDB:-github.com/projectcalico}"
 export GO111MODULE=on
 
+# karpenter is built only when named (make test-all: its one test is a slow proof), not by default.
 ALL_TOOLS=(kube-apiserver kubectl etcd helm confd calico-apiserver bird promtool)
 
 log() { printf '%s\n' "$*" >&2; }
@@ -61,6 +71,7 @@ version_of() {
     etcd) echo "$ETCD_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
     confd|calico-apiserver) echo "$CALICO_VERSION" ;;
+    karpenter) echo "$KARPENTER_VERSION" ;;
     bird) echo "1.6" ;;
     promtool) echo "debian" ;;
     *) die "unknown tool '$1' (known: ${ALL_TOOLS[*]})" ;;
@@ -79,6 +90,7 @@ smoke() {
     helm) "$bin" version --short ;;
     confd) "$bin" -version ;;
     calico-apiserver) "$bin" --help ;;
+    karpenter) test -s "$bin" ;;
   esac
 }
 
@@ -231,12 +243,23 @@ build_tool() {
       pkg="github.com/projectcalico/calico/apiserver/cmd/apiserver"
       ldflags="-s -w -X github.com/projectcalico/calico/pkg/buildinfo.Version=$CALICO_VERSION"
       ;;
+    karpenter)
+      # hack/karpenter's go.mod and go.sum pin it (go.mod's tool line); -mod=readonly: a build
+      # never rewrites them.
+      dir="$HACK_DIR/karpenter"
+      grep -q "sigs.k8s.io/karpenter $KARPENTER_VERSION" "$dir/go.mod" \
+        || die "hack/karpenter/go.mod does not require sigs.k8s.io/karpenter $KARPENTER_VERSION"
+      pkg="sigs.k8s.io/karpenter/kwok"
+      ldflags="-s -w -X sigs.k8s.io/karpenter/pkg/operator.Version=$KARPENTER_VERSION"
+      ;;
   esac
 
   tmp="$BIN/.$tool-$ver.tmp.$$"
   TMPFILES+=("$tmp")
   local start=$SECONDS
-  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$tmp" "$pkg") \
+  local mflag=()
+  [[ "$tool" == karpenter ]] && mflag=(-mod=readonly)
+  (cd "$dir" && go build "${mflag[@]}" -trimpath -ldflags "$ldflags" -o "$tmp" "$pkg") \
     || die "building $tool $ver failed"
   smoke "$tool" "$tmp" >/dev/null 2>&1 || die "built $tool $ver but '$tool' does not run"
   chmod 0755 "$tmp"
@@ -359,6 +382,7 @@ TMPFILES+=("$env_tmp")
   echo "export HELM='$(path_of helm)'"
   echo "export CONFD='$(path_of confd)'"
   echo "export CALICO_APISERVER='$(path_of calico-apiserver)'"
+  echo "export KARPENTER='$(path_of karpenter)'"
   if [[ -n "$(bird_path)" ]]; then
     echo "export BIRD='$(bird_path)'"
   fi
@@ -368,7 +392,7 @@ TMPFILES+=("$env_tmp")
 } >"$env_tmp"
 mv -f "$env_tmp" "$BIN/env.sh"
 
-for v in KUBE_APISERVER:kube-apiserver ETCD:etcd KUBECTL:kubectl HELM:helm CONFD:confd CALICO_APISERVER:calico-apiserver; do
+for v in KUBE_APISERVER:kube-apiserver ETCD:etcd KUBECTL:kubectl HELM:helm CONFD:confd CALICO_APISERVER:calico-apiserver KARPENTER:karpenter; do
   p="$(path_of "${v#*:}")"
   if [[ -x "$p" ]]; then
     echo "${v%%:*}=$p"

@@ -16,6 +16,9 @@ const (
 	// CalicoVersion is the github.com/projectcalico/calico module version (go.mod's) the Calico
 	// API server is built from.
 	CalicoVersion = "v0.0.0-20251021213802-b1f3c43f8437"
+	// KarpenterVersion is sigs.k8s.io/karpenter's (hack/karpenter/go.mod's): its controller with
+	// the kwok cloud provider (test/karpenter).
+	KarpenterVersion = "v1.8.2"
 )
 
 // Tool names accepted by BinaryPath and RequireBinary.
@@ -26,6 +29,8 @@ const (
 	ToolHelm          = "helm"
 	// ToolCalicoAPIServer is Calico's API server (apiserver/cmd/apiserver of the calico module).
 	ToolCalicoAPIServer = "calico-apiserver"
+	// ToolKarpenter is Karpenter's controller with its kwok cloud provider (sigs.k8s.io/karpenter/kwok).
+	ToolKarpenter = "karpenter"
 )
 
 var toolEnv = map[string]string{
@@ -34,6 +39,7 @@ var toolEnv = map[string]string{
 	ToolKubectl:         "KUBECTL",
 	ToolHelm:            "HELM",
 	ToolCalicoAPIServer: "CALICO_APISERVER",
+	ToolKarpenter:       "KARPENTER",
 }
 
 var toolVersion = map[string]string{
@@ -42,6 +48,7 @@ var toolVersion = map[string]string{
 	ToolKubectl:         KubernetesVersion,
 	ToolHelm:            HelmVersion,
 	ToolCalicoAPIServer: CalicoVersion,
+	ToolKarpenter:       KarpenterVersion,
 }
 
 // CacheDir is hack/tools.sh's cache: $RRA_CACHE, else
@@ -74,7 +81,7 @@ func BinaryPath(tool string) (string, error) {
 	}
 	p := filepath.Join(CacheDir(), "bin", tool+"-"+toolVersion[tool])
 	if err := checkExecutable(p); err != nil {
-		return "", fmt.Errorf("testenv: %s not found (%s unset, %s missing): run hack/tools.sh to build it", tool, envName, p)
+		return "", fmt.Errorf("testenv: %s not found (%s unset, %s missing): run hack/tools.sh %s to build it", tool, envName, p, tool)
 	}
 	return p, nil
 }
