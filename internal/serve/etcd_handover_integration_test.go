@@ -23,6 +23,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/reconciler"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 )
 
 // etcdCalicoNode plays calico-node on etcd for every CalicoNodeStatus there: it writes an
@@ -143,13 +144,18 @@ func TestEtcdHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
 	}
 }
 
-// TestEtcdDualStackOnRealAPIServer: with the etcd datastore the Kubernetes Nodes carry no Calico
+// TestEtcdDualStackOnRealAPIServerLarge: with the etcd datastore the Kubernetes Nodes carry no Calico
 // address; a node's address families are its Calico Node's spec.bgp.ipv4Address and ipv6Address.
 // Three IPv4-only nodes (one per zone) join first and become route reflectors; nine dual-stack ones
 // join: the cluster is dual-stack, the IPv4-only route reflectors lack IPv6
 // (missing-address-family) and are handed over (BGPSessions) to dual-stack nodes, only once each
 // moving dual-stack client is Established with them in IPv6 as well as IPv4.
-func TestEtcdDualStackOnRealAPIServer(t *testing.T) {
+//
+// In make test-all: make test proves its parts apart at less cost, the dual-stack handover on
+// the Kubernetes datastore (TestDualStackBGPFamiliesOnRealAPIServer) and the handover by sessions
+// on etcd (TestEtcdHandoverBGPSessionsOnRealAPIServer).
+func TestEtcdDualStackOnRealAPIServerLarge(t *testing.T) {
+	testenv.SlowProof(t)
 	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w, calicoctl := newEtcdWorld(t)
 	w.applyDefaultPolicy(`

@@ -30,13 +30,18 @@ func etcdRouting(t *testing.T, c *calicoetcd.Store) (missing int64, mesh bool, s
 	return m.Summary.MissingPairs, mesh, st
 }
 
-// TestEtcdPoliciesUninstallOnRealAPIServer: the two-policy uninstall of
+// TestEtcdPoliciesUninstallOnRealAPIServerLarge: the two-policy uninstall of
 // TestPoliciesDeletionOnRealAPIServer in the etcd datastore, where the mesh setting, the roles
 // and the BGPPeers live in etcd: two pools, both migrating off the node-to-node mesh, deleted at
 // once by `calico-rr-autoscaler uninstall` (the chart's pre-delete hook). The graph model on
 // etcd's state misses no pair at any step (sampled every 100 ms), and at the end the mesh is on in
 // etcd, no Calico Node keeps an owned label or a cluster ID, and no BGPPeer is left there.
-func TestEtcdPoliciesUninstallOnRealAPIServer(t *testing.T) {
+//
+// In make test-all: make test proves the two-policy release on the Kubernetes datastore
+// (TestPoliciesDeletionOnRealAPIServer, TestUninstallOnRealAPIServer) and the product's writes to
+// etcd (TestEtcdDatastoreOnRealAPIServer).
+func TestEtcdPoliciesUninstallOnRealAPIServerLarge(t *testing.T) {
+	testenv.SlowProof(t)
 	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w, calicoctl := newEtcdWorld(t)
 	var err error

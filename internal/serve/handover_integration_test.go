@@ -335,9 +335,12 @@ func TestHandoverBGPSessionsOnRealAPIServer(t *testing.T) {
 	})
 }
 
-// TestHandoverBGPSessionsIPv6OnRealAPIServer: with IPv6-only nodes (calico-node reports peersV6
+// TestHandoverBGPSessionsIPv6OnRealAPIServerLarge: with IPv6-only nodes (calico-node reports peersV6
 // only), a cordoned route reflector hands over by its sessions, long before removalDelay (10m).
-func TestHandoverBGPSessionsIPv6OnRealAPIServer(t *testing.T) {
+// In make test-all: make test's TestDualStackBGPFamiliesOnRealAPIServer holds a handover to
+// the IPv6 sessions (peersV6) as well as the IPv4 ones.
+func TestHandoverBGPSessionsIPv6OnRealAPIServerLarge(t *testing.T) {
+	testenv.SlowProof(t)
 	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	w.applyDefaultPolicy(`

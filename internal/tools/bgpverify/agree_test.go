@@ -126,8 +126,8 @@ func speakersAgree(t *testing.T, plans []agreePlan, speakers ...string) {
 
 // The plan where GoBGP used to disagree with BIRD: DualPlane in racks of 20 at 90 nodes (GoBGP lost
 // 446 pairs after a spine member's loss, BIRD and the model none). GoBGP is checked against the
-// model node by node here (BIRD agrees with the model on fresh plans in TestBIRDMatchesModel and
-// TestCalicoMatchesModel); TestSpeakersAgreeLarge runs BIRD beside it on every failure and adds
+// model node by node here (BIRD agrees with the model on fresh plans in TestCalico/MatchesModel,
+// on confd's configuration, and in TestBIRDMatchesModelLarge); TestSpeakersAgreeLarge runs BIRD beside it on every failure and adds
 // Hierarchical, MultiCluster and DualPlane at 300 nodes.
 func TestSpeakersAgree(t *testing.T) {
 	t.Parallel()
@@ -138,7 +138,7 @@ func TestSpeakersAgree(t *testing.T) {
 // run) and adds, on GoBGP against the model, every failure of Hierarchical, MultiCluster and the
 // default layout at 300 nodes: what it proves beyond TestSpeakersAgree is that BIRD's blocks are
 // GoBGP's, node by node, on the failures GoBGP used to get wrong, and GoBGP's the model's on more
-// layouts (BIRD's are the model's on fresh plans of every layout in TestBIRDMatchesModel).
+// layouts (BIRD's are the model's on fresh plans of every layout in TestCalico/MatchesModel).
 func TestSpeakersAgreeLarge(t *testing.T) {
 	t.Parallel()
 	testenv.SlowProof(t)
