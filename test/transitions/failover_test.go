@@ -151,8 +151,8 @@ func (w *world) leaseHolder() string {
 // It runs in make test: 3.1-3.2 minutes on 2 cores (setup 30 s to every pair routed, the lease
 // 16-18 s, six renumberings 10 s apart, the final checks), more than the 2.5 minutes aimed at.
 //
-// Runs on 2026-11-28 (go test -count=1 -v -run 'TestFailoverRenumberingOnRealBIRD$'
-// ./test/transitions/, load average 1.5 to 4.5 beside other helpers' tests). Gaps between
+// Runs on 2026-11-28, every BIRD read every 100 ms (every 200 ms since 2026-11-29, sampleEvery)
+// (go test -count=1 -v -run 'TestFailoverRenumberingOnRealBIRD$' ./test/transitions/, load average 1.5 to 4.5 beside other helpers' tests). Gaps between
 // successive renumberings as the test's watch saw them, the first across the kill:
 //   - 20:47: failed on an assertion of the test's own (it wanted all 12 route reflectors kept;
 //     DualPlane's plan has 8): killed 190 ms after the first renumbering was seen, the lease taken
@@ -260,7 +260,7 @@ func failoverRenumbering(t *testing.T, pending bool) {
 		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
 	}
 	w.eventually("12 route reflectors (Hierarchical, racks of 10)", time.Minute, func() error { return w.settled(12) })
-	h := startHistory(t, w, lab, names, start)
+	h := startHistory(t, w, lab, names, start, sampleEvery)
 
 	before := w.roles()
 	renums := watchRenumberings(t, w)

@@ -101,7 +101,7 @@ func TestTwoRouteReflectorsLostOnRealBIRDLarge(t *testing.T) {
 		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
 	}
 	w.eventually("8 route reflectors (3 racks of 2, a spine of 2)", time.Minute, func() error { return w.settled(8) })
-	h := startHistory(t, w, lab, names, start)
+	h := startHistory(t, w, lab, names, start, sampleEveryLarge)
 	w.reportStatuses(lab)
 	// Every route reflector seen alive before the first event: BGP health does not judge one whose
 	// sessions (re)started less than idSettleMax ago and that it has not seen Established since
