@@ -40,7 +40,7 @@ func (r *Reconciler) loadTransitions(ctx context.Context, st *State) {
 	}
 	m.trans = transitions.FromAPI(src.Status.Transitions, st.Now)
 	m.persisted = src.Status.Transitions
-	m.loaded = true
+	m.loaded, m.loadedAt = true, st.Now
 	if n := m.trans.Len(); n > 0 {
 		r.Log.Info("transitions resumed from the policy's status", "policy", st.Name, "records", n)
 	}

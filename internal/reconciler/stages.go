@@ -355,11 +355,13 @@ func withPatch(m map[string]string, patch map[string]*string) map[string]string 
 }
 
 // idStageWait is how long the next cluster-ID change must still wait for the last one (0: go),
-// and the route reflector renumbered last.
+// and the route reflector renumbered last. Without a record of the last one, a leader's first
+// renumbering waits the settle time from the leader's load: a leader of a release before the
+// records (0.2.0 staged in memory) may have renumbered one just before it lost the lease.
 func idStageWait(st *State, m *handoverMemo) (time.Duration, string) {
 	last := m.trans.Latest(transitions.Renumber)
 	if last == nil || st.View[last.Node] == nil {
-		return 0, ""
+		return max(0, m.loadedAt.Add(idSettle).Sub(st.Now)), "(a renumbering before this leader)"
 	}
 	return last.Wait(st.Now, verifies(st)), last.Node
 }
