@@ -103,8 +103,8 @@ type handoverMemo struct {
 	trans     *transitions.Table
 	persisted []v1alpha1.Transition
 	loaded    bool
-	// loadedAt: when this leader loaded them (its first reconcile of the policy).
-	loadedAt time.Time
+	// writesRead: unrecordedRenumber has read the route reflectors' last writes.
+	writesRead bool
 	// moveSets: the BGPPeers of the transitional peering and uplink sets this leader has looked
 	// at (adoptTransitionalSets).
 	moveSets map[string]bool

@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,7 +45,7 @@ func (r *Reconciler) loadTransitions(ctx context.Context, st *State) {
 	}
 	m.trans = transitions.FromAPI(src.Status.Transitions, st.Now)
 	m.persisted = src.Status.Transitions
-	m.loaded, m.loadedAt = true, st.Now
+	m.loaded = true
 	if n := m.trans.Len(); n > 0 {
 		r.Log.Info("transitions resumed from the policy's status", "policy", st.Name, "records", n)
 	}
@@ -79,3 +84,61 @@ func (r *Reconciler) expireTransitions(st *State) {
 			"%s record of %s (started %s) dropped: the node is gone", rec.Kind, rec.Node, rec.Started.UTC().Format("15:04:05.000"))
 	}
 }
+
+// unrecordedRenumber gives a leader that finds cluster-ID changes held and no Renumber record the
+// start of the last renumbering from the API: the latest write of this product's field manager
+// to a route reflector of the view that keeps its role (its Node's managedFields, read from the
+// API server once per leader), when it is less than idSettle old. A leader of a release before
+// the records (0.2.0 staged them in memory) may have renumbered one just before a `helm upgrade`
+// took its lease; without this, the new leader's first renumbering went at once. The start is
+// kept as that node's Renumber record, persisted with the others, so a leader after this one
+// does not read it again.
+func (r *Reconciler) unrecordedRenumber(ctx context.Context, st *State, held []nodePatch) {
+	m := r.memo(st.Name)
+	if m.writesRead || m.trans.Latest(transitions.Renumber) != nil {
+		return
+	}
+	m.writesRead = true
+	var node string
+	var at time.Time
+	for _, name := range slices.Sorted(maps.Keys(st.View)) {
+		if !isCurrentRR(st.Managed.Resolved, st.View[name]) || slices.ContainsFunc(held, func(np nodePatch) bool { return np.name == name }) {
+			continue
+		}
+		n := &corev1.Node{}
+		if err := r.reader().Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			continue
+		}
+		if t := productWrite(n.ManagedFields, st.Now); t.After(at) {
+			node, at = name, t
+		}
+	}
+	// managedFields keep whole seconds: the write was made within the second after at.
+	if at = at.Add(time.Second); at.After(st.Now) {
+		at = st.Now
+	}
+	if node != "" && st.Now.Sub(at) < idSettle {
+		m.trans.Assume(transitions.Renumber, at, node)
+		r.Log.Info("a cluster-ID change no record holds: the next waits for it", "policy", st.Name, "node", node, "written", at.UTC().Format(time.RFC3339))
+	}
+}
+
+// productWrite is the latest time not after now at which a field manager of this product
+// (calico-rr-autoscaler, its full build included) updated the object's own fields (not a
+// subresource); zero: none.
+func productWrite(fields []metav1.ManagedFieldsEntry, now time.Time) time.Time {
+	var out time.Time
+	for _, f := range fields {
+		if !strings.HasPrefix(f.Manager, fieldManagerPrefix) || f.Subresource != "" || f.Time == nil || f.Time.Time.After(now) {
+			continue
+		}
+		if f.Time.Time.After(out) {
+			out = f.Time.Time
+		}
+	}
+	return out
+}
+
+// fieldManagerPrefix starts the field manager of this product's writes (client-go's default: the
+// binary's name).
+const fieldManagerPrefix = "calico-rr-autoscaler"

@@ -161,3 +161,30 @@ func TestFailoverResumesHandover(t *testing.T) {
 	}, up, 25, time.Second)
 	require.True(t, one.sawKind(transitions.SessionsRestart), "the handover promoted: %q", one.records)
 }
+
+// TestProductWrite: the latest write of the product's field managers to an object's own fields,
+// not after now.
+func TestProductWrite(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: now.Add(d)} }
+	for _, tc := range []struct {
+		name   string
+		fields []metav1.ManagedFieldsEntry
+		want   time.Time
+	}{
+		{"none", nil, time.Time{}},
+		{"another manager", []metav1.ManagedFieldsEntry{{Manager: "kubelet", Time: at(-time.Second)}}, time.Time{}},
+		{"the status subresource", []metav1.ManagedFieldsEntry{{Manager: "calico-rr-autoscaler", Subresource: "status", Time: at(-time.Second)}}, time.Time{}},
+		{"after now", []metav1.ManagedFieldsEntry{{Manager: "calico-rr-autoscaler", Time: at(time.Second)}}, time.Time{}},
+		{"no time", []metav1.ManagedFieldsEntry{{Manager: "calico-rr-autoscaler"}}, time.Time{}},
+		{"the latest of both builds", []metav1.ManagedFieldsEntry{
+			{Manager: "calico-rr-autoscaler", Time: at(-5 * time.Second)},
+			{Manager: "calico-rr-autoscaler-full", Time: at(-2 * time.Second)},
+			{Manager: "kubectl", Time: at(-time.Second)},
+		}, now.Add(-2 * time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.True(t, tc.want.Equal(productWrite(tc.fields, now)), "got %v", productWrite(tc.fields, now))
+		})
+	}
+}

@@ -106,6 +106,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		transitionHeld.WithLabelValues(st.Name).Set(float64(len(held)))
 		r.Log.V(1).Info("cluster-ID change held", append([]any{"policy", st.Name, "node", held[0].name, "reason", "ClusterIDChangeStaged"}, why...)...)
 	}
+	r.unrecordedRenumber(ctx, st, held)
 	if wait, last := idStageWait(st, m); wait > 0 {
 		hold(wait, "until the sessions of", last)
 		return
@@ -355,13 +356,11 @@ func withPatch(m map[string]string, patch map[string]*string) map[string]string 
 }
 
 // idStageWait is how long the next cluster-ID change must still wait for the last one (0: go),
-// and the route reflector renumbered last. Without a record of the last one, a leader's first
-// renumbering waits the settle time from the leader's load: a leader of a release before the
-// records (0.2.0 staged in memory) may have renumbered one just before it lost the lease.
+// and the route reflector renumbered last.
 func idStageWait(st *State, m *handoverMemo) (time.Duration, string) {
 	last := m.trans.Latest(transitions.Renumber)
 	if last == nil || st.View[last.Node] == nil {
-		return max(0, m.loadedAt.Add(idSettle).Sub(st.Now)), "(a renumbering before this leader)"
+		return 0, ""
 	}
 	return last.Wait(st.Now, verifies(st)), last.Node
 }

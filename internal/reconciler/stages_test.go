@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
@@ -180,4 +181,92 @@ func TestStagedClusterIDKeepsTopLevel(t *testing.T) {
 	require.Contains(t, h.node("c-01").Labels, extender.LabelTopLevel)
 	require.NotContains(t, h.node("c-00").Labels, extender.LabelTopLevel)
 	require.NotEmpty(t, h.node("c-00").Annotations[extender.AnnotationDrainingSince])
+}
+
+// TestUnrecordedRenumberingWaits: a leader of a release before the records (0.2.0 staged its
+// cluster-ID changes in memory) renumbers a route reflector of a Hierarchical racks split and
+// loses the lease (a `helm upgrade`). Its successor finds the staging in flight and no Renumber
+// record; it reads the last write of the product's field manager to a route reflector that keeps
+// its role from the Node's managedFields and waits the settle rule from there (the second
+// renumbering idSettle after the first, not at once), keeping that start as a record. Without the
+// managedFields entry (the control) it renumbers the next at once, which is what the entry
+// prevents.
+func TestUnrecordedRenumberingWaits(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		written bool // the older leader's write is in the Node's managedFields
+	}{{"write in managedFields", true}, {"no write known", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := settle(newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+				s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(30))}
+			}, cluster(90)), func(*harness) {}, 4*time.Second)
+			h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) {
+				s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(12))}
+			})
+			before := h.rrs()
+			h.reconcile()
+			first := renumbered(before, h.rrs())
+			require.Len(t, first, 1, "the split's first renumbering")
+			at := h.now
+
+			// What an older leader leaves: no record in the status, its write in managedFields.
+			pol := &v1alpha1.RouteReflectorPolicy{}
+			require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
+			orig := pol.DeepCopy()
+			pol.Status.Transitions = nil
+			require.NoError(t, h.client.Status().Patch(context.Background(), pol, client.MergeFrom(orig)))
+			// The fake API server keeps no managedFields: the new leader's reads get them here.
+			var fields map[string][]metav1.ManagedFieldsEntry
+			if tc.written {
+				fields = map[string][]metav1.ManagedFieldsEntry{first[0]: {
+					{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: at.Add(2 * time.Second)}},
+					{Manager: "calico-rr-autoscaler", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: at}},
+				}}
+			}
+
+			h.failover()
+			h.r.APIReader = managedFieldsReader{h.client, fields}
+			h.now = at.Add(2 * time.Second)
+			before = h.rrs()
+			h.reconcile()
+			next := renumbered(before, h.rrs())
+			if !tc.written {
+				require.Len(t, next, 1, "without a known write the new leader renumbers at once")
+				return
+			}
+			require.Empty(t, next, "2 s after the older leader's renumbering")
+			require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
+			require.Len(t, pol.Status.Transitions, 1, "the wait is a record: %+v", pol.Status.Transitions)
+			tr := pol.Status.Transitions[0]
+			require.Equal(t, string(transitions.Renumber)+" "+first[0], tr.Kind+" "+tr.Node)
+			require.True(t, at.Add(time.Second).Equal(tr.StartedAt.Time), "from the write, rounded up to its second: %v", tr.StartedAt)
+
+			// A leader after it resumes that wait; the next goes once the settle rule allows.
+			h.failover()
+			h.now = at.Add(idSettle)
+			before = h.rrs()
+			h.reconcile()
+			require.Empty(t, renumbered(before, h.rrs()), "idSettle after the write, within its second")
+			h.now = at.Add(idSettle + time.Second)
+			before = h.rrs()
+			h.reconcile()
+			require.Len(t, renumbered(before, h.rrs()), 1, "the next renumbering, idSettle after the write's second")
+		})
+	}
+}
+
+// managedFieldsReader reads through Reader, giving the Nodes named in fields those managedFields.
+type managedFieldsReader struct {
+	client.Reader
+	fields map[string][]metav1.ManagedFieldsEntry
+}
+
+func (r managedFieldsReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := r.Reader.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	if n, ok := obj.(*corev1.Node); ok && r.fields[n.Name] != nil {
+		n.ManagedFields = r.fields[n.Name]
+	}
+	return nil
 }

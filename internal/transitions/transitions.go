@@ -204,6 +204,13 @@ func (t *Table) Start(kind Kind, now time.Time, nodes ...string) {
 	}
 }
 
+// Assume records that the node's sessions (re)started at started for the kind's reason, a start
+// no record held (a leader of a release before the records may have made it): confirmed, not
+// pending, so that a later leader's wait counts from the same start.
+func (t *Table) Assume(kind Kind, started time.Time, node string) {
+	t.put(&Record{Kind: kind, Node: node, Started: started, Waits: DefaultWaits})
+}
+
 // Get is the kind's record of the node (nil: none).
 func (t *Table) Get(kind Kind, node string) *Record {
 	if t == nil {
