@@ -34,8 +34,10 @@ func (h *harness) failover() {
 }
 
 // rendered is what confd renders of each node's BGP configuration from the product's writes: the
-// route reflector label and cluster ID, the draining mark, and the peering set (its BGPPeer's
-// route reflectors), keyed by node name.
+// route reflector label and cluster ID, the peering set and the uplink set (their BGPPeers' route
+// reflectors), keyed by node name; and what every node's render reads besides: whether the
+// node-to-node mesh is on (key "BGPConfiguration default") and every BGPPeer, the product's and
+// hand-written ones (key "BGPPeer <name>").
 func (h *harness) rendered() map[string]string {
 	h.t.Helper()
 	nodes := &corev1.NodeList{}
@@ -44,9 +46,17 @@ func (h *harness) rendered() map[string]string {
 	out := map[string]string{}
 	for _, n := range nodes.Items {
 		_, rr := n.Labels["calico-route-reflector"]
-		set := n.Labels[extender.LabelPeeringSet]
-		out[n.Name] = fmt.Sprintf("rr=%v id=%s set=%s peers=%s", rr, n.Annotations[extender.AnnotationClusterID], set,
-			sets[extender.BGPPeerPrefix+set])
+		set, up := n.Labels[extender.LabelPeeringSet], n.Labels[extender.LabelUplinkSet]
+		out[n.Name] = fmt.Sprintf("rr=%v id=%s set=%s peers=%s uplink=%s uplinks=%s", rr, n.Annotations[extender.AnnotationClusterID], set,
+			sets[extender.BGPPeerPrefix+set], up, sets[extender.SetBGPPeerName(extender.LabelUplinkSet, up)])
+	}
+	mesh := "on"
+	if meshOff(h) {
+		mesh = "off"
+	}
+	out["BGPConfiguration default"] = "nodeToNodeMesh=" + mesh
+	for name, sel := range sets {
+		out["BGPPeer "+name] = sel
 	}
 	return out
 }

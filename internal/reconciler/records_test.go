@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -43,6 +45,20 @@ func settle(h *harness, between func(*harness), interval time.Duration) *harness
 func failoverTwin(t *testing.T, settled func() *harness, change func(h *harness), between func(h *harness),
 	steps int, interval time.Duration) (one, many *twinRun) {
 	t.Helper()
+	one, many = twinRuns(t, settled, change, between, steps, interval)
+	for i := range one.rendered {
+		for _, n := range keysOf(one.rendered[i], many.rendered[i]) {
+			require.Equal(t, one.rendered[i][n], many.rendered[i][n],
+				"reconcile %d, %s: a new leader from the API state alone wrote otherwise (records %q)", i, n, many.records[i])
+		}
+	}
+	return one, many
+}
+
+// twinRuns makes failoverTwin's two runs.
+func twinRuns(t *testing.T, settled func() *harness, change func(h *harness), between func(h *harness),
+	steps int, interval time.Duration) (one, many *twinRun) {
+	t.Helper()
 	run := func(failover bool) *twinRun {
 		h := settled()
 		change(h)
@@ -66,14 +82,27 @@ func failoverTwin(t *testing.T, settled func() *harness, change func(h *harness)
 		}
 		return out
 	}
-	one, many = run(false), run(true)
-	for i := range one.rendered {
-		for _, n := range slices.Sorted(maps.Keys(one.rendered[i])) {
-			require.Equal(t, one.rendered[i][n], many.rendered[i][n],
-				"reconcile %d, node %s: a new leader from the API state alone wrote otherwise (records %q)", i, n, many.records[i])
+	return run(false), run(true)
+}
+
+// keysOf is the keys of a and b, sorted.
+func keysOf(a, b map[string]string) []string {
+	out := slices.Collect(maps.Keys(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
 		}
 	}
-	return one, many
+	slices.Sort(out)
+	return out
+}
+
+// deletePolicy deletes the harness's policy (its release starts: the finalizer holds it).
+func (h *harness) deletePolicy() {
+	h.t.Helper()
+	pol := &v1alpha1.RouteReflectorPolicy{}
+	require.NoError(h.t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
+	require.NoError(h.t, h.client.Delete(context.Background(), pol))
 }
 
 // sawKind: some reconcile of the run left a record of the kind in the policy's status.
@@ -134,11 +163,7 @@ func TestFailoverResumesClientMoves(t *testing.T) {
 // before every reconcile releases them when the single leader does.
 func TestFailoverResumesRelease(t *testing.T) {
 	one, _ := failoverTwin(t, func() *harness { return migrated(t, twoZoneRacks(24), dualPlaneRacksOf8) },
-		func(h *harness) {
-			pol := &v1alpha1.RouteReflectorPolicy{}
-			require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
-			require.NoError(t, h.client.Delete(context.Background(), pol))
-		}, func(h *harness) { h.calicoNodeAllUp() }, 40, 2*time.Second)
+		(*harness).deletePolicy, func(h *harness) { h.calicoNodeAllUp() }, 40, 2*time.Second)
 	require.True(t, one.sawKind(transitions.ReleaseStep), "the release went in steps: %q", one.records)
 }
 
@@ -185,6 +210,221 @@ func TestProductWrite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.True(t, tc.want.Equal(productWrite(tc.fields, now)), "got %v", productWrite(tc.fields, now))
+		})
+	}
+}
+
+// failoverTwinLater is failoverTwin for a wait a leader keeps in its memory (the handover memo's
+// meshSince, adoptSince, the sessions it verified): a new leader starts it again when it first
+// looks, so it may write later than the old leader, never sooner and never otherwise. Every
+// reconcile of the second run must have written, of every node and object (rendered), the states
+// the first run wrote so far in their order, a prefix of them.
+func failoverTwinLater(t *testing.T, settled func() *harness, change func(h *harness), between func(h *harness),
+	steps int, interval time.Duration) (one, many *twinRun) {
+	t.Helper()
+	one, many = twinRuns(t, settled, change, between, steps, interval)
+	oneSeen, manySeen := map[string][]string{}, map[string][]string{}
+	add := func(seen map[string][]string, n, s string) {
+		if l := seen[n]; len(l) == 0 || l[len(l)-1] != s {
+			seen[n] = append(l, s)
+		}
+	}
+	for i := range one.rendered {
+		for _, n := range keysOf(one.rendered[i], many.rendered[i]) {
+			add(oneSeen, n, one.rendered[i][n])
+			add(manySeen, n, many.rendered[i][n])
+			o, m := oneSeen[n], manySeen[n]
+			require.True(t, len(m) <= len(o) && slices.Equal(o[:len(m)], m),
+				"reconcile %d, %s: a new leader from the API state alone wrote sooner or otherwise than the old one:\nold %q\nnew %q (records %q)",
+				i, n, o, m, many.records[i])
+		}
+	}
+	return one, many
+}
+
+// narrowedAt is the first reconcile of the run after which a peering set's BGPPeer selects fewer
+// route reflectors than after the one before, and some of the same (-1: none): the BGPPeer
+// narrowing of a make-before-break.
+func (r *twinRun) narrowedAt() int {
+	for i := 1; i < len(r.rendered); i++ {
+		for n, sel := range r.rendered[i] {
+			if !strings.HasPrefix(n, "BGPPeer "+extender.BGPPeerPrefix) {
+				continue
+			}
+			now, ok := extender.PeerRouteReflectorIDs(sel)
+			was, ok2 := extender.PeerRouteReflectorIDs(r.rendered[i-1][n])
+			if ok && ok2 && len(now) > 0 && len(now) < len(was) && len(minus(now, was)) == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// TestFailoverResumesEveryKind: failoverTwin for the transition kinds the twins above leave out,
+// each asserting that the single leader made the move (so that the twin compared something): an
+// uplink move (a DualPlane spine member cordoned: UplinkMove records); a BGPPeer narrowing (a
+// DualPlane rack's two route reflectors cordoned: the rack's BGPPeer selects the old and the new
+// ones, then the new ones); BGP health's settling (the same with BGP health on and the new route
+// reflectors' reports showing every session down for 20 s: starting, by their SessionsRestart
+// records, they are not judged and keep their role); a demotion (a scale-down from 9 route
+// reflectors to 3, through client moves); the mesh turned off (BGPSessions); the mesh restored by
+// a deleted policy's release. Each fails with the records' loading broken (a new leader starting
+// from an empty table). The mesh turned off with handover Delay and the adoption of hand-written
+// BGPPeers wait on the handover memo (meshSince, adoptSince, the sessions verified), which a new
+// leader starts again when it first looks: failoverTwinLater, the new leader never sooner (with a
+// new leader before every reconcile these moves never come; the single leader's do).
+func TestFailoverResumesEveryKind(t *testing.T) {
+	none := func(*harness) {}
+	up := func(h *harness) { h.calicoNode() }
+	on := true
+	dualPlane := func(health bool) func() *harness {
+		return func() *harness {
+			return settle(newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+				s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptrTo(int32(10))}
+				s.RemovalDelay = &metav1.Duration{Duration: 3 * time.Second}
+				if health {
+					s.BGPHealth = &v1alpha1.BGPHealth{Enabled: &on, GracePeriod: &metav1.Duration{Duration: 5 * time.Second}}
+				}
+			}, ipCluster(30)), up, time.Minute)
+		}
+	}
+	// cordonRack cordons the two route reflectors of the first rack.
+	cordonRack := func(h *harness) {
+		var id string
+		for _, rr := range h.r.last[h.policyNm].RouteReflectors {
+			if !rr.Spine && (id == "" || rr.ClusterID == id) {
+				id = rr.ClusterID
+				h.update(rr.Node, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+			}
+		}
+	}
+	// slowBIRD: calico-node reports, and the route reflectors promoted after the change show
+	// every session down until 20 s after it.
+	type slow struct {
+		rrs   map[string]string
+		until time.Time
+	}
+	slowOf := map[*harness]*slow{}
+	slowBIRD := func(h *harness) {
+		h.calicoNode()
+		s := slowOf[h]
+		if s == nil {
+			s = &slow{rrs: h.rrs(), until: h.now.Add(20 * time.Second)}
+			slowOf[h] = s
+		}
+		if h.now.After(s.until) {
+			return
+		}
+		h.reportStatuses(func(cns *apiv3.CalicoNodeStatus, _ []corev1.Node) {
+			if _, old := s.rrs[cns.Spec.Node]; !old {
+				for i := range cns.Status.BGP.PeersV4 {
+					cns.Status.BGP.PeersV4[i].State = apiv3.BGPSessionStateActive
+				}
+			}
+		})
+	}
+	meshHarness := func(mode v1alpha1.HandoverMode) func() *harness {
+		return func() *harness {
+			return newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+				sessionsPolicy(3 * time.Second)(s)
+				s.Handover = mode
+				s.MigrateFromNodeMesh = true
+			}, ipCluster(12))
+		}
+	}
+	adoptHarness := func(mode v1alpha1.HandoverMode) func() *harness {
+		return func() *harness {
+			return handBuilt(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+				sessionsPolicy(5 * time.Second)(s)
+				s.Handover = mode
+				s.AdoptBGPPeers = true
+			})
+		}
+	}
+	mesh := func(want string) func(t *testing.T, one *twinRun) {
+		return func(t *testing.T, one *twinRun) {
+			last := one.rendered[len(one.rendered)-1]
+			require.Equal(t, "nodeToNodeMesh="+want, last["BGPConfiguration default"], "the mesh")
+		}
+	}
+	adopted := func(t *testing.T, one *twinRun) {
+		last := one.rendered[len(one.rendered)-1]
+		require.NotContains(t, last, "BGPPeer peer-to-rrs", "the hand-written BGPPeer adopted")
+		require.Contains(t, last, "BGPPeer tor", "a BGPPeer to an address stays")
+	}
+	for _, tc := range []struct {
+		name     string
+		settled  func() *harness
+		change   func(h *harness)
+		between  func(h *harness)
+		steps    int
+		interval time.Duration
+		later    bool // failoverTwinLater
+		check    func(t *testing.T, one *twinRun)
+	}{
+		{"uplink move", func() *harness {
+			return settle(newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+				sessionsPolicy(3 * time.Second)(s)
+				s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptrTo(int32(15))}
+			}, ipCluster(90)), up, time.Minute)
+		}, func(h *harness) {
+			for _, rr := range h.r.last[h.policyNm].RouteReflectors {
+				if rr.Spine && rr.Plane == 1 {
+					h.update(rr.Node, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+				}
+			}
+		}, up, 10, 2 * time.Second, false, func(t *testing.T, one *twinRun) {
+			require.True(t, one.sawKind(transitions.UplinkMove), "the spine member's rack route reflectors moved: %q", one.records)
+		}},
+		{"BGPPeer narrowing", dualPlane(false), cordonRack, none, 8, 2 * time.Second, false, func(t *testing.T, one *twinRun) {
+			// The rack's BGPPeer selects the old and the new route reflectors, then the new ones.
+			require.Positive(t, one.narrowedAt(), "the rack's BGPPeer narrowed after the union")
+		}},
+		{"BGP health settling", dualPlane(true), cordonRack, slowBIRD, 12, 2 * time.Second, false, func(t *testing.T, one *twinRun) {
+			// The new route reflectors, their sessions reported down for 20 s from their
+			// promotion, are not judged (they are starting): they keep their role, and the rack's
+			// BGPPeer narrows to them.
+			require.Positive(t, one.narrowedAt(), "the rack's BGPPeer narrowed after the union")
+			first, last := one.rendered[0], one.rendered[len(one.rendered)-1]
+			promoted := 0
+			for n, s := range first {
+				if _, old := slowOf[one.h].rrs[n]; !old && strings.HasPrefix(s, "rr=true") {
+					promoted++
+					require.True(t, strings.HasPrefix(last[n], "rr=true"), "%s, promoted with its BIRD slow, lost its role: %s", n, last[n])
+				}
+			}
+			require.Positive(t, promoted, "route reflectors promoted")
+		}},
+		{"demotion", func() *harness {
+			return settle(newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+				s.RemovalDelay = &metav1.Duration{Duration: 3 * time.Second}
+				s.MinRouteReflectors = ptrTo(int32(9))
+				s.Behavior = &v1alpha1.Behavior{ScaleDown: &v1alpha1.ScaleDown{StabilizationWindowSeconds: ptrTo(int32(0))}}
+			}, cluster(30)), none, time.Minute)
+		}, func(h *harness) {
+			h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) { s.MinRouteReflectors = nil })
+		}, none, 17, 2 * time.Second, false, func(t *testing.T, one *twinRun) {
+			require.Len(t, one.h.rrs(), 3, "scaled down")
+		}},
+		{"mesh off, BGPSessions", meshHarness(v1alpha1.HandoverBGPSessions), none, up, 8, time.Second, false, mesh("off")},
+		{"mesh restore", func() *harness {
+			return migrated(t, twoZoneRacks(24), func(s *v1alpha1.RouteReflectorPolicySpec) {
+				dualPlaneRacksOf8(s)
+				s.RemovalDelay = &metav1.Duration{Duration: 5 * time.Second}
+			})
+		}, (*harness).deletePolicy, func(h *harness) { h.calicoNodeAllUp() }, 22, 2 * time.Second, false, mesh("on")},
+		{"mesh off, Delay", meshHarness(v1alpha1.HandoverDelay), none, none, 12, time.Second, true, mesh("off")},
+		{"adopt, Delay", adoptHarness(v1alpha1.HandoverDelay), none, none, 8, time.Second, true, adopted},
+		{"adopt, BGPSessions", adoptHarness(v1alpha1.HandoverBGPSessions), none, up, 5, time.Second, true, adopted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			twin := failoverTwin
+			if tc.later {
+				twin = failoverTwinLater
+			}
+			one, _ := twin(t, tc.settled, tc.change, tc.between, tc.steps, tc.interval)
+			tc.check(t, one)
 		})
 	}
 }
