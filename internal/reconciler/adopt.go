@@ -17,6 +17,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoselector"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -48,10 +49,9 @@ const adoptModelRetry = 10 * time.Second
 func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
-	m.adoptWaiting = false
 	m.adoptWhy = map[string]string{}
 	if !p.AdoptBGPPeers {
-		clear(m.adoptSince)
+		m.trans.Drop(transitions.Adopt)
 		return nil
 	}
 	list, err := r.peers().List(ctx, nil)
@@ -65,7 +65,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		}
 	}
 	if len(foreign) == 0 {
-		clear(m.adoptSince)
+		m.trans.Drop(transitions.Adopt)
 		return nil
 	}
 	nodes := clusterNodes(st, r.Nodes.List())
@@ -74,7 +74,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		wanted[n.Name] = n
 	}
 	clients := clientsByRR(st)
-	seen := map[string]bool{}
+	var seen []string // the Adopt records kept: a new leader resumes their waits
 	var ready []*apiv3.BGPPeer
 	scopes := map[string][]string{}
 	for _, b := range foreign {
@@ -88,14 +88,10 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 			r.Log.V(1).Info("hand-written BGPPeer kept", "policy", st.Name, "bgppeer", b.Name, "reason", why)
 			continue
 		}
-		seen[key] = true
-		since, ok := m.adoptSince[key]
-		if !ok {
-			since = st.Now
-			m.adoptSince[key] = since
-		}
+		seen = append(seen, key)
+		d := p.RemovalDelay
+		rec := m.trans.Hold(transitions.Adopt, key, st.Now, transitions.Waits{Min: d, Settle: d, Max: d})
 		if p.Handover == v1alpha1.HandoverBGPSessions {
-			m.adoptWaiting = true
 			var rest []string
 			for _, c := range unverified(m, clients, slices.Collect(maps.Keys(clients))) {
 				if slices.Contains(scope, c) {
@@ -107,7 +103,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 				st.requeue(handoverRetry)
 				continue
 			}
-		} else if wait := since.Add(p.RemovalDelay).Sub(st.Now); wait > 0 {
+		} else if wait := rec.Wait(st.Now, false); wait > 0 {
 			m.adoptWhy[b.Name] = "waiting for removalDelay"
 			st.requeue(wait + 100*time.Millisecond)
 			continue
@@ -120,9 +116,9 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		ready = append(ready, b)
 		scopes[b.Name] = scope
 	}
-	for key := range m.adoptSince {
-		if !seen[key] {
-			delete(m.adoptSince, key)
+	m.trans.Drop(transitions.Adopt, seen...)
+	for key := range m.adoptRetry {
+		if !slices.Contains(seen, key) {
 			delete(m.adoptRetry, key)
 		}
 	}

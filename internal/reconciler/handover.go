@@ -78,18 +78,11 @@ type handoverMemo struct {
 	degradedUntil time.Time
 	// statusesChecked: the CalicoNodeStatus objects are known to be none (no list needed).
 	statusesChecked bool
-	// meshSince is when every client was first seen with its route reflectors; meshOff that the
-	// mesh was turned off.
-	meshSince time.Time
-	meshOff   bool
-	// meshLayout: the layout (meshLayout) meshSince was taken for; a change starts the wait again.
-	meshLayout string
-	// adoptSince: hand-written BGPPeer (name@resourceVersion) -> when the product's plan was first
-	// seen covering its nodes; adoptRetry: when the graph model may be asked again after refusing
-	// it; adoptWaiting: one waits for the BGP sessions of the clients (see adoptPeers).
-	adoptSince   map[string]time.Time
-	adoptRetry   map[string]time.Time
-	adoptWaiting bool
+	// meshOff: the mesh was turned off.
+	meshOff bool
+	// adoptRetry: hand-written BGPPeer (name@resourceVersion) -> when the graph model may be asked
+	// again after refusing it.
+	adoptRetry map[string]time.Time
 	// adoptWhy: hand-written BGPPeer -> why the last adopt step kept it, for the status.
 	adoptWhy map[string]string
 	// bgpAnnounced: route reflectors whose BGP failure was announced (RouteReflectorBGPDown).
@@ -97,7 +90,7 @@ type handoverMemo struct {
 	// trans: the moves in flight (internal/transitions): route reflectors whose sessions
 	// (re)started lately (renumbered, promoted, given clients or rack route reflectors by a move,
 	// released), which the next cluster-ID change, the moves between sets and the release's next
-	// step wait for. Read from the policy's status by the load step of this leader's first
+	// step wait for, and the mesh's and the adopt step's waits (MeshOff, Adopt). Read from the policy's status by the load step of this leader's first
 	// reconcile, written back there before the moves they record (persistTransitions); persisted
 	// is what the status holds.
 	trans     *transitions.Table
@@ -126,7 +119,7 @@ func (r *Reconciler) memo(name string) *handoverMemo {
 	m := r.memos[name]
 	if m == nil {
 		m = &handoverMemo{verified: map[string]map[string]bool{}, lacking: map[string]map[string]extender.Families{}, reported: map[string]bool{},
-			adoptSince: map[string]time.Time{}, adoptRetry: map[string]time.Time{}, trans: &transitions.Table{}}
+			adoptRetry: map[string]time.Time{}, trans: &transitions.Table{}}
 		r.memos[name] = m
 	}
 	return m
@@ -149,7 +142,10 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		m.degraded = ""
 	}
 	draining := drainingRRs(st)
-	mesh := r.meshPending(st, m) && meshReads(st) // the mesh waits for every route reflector's sessions
+	// The mesh waits for every route reflector's sessions, an adoption (its Adopt records) for
+	// every client's.
+	mesh := r.meshPending(st, m) && meshReads(st)
+	adopting := sessions && m.trans.Latest(transitions.Adopt) != nil
 	var clients map[string][]string
 	if sessions || mesh {
 		clients = clientsByRR(st)
@@ -170,7 +166,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 				}
 			}
 		}
-		if m.adoptWaiting {
+		if adopting {
 			for rr := range clients {
 				addNeed(rr)
 			}
@@ -204,7 +200,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 			}
 		}
 	}
-	if len(draining) == 0 && len(need) == 0 && !mesh && !(sessions && m.adoptWaiting) {
+	if len(draining) == 0 && len(need) == 0 && !mesh && !adopting {
 		clear(m.verified)
 		clear(m.lacking)
 	}

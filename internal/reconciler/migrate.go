@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	kptr "k8s.io/utils/ptr"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -48,29 +50,30 @@ func (r *Reconciler) meshPending(st *State, m *handoverMemo) bool {
 func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
-	if !p.MigrateFromNodeMesh {
-		m.meshSince, m.meshOff, m.meshLayout = time.Time{}, false, ""
-		return nil
-	}
-	if m.meshOff {
+	m.meshOff = m.meshOff && p.MigrateFromNodeMesh
+	if !p.MigrateFromNodeMesh || m.meshOff {
+		m.trans.Drop(transitions.MeshOff)
 		return nil
 	}
 	if ok, why := meshReady(p, st.View, r.Nodes.List()); !ok {
 		r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", why)
-		m.meshSince, m.meshLayout = time.Time{}, ""
+		m.trans.Drop(transitions.MeshOff)
 		return nil
 	}
-	if l := meshLayout(st.View); m.meshSince.IsZero() || l != m.meshLayout {
-		// The view holds this reconcile's writes: the wait starts now, once they are made.
-		m.meshSince, m.meshLayout = r.now(), l
-	}
+	// The wait is the layout's MeshOff record (a new leader resumes it), started now, once this
+	// reconcile's writes (in the view) are made; with handover Delay its sessions are waited for
+	// idSettleMax at most.
+	layout := meshLayout(st.View)
+	m.trans.Drop(transitions.MeshOff, layout)
+	d := max(p.RemovalDelay, idSettle)
+	rec := m.trans.Hold(transitions.MeshOff, layout, r.now(), transitions.Waits{Min: d, Settle: d, Max: max(d, idSettleMax)})
 	if wait, rr := meshSettleWait(st, m); wait > 0 {
 		r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", "route reflector sessions settling", "node", rr)
 		st.requeue(wait)
 		return nil
 	}
 	sessions := p.Handover == v1alpha1.HandoverBGPSessions
-	if meshReads(st) && (sessions || st.Now.Sub(m.meshSince) < idSettleMax) {
+	if meshReads(st) && (sessions || st.Now.Sub(rec.Started) < rec.Max) {
 		peers := meshPeers(st, clientsByRR(st))
 		if rest := unverified(m, peers, slices.Collect(maps.Keys(peers))); len(rest) > 0 {
 			r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", "sessions not seen Established", "nodes", joinCapped(rest, 5))
@@ -78,7 +81,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 			return nil
 		}
 	}
-	if wait := m.meshSince.Add(max(p.RemovalDelay, idSettle)).Sub(st.Now); !sessions && wait > 0 {
+	if wait := rec.Wait(st.Now, false); !sessions && wait > 0 {
 		st.requeue(wait + 100*time.Millisecond)
 		return nil
 	}
@@ -110,6 +113,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 			}
 		}
 		m.meshOff = true
+		m.trans.Drop(transitions.MeshOff)
 		return nil
 	default:
 		orig := cfg.DeepCopy()
@@ -122,6 +126,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 		}
 	}
 	m.meshOff = true
+	m.trans.Drop(transitions.MeshOff)
 	r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventMeshDisabled,
 		"node-to-node mesh turned off in BGPConfiguration default: every client has its route reflector sessions (%s)", p.Handover)
 	return nil
@@ -167,15 +172,16 @@ func meshReady(p *policy.Resolved, view map[string]*extender.Node, all []*extend
 	return true, ""
 }
 
-// meshLayout is what the clients' sessions to their route reflectors depend on: every node's
-// route reflectors and cluster ID (a change restarts or moves sessions the mesh must wait for).
+// meshLayout fingerprints what the clients' sessions to their route reflectors depend on: every
+// node's route reflectors and cluster ID (a change restarts or moves sessions the mesh must wait
+// for), as a MeshOff record's subject.
 func meshLayout(view map[string]*extender.Node) string {
-	var b strings.Builder
+	h := fnv.New64a()
 	for _, name := range slices.Sorted(maps.Keys(view)) {
 		n := view[name]
-		fmt.Fprintf(&b, "%s=%s/%s;", name, n.Annotations[extender.AnnotationClusterID], n.Annotations[extender.AnnotationRouteReflectors])
+		fmt.Fprintf(h, "%s=%s/%s;", name, n.Annotations[extender.AnnotationClusterID], n.Annotations[extender.AnnotationRouteReflectors])
 	}
-	return b.String()
+	return fmt.Sprintf("layout@%016x", h.Sum64())
 }
 
 // meshSettleWait is the longest wait (rrWait) of the view's route reflectors whose sessions

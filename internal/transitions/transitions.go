@@ -1,11 +1,12 @@
 // Package transitions is the reconciler's one record of the moves in flight: a route reflector
 // whose BGP sessions (re)started (renumbered, promoted, given clients or rack route reflectors by
 // a transitional set, released by a deleted policy's release), when, and how long the moves that
-// rely on those sessions wait. One rule decides every such wait (Record.Wait), one freshness rule
-// decides which CalicoNodeStatus report may settle it (Record.Fresh), and the records live in the
-// policy's status (status.transitions): the reconciler writes them there before the move they
-// record, so that a new leader (a failover, a `helm upgrade` rolling the replicas) reads them back
-// and resumes each wait where it stood, shortening none and assuming no route reflector settled.
+// rely on those sessions wait (and two steps' waits: MeshOff, Adopt). One rule decides every such
+// wait (Record.Wait), one freshness rule decides which CalicoNodeStatus report may settle it
+// (Record.Fresh), and the records live in the policy's status (status.transitions): the
+// reconciler writes them there before the move they record, so that a new leader (a failover, a
+// `helm upgrade` rolling the replicas) reads them back and resumes each wait where it stood,
+// shortening none and assuming no route reflector settled.
 //
 // The package decides waits only; which move goes (the graph model's checks, the transitional
 // sets, the planes) stays with the reconciler's steps.
@@ -42,6 +43,13 @@ const (
 	// ReleaseStep: a deleted policy's release released the route reflector; the next one waits
 	// for the keeper's sessions from then.
 	ReleaseStep Kind = "ReleaseStep"
+	// MeshOff and Adopt are a step's wait (Hold): the mesh migration's, its Node the layout's
+	// fingerprint (layout@hash), and the adopt step's for a hand-written BGPPeer, its Node
+	// name@resourceVersion; a changed layout or BGPPeer is another record. No node name has an '@',
+	// so no call about a node sees them, and their step drops them (Drop), not Expire: Max bounds
+	// the wait, and the step must still find it then to make its move.
+	MeshOff Kind = "MeshOff"
+	Adopt   Kind = "Adopt"
 )
 
 // What a record's Sessions field says of the reports read since it started.
@@ -154,7 +162,7 @@ func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
 
 func known(k Kind) bool {
 	switch k {
-	case Renumber, SessionsRestart, ClientMove, UplinkMove, SetInherited, ReleaseStep:
+	case Renumber, SessionsRestart, ClientMove, UplinkMove, SetInherited, ReleaseStep, MeshOff, Adopt:
 		return true
 	}
 	return false
@@ -209,6 +217,27 @@ func (t *Table) Start(kind Kind, now time.Time, nodes ...string) {
 // pending, so that a later leader's wait counts from the same start.
 func (t *Table) Assume(kind Kind, started time.Time, node string) {
 	t.put(&Record{Kind: kind, Node: node, Started: started, Waits: DefaultWaits})
+}
+
+// Hold is a step's wait for the subject: its record, started (confirmed) at now when there is
+// none, its bounds made w.
+func (t *Table) Hold(kind Kind, subject string, now time.Time, w Waits) *Record {
+	r := t.Get(kind, subject)
+	if r == nil {
+		r = &Record{Kind: kind, Node: subject, Started: now}
+		t.put(r)
+	}
+	r.Waits = w
+	return r
+}
+
+// Drop removes the kind's records but those of the subjects kept.
+func (t *Table) Drop(kind Kind, keep ...string) {
+	for k := range t.recs {
+		if k.kind == kind && !slices.Contains(keep, k.node) {
+			delete(t.recs, k)
+		}
+	}
 }
 
 // Get is the kind's record of the node (nil: none).
@@ -323,10 +352,12 @@ func (t *Table) Restamp(began, now time.Time) {
 
 // Expire drops the records that have run their course (Max after they started) and returns
 // those of nodes that are gone (exists false), which a new leader may find in a status written
-// before the node was deleted.
+// before the node was deleted. A step's wait is its step's to drop.
 func (t *Table) Expire(now time.Time, exists func(node string) bool) (gone []Record) {
 	for _, r := range t.sorted() {
 		switch {
+		case r.Kind == MeshOff || r.Kind == Adopt:
+			continue
 		case !exists(r.Node):
 			gone = append(gone, *r)
 		case now.Sub(r.Started) < r.Max:

@@ -131,3 +131,25 @@ func TestRestampConfirmsOnlyThisReconcilesRecords(t *testing.T) {
 	require.Equal(t, t0.Add(7*time.Second), tb.Get(ClientMove, "b").Started)
 	require.False(t, tb.Get(ClientMove, "b").Pending)
 }
+
+func TestStepWaits(t *testing.T) {
+	tb := &Table{}
+	tb.Start(Renumber, t0, "a")
+	delay := Waits{Min: 5 * time.Second, Settle: 5 * time.Second, Max: 5 * time.Second}
+	r := tb.Hold(Adopt, "peer@1", t0, delay)
+	require.Equal(t, 5*time.Second, r.Wait(t0, false))
+	require.Equal(t, 6*time.Second, r.Wait(t0.Add(-time.Second), false), "started after the reconcile's now: all of it")
+	require.Same(t, r, tb.Hold(Adopt, "peer@1", t0.Add(2*time.Second), delay), "held: started once")
+	require.Equal(t, 3*time.Second, r.Wait(t0.Add(2*time.Second), false))
+	tb.Hold(Adopt, "other@7", t0.Add(time.Second), delay)
+	tb.Hold(MeshOff, "layout@1", t0, delay)
+	require.Empty(t, tb.Expire(t0.Add(time.Hour), func(n string) bool { return n == "a" }), "a step's wait is its step's, and names no node")
+	require.Equal(t, 3, tb.Len(), "the Renumber record ran its course; the waits stay")
+	require.False(t, tb.Has("peer"), "no node's record")
+	back := FromAPI(tb.API(), t0.Add(time.Hour))
+	require.Equal(t, *r, *back.Get(Adopt, "peer@1"), "a new leader resumes it")
+	back.Drop(Adopt, "other@7")
+	require.Nil(t, back.Get(Adopt, "peer@1"))
+	require.NotNil(t, back.Get(Adopt, "other@7"))
+	require.NotNil(t, back.Get(MeshOff, "layout@1"), "another kind's kept")
+}

@@ -478,7 +478,8 @@ type RouteReflectorPolicyStatus struct {
 	// Transitions are the moves in flight whose BGP sessions a later move waits for (a cluster ID
 	// changed, a route reflector promoted or given clients, a release step): each is written here
 	// before the move it records, so that a new leader resumes every wait where it stood. Dropped
-	// once settled (at most its maxWait after it started) or when its node is gone.
+	// once settled (at most its maxWait after it started) or when its node is gone. The mesh
+	// migration's and the adopt step's waits (MeshOff, Adopt) are here too, dropped by their step.
 	// +optional
 	// +listType=map
 	// +listMapKey=kind
@@ -493,9 +494,14 @@ type Transition struct {
 	// ID), SessionsRestart (promoted or renumbered: every session restarts), ClientMove and
 	// UplinkMove (a transitional set gave it clients or rack route reflectors), SetInherited (a
 	// transitional set whose start no record held), ReleaseStep (a deleted policy's release
-	// released it).
+	// released it); or a step's wait: MeshOff (the node-to-node mesh goes off once every client has
+	// had its route reflectors, the layout unchanged, long enough), Adopt (a hand-written BGPPeer
+	// goes once the product's plan has covered its nodes long enough).
 	Kind string `json:"kind"`
-	// Node is the route reflector whose sessions the moves wait for.
+	// Node is the route reflector whose sessions the moves wait for; for a step's wait, what it
+	// waits on, with an '@' no node name has: MeshOff the layout (layout@ and its fingerprint, a
+	// changed layout is another record), Adopt the BGPPeer as name@resourceVersion (a changed
+	// BGPPeer is another record).
 	Node string `json:"node"`
 	// StartedAt is when its sessions (re)started.
 	StartedAt metav1.MicroTime `json:"startedAt"`
