@@ -793,10 +793,7 @@ func (h *history) converged(live int) error {
 // next event's window counted what that cost.
 func (h *history) sessionsDown() []string {
 	lab := h.lab
-	byAddr := make(map[string]string, len(h.names))
-	for i, n := range h.names {
-		byAddr[bgpverify.NodeAddress(i).Addr().String()] = n
-	}
+	byAddr := h.nodeByAddr()
 	var out []string
 	for _, n := range h.names {
 		if !lab.Running(n) {
@@ -812,6 +809,27 @@ func (h *history) sessionsDown() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// nodeByAddr maps each node's BGP address on the Lab to its name.
+func (h *history) nodeByAddr() map[string]string {
+	byAddr := make(map[string]string, len(h.names))
+	for i, n := range h.names {
+		byAddr[bgpverify.NodeAddress(i).Addr().String()] = n
+	}
+	return byAddr
+}
+
+// sessionsUp names the peers of node's BIRD whose session is Established now.
+func (h *history) sessionsUp(node string) map[string]bool {
+	byAddr := h.nodeByAddr()
+	up := map[string]bool{}
+	for _, p := range h.lab.Peers(node) {
+		if p.State == "Established" && byAddr[p.PeerIP] != "" {
+			up[byAddr[p.PeerIP]] = true
+		}
+	}
+	return up
 }
 
 type world struct {
