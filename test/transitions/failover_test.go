@@ -58,42 +58,6 @@ func (r *renumberWatch) all() []renumbering {
 	return slices.Clone(r.seq)
 }
 
-func watchRenumberings(t *testing.T, w *world) *renumberWatch {
-	t.Helper()
-	list, err := w.admin.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
-	require.NoError(t, err)
-	active := func(n *corev1.Node) string {
-		if _, rr := n.Labels["calico-route-reflector"]; !rr || extender.IsDraining(extender.FromNode(n)) {
-			return ""
-		}
-		return n.Annotations[extender.AnnotationClusterID]
-	}
-	ids := map[string]string{}
-	for i := range list.Items {
-		ids[list.Items[i].Name] = active(&list.Items[i])
-	}
-	wi, err := w.admin.CoreV1().Nodes().Watch(t.Context(), metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	require.NoError(t, err)
-	t.Cleanup(wi.Stop)
-	r := &renumberWatch{}
-	go func() {
-		for ev := range wi.ResultChan() {
-			n, ok := ev.Object.(*corev1.Node)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			id := active(n)
-			if prev := ids[n.Name]; prev != "" && id != "" && prev != id {
-				r.mu.Lock()
-				r.seq = append(r.seq, renumbering{node: n.Name, from: prev, to: id, at: time.Now()})
-				r.mu.Unlock()
-			}
-			ids[n.Name] = id
-		}
-	}()
-	return r
-}
-
 // policyTransitions lists the policy's status.transitions (kind node startedAt pending).
 func (w *world) policyTransitions() []string {
 	p, err := w.dyn.Resource(policyGVR).Get(w.t.Context(), "default", metav1.GetOptions{})
@@ -191,10 +155,16 @@ func TestFailoverRenumberingOnRealBIRD(t *testing.T) {
 //     gaps 10.06 s, 32.06, 10.83, 10.04, 10.11 s; 0 pair-samples lost between kept nodes (5,573 in
 //     all).
 func TestFailoverPendingRenumberingOnRealBIRDLarge(t *testing.T) {
-	if os.Getenv(testenv.EnvAll) == "" {
-		t.Skip("the live failover proof at a pending record: make test-all (" + testenv.EnvAll + "=1)")
-	}
+	skipUnlessAll(t, "the live failover proof at a pending record")
 	failoverRenumbering(t, killAtPending)
+}
+
+// skipUnlessAll skips a make test-all proof outside make test-all.
+func skipUnlessAll(t *testing.T, what string) {
+	t.Helper()
+	if os.Getenv(testenv.EnvAll) == "" {
+		t.Skip(what + ": make test-all (" + testenv.EnvAll + "=1)")
+	}
 }
 
 // TestRollingUpgradeMidRenumberingOnRealBIRDLarge is TestFailoverRenumberingOnRealBIRD with a
@@ -220,9 +190,7 @@ func TestFailoverPendingRenumberingOnRealBIRDLarge(t *testing.T) {
 // 10.51, 10.43 s; 0 pair-samples lost between nodes that keep their role and cluster ID (1,949 in
 // all, each with a renumbered or demoted node at one end); 44 sessions restarted.
 func TestRollingUpgradeMidRenumberingOnRealBIRDLarge(t *testing.T) {
-	if os.Getenv(testenv.EnvAll) == "" {
-		t.Skip("the live rolling-upgrade proof between two renumberings: make test-all (" + testenv.EnvAll + "=1)")
-	}
+	skipUnlessAll(t, "the live rolling-upgrade proof between two renumberings")
 	failoverRenumbering(t, rollingUpgrade)
 }
 
@@ -265,22 +233,42 @@ func (w *world) pendingRenumber(skip string, timeout time.Duration) string {
 	return ""
 }
 
-// failoverRenumbering is TestFailoverRenumberingOnRealBIRD with the leader taken away at moment.
-func failoverRenumbering(t *testing.T, moment failoverMoment) {
+// failover is the harness of the failover tests on the transitions tests' world: two replicas of
+// `serve` with leader election (the first serves the webhooks, the second leads: the first is
+// stopped, releasing its lease, and started again, as TestTransitionsHistoryOnRealBIRD does), one
+// BIRD per node configured by Calico's confd, and the history's sampler.
+type failover struct {
+	t      *testing.T
+	w      *world
+	lab    *bgpverify.Lab
+	h      *history
+	names  []string
+	leader *testenv.Product // the leading replica, the one killed
+	holder string           // its identity in the Lease
+	start  time.Time
+	killed time.Time
+	fig    bgpverify.TransitionFigures // the window's figures, once finishMoves ended it
+	// statuses: the CalicoNodeStatus reports seen, when startFailover plays the status reporter.
+	statuses *statusWatch
+}
+
+// startFailover starts the failover harness with policy in force and size nodes in 3 zones, waits
+// for rrs route reflectors and every pair routed, and starts sampling; with statuses it plays
+// calico-node's status reporter into the product's CalicoNodeStatuses (world.reportStatuses) and
+// keeps every report (failover.statuses).
+func startFailover(t *testing.T, size int, policy string, rrs int, statuses bool) *failover {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("the live failover proof: needs kube-apiserver, confd and BIRD (hack/tools.sh)")
 	}
 	if err := bgpverify.NetnsAvailable(); err != nil {
 		t.Skipf("the live failover proof runs BIRD in network namespaces (root): %v", err)
 	}
-	start := time.Now()
-	leaderArgs := []string{"--leader-elect", "--leader-election-namespace=" + testenv.ChartNamespace}
-	w := newWorld(t, false, failoverPolicy("{type: Hierarchical, maxRackSize: 10}"), leaderArgs...)
-	leader, err := testenv.NewProduct(testenv.ProductOptions{Dir: t.TempDir(), Bin: w.product.Cmd.Path, Args: leaderArgs})
-	require.NoError(t, err)
-	require.NoError(t, leader.Start(t.Context(), w.env.KubeconfigPath(testenv.UserServiceAccount), time.Minute))
-	t.Cleanup(leader.Stop)
-	w.keepOnFailure("serve-2.log", func() string { return readLog(leader.Log) })
+	f := &failover{t: t, start: time.Now(), names: nodeNames(size)}
+	w := newWorld(t, false, policy, leaderArgs...)
+	f.w = w
+	leader := w.replica("serve-2.log")
+	f.leader = leader
 	w.product.Stop() // releases the lease
 	w.eventually("the second replica leads", time.Minute, func() error {
 		if !strings.Contains(readLog(leader.Log), "successfully acquired lease") {
@@ -288,36 +276,213 @@ func failoverRenumbering(t *testing.T, moment failoverMoment) {
 		}
 		return nil
 	})
-	killedHolder := w.leaseHolder()
-	require.NotEmpty(t, killedHolder)
+	f.holder = w.leaseHolder()
+	require.NotEmpty(t, f.holder)
 	require.NoError(t, w.product.Restart(t.Context(), time.Minute), "starting the first replica again")
 	w.env.AwaitWebhooks(t, 30*time.Second)
 
-	names := nodeNames(failoverNodes)
-	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
+	var err error
+	f.lab, err = bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), f.names)
 	require.NoError(t, err)
-	t.Cleanup(lab.Close)
-	for i, n := range names {
+	t.Cleanup(f.lab.Close)
+	for i, n := range f.names {
 		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
 	}
-	w.eventually("12 route reflectors (Hierarchical, racks of 10)", time.Minute, func() error { return w.settled(12) })
-	h := startHistory(t, w, lab, names, start, sampleEvery)
+	w.eventually(fmt.Sprintf("%d route reflectors", rrs), time.Minute, func() error { return w.settled(rrs) })
+	f.h = startHistory(t, w, f.lab, f.names, f.start, sampleEvery)
+	if statuses {
+		w.reportStatuses(f.lab)
+		f.statuses = f.watchStatuses()
+	}
+	return f
+}
 
+// leaderArgs are the flags of `serve` with leader election outside a pod.
+var leaderArgs = []string{"--leader-elect", "--leader-election-namespace=" + testenv.ChartNamespace}
+
+// replica starts another replica of the world's product with leader election (no webhooks: the
+// API server calls the first), stopped when the test ends; its log is kept as logName on failure.
+func (w *world) replica(logName string) *testenv.Product {
+	w.t.Helper()
+	p, err := testenv.NewProduct(testenv.ProductOptions{Dir: w.t.TempDir(), Bin: w.product.Cmd.Path, Args: leaderArgs})
+	require.NoError(w.t, err)
+	require.NoError(w.t, p.Start(w.t.Context(), w.env.KubeconfigPath(testenv.UserServiceAccount), time.Minute))
+	w.t.Cleanup(p.Stop)
+	w.keepOnFailure(logName, func() string { return readLog(p.Log) })
+	return p
+}
+
+// kill SIGKILLs the leading replica (its lease is not released).
+func (f *failover) kill() {
+	f.t.Helper()
+	require.NoError(f.t, syscall.Kill(-f.leader.Cmd.Process.Pid, syscall.SIGKILL))
+	f.killed = time.Now()
+}
+
+// takeover waits until the other replica holds the lease and returns how long after the kill.
+func (f *failover) takeover() time.Duration {
+	f.t.Helper()
+	var took time.Duration
+	f.w.eventually("another replica takes the lease", time.Minute, func() error {
+		if hl := f.w.leaseHolder(); hl == "" || hl == f.holder {
+			return fmt.Errorf("lease held by %q", hl)
+		}
+		took = time.Since(f.killed)
+		return nil
+	})
+	f.t.Logf("the lease moved to %s %v after the leader was stopped; records it read: %v", f.w.leaseHolder(), took.Round(100*time.Millisecond), f.w.policyTransitions())
+	return took
+}
+
+// complete waits until the transition is over: the layout settled (history.settle), no record left
+// in the policy's status, and still so settleRule later with no more of the changes count counts.
+func (f *failover) complete(count func() int) {
+	f.t.Helper()
+	for {
+		n := count()
+		f.h.settle(len(f.names))
+		f.w.eventually("no transition left in the policy's status", 2*time.Minute, func() error {
+			if tr := f.w.policyTransitions(); len(tr) > 0 {
+				return fmt.Errorf("transitions: %v", tr)
+			}
+			return nil
+		})
+		time.Sleep(settleRule + 2*time.Second)
+		if count() == n && len(f.w.policyTransitions()) == 0 {
+			return
+		}
+	}
+}
+
+// completed asserts the layout the transition ends on: every route reflector planned in place,
+// active, none draining, no node in a transitional set.
+func (f *failover) completed(after *roles) {
+	f.t.Helper()
+	p, err := f.w.dyn.Resource(policyGVR).Get(f.t.Context(), "default", metav1.GetOptions{})
+	require.NoError(f.t, err)
+	desired, _, _ := unstructured.NestedInt64(p.Object, "status", "desiredRouteReflectors")
+	have, _, _ := unstructured.NestedInt64(p.Object, "status", "routeReflectors")
+	require.Equal(f.t, desired, have, "route reflectors planned and in place")
+	require.NoError(f.t, f.w.settled(int(desired)))
+	require.Empty(f.t, after.transitional())
+}
+
+// keptLoss logs the window's figures and asserts that no pair-sample was lost between nodes that
+// keep their role and cluster ID (those with a promoted, demoted or renumbered node at one end are
+// reported); it returns the pair-samples lost between kept nodes and in all.
+func (f *failover) keptLoss(fig bgpverify.TransitionFigures, before, after *roles) (kept, all int) {
+	t := f.t
+	t.Helper()
+	keeps := func(n string) bool {
+		return before.id[n] == after.id[n] && before.ready[n] && after.ready[n]
+	}
+	kept, pairs := fig.MissingWhere(keeps2(keeps))
+	all, _ = fig.MissingWhere(func(a, b string) bool { return true })
+	t.Logf("roles changed: %s", before.diff(after))
+	t.Logf("%s", fig.String())
+	t.Logf("pair-samples lost: %d between nodes that keep their role and cluster ID, %d in all (the rest with a promoted, demoted or renumbered node at one end); %v in all",
+		kept, all, time.Since(f.start).Round(time.Second))
+	if len(fig.Restarts) > 0 {
+		t.Logf("restarted sessions: %s", strings.Join(fig.RestartedSessions(), " "))
+	}
+	assert.Zerof(t, kept, "pair-samples lost between nodes that keep their role: %s", strings.Join(head(pairs, 12), " "))
+	require.NoError(t, f.h.s.Err(), "sampling")
+	return kept, all
+}
+
+func keeps2(keeps func(string) bool) func(a, b string) bool {
+	return func(a, b string) bool { return keeps(a) && keeps(b) }
+}
+
+// activeID is the cluster ID of n when it is an active (not draining) route reflector, else "".
+func activeID(n *corev1.Node) string {
+	if _, rr := n.Labels["calico-route-reflector"]; !rr || extender.IsDraining(extender.FromNode(n)) {
+		return ""
+	}
+	return n.Annotations[extender.AnnotationClusterID]
+}
+
+// watchNodes calls seen, from one goroutine, with each Node a watch of the Nodes delivers (added or
+// modified), the version the watch had before (nil for a node new to it) and when it arrived. seen
+// must not fail the test (it may run after the test's own goroutine has returned).
+func watchNodes(t *testing.T, w *world, seen func(prev, cur *corev1.Node, at time.Time)) {
+	t.Helper()
+	list, err := w.admin.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	prev := map[string]*corev1.Node{}
+	for i := range list.Items {
+		prev[list.Items[i].Name] = &list.Items[i]
+	}
+	wi, err := w.admin.CoreV1().Nodes().Watch(t.Context(), metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	require.NoError(t, err)
+	t.Cleanup(wi.Stop)
+	go func() {
+		for ev := range wi.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			seen(prev[n.Name], n, time.Now())
+			prev[n.Name] = n
+		}
+	}()
+}
+
+// watchRenumberings records every cluster-ID change of an active route reflector that stays one.
+func watchRenumberings(t *testing.T, w *world) *renumberWatch {
+	t.Helper()
+	r := &renumberWatch{}
+	watchNodes(t, w, func(prev, cur *corev1.Node, at time.Time) {
+		if prev == nil {
+			return
+		}
+		if from, to := activeID(prev), activeID(cur); from != "" && to != "" && from != to {
+			r.mu.Lock()
+			r.seq = append(r.seq, renumbering{node: cur.Name, from: from, to: to, at: at})
+			r.mu.Unlock()
+		}
+	})
+	return r
+}
+
+// renumberGaps logs the gaps between successive renumberings (the one across the kill marked) and
+// asserts that none is closer than the settle rule (less the watch's jitter).
+func (f *failover) renumberGaps(seq []renumbering, from time.Time) {
+	t := f.t
+	t.Helper()
+	var gaps []string
+	for i, r := range seq {
+		at := fmt.Sprintf("%s %s->%s @%v", r.node, r.from, r.to, r.at.Sub(from).Round(10*time.Millisecond))
+		if i == 0 {
+			gaps = append(gaps, at)
+			continue
+		}
+		mark := ""
+		if seq[i-1].at.Before(f.killed) && !r.at.Before(f.killed) {
+			mark = " (across the leader change)"
+		}
+		gap := r.at.Sub(seq[i-1].at)
+		gaps = append(gaps, fmt.Sprintf("%s, %v after the last%s", at, gap.Round(10*time.Millisecond), mark))
+		assert.GreaterOrEqualf(t, gap, settleRule-renumberSlack, "%s renumbered %v after %s%s", r.node, gap, seq[i-1].node, mark)
+	}
+	t.Logf("renumberings (from %s):\n  %s", from.Format("15:04:05.000"), strings.Join(gaps, "\n  "))
+}
+
+// failoverRenumbering is TestFailoverRenumberingOnRealBIRD with the leader taken away at moment.
+func failoverRenumbering(t *testing.T, moment failoverMoment) {
+	f := startFailover(t, failoverNodes, failoverPolicy("{type: Hierarchical, maxRackSize: 10}"), 12, false)
+	w := f.w
 	before := w.roles()
 	renums := watchRenumberings(t, w)
 	const event = "leader killed between two renumberings (Hierarchical to DualPlane)"
-	h.s.Begin(event)
+	f.h.s.Begin(event)
 	out, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, failoverPolicy("{type: DualPlane, maxRackSize: 10}"), "apply", "-f", "-")
 	require.NoError(t, err, "apply policy\n%s%s", out, stderr)
 	applied := time.Now()
 	var surge *testenv.Product
 	if moment == rollingUpgrade {
 		// The upgraded Deployment's first new pod, started while the staging begins.
-		surge, err = testenv.NewProduct(testenv.ProductOptions{Dir: t.TempDir(), Bin: w.product.Cmd.Path, Args: leaderArgs})
-		require.NoError(t, err)
-		require.NoError(t, surge.Start(t.Context(), w.env.KubeconfigPath(testenv.UserServiceAccount), time.Minute))
-		t.Cleanup(surge.Stop)
-		w.keepOnFailure("serve-3.log", func() string { return readLog(surge.Log) })
+		surge = w.replica("serve-3.log")
 		t.Logf("surge replica ready %v after the apply", time.Since(applied).Round(10*time.Millisecond))
 	}
 	w.eventually("the first renumbering", time.Minute, func() error {
@@ -330,30 +495,21 @@ func failoverRenumbering(t *testing.T, moment failoverMoment) {
 	switch moment {
 	case killAtPending:
 		next := w.pendingRenumber(first.node, time.Minute)
-		require.NoError(t, syscall.Kill(-leader.Cmd.Process.Pid, syscall.SIGKILL))
+		f.kill()
 		t.Logf("leader SIGKILLed at the pending Renumber record of %s", next)
 	case killAfterFirst:
-		require.Equal(t, killedHolder, w.leaseHolder(), "the second replica still holds the lease")
-		require.NoError(t, syscall.Kill(-leader.Cmd.Process.Pid, syscall.SIGKILL))
+		require.Equal(t, f.holder, w.leaseHolder(), "the second replica still holds the lease")
+		f.kill()
 	case rollingUpgrade:
-		require.NotNil(t, surge, "the surge replica started")
-		require.Equal(t, killedHolder, w.leaseHolder(), "the second replica still holds the lease")
+		require.Equal(t, f.holder, w.leaseHolder(), "the second replica still holds the lease")
 		time.Sleep(time.Until(first.at.Add(900 * time.Millisecond)))
-		leader.Stop() // SIGTERM: the lease is released at once
+		f.leader.Stop() // SIGTERM: the lease is released at once
+		f.killed = time.Now()
 	}
-	killed := time.Now()
 	t.Logf("first renumbering %s %s -> %s seen %v after the apply; leader stopped (%s) %v after it; records then: %v",
 		first.node, first.from, first.to, first.at.Sub(applied).Round(10*time.Millisecond), map[bool]string{true: "SIGTERM", false: "SIGKILL"}[moment == rollingUpgrade],
-		killed.Sub(first.at).Round(10*time.Millisecond), w.policyTransitions())
-	var took time.Duration
-	w.eventually("another replica takes the lease", time.Minute, func() error {
-		if hl := w.leaseHolder(); hl == "" || hl == killedHolder {
-			return fmt.Errorf("lease held by %q", hl)
-		}
-		took = time.Since(killed)
-		return nil
-	})
-	t.Logf("the lease moved to %s %v after the leader was stopped; records it read: %v", w.leaseHolder(), took.Round(100*time.Millisecond), w.policyTransitions())
+		f.killed.Sub(first.at).Round(10*time.Millisecond), w.policyTransitions())
+	f.takeover()
 	if moment == rollingUpgrade {
 		// The other old replica rolls too: stopped with SIGTERM (a second handover when it took
 		// the lease), its successor started on the same ports.
@@ -361,80 +517,24 @@ func failoverRenumbering(t *testing.T, moment failoverMoment) {
 		firstLeads := !strings.Contains(readLog(surge.Log), "successfully acquired lease")
 		require.NoError(t, w.product.Restart(t.Context(), time.Minute), "rolling the first replica")
 		w.eventually("a live replica holds the lease", time.Minute, func() error {
-			if hl := w.leaseHolder(); hl == "" || hl == killedHolder || (firstLeads && hl == holder) {
+			if hl := w.leaseHolder(); hl == "" || hl == f.holder || (firstLeads && hl == holder) {
 				return fmt.Errorf("lease held by %q", hl)
 			}
 			return nil
 		})
-		t.Logf("first replica rolled %v after the leader's SIGTERM; the lease is %s's (was %s's)", time.Since(killed).Round(100*time.Millisecond), w.leaseHolder(), holder)
+		t.Logf("first replica rolled %v after the leader's SIGTERM; the lease is %s's (was %s's)", time.Since(f.killed).Round(100*time.Millisecond), w.leaseHolder(), holder)
 	}
 
 	// The transition is over when the layout settled and no record is left, and stays so.
-	for {
-		n := len(renums.all())
-		h.settle(failoverNodes)
-		w.eventually("no transition left in the policy's status", 2*time.Minute, func() error {
-			if tr := w.policyTransitions(); len(tr) > 0 {
-				return fmt.Errorf("transitions: %v", tr)
-			}
-			return nil
-		})
-		time.Sleep(settleRule + 2*time.Second)
-		if len(renums.all()) == n && len(w.policyTransitions()) == 0 {
-			break
-		}
-	}
-	f := h.s.End()
+	f.complete(func() int { return len(renums.all()) })
+	fig := f.h.s.End()
 	after := w.roles()
 	seq := renums.all()
-
-	// The gaps between successive renumberings, the one across the kill marked.
-	var gaps []string
-	for i, r := range seq {
-		mark := ""
-		if i > 0 && seq[i-1].at.Before(killed) && !r.at.Before(killed) {
-			mark = " (across the leader change)"
-		}
-		if i == 0 {
-			gaps = append(gaps, fmt.Sprintf("%s %s->%s @%v", r.node, r.from, r.to, r.at.Sub(applied).Round(10*time.Millisecond)))
-			continue
-		}
-		gap := r.at.Sub(seq[i-1].at)
-		gaps = append(gaps, fmt.Sprintf("%s %s->%s @%v, %v after the last%s", r.node, r.from, r.to, r.at.Sub(applied).Round(10*time.Millisecond), gap.Round(10*time.Millisecond), mark))
-		assert.GreaterOrEqualf(t, gap, settleRule-renumberSlack, "%s renumbered %v after %s%s", r.node, gap, seq[i-1].node, mark)
-	}
-	t.Logf("renumberings (from the apply):\n  %s", strings.Join(gaps, "\n  "))
+	f.renumberGaps(seq, applied)
 	require.GreaterOrEqual(t, len(seq), 2, "several route reflectors renumbered")
-	require.True(t, seq[len(seq)-1].at.After(killed), "a renumbering after the kill: the new leader resumed the staging")
-
-	// Every route reflector planned in place, active, none draining, no node in a transitional set.
-	p, err := w.dyn.Resource(policyGVR).Get(t.Context(), "default", metav1.GetOptions{})
-	require.NoError(t, err)
-	desired, _, _ := unstructured.NestedInt64(p.Object, "status", "desiredRouteReflectors")
-	have, _, _ := unstructured.NestedInt64(p.Object, "status", "routeReflectors")
-	require.Equal(t, desired, have, "route reflectors planned and in place")
-	require.NoError(t, w.settled(int(desired)))
-	require.Empty(t, after.transitional())
-	t.Logf("roles changed: %s", before.diff(after))
-
-	// Pair-samples: none lost between nodes that keep their role and cluster ID; those with a
-	// renumbered route reflector at one end are reported.
-	keeps := func(n string) bool {
-		return before.id[n] == after.id[n] && before.ready[n] && after.ready[n]
-	}
-	kept, pairs := f.MissingWhere(keeps2(keeps))
-	all, _ := f.MissingWhere(func(a, b string) bool { return true })
-	t.Logf("%s", f.String())
-	t.Logf("pair-samples lost: %d between nodes that keep their role and cluster ID, %d in all (the rest with a renumbered or demoted node at one end); %d renumbered; %v in all",
-		kept, all, len(seq), time.Since(start).Round(time.Second))
-	if len(f.Restarts) > 0 {
-		t.Logf("restarted sessions: %s", strings.Join(f.RestartedSessions(), " "))
-	}
-	assert.Zerof(t, kept, "pair-samples lost between nodes that keep their role: %s", strings.Join(head(pairs, 12), " "))
-	require.NoError(t, h.s.Err(), "sampling")
-	h.finish()
-}
-
-func keeps2(keeps func(string) bool) func(a, b string) bool {
-	return func(a, b string) bool { return keeps(a) && keeps(b) }
+	require.True(t, seq[len(seq)-1].at.After(f.killed), "a renumbering after the kill: the new leader resumed the staging")
+	f.completed(after)
+	f.keptLoss(fig, before, after)
+	t.Logf("%d renumbered", len(seq))
+	f.h.finish()
 }

@@ -376,16 +376,11 @@ func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	require.NoError(t, bgpverify.NetnsAvailable(), "this test runs BIRD in network namespaces (root)")
 	start := time.Now()
 	perZone := (size + 2) / 3
-	leaderArgs := []string{"--leader-elect", "--leader-election-namespace=" + testenv.ChartNamespace}
 	w := newWorld(t, true, "", leaderArgs...)
 	// A second replica, without the webhooks (the API server calls the first): it takes the
 	// lease while the first is stopped, so that event (e) can kill the leader while the webhooks
 	// stay up.
-	second, err := testenv.NewProduct(testenv.ProductOptions{Dir: t.TempDir(), Bin: w.product.Cmd.Path, Args: leaderArgs})
-	require.NoError(t, err)
-	require.NoError(t, second.Start(t.Context(), w.env.KubeconfigPath(testenv.UserServiceAccount), time.Minute))
-	t.Cleanup(second.Stop)
-	w.keepOnFailure("serve-2.log", func() string { return readLog(second.Log) })
+	second := w.replica("serve-2.log")
 	w.product.Stop() // releases the lease
 	w.eventually("the second replica leads", time.Minute, func() error {
 		if !strings.Contains(readLog(second.Log), "successfully acquired lease") {
@@ -793,10 +788,7 @@ func (h *history) converged(live int) error {
 // next event's window counted what that cost.
 func (h *history) sessionsDown() []string {
 	lab := h.lab
-	byAddr := make(map[string]string, len(h.names))
-	for i, n := range h.names {
-		byAddr[bgpverify.NodeAddress(i).Addr().String()] = n
-	}
+	byAddr := h.nodeByAddr()
 	var out []string
 	for _, n := range h.names {
 		if !lab.Running(n) {
@@ -812,6 +804,27 @@ func (h *history) sessionsDown() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// nodeByAddr maps each node's BGP address on the Lab to its name.
+func (h *history) nodeByAddr() map[string]string {
+	byAddr := make(map[string]string, len(h.names))
+	for i, n := range h.names {
+		byAddr[bgpverify.NodeAddress(i).Addr().String()] = n
+	}
+	return byAddr
+}
+
+// sessionsUp names the peers of node's BIRD whose session is Established now.
+func (h *history) sessionsUp(node string) map[string]bool {
+	byAddr := h.nodeByAddr()
+	up := map[string]bool{}
+	for _, p := range h.lab.Peers(node) {
+		if p.State == "Established" && byAddr[p.PeerIP] != "" {
+			up[byAddr[p.PeerIP]] = true
+		}
+	}
+	return up
 }
 
 type world struct {
