@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
@@ -39,59 +36,15 @@ func failoverPolicy(topology string) string {
 	return strings.Replace(policy, "topology: {type: DualPlane, maxRackSize: 10}", "topology: "+topology, 1)
 }
 
-// renumbering is a route reflector that kept its role and changed its cluster ID, when the test's
-// watch saw it.
-type renumbering struct {
-	node, from, to string
-	at             time.Time
-}
-
-// renumberWatch records every cluster-ID change of an active route reflector that stays one.
-type renumberWatch struct {
-	mu  sync.Mutex
-	seq []renumbering
-}
-
-func (r *renumberWatch) all() []renumbering {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.seq)
-}
-
-func watchRenumberings(t *testing.T, w *world) *renumberWatch {
+// watchRenumberings records every cluster-ID change of an active route reflector that stays one.
+func watchRenumberings(t *testing.T, w *world) *testenv.NodeChanges {
 	t.Helper()
-	list, err := w.admin.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
-	require.NoError(t, err)
-	active := func(n *corev1.Node) string {
+	return testenv.WatchNodeChanges(t, w.admin, func(n *corev1.Node) string {
 		if _, rr := n.Labels["calico-route-reflector"]; !rr || extender.IsDraining(extender.FromNode(n)) {
 			return ""
 		}
 		return n.Annotations[extender.AnnotationClusterID]
-	}
-	ids := map[string]string{}
-	for i := range list.Items {
-		ids[list.Items[i].Name] = active(&list.Items[i])
-	}
-	wi, err := w.admin.CoreV1().Nodes().Watch(t.Context(), metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	require.NoError(t, err)
-	t.Cleanup(wi.Stop)
-	r := &renumberWatch{}
-	go func() {
-		for ev := range wi.ResultChan() {
-			n, ok := ev.Object.(*corev1.Node)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			id := active(n)
-			if prev := ids[n.Name]; prev != "" && id != "" && prev != id {
-				r.mu.Lock()
-				r.seq = append(r.seq, renumbering{node: n.Name, from: prev, to: id, at: time.Now()})
-				r.mu.Unlock()
-			}
-			ids[n.Name] = id
-		}
-	}()
-	return r
+	})
 }
 
 // policyTransitions lists the policy's status.transitions (kind node startedAt pending).
@@ -270,14 +223,14 @@ func failoverRenumbering(t *testing.T, pending bool) {
 	require.NoError(t, err, "apply policy\n%s%s", out, stderr)
 	applied := time.Now()
 	w.eventually("the first renumbering", time.Minute, func() error {
-		if len(renums.all()) == 0 {
+		if len(renums.All()) == 0 {
 			return fmt.Errorf("no route reflector renumbered yet")
 		}
 		return nil
 	})
-	first := renums.all()[0]
+	first := renums.All()[0]
 	if pending {
-		next := w.pendingRenumber(first.node, time.Minute)
+		next := w.pendingRenumber(first.Node, time.Minute)
 		require.NoError(t, syscall.Kill(-leader.Cmd.Process.Pid, syscall.SIGKILL))
 		t.Logf("leader SIGKILLed at the pending Renumber record of %s", next)
 	} else {
@@ -286,7 +239,7 @@ func failoverRenumbering(t *testing.T, pending bool) {
 	}
 	killed := time.Now()
 	t.Logf("first renumbering %s %s -> %s seen %v after the apply; leader SIGKILLed %v after it; records then: %v",
-		first.node, first.from, first.to, first.at.Sub(applied).Round(10*time.Millisecond), killed.Sub(first.at).Round(10*time.Millisecond), w.policyTransitions())
+		first.Node, first.From, first.To, first.At.Sub(applied).Round(10*time.Millisecond), killed.Sub(first.At).Round(10*time.Millisecond), w.policyTransitions())
 	var took time.Duration
 	w.eventually("the first replica takes the lease", time.Minute, func() error {
 		if hl := w.leaseHolder(); hl == "" || hl == killedHolder {
@@ -299,7 +252,7 @@ func failoverRenumbering(t *testing.T, pending bool) {
 
 	// The transition is over when the layout settled and no record is left, and stays so.
 	for {
-		n := len(renums.all())
+		n := len(renums.All())
 		h.settle(failoverNodes)
 		w.eventually("no transition left in the policy's status", 2*time.Minute, func() error {
 			if tr := w.policyTransitions(); len(tr) > 0 {
@@ -308,32 +261,25 @@ func failoverRenumbering(t *testing.T, pending bool) {
 			return nil
 		})
 		time.Sleep(settleRule + 2*time.Second)
-		if len(renums.all()) == n && len(w.policyTransitions()) == 0 {
+		if len(renums.All()) == n && len(w.policyTransitions()) == 0 {
 			break
 		}
 	}
 	f := h.s.End()
 	after := w.roles()
-	seq := renums.all()
+	seq := renums.All()
 
 	// The gaps between successive renumberings, the one across the kill marked.
-	var gaps []string
-	for i, r := range seq {
-		mark := ""
-		if i > 0 && seq[i-1].at.Before(killed) && !r.at.Before(killed) {
-			mark = " (across the kill)"
+	gaps, short := testenv.Spacing(seq, applied, settleRule-renumberSlack, func(before, r testenv.NodeChange) string {
+		if before.At.Before(killed) && !r.At.Before(killed) {
+			return " (across the kill)"
 		}
-		if i == 0 {
-			gaps = append(gaps, fmt.Sprintf("%s %s->%s @%v", r.node, r.from, r.to, r.at.Sub(applied).Round(10*time.Millisecond)))
-			continue
-		}
-		gap := r.at.Sub(seq[i-1].at)
-		gaps = append(gaps, fmt.Sprintf("%s %s->%s @%v, %v after the last%s", r.node, r.from, r.to, r.at.Sub(applied).Round(10*time.Millisecond), gap.Round(10*time.Millisecond), mark))
-		assert.GreaterOrEqualf(t, gap, settleRule-renumberSlack, "%s renumbered %v after %s%s", r.node, gap, seq[i-1].node, mark)
-	}
+		return ""
+	})
+	assert.Empty(t, short, "renumbered less than %v after the last", settleRule-renumberSlack)
 	t.Logf("renumberings (from the apply):\n  %s", strings.Join(gaps, "\n  "))
 	require.GreaterOrEqual(t, len(seq), 2, "several route reflectors renumbered")
-	require.True(t, seq[len(seq)-1].at.After(killed), "a renumbering after the kill: the new leader resumed the staging")
+	require.True(t, seq[len(seq)-1].At.After(killed), "a renumbering after the kill: the new leader resumed the staging")
 
 	// Every route reflector planned in place, active, none draining, no node in a transitional set.
 	p, err := w.dyn.Resource(policyGVR).Get(t.Context(), "default", metav1.GetOptions{})
