@@ -109,7 +109,7 @@ func (f *failover) watchMoves(trigger func(prev, cur *corev1.Node) bool) (*moveW
 	m := &moveWatch{demoted: map[string]demotion{}, promoted: map[string]time.Time{}}
 	fired := make(chan struct{})
 	var once sync.Once
-	watchNodes(f.t, f.w, func(prev, cur *corev1.Node, at time.Time) {
+	testenv.WatchNodes(f.t, f.w.admin, func(prev, cur *corev1.Node, at time.Time) {
 		if trigger(prev, cur) {
 			once.Do(func() { close(fired) })
 		}
@@ -537,11 +537,11 @@ func TestFailoverMidRackSplitOnRealBIRDLarge(t *testing.T) {
 		}
 		return w.settledAny()
 	})
-	after, _ := f.finishMoves(before, moves, func() int { return len(renums.all()) })
+	after, _ := f.finishMoves(before, moves, func() int { return len(renums.All()) })
 	mv, _, _ := moves.snapshot()
 	require.True(t, slices.ContainsFunc(mv, func(m clientMove) bool { return m.at.After(f.killed) && m.leavesTransitional() }),
 		"the new leader moved no client on from a transitional set")
-	f.renumberGaps(renums.all(), applied)
+	f.renumberGaps(renums.All(), applied)
 	f.keptLoss(f.fig, before, after)
 	f.h.finish()
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
@@ -37,25 +34,6 @@ const (
 // failoverPolicy is the transitions test's policy with another topology.
 func failoverPolicy(topology string) string {
 	return strings.Replace(policy, "topology: {type: DualPlane, maxRackSize: 10}", "topology: "+topology, 1)
-}
-
-// renumbering is a route reflector that kept its role and changed its cluster ID, when the test's
-// watch saw it.
-type renumbering struct {
-	node, from, to string
-	at             time.Time
-}
-
-// renumberWatch records every cluster-ID change of an active route reflector that stays one.
-type renumberWatch struct {
-	mu  sync.Mutex
-	seq []renumbering
-}
-
-func (r *renumberWatch) all() []renumbering {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.seq)
 }
 
 // policyTransitions lists the policy's status.transitions (kind node startedAt pending).
@@ -405,70 +383,24 @@ func activeID(n *corev1.Node) string {
 	return n.Annotations[extender.AnnotationClusterID]
 }
 
-// watchNodes calls seen, from one goroutine, with each Node a watch of the Nodes delivers (added or
-// modified), the version the watch had before (nil for a node new to it) and when it arrived. seen
-// must not fail the test (it may run after the test's own goroutine has returned).
-func watchNodes(t *testing.T, w *world, seen func(prev, cur *corev1.Node, at time.Time)) {
-	t.Helper()
-	list, err := w.admin.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
-	require.NoError(t, err)
-	prev := map[string]*corev1.Node{}
-	for i := range list.Items {
-		prev[list.Items[i].Name] = &list.Items[i]
-	}
-	wi, err := w.admin.CoreV1().Nodes().Watch(t.Context(), metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	require.NoError(t, err)
-	t.Cleanup(wi.Stop)
-	go func() {
-		for ev := range wi.ResultChan() {
-			n, ok := ev.Object.(*corev1.Node)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			seen(prev[n.Name], n, time.Now())
-			prev[n.Name] = n
-		}
-	}()
-}
-
 // watchRenumberings records every cluster-ID change of an active route reflector that stays one.
-func watchRenumberings(t *testing.T, w *world) *renumberWatch {
+func watchRenumberings(t *testing.T, w *world) *testenv.NodeChanges {
 	t.Helper()
-	r := &renumberWatch{}
-	watchNodes(t, w, func(prev, cur *corev1.Node, at time.Time) {
-		if prev == nil {
-			return
-		}
-		if from, to := activeID(prev), activeID(cur); from != "" && to != "" && from != to {
-			r.mu.Lock()
-			r.seq = append(r.seq, renumbering{node: cur.Name, from: from, to: to, at: at})
-			r.mu.Unlock()
-		}
-	})
-	return r
+	return testenv.WatchNodeChanges(t, w.admin, activeID)
 }
 
-// renumberGaps logs the gaps between successive renumberings (the one across the kill marked) and
-// asserts that none is closer than the settle rule (less the watch's jitter).
-func (f *failover) renumberGaps(seq []renumbering, from time.Time) {
-	t := f.t
-	t.Helper()
-	var gaps []string
-	for i, r := range seq {
-		at := fmt.Sprintf("%s %s->%s @%v", r.node, r.from, r.to, r.at.Sub(from).Round(10*time.Millisecond))
-		if i == 0 {
-			gaps = append(gaps, at)
-			continue
+// renumberGaps logs the gaps between successive renumberings (the one across the leader change
+// marked) and asserts that none is closer than the settle rule (less the watch's jitter).
+func (f *failover) renumberGaps(seq []testenv.NodeChange, from time.Time) {
+	f.t.Helper()
+	gaps, short := testenv.Spacing(seq, from, settleRule-renumberSlack, func(before, c testenv.NodeChange) string {
+		if before.At.Before(f.killed) && !c.At.Before(f.killed) {
+			return " (across the leader change)"
 		}
-		mark := ""
-		if seq[i-1].at.Before(f.killed) && !r.at.Before(f.killed) {
-			mark = " (across the leader change)"
-		}
-		gap := r.at.Sub(seq[i-1].at)
-		gaps = append(gaps, fmt.Sprintf("%s, %v after the last%s", at, gap.Round(10*time.Millisecond), mark))
-		assert.GreaterOrEqualf(t, gap, settleRule-renumberSlack, "%s renumbered %v after %s%s", r.node, gap, seq[i-1].node, mark)
-	}
-	t.Logf("renumberings (from %s):\n  %s", from.Format("15:04:05.000"), strings.Join(gaps, "\n  "))
+		return ""
+	})
+	f.t.Logf("renumberings (from %s):\n  %s", from.Format("15:04:05.000"), strings.Join(gaps, "\n  "))
+	assert.Emptyf(f.t, short, "renumbered closer than the settle rule (%v less %v)", settleRule, renumberSlack)
 }
 
 // failoverRenumbering is TestFailoverRenumberingOnRealBIRD with the leader taken away at moment.
@@ -489,15 +421,15 @@ func failoverRenumbering(t *testing.T, moment failoverMoment) {
 		t.Logf("surge replica ready %v after the apply", time.Since(applied).Round(10*time.Millisecond))
 	}
 	w.eventually("the first renumbering", time.Minute, func() error {
-		if len(renums.all()) == 0 {
+		if len(renums.All()) == 0 {
 			return fmt.Errorf("no route reflector renumbered yet")
 		}
 		return nil
 	})
-	first := renums.all()[0]
+	first := renums.All()[0]
 	switch moment {
 	case killAtPending:
-		next := w.pendingRenumber(first.node, time.Minute)
+		next := w.pendingRenumber(first.Node, time.Minute)
 		f.kill()
 		t.Logf("leader SIGKILLed at the pending Renumber record of %s", next)
 	case killAfterFirst:
@@ -505,13 +437,13 @@ func failoverRenumbering(t *testing.T, moment failoverMoment) {
 		f.kill()
 	case rollingUpgrade:
 		require.Equal(t, f.holder, w.leaseHolder(), "the second replica still holds the lease")
-		time.Sleep(time.Until(first.at.Add(900 * time.Millisecond)))
+		time.Sleep(time.Until(first.At.Add(900 * time.Millisecond)))
 		f.leader.Stop() // SIGTERM: the lease is released at once
 		f.killed = time.Now()
 	}
 	t.Logf("first renumbering %s %s -> %s seen %v after the apply; leader stopped (%s) %v after it; records then: %v",
-		first.node, first.from, first.to, first.at.Sub(applied).Round(10*time.Millisecond), map[bool]string{true: "SIGTERM", false: "SIGKILL"}[moment == rollingUpgrade],
-		f.killed.Sub(first.at).Round(10*time.Millisecond), w.policyTransitions())
+		first.Node, first.From, first.To, first.At.Sub(applied).Round(10*time.Millisecond), map[bool]string{true: "SIGTERM", false: "SIGKILL"}[moment == rollingUpgrade],
+		f.killed.Sub(first.At).Round(10*time.Millisecond), w.policyTransitions())
 	f.takeover()
 	if moment == rollingUpgrade {
 		// The other old replica rolls too: stopped with SIGTERM (a second handover when it took
@@ -529,13 +461,13 @@ func failoverRenumbering(t *testing.T, moment failoverMoment) {
 	}
 
 	// The transition is over when the layout settled and no record is left, and stays so.
-	f.complete(func() int { return len(renums.all()) })
+	f.complete(func() int { return len(renums.All()) })
 	fig := f.h.s.End()
 	after := w.roles()
-	seq := renums.all()
+	seq := renums.All()
 	f.renumberGaps(seq, applied)
 	require.GreaterOrEqual(t, len(seq), 2, "several route reflectors renumbered")
-	require.True(t, seq[len(seq)-1].at.After(f.killed), "a renumbering after the kill: the new leader resumed the staging")
+	require.True(t, seq[len(seq)-1].At.After(f.killed), "a renumbering after the kill: the new leader resumed the staging")
 	f.completed(after)
 	f.keptLoss(fig, before, after)
 	t.Logf("%d renumbered", len(seq))
