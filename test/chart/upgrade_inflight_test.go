@@ -69,7 +69,7 @@ const (
 //
 // Measured on 2026-12-01, two loaded cores (gaps between successive renumberings as the watch saw
 // them; the first is 0.2.0's, the one across the handover marked; times are when each run ended):
-//   - 20:55, the lead's fix (060f649) reverted: FAILED as it should. node-03 renumbered 2.62 s
+//   - 20:55, the first fix (060f649) reverted: FAILED as it should. node-03 renumbered 2.62 s
 //     after the change, node-04 9.91 s later (0.2.0), the 0.2.0 leader stopped 0.08 s after it,
 //     the lease taken 0.7 s later, and the new leader renumbered node-05 2.79 s after node-04
 //     (2.72 s after the stop); then 10.07, 10.06, 10.17 s. 152 s.
@@ -77,6 +77,11 @@ const (
 //     new leader waited 10 s from its load), then 10.06, 10.04, 10.16 s.
 //   - 21:02, with the fix: passed, 180 s. Gaps 9.99 s, 15.45 s across the handover (lease taken
 //     3.1 s after the stop), then 10.13, 10.06, 11.41 s.
+//   - 21:24, the fix as it landed (4985de4, which replaced 060f649: the new leader keeps the last
+//     write of the product's field manager to a kept route reflector, from its Node's
+//     managedFields, as the Renumber record): passed, 174 s. node-04 renumbered by 0.2.0 at
+//     13.51 s, the old leader stopped 0.01 s later, the lease taken 1.3 s after; node-05 renumbered
+//     10.24 s after node-04 (10.23 s after the stop); then 10.16, 10.21, 10.49 s.
 //   - 20:52, an earlier version of the test that stopped the old leader once the new replica was
 //     ready, not right after a renumbering: with the fix reverted it passed, the new leader's
 //     first renumbering falling 9.97 s after the old one's by the timing of that run: the reason
