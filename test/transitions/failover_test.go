@@ -262,13 +262,7 @@ func startFailover(t *testing.T, size int, policy string, rrs int, statuses bool
 	require.NoError(t, w.product.Restart(t.Context(), time.Minute), "starting the first replica again")
 	w.env.AwaitWebhooks(t, 30*time.Second)
 
-	var err error
-	f.lab, err = bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), f.names)
-	require.NoError(t, err)
-	t.Cleanup(f.lab.Close)
-	for i, n := range f.names {
-		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
-	}
+	f.lab = w.startLab(f.names, len(zones))
 	w.eventually(fmt.Sprintf("%d route reflectors", rrs), time.Minute, func() error { return w.settled(rrs) })
 	f.h = startHistory(t, w, f.lab, f.names, f.start, sampleEvery)
 	if statuses {

@@ -120,12 +120,7 @@ func TestTransitionsOnRealBIRD(t *testing.T) {
 	start := time.Now()
 	w := newWorld(t, false, policy)
 	names := nodeNames(nodes)
-	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
-	require.NoError(t, err)
-	t.Cleanup(lab.Close)
-	for i, n := range names {
-		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
-	}
+	lab := w.startLab(names, len(zones))
 	w.eventually("8 route reflectors (3 racks of 2, a spine of 2)", time.Minute, func() error { return w.settled(8) })
 	h := startHistory(t, w, lab, names, start, sampleEvery)
 	event := h.event
@@ -391,12 +386,7 @@ func TestTransitionsHistoryOnRealBIRD(t *testing.T) {
 	require.NoError(t, w.product.Restart(t.Context(), time.Minute), "starting the first replica again")
 	w.env.AwaitWebhooks(t, 30*time.Second)
 	names := nodeNames(size)
-	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
-	require.NoError(t, err)
-	t.Cleanup(lab.Close)
-	for i, n := range names {
-		w.join(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
-	}
+	lab := w.startLab(names, len(zones))
 	h := startHistory(t, w, lab, names, start, sampleEveryLarge)
 	event := h.event
 	w.reportStatuses(lab)
@@ -954,6 +944,19 @@ func (w *world) eventually(what string, timeout time.Duration, f func() error) {
 
 // join registers a node as the kubelet and calico-node do: its zone, its BGP address
 // (projectcalico.org/IPv4Address), its pod CIDR (confd runs with USE_POD_CIDR), Ready.
+// startLab starts one BIRD per node of names, configured by Calico's confd (closed when the test
+// ends), and joins each node, the i-th in zones[i%nZones] with the i-th lab address and block.
+func (w *world) startLab(names []string, nZones int) *bgpverify.Lab {
+	w.t.Helper()
+	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
+	require.NoError(w.t, err)
+	w.t.Cleanup(lab.Close)
+	for i, n := range names {
+		w.join(n, zones[i%nZones], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
+	}
+	return lab
+}
+
 func (w *world) join(name, zone, addr, block string) {
 	w.t.Helper()
 	ctx := w.t.Context()

@@ -166,12 +166,7 @@ func startTwoRR(t *testing.T, n, nZones, maxRackSize int, removal, sample time.D
 	start := time.Now()
 	w := newWorld(t, false, twoRRPolicy(maxRackSize, removal))
 	names := nodeNames(n)
-	lab, err := bgpverify.StartLab(w.env.KubeconfigPath(testenv.UserAdmin), names)
-	require.NoError(t, err)
-	t.Cleanup(lab.Close)
-	for i, name := range names {
-		w.join(name, zones[i%nZones], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
-	}
+	lab := w.startLab(names, nZones)
 	// A rack per maxRackSize nodes of each zone, 2 route reflectors each, and a spine of 2.
 	racks := nZones * ((n/nZones + maxRackSize - 1) / maxRackSize)
 	w.eventually(fmt.Sprintf("%d route reflectors (%d racks of 2, a spine of 2)", 2*racks+2, racks), time.Minute,
