@@ -113,12 +113,15 @@ func (r *Reconciler) unrecordedRenumber(ctx context.Context, st *State, held []n
 			node, at = name, t
 		}
 	}
+	if node == "" {
+		return
+	}
 	// managedFields keep whole seconds: the write was made within the second after at.
 	if at = at.Add(time.Second); at.After(st.Now) {
 		at = st.Now
 	}
-	if node != "" && st.Now.Sub(at) < idSettle {
-		m.trans.Assume(transitions.Renumber, at, node)
+	if st.Now.Sub(at) < idSettle {
+		m.trans.Hold(transitions.Renumber, node, at, transitions.DefaultWaits)
 		r.Log.Info("a cluster-ID change no record holds: the next waits for it", "policy", st.Name, "node", node, "written", at.UTC().Format(time.RFC3339))
 	}
 }

@@ -212,15 +212,10 @@ func (t *Table) Start(kind Kind, now time.Time, nodes ...string) {
 	}
 }
 
-// Assume records that the node's sessions (re)started at started for the kind's reason, a start
-// no record held (a leader of a release before the records may have made it): confirmed, not
-// pending, so that a later leader's wait counts from the same start.
-func (t *Table) Assume(kind Kind, started time.Time, node string) {
-	t.put(&Record{Kind: kind, Node: node, Started: started, Waits: DefaultWaits})
-}
-
-// Hold is a step's wait for the subject: its record, started (confirmed) at now when there is
-// none, its bounds made w.
+// Hold is a wait for the subject: its record, started (confirmed, not pending) at now when there
+// is none, its bounds made w. A step's own wait (MeshOff, Adopt), or a start no record held (a
+// Renumber a leader of a release before the records made), so that a later leader's wait counts
+// from the same start.
 func (t *Table) Hold(kind Kind, subject string, now time.Time, w Waits) *Record {
 	r := t.Get(kind, subject)
 	if r == nil {
