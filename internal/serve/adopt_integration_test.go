@@ -17,6 +17,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/reconciler"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // handBuiltPeers are BGPPeers as operators write them for hand-picked route reflectors: a full
@@ -145,9 +146,15 @@ func (w *world) waitReconciles(c *reconcileCounter, n int) {
 
 func (w *world) policyField(jsonpath string) string {
 	w.t.Helper()
-	out, _, err := w.kubectl(testenv.UserAdmin, "get", "rrp", "default", "-o", "jsonpath="+jsonpath)
-	require.NoErrorf(w.t, err, "kubectl get rrp")
+	out, err := w.policyPath("default", jsonpath)
+	require.NoErrorf(w.t, err, "get rrp default")
 	return out
+}
+
+// policyPath prints the named policy as `kubectl get rrp <name> -o jsonpath=<template>` does,
+// read through the API without a kubectl process (testenv.Env.JSONPath): for polls.
+func (w *world) policyPath(name, template string) (string, error) {
+	return w.env.JSONPath(w.t.Context(), v1alpha1.GroupVersion.WithResource("routereflectorpolicies"), "", name, template)
 }
 
 // TestAdoptHandBuiltClusterOnRealAPIServer: a 100-node cluster with 3 hand-labelled route

@@ -95,7 +95,7 @@ func TestCalicoAPIServerOnRealAPIServer(t *testing.T) {
 				return fmt.Errorf("%s draining", name)
 			}
 		}
-		ready, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		ready, err := w.policyPath(name, `{.status.conditions[?(@.type=="Ready")].status}`)
 		if err != nil || ready != "True" {
 			return fmt.Errorf("policy Ready %q %v", ready, err)
 		}

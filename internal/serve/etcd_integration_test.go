@@ -16,6 +16,7 @@ import (
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	libapiv3 "github.com/projectcalico/calico/libcalico-go/lib/apis/v3"
@@ -364,8 +365,8 @@ func TestEtcdDatastoreOnRealAPIServer(t *testing.T) {
 		_, stderr, err := w.kubectl(testenv.UserAdmin, "delete", "routereflectorpolicy", "default", "--wait=false")
 		require.NoError(t, err, "delete policy %s", stderr)
 		w.eventually("policy gone", 30*time.Second, func() error {
-			if _, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default"); err == nil {
-				return errors.New("still there")
+			if _, err := w.policyPath("default", "{.metadata.name}"); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there (%v)", err)
 			}
 			return nil
 		})

@@ -85,9 +85,9 @@ metadata: {name: dry-1, labels: {topology.kubernetes.io/zone: zone-a}}
 			require.NoError(t, w.admin.CoreV1().Nodes().Delete(t.Context(), fmt.Sprintf("node-%02d", i), metav1.DeleteOptions{}))
 		}
 		desired := func() string {
-			out, stderr, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.nodes}/{.status.desiredRouteReflectors}")
+			out, err := w.policyPath("default", "{.status.nodes}/{.status.desiredRouteReflectors}")
 			if err != nil {
-				return fmt.Sprintf("kubectl: %v %s", err, stderr)
+				return fmt.Sprintf("get rrp default: %v", err)
 			}
 			return out
 		}

@@ -530,7 +530,7 @@ func TestHandoverBGPSessionsTimeoutOnRealAPIServer(t *testing.T) {
 		require.Fail(t, fmt.Sprintf("demoted after %s, before the timeout", d))
 	}
 	w.eventually("Degraded HandoverTimeout", 10*time.Second, func() error {
-		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.conditions[?(@.type==\"Degraded\")].reason}")
+		out, err := w.policyPath("default", "{.status.conditions[?(@.type==\"Degraded\")].reason}")
 		if err != nil || out != reconciler.ReasonHandoverTimeout {
 			return fmt.Errorf("Degraded reason %q %v", out, err)
 		}

@@ -390,7 +390,23 @@ spec:
   behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
 `
 
-func TestServeOnRealAPIServer(t *testing.T) {
+func TestServeOnRealAPIServer(t *testing.T) { serveOnRealAPIServer(t, false) }
+
+// TestServeOnRealAPIServerLarge is TestServeOnRealAPIServer with the cluster checked on confd +
+// BIRD after the cordon's handover (31 nodes on Calico's node-to-node mesh beside the route
+// reflectors: about 80 s and 60 s of CPU on two cores, the largest single item of internal/serve
+// in make test until 2026-12-01). make test checks that state with the graph model, and proves a
+// cordon's handover on confd + BIRD, routes sampled through it, in TestTransitionsOnRealBIRD's
+// event (i).
+func TestServeOnRealAPIServerLarge(t *testing.T) {
+	testenv.SlowProof(t)
+	serveOnRealAPIServer(t, true)
+}
+
+// serveOnRealAPIServer runs the product's life on a real API server: joins, admission denials, a
+// cordon, an autoscaler's taint, a deletion and a registration without the webhook server. confd:
+// the cordon's end state is also checked on confd + BIRD (checkRouting).
+func serveOnRealAPIServer(t *testing.T, confd bool) {
 	t.Parallel() // its own API server and product: beside the other live tests, mostly waiting
 	w := newWorld(t)
 	ctx := t.Context()
@@ -434,7 +450,7 @@ func TestServeOnRealAPIServer(t *testing.T) {
 		require.Truef(t, s.peers["rr-autoscaler-mesh-default"], "BGPPeers %v", s.peers)
 		// The roles can settle at admission before the reconcile that writes the status ends.
 		w.eventually("policy status 3/3/True", 10*time.Second, func() error {
-			out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.routeReflectors}/{.status.desiredRouteReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
+			out, err := w.policyPath("default", "{.status.routeReflectors}/{.status.desiredRouteReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
 			if err != nil || out != "3/3/True" {
 				return fmt.Errorf("policy status %q (%v)", out, err)
 			}
@@ -578,7 +594,13 @@ spec:
 			all, _, _ := w.kubectl(testenv.UserAdmin, "get", "events", "-A", "-o", "wide")
 			require.Fail(t, fmt.Sprintf("events of %s: %q; all: %q", victim, out, all))
 		}
-		w.checkRouting(t, "after the cordon handover")
+		if confd {
+			w.checkRouting(t, "after the cordon handover")
+			return
+		}
+		missing, _, _, err := w.routingState()
+		require.NoError(t, err)
+		require.Zero(t, missing, "the graph model's missing pairs after the cordon handover")
 	})
 
 	t.Run("cluster-autoscaler's ToBeDeletedByClusterAutoscaler taint on an RR: drained at admission, replaced, demoted", func(t *testing.T) {

@@ -156,8 +156,7 @@ spec:
 					require.Fail(t, fmt.Sprintf("switch to %s, reconcile %d (%v after the edit): %d node pairs miss each other's routes", step.wantStatus, reconciles, time.Since(start), s.missing))
 				}
 				maxDraining = max(maxDraining, s.draining)
-				ready, _, _ := w.kubectl(testenv.UserAdmin, "get", "rrp", "default", "-o",
-					`jsonpath={.metadata.generation}/{.status.observedGeneration}/{.status.conditions[?(@.type=="Ready")].status}`)
+				ready, _ := w.policyPath("default", `{.metadata.generation}/{.status.observedGeneration}/{.status.conditions[?(@.type=="Ready")].status}`)
 				gen, rest, _ := strings.Cut(ready, "/")
 				settled = strings.HasPrefix(rest, gen+"/") && strings.HasSuffix(rest, "/True") && s.draining == 0 && s.unwired == 0
 			case <-time.After(90 * time.Second):

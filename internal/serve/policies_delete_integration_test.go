@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
@@ -125,8 +126,8 @@ func policiesDeletion(t *testing.T, cases []deletionCase) {
 						w.applyPoolPolicies(tc.late, tc.migrate)
 					}
 					waitGone(func() bool {
-						out, _, _ := w.kubectl(testenv.UserAdmin, "get", "rrp", "pool-"+pool, "-o", "name", "--ignore-not-found")
-						return strings.TrimSpace(out) == ""
+						_, err := w.policyPath("pool-"+pool, "{.metadata.name}")
+						return apierrors.IsNotFound(err)
 					})
 				}
 			}

@@ -174,9 +174,9 @@ spec:
 	// ratio 0.03 of 200 healthy nodes: 6 route reflectors.
 	w.eventually("settled on the plan", 60*time.Second, func() error {
 		s := w.snapshot()
-		out, _, err := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.desiredRouteReflectors}/{.status.routeReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
+		out, err := w.policyPath("default", "{.status.desiredRouteReflectors}/{.status.routeReflectors}/{.status.conditions[?(@.type==\"Ready\")].status}")
 		if err != nil || out != "6/6/True" {
-			conds, _, _ := w.kubectl(testenv.UserAdmin, "get", "routereflectorpolicy", "default", "-o", "jsonpath={.status.conditions}")
+			conds, _ := w.policyPath("default", "{.status.conditions}")
 			return fmt.Errorf("status %q %v; conditions %s; nodes with a role: %s", out, err, conds, s.roles())
 		}
 		return s.settled(6)
