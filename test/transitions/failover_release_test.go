@@ -54,10 +54,13 @@ var releasePolicy = failoverPolicy("{type: DualPlane, maxRackSize: 10}") + "  mi
 // ReleaseStep record), shows every node that is not a route reflector Established; then the mesh
 // back on, removalDelay, the keeper and the clients, the BGPPeers, the finalizer. The test's watch
 // of the Nodes sees the first route reflector released and the leader is SIGKILLed at once; the
-// keeper's status reports pause from the kill until keeperQuiet after the lease moved (the
-// keeper's last report then predates the last release's settle: calico-node reports every 10 s,
-// the lab every second), so that a new leader that lost the ReleaseStep record, counting from the
-// release BGPPeer, would release the next route reflector on that report, at once. It asserts: 0
+// keeper's status reports pause from the kill until keeperQuiet after the lease moved
+// (calico-node reports every 10 s, the lab every second), so that the keeper's last report, when
+// the new leader takes over, predates the last release's settle: the release across the change
+// must wait for a report written after the takeover. A new leader that does not wait for the
+// keeper's sessions releases at once on the report from before the kill (the scratch run below);
+// one that lost the ReleaseStep record would too if that report listed every session (it did not
+// in the runs below: written before the first release, it lacks the released node). It asserts: 0
 // pair-samples lost between nodes that keep their role (the clients, which keep theirs until the
 // end); for every release but the keeper's, the one across the leader change included, at least
 // idSettleMin after the previous one (the release BGPPeer's for the first) as the watch saw them
@@ -80,8 +83,45 @@ var releasePolicy = failoverPolicy("{type: DualPlane, maxRackSize: 10}") + "  mi
 // release counts as safe only if real BIRDs, rendered by confd from the release BGPPeer and the
 // roles, lose no route between the clients.
 //
+// What it cannot tell apart: a new leader that lost the ReleaseStep record counts from the release
+// BGPPeer, whose idSettleMin is long over, and still waits for a report listing every session
+// Established; across a SIGKILL the lease's 13-18 s hide the 3 s settle, and the record's other
+// bound (idSettleMax, 1 min, from the last release rather than from the release BGPPeer) differs
+// only a minute after the release BGPPeer. Such a leader shows in the releases after the change,
+// as a single leader without the record does (below).
+//
 // It runs in make test-all: RRA_TEST_ALL=1 go test -count=1 -v -timeout 30m -run
-// 'TestFailoverMidReleaseOnRealBIRDLarge$' ./test/transitions/ (as root).
+// 'TestFailoverMidReleaseOnRealBIRDLarge$' ./test/transitions/ (as root); 1-1.5 minutes past the
+// setup (45-60 s).
+//
+// Runs on 2026-12-01 (load average 7 to 22 beside another helper's tests); the keeper node-02
+// (zone-c's rack, plane 1), node-01 (a spine member) released first:
+//   - 23:03: passed, 158 s. node-01 released 8.78 s after the release BGPPeer, the leader
+//     SIGKILLed 70 ms after it; the lease moved 13.3 s later, the keeper's reports resumed at
+//     16.3 s; gaps between releases 16.69 s (across the leader change: node-05 released 0.3 s
+//     after the reports resumed, on the keeper's first report since), 4.94, 5.00, 21.39, 11.78,
+//     18.01 s; the mesh back on 0.4 s after the last, the keeper released 3.25 s after it; the
+//     policy gone 91.8 s after the deletion; 0 pair-samples lost between the clients, 5,153 in
+//     all (120 pairs, each with a released route reflector at one end), longest gap 19.87 s
+//     (node-00->node-03: node-03's new session to the keeper came up through BIRD connection
+//     collisions, which the 21.39 s wait before the next release covered); peak 36 routes against 23.
+//   - 23:12: passed, 128 s. node-01 released 7.54 s after the release BGPPeer, the leader
+//     SIGKILLed 150 ms after it (the keeper's last report then, written 80 ms before the release,
+//     did not list node-01); the lease moved 17.5 s later; gaps 21.73 s (across the change), 7.64,
+//     4.63, 4.93, 13.75, 4.45 s; the policy gone 69.7 s after the deletion; 0 pair-samples lost
+//     between the clients, 3,214 in all, longest gap 13.65 s (node-07->node-00); peak 36 routes.
+//
+// With the product broken in a scratch change (reverted), the same test failed:
+//   - the keeper's sessions not waited for (keeperSessionsWait skipped, 23:07): releases 0.56-1.23 s
+//     apart after the takeover (closer than idSettleMin), the first after the kill at once on the
+//     report from before the kill (node-01 and node-10 not Established in it), six releases with
+//     the keeper's BIRD lacking sessions then; yet 0 pair-samples lost between the clients (2,132
+//     in all): the loss figure alone would not have shown it.
+//   - the ReleaseStep record ignored (the wait counted from the release BGPPeer, 23:09): the release
+//     across the change looked right (21.81 s, on a fresh report), but the new leader released
+//     node-06 0.44 s after node-05 (node-05 had the keeper's cluster ID: the report the product
+//     took, written before node-05's sessions restarted, likely still listed it Established); the
+//     keeper's last report seen before and its BIRD both lacked node-05.
 func TestFailoverMidReleaseOnRealBIRDLarge(t *testing.T) {
 	skipUnlessAll(t, "the live failover proof between two releases of a deleted policy")
 	f := startFailoverMesh(t, releaseNodes, releasePolicy, 8, true, true)
