@@ -247,6 +247,14 @@ type failover struct {
 // keeps every report (failover.statuses).
 func startFailover(t *testing.T, size int, policy string, rrs int, statuses bool) *failover {
 	t.Helper()
+	return startFailoverMesh(t, size, policy, rrs, statuses, false)
+}
+
+// startFailoverMesh is startFailover on a cluster that starts on Calico's node-to-node mesh (mesh
+// true: the policy is to turn it off, migrateFromNodeMesh); it waits for the mesh off too before
+// the BIRDs' first render.
+func startFailoverMesh(t *testing.T, size int, policy string, rrs int, statuses, mesh bool) *failover {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("the live failover proof: needs kube-apiserver, confd and BIRD (hack/tools.sh)")
 	}
@@ -254,7 +262,7 @@ func startFailover(t *testing.T, size int, policy string, rrs int, statuses bool
 		t.Skipf("the live failover proof runs BIRD in network namespaces (root): %v", err)
 	}
 	f := &failover{t: t, start: time.Now(), names: nodeNames(size)}
-	w := newWorld(t, false, policy, leaderArgs...)
+	w := newWorld(t, mesh, policy, leaderArgs...)
 	f.w = w
 	leader := w.replica("serve-2.log")
 	f.leader = leader
@@ -272,6 +280,14 @@ func startFailover(t *testing.T, size int, policy string, rrs int, statuses bool
 
 	f.lab = w.startLab(f.names, len(zones))
 	w.eventually(fmt.Sprintf("%d route reflectors", rrs), time.Minute, func() error { return w.settled(rrs) })
+	if mesh {
+		w.eventually("the policy turned the node-to-node mesh off", 2*time.Minute, func() error {
+			if w.meshOn() {
+				return fmt.Errorf("node-to-node mesh on")
+			}
+			return nil
+		})
+	}
 	f.h = startHistory(t, w, f.lab, f.names, f.start, sampleEvery)
 	if statuses {
 		w.reportStatuses(f.lab)
