@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -318,43 +317,20 @@ func (r *Reconciler) waitWhileReleaseLoses(ctx context.Context, st *State, mesh,
 }
 
 // releaseLosesRoutes runs the graph model on the cluster as it would be without the policy's roles
-// and labels, and without its BGPPeers unless keepPeers, with the mesh on or off, and says what it
-// loses ("" when nothing).
+// and labels (releaseSim), and without its BGPPeers unless keepPeers (the release BGPPeer kept
+// then, to the policy's keeper), with the mesh on or off, and says what it loses ("" when nothing).
 func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State, mesh, keepPeers bool) (string, error) {
-	p := st.Managed.Resolved
-	var nodes []*extender.Node
-	for _, n := range r.Nodes.List() {
-		if p.NodeSelector.Matches(labels.Set(n.Labels)) {
-			c := n.DeepCopy()
-			for _, k := range extender.OwnedLabelKeys(p.RRLabelKey) {
-				delete(c.Labels, k)
-			}
-			for _, k := range extender.OwnedAnnotationKeys() {
-				delete(c.Annotations, k)
-			}
-			n = c
-		}
-		nodes = append(nodes, n)
-	}
-	all, err := r.peers().List(ctx, nil)
+	sim, err := r.newReleaseSim(ctx, st)
 	if err != nil {
-		return "", fmt.Errorf("listing BGPPeers: %w", err)
+		return "", err
 	}
-	mine := managedPeers(st.Name)
-	var peers []apiv3.BGPPeer
-	for _, b := range all {
-		if !keepPeers && b.Labels[extender.LabelManagedBy] == mine[extender.LabelManagedBy] && b.Labels[extender.LabelPolicy] == st.Name {
-			continue
-		}
-		peers = append(peers, *b)
+	keeper := ""
+	if keepPeers {
+		keeper = st.Policy.Annotations[AnnotationReleaseKeeper]
 	}
-	topo, err := bgpmodel.FromCluster(nodes, peers, p.ZoneLabel, bgpmodel.Options{NodeToNodeMesh: mesh})
+	m, err := sim.model(nil, true, keeper, !keepPeers, mesh)
 	if err != nil {
-		return "", fmt.Errorf("graph model of the cluster without policy %s: %w", st.Name, err)
-	}
-	m, err := topo.Propagate(nil)
-	if err != nil {
-		return "", fmt.Errorf("graph model of the cluster without policy %s: %w", st.Name, err)
+		return "", err
 	}
 	if m.Summary.MissingPairs == 0 {
 		return "", nil

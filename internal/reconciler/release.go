@@ -318,13 +318,9 @@ func (s *releaseSim) policyRRs() []string {
 
 // model propagates the cluster with the released nodes (or every node of the policy when all)
 // stripped of the policy's labels and annotations, the release BGPPeer to keeper ("" none), the
-// policy's other BGPPeers unless dropPeers, and the mesh on or off.
-func (s *releaseSim) model(released map[string]bool, all bool, keeper string, dropPeers, mesh bool) (*bgpmodel.Model, error) {
-	return s.modelDown(released, all, keeper, dropPeers, mesh, "")
-}
-
-// modelDown is model with the node down gone ("" none): its sessions down, its block not expected.
-func (s *releaseSim) modelDown(released map[string]bool, all bool, keeper string, dropPeers, mesh bool, down string) (*bgpmodel.Model, error) {
+// policy's other BGPPeers unless dropPeers, and the mesh on or off; with the node down gone (none
+// when not given): its sessions down, its block not expected.
+func (s *releaseSim) model(released map[string]bool, all bool, keeper string, dropPeers, mesh bool, down ...string) (*bgpmodel.Model, error) {
 	nodes := make([]*extender.Node, len(s.nodes))
 	for i, n := range s.nodes {
 		if (all || released[n.Name]) && s.p.NodeSelector.Matches(labels.Set(n.Labels)) {
@@ -355,8 +351,8 @@ func (s *releaseSim) modelDown(released map[string]bool, all bool, keeper string
 		return nil, fmt.Errorf("graph model of policy %s's release: %w", s.name, err)
 	}
 	var mask []bool
-	if down != "" {
-		if mask, err = topo.NamesDown(down); err != nil {
+	if len(down) > 0 {
+		if mask, err = topo.NamesDown(down...); err != nil {
 			return nil, fmt.Errorf("graph model of policy %s's release: %w", s.name, err)
 		}
 	}
@@ -371,7 +367,7 @@ func (s *releaseSim) modelDown(released map[string]bool, all bool, keeper string
 // finds every pair both while its sessions restart (rr down in the state before: its cluster ID
 // changes, so every session of it restarts) and after (rr released). It returns the state after.
 func (s *releaseSim) canGo(released map[string]bool, rr, keeper string, mesh bool) (*bgpmodel.Model, bool, error) {
-	m, err := s.modelDown(released, false, keeper, false, mesh, rr)
+	m, err := s.model(released, false, keeper, false, mesh, rr)
 	if err != nil || m.Summary.MissingPairs > 0 {
 		return nil, false, err
 	}
