@@ -169,9 +169,6 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	}
 	m := r.memo(st.Name)
 	m.statusesChecked = false // the handover lists them again
-	if m.bgpAnnounced == nil {
-		m.bgpAnnounced = map[string]bool{}
-	}
 
 	r.mu.Lock()
 	prev := r.bgp[st.Name]
