@@ -344,7 +344,7 @@ func (s *releaseSim) model(released map[string]bool, all bool, keeper string, dr
 	}
 	if keeper != "" && keeper != NoKeeper {
 		b := extender.ReleaseBGPPeer(s.p, keeper)
-		peers = append(peers, apiv3.BGPPeer{ObjectMeta: metaNamed(b.Name, b.Labels), Spec: b.Spec})
+		peers = append(peers, apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Labels: b.Labels}, Spec: b.Spec})
 	}
 	topo, err := bgpmodel.FromCluster(nodes, peers, s.p.ZoneLabel, bgpmodel.Options{NodeToNodeMesh: mesh})
 	if err != nil {
@@ -573,8 +573,4 @@ func (r *Reconciler) deleteReleaseBridge(ctx context.Context, st *State) error {
 		}
 	}
 	return nil
-}
-
-func metaNamed(name string, lbl map[string]string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Labels: lbl}
 }
