@@ -96,7 +96,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		switch {
 		case chk.safe():
 			st.requeue(wait)
-		case chk.safeNone():
+		case chk.safeOnly():
 			st.requeue(wait)
 			*phases = [3][]nodePatch{}
 		default:
@@ -121,7 +121,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		}
 		switch {
 		case chk.safe(np):
-		case chk.safeAlone(np):
+		case chk.safeOnly(np):
 			// The others wait: they need this change first (a rack split gives this route
 			// reflector's old ID to another rack).
 			*phases = [3][]nodePatch{}
@@ -286,19 +286,13 @@ func newModelView(st *State, outside []*extender.Node, allPeers []*apiv3.BGPPeer
 
 // safe: the state with the other patches and these written loses no pair the full plan keeps.
 func (c *stageCheck) safe(extra ...nodePatch) bool {
-	got, err := c.missing(append(slices.Clone(c.others), extra...))
-	return err == nil && got <= c.target
+	return c.safeOnly(append(slices.Clone(c.others), extra...)...)
 }
 
-// safeAlone: the state with only this patch written loses no pair the full plan keeps.
-func (c *stageCheck) safeAlone(np nodePatch) bool {
-	got, err := c.missing([]nodePatch{np})
-	return err == nil && got <= c.target
-}
-
-// safeNone: the state with no patch written (only the BGPPeers) loses no pair the full plan keeps.
-func (c *stageCheck) safeNone() bool {
-	got, err := c.missing(nil)
+// safeOnly: the state with only these patches written (none: only the BGPPeers) loses no pair the
+// full plan keeps.
+func (c *stageCheck) safeOnly(patches ...nodePatch) bool {
+	got, err := c.missing(patches)
 	return err == nil && got <= c.target
 }
 
