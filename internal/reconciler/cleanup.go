@@ -95,18 +95,11 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		// goes through one route reflector (release.go): the release BGPPeer to it, the others
 		// released one at a time, then the mesh comes back on, and every policy being deleted
 		// waits removalDelay for the mesh sessions before the rest goes.
-		if why := r.keepFor(st); why != "" {
+		if _, why := restoresMesh(st.Managed.Resolved, len(r.Nodes.List())); why != "" {
 			return r.keepLayout(ctx, st, cfg, why)
 		}
-		done, keep, err := r.boundedRelease(ctx, st, false)
-		if err != nil || keep != "" {
-			if keep != "" {
-				return r.keepLayout(ctx, st, cfg, keep)
-			}
+		if done, err := r.boundedRelease(ctx, st, cfg, false); !done || err != nil {
 			return err
-		}
-		if !done {
-			return nil
 		}
 		now := state.CeilSecond(st.Now).Format(time.RFC3339)
 		orig := cfg.DeepCopy()
@@ -157,15 +150,8 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		// (the keeper) before the others are released, one at a time, each when that loses no
 		// route; then the keeper goes with the clients. Another policy being deleted may not have
 		// its own bridge yet: none is released while that loses a route.
-		done, keep, err := r.boundedRelease(ctx, st, true)
-		if err != nil || keep != "" {
-			if keep != "" {
-				return r.keepLayout(ctx, st, cfg, keep)
-			}
+		if done, err := r.boundedRelease(ctx, st, cfg, true); !done || err != nil {
 			return err
-		}
-		if !done {
-			return nil
 		}
 		if wait, err := r.waitWhileReleaseLoses(ctx, st, true, true, "its route reflectors keep their role until every node reaches the others without them"); wait || err != nil {
 			return err
@@ -304,36 +290,24 @@ func (r *Reconciler) ensureReleaseBridge(ctx context.Context, st *State, keeper 
 	return nil
 }
 
-// waitWhileReleaseLoses says whether the next step of a deleted policy's release must wait because
-// releaseLosesRoutes finds pairs it would lose (logged with what, and requeued).
+// waitWhileReleaseLoses says whether the next step of a deleted policy's release must wait: the
+// graph model of the cluster as it would be without the policy's roles and labels (releaseSim),
+// and without its BGPPeers unless keepPeers (the release BGPPeer kept then, to the policy's
+// keeper), with the mesh on or off, finds pairs it would lose (logged with what, and requeued).
 func (r *Reconciler) waitWhileReleaseLoses(ctx context.Context, st *State, mesh, keepPeers bool, what string) (bool, error) {
-	lost, err := r.releaseLosesRoutes(ctx, st, mesh, keepPeers)
-	if err != nil || lost == "" {
-		return false, err
-	}
-	r.Log.Info("policy deleted: "+what, "policy", st.Name, "missing", lost)
-	st.requeue(handoverRetry)
-	return true, nil
-}
-
-// releaseLosesRoutes runs the graph model on the cluster as it would be without the policy's roles
-// and labels (releaseSim), and without its BGPPeers unless keepPeers (the release BGPPeer kept
-// then, to the policy's keeper), with the mesh on or off, and says what it loses ("" when nothing).
-func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State, mesh, keepPeers bool) (string, error) {
 	sim, err := r.newReleaseSim(ctx, st)
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	keeper := ""
 	if keepPeers {
 		keeper = st.Policy.Annotations[AnnotationReleaseKeeper]
 	}
 	m, err := sim.model(nil, true, keeper, !keepPeers, mesh)
-	if err != nil {
-		return "", err
+	if err != nil || m.Summary.MissingPairs == 0 {
+		return false, err
 	}
-	if m.Summary.MissingPairs == 0 {
-		return "", nil
-	}
-	return fmt.Sprintf("%d node pairs, e.g. %v", m.Summary.MissingPairs, m.MissingPairs(2)), nil
+	r.Log.Info("policy deleted: "+what, "policy", st.Name, "missing", fmt.Sprintf("%d node pairs, e.g. %v", m.Summary.MissingPairs, m.MissingPairs(2)))
+	st.requeue(handoverRetry)
+	return true, nil
 }
