@@ -107,9 +107,12 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		r.Log.V(1).Info("cluster-ID change held", append([]any{"policy", st.Name, "node", held[0].name, "reason", "ClusterIDChangeStaged"}, why...)...)
 	}
 	r.unrecordedRenumber(ctx, st, held)
-	if wait, last := idStageWait(st, m); wait > 0 {
-		hold(wait, "until the sessions of", last)
-		return
+	// The last renumbering's record: the next one waits for its sessions.
+	if last := m.trans.Latest(transitions.Renumber); last != nil && st.View[last.Node] != nil {
+		if wait := last.Wait(st.Now, verifies(st)); wait > 0 {
+			hold(wait, "until the sessions of", last.Node)
+			return
+		}
 	}
 	var leaving []string
 	for i, np := range held[:min(len(held), stageCandidates)] {
@@ -347,16 +350,6 @@ func withPatch(m map[string]string, patch map[string]*string) map[string]string 
 		}
 	}
 	return out
-}
-
-// idStageWait is how long the next cluster-ID change must still wait for the last one (0: go),
-// and the route reflector renumbered last.
-func idStageWait(st *State, m *handoverMemo) (time.Duration, string) {
-	last := m.trans.Latest(transitions.Renumber)
-	if last == nil || st.View[last.Node] == nil {
-		return 0, ""
-	}
-	return last.Wait(st.Now, verifies(st)), last.Node
 }
 
 // verifies: the policy's handover reads the BGP sessions (CalicoNodeStatus), so a transition's
