@@ -309,6 +309,8 @@ func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, s
 			keptRRs = append(keptRRs, rrOf[id])
 		}
 		wait, waitOn := settlingWait(st, m, keptRRs)
+		// keeps: a route reflector it keeps is settled, so its routes stay with it while its other
+		// sessions change.
 		keeps := slices.ContainsFunc(keptRRs, func(rr string) bool { return settled(st, m, rr) })
 		transitional := extender.IsTransitionalSet(from)
 		switch {
