@@ -69,7 +69,7 @@ type marks struct {
 type quietPlan struct {
 	at         time.Time
 	generation int64
-	policies   string                    // the valid policies it was planned with (policiesKey)
+	policies   string                    // the valid policies it was planned with (state.PoliciesKey)
 	view       map[string]*extender.Node // the policy's nodes as that reconcile read and wrote them
 	nodes      int                       // len(view), kept when the plan is retired
 	// retired: a full plan of the policy is under way, and the quiet plan is only its node count
@@ -219,7 +219,7 @@ func (r *Reconciler) absorbCause(st *State) (*quietPlan, string) {
 		return nil, causePoliciesChanged
 	}
 	valid := r.Policies.Valid()
-	if policiesKey(valid) != q.policies {
+	if state.PoliciesKey(valid) != q.policies {
 		return nil, causePoliciesChanged
 	}
 	if q.index == nil {
@@ -341,9 +341,6 @@ func sameSelectors(valid []state.Managed, a, b *extender.Node) bool {
 	return true
 }
 
-// policiesKey names the valid policies and their generations.
-func policiesKey(valid []state.Managed) string { return state.PoliciesKey(valid) }
-
 // remember keeps st as the policy's quiet plan when the reconcile ran every step and left nothing
 // to do (quietness). Otherwise the policy has no quiet plan, its next reconcile plans it whole,
 // and the reason is kept for the cause of that plan.
@@ -364,7 +361,7 @@ func (r *Reconciler) remember(st *State) {
 	if filters == nil {
 		filters = extender.DefaultFilters()
 	}
-	r.quiet[st.Name] = &quietPlan{at: st.Now, generation: st.Policy.Generation, policies: policiesKey(st.valid),
+	r.quiet[st.Name] = &quietPlan{at: st.Now, generation: st.Policy.Generation, policies: state.PoliciesKey(st.valid),
 		view: st.View, nodes: len(st.View), result: st.Result, filters: filters}
 }
 

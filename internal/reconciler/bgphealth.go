@@ -169,14 +169,11 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	}
 	m := r.memo(st.Name)
 	m.statusesChecked = false // the handover lists them again
-	if m.bgpAnnounced == nil {
-		m.bgpAnnounced = map[string]bool{}
-	}
 
 	r.mu.Lock()
 	prev := r.bgp[st.Name]
 	r.mu.Unlock()
-	clients := clientsOf(p, view)
+	clients := rrClients(view, func(n *extender.Node) bool { return p.IsRouteReflectorLabel(n.Labels) }) // Ready or not
 	ips := r.calicoBGPAddresses(ctx, len(rrs) > 0)
 	var uplinkIDs map[string][]string // uplink set -> the spine members' IDs its BGPPeer selects, read once when needed
 	uplinks := func() map[string][]string {
@@ -498,11 +495,6 @@ func (r *Reconciler) watchBGPHealth(ctx context.Context, q queue) {
 			}
 		}
 	}
-}
-
-// clientsOf maps each route reflector to the clients of view that peer with it (Ready or not).
-func clientsOf(p interface{ IsRouteReflectorLabel(map[string]string) bool }, view map[string]*extender.Node) map[string][]string {
-	return rrClients(view, func(n *extender.Node) bool { return p.IsRouteReflectorLabel(n.Labels) })
 }
 
 // sessionsDown reads a route reflector's CalicoNodeStatus per address family (downFamilies): the

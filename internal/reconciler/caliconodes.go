@@ -33,7 +33,7 @@ func (r *Reconciler) syncCalicoNodes(ctx context.Context, st *State) error {
 	if r.CalicoNodes == nil {
 		return nil
 	}
-	return r.writeCalicoRoles(ctx, st, true)
+	return r.writeCalicoRoles(ctx, st, true, false)
 }
 
 // releaseCalicoRoles (a deleted policy, the mesh back on) takes the roles off the policy's Calico
@@ -41,7 +41,7 @@ func (r *Reconciler) syncCalicoNodes(ctx context.Context, st *State) error {
 // cleanup does on the Kubernetes Nodes. The plan's order (clients before demotions) would leave
 // clients with neither their peering set nor mesh sessions to the route reflectors meanwhile.
 func (r *Reconciler) releaseCalicoRoles(ctx context.Context, st *State) error {
-	return r.writeCalicoRolesOrdered(ctx, st, false, true)
+	return r.writeCalicoRoles(ctx, st, false, true)
 }
 
 type calicoWrite struct {
@@ -50,11 +50,10 @@ type calicoWrite struct {
 	drift      bool
 }
 
-func (r *Reconciler) writeCalicoRoles(ctx context.Context, st *State, report bool) error {
-	return r.writeCalicoRolesOrdered(ctx, st, report, false)
-}
-
-func (r *Reconciler) writeCalicoRolesOrdered(ctx context.Context, st *State, report, demoteFirst bool) error {
+// writeCalicoRoles writes the view's roles to the Calico Nodes (report: a difference from what was
+// last written is drift, reported; demoteFirst: the nodes losing the role go with the route
+// reflectors, before the clients).
+func (r *Reconciler) writeCalicoRoles(ctx context.Context, st *State, report, demoteFirst bool) error {
 	owned := extender.OwnedLabelKeys(st.Managed.Resolved.RRLabelKey)
 	have, err := r.CalicoNodes.Roles(ctx, owned)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -96,18 +95,11 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		// goes through one route reflector (release.go): the release BGPPeer to it, the others
 		// released one at a time, then the mesh comes back on, and every policy being deleted
 		// waits removalDelay for the mesh sessions before the rest goes.
-		if why := r.keepFor(st); why != "" {
+		if _, why := restoresMesh(st.Managed.Resolved, len(r.Nodes.List())); why != "" {
 			return r.keepLayout(ctx, st, cfg, why)
 		}
-		done, keep, err := r.boundedRelease(ctx, st, false)
-		if err != nil || keep != "" {
-			if keep != "" {
-				return r.keepLayout(ctx, st, cfg, keep)
-			}
+		if done, err := r.boundedRelease(ctx, st, cfg, false); !done || err != nil {
 			return err
-		}
-		if !done {
-			return nil
 		}
 		now := state.CeilSecond(st.Now).Format(time.RFC3339)
 		orig := cfg.DeepCopy()
@@ -158,15 +150,8 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		// (the keeper) before the others are released, one at a time, each when that loses no
 		// route; then the keeper goes with the clients. Another policy being deleted may not have
 		// its own bridge yet: none is released while that loses a route.
-		done, keep, err := r.boundedRelease(ctx, st, true)
-		if err != nil || keep != "" {
-			if keep != "" {
-				return r.keepLayout(ctx, st, cfg, keep)
-			}
+		if done, err := r.boundedRelease(ctx, st, cfg, true); !done || err != nil {
 			return err
-		}
-		if !done {
-			return nil
 		}
 		if wait, err := r.waitWhileReleaseLoses(ctx, st, true, true, "its route reflectors keep their role until every node reaches the others without them"); wait || err != nil {
 			return err
@@ -305,59 +290,24 @@ func (r *Reconciler) ensureReleaseBridge(ctx context.Context, st *State, keeper 
 	return nil
 }
 
-// waitWhileReleaseLoses says whether the next step of a deleted policy's release must wait because
-// releaseLosesRoutes finds pairs it would lose (logged with what, and requeued).
+// waitWhileReleaseLoses says whether the next step of a deleted policy's release must wait: the
+// graph model of the cluster as it would be without the policy's roles and labels (releaseSim),
+// and without its BGPPeers unless keepPeers (the release BGPPeer kept then, to the policy's
+// keeper), with the mesh on or off, finds pairs it would lose (logged with what, and requeued).
 func (r *Reconciler) waitWhileReleaseLoses(ctx context.Context, st *State, mesh, keepPeers bool, what string) (bool, error) {
-	lost, err := r.releaseLosesRoutes(ctx, st, mesh, keepPeers)
-	if err != nil || lost == "" {
+	sim, err := r.newReleaseSim(ctx, st)
+	if err != nil {
 		return false, err
 	}
-	r.Log.Info("policy deleted: "+what, "policy", st.Name, "missing", lost)
+	keeper := ""
+	if keepPeers {
+		keeper = st.Policy.Annotations[AnnotationReleaseKeeper]
+	}
+	m, err := sim.model(nil, true, keeper, !keepPeers, mesh)
+	if err != nil || m.Summary.MissingPairs == 0 {
+		return false, err
+	}
+	r.Log.Info("policy deleted: "+what, "policy", st.Name, "missing", fmt.Sprintf("%d node pairs, e.g. %v", m.Summary.MissingPairs, m.MissingPairs(2)))
 	st.requeue(handoverRetry)
 	return true, nil
-}
-
-// releaseLosesRoutes runs the graph model on the cluster as it would be without the policy's roles
-// and labels, and without its BGPPeers unless keepPeers, with the mesh on or off, and says what it
-// loses ("" when nothing).
-func (r *Reconciler) releaseLosesRoutes(ctx context.Context, st *State, mesh, keepPeers bool) (string, error) {
-	p := st.Managed.Resolved
-	var nodes []*extender.Node
-	for _, n := range r.Nodes.List() {
-		if p.NodeSelector.Matches(labels.Set(n.Labels)) {
-			c := n.DeepCopy()
-			for _, k := range extender.OwnedLabelKeys(p.RRLabelKey) {
-				delete(c.Labels, k)
-			}
-			for _, k := range extender.OwnedAnnotationKeys() {
-				delete(c.Annotations, k)
-			}
-			n = c
-		}
-		nodes = append(nodes, n)
-	}
-	all, err := r.peers().List(ctx, nil)
-	if err != nil {
-		return "", fmt.Errorf("listing BGPPeers: %w", err)
-	}
-	mine := managedPeers(st.Name)
-	var peers []apiv3.BGPPeer
-	for _, b := range all {
-		if !keepPeers && b.Labels[extender.LabelManagedBy] == mine[extender.LabelManagedBy] && b.Labels[extender.LabelPolicy] == st.Name {
-			continue
-		}
-		peers = append(peers, *b)
-	}
-	topo, err := bgpmodel.FromCluster(nodes, peers, p.ZoneLabel, bgpmodel.Options{NodeToNodeMesh: mesh})
-	if err != nil {
-		return "", fmt.Errorf("graph model of the cluster without policy %s: %w", st.Name, err)
-	}
-	m, err := topo.Propagate(nil)
-	if err != nil {
-		return "", fmt.Errorf("graph model of the cluster without policy %s: %w", st.Name, err)
-	}
-	if m.Summary.MissingPairs == 0 {
-		return "", nil
-	}
-	return fmt.Sprintf("%d node pairs, e.g. %v", m.Summary.MissingPairs, m.MissingPairs(2)), nil
 }

@@ -119,7 +119,7 @@ func (r *Reconciler) memo(name string) *handoverMemo {
 	m := r.memos[name]
 	if m == nil {
 		m = &handoverMemo{verified: map[string]map[string]bool{}, lacking: map[string]map[string]extender.Families{}, reported: map[string]bool{},
-			adoptRetry: map[string]time.Time{}, trans: &transitions.Table{}}
+			adoptRetry: map[string]time.Time{}, bgpAnnounced: map[string]bool{}, moveSets: map[string]bool{}, trans: &transitions.Table{}}
 		r.memos[name] = m
 	}
 	return m
@@ -151,8 +151,8 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		clients = clientsByRR(st)
 	}
 	need := map[string][]string{} // replacement -> clients not seen Established yet
-	addNeed := func(rr string) {
-		for _, c := range clients[rr] {
+	addNeed := func(rr string, cs []string) {
+		for _, c := range cs {
 			if !m.verified[rr][c] && !slices.Contains(need[rr], c) {
 				need[rr] = append(need[rr], c)
 			}
@@ -162,30 +162,26 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		for _, d := range draining {
 			if r.handoverInPlace(st, d) {
 				for _, rr := range replacementsAll(st, d) {
-					addNeed(rr)
+					addNeed(rr, clients[rr])
 				}
 			}
 		}
 		if adopting {
-			for rr := range clients {
-				addNeed(rr)
+			for rr, cs := range clients {
+				addNeed(rr, cs)
 			}
 		}
 		if last := m.trans.Latest(transitions.Renumber); last != nil && !last.Up {
 			rr := last.Node
-			addNeed(rr)
+			addNeed(rr, clients[rr])
 			if len(need[rr]) == 0 {
 				m.trans.Settled(rr, transitions.Renumber) // no clients to wait for
 			}
 		}
 		for _, rr := range slices.Sorted(maps.Keys(st.SettleWaits)) {
-			addNeed(rr)
-			// A spine member's sessions to the rack route reflectors whose uplink set selects it.
-			for _, c := range uplinkHolders(st, rr) {
-				if n := st.View[c]; extender.IsReady(n) && n.DeletionTimestamp == nil && !m.verified[rr][c] && !slices.Contains(need[rr], c) {
-					need[rr] = append(need[rr], c)
-				}
-			}
+			// A spine member's sessions to the rack route reflectors whose uplink set selects it too.
+			addNeed(rr, clients[rr])
+			addNeed(rr, uplinkPeers(st, rr))
 			if len(need[rr]) == 0 {
 				m.trans.Settled(rr) // no clients to wait for
 			}
@@ -193,11 +189,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	}
 	if mesh {
 		for rr, cs := range meshPeers(st, clients) {
-			for _, c := range cs {
-				if !m.verified[rr][c] && !slices.Contains(need[rr], c) {
-					need[rr] = append(need[rr], c)
-				}
-			}
+			addNeed(rr, cs)
 		}
 	}
 	if len(draining) == 0 && len(need) == 0 && !mesh && !adopting {

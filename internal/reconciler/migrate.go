@@ -67,8 +67,14 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	m.trans.Drop(transitions.MeshOff, layout)
 	d := max(p.RemovalDelay, idSettle)
 	rec := m.trans.Hold(transitions.MeshOff, layout, r.now(), transitions.Waits{Min: d, Settle: d, Max: max(d, idSettleMax)})
-	if wait, rr := meshSettleWait(st, m); wait > 0 {
-		r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", "route reflector sessions settling", "node", rr)
+	var rrs []string
+	for _, name := range slices.Sorted(maps.Keys(st.View)) {
+		if isCurrentRR(p, st.View[name]) {
+			rrs = append(rrs, name)
+		}
+	}
+	if wait, on := settlingWait(st, m, rrs); wait > 0 {
+		r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", "route reflector sessions settling", "nodes", on)
 		st.requeue(wait)
 		return nil
 	}
@@ -184,22 +190,6 @@ func meshLayout(view map[string]*extender.Node) string {
 	return fmt.Sprintf("layout@%016x", h.Sum64())
 }
 
-// meshSettleWait is the longest wait (rrWait) of the view's route reflectors whose sessions
-// (re)started lately, and one of them (by name): the mesh stays on meanwhile.
-func meshSettleWait(st *State, m *handoverMemo) (time.Duration, string) {
-	var wait time.Duration
-	var node string
-	for _, name := range slices.Sorted(maps.Keys(st.View)) {
-		if !isCurrentRR(st.Managed.Resolved, st.View[name]) || !readyNode(st, name) {
-			continue
-		}
-		if w := rrWait(st, m, name); w > wait {
-			wait, node = w, name
-		}
-	}
-	return wait, node
-}
-
 // meshPeers are the sessions the mesh waits for, by route reflector: its Ready clients (clients,
 // clientsByRR's) and, for a spine member, the Ready rack route reflectors whose uplink set selects
 // it (the clients' way to the other racks once the mesh is off).
@@ -209,8 +199,8 @@ func meshPeers(st *State, clients map[string][]string) map[string][]string {
 		if !isCurrentRR(st.Managed.Resolved, n) {
 			continue
 		}
-		for _, c := range uplinkHolders(st, name) {
-			if readyNode(st, c) && st.View[c].DeletionTimestamp == nil && !slices.Contains(out[name], c) {
+		for _, c := range uplinkPeers(st, name) {
+			if !slices.Contains(out[name], c) {
 				out[name] = append(slices.Clone(out[name]), c)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kptr "k8s.io/utils/ptr"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
@@ -104,17 +105,32 @@ var setKinds = [...]setKind{
 	{label: extender.LabelUplinkSet, phase: 0, event: EventUplinkMovesHeld, nodes: "rack route reflectors", rrs: "spine members", held: transitionHeldUplinks, kind: transitions.UplinkMove},
 }
 
-// rrWait is how long a move relying on route reflector rr must still wait for its sessions.
-func rrWait(st *State, m *handoverMemo, rr string) time.Duration {
-	return m.trans.Wait(rr, st.Now, verifies(st))
+// settled: route reflector rr is Ready and its records (transitions.Table.Wait) let a move relying
+// on its sessions go.
+func settled(st *State, m *handoverMemo, rr string) bool {
+	return readyNode(st, rr) && m.trans.Wait(rr, st.Now, verifies(st)) == 0
 }
 
-// waitFor records that a held change waits for route reflector rr's sessions.
-func (st *State) waitFor(rr string) {
+// settlingWait is the longest wait (transitions.Table.Wait) of the Ready route reflectors among rrs
+// that have not settled yet, and those route reflectors.
+func settlingWait(st *State, m *handoverMemo, rrs []string) (w time.Duration, waiting []string) {
+	for _, rr := range rrs {
+		if d := m.trans.Wait(rr, st.Now, verifies(st)); readyNode(st, rr) && d > 0 {
+			w = max(w, d)
+			waiting = append(waiting, rr)
+		}
+	}
+	return w, waiting
+}
+
+// waitFor records that a held change waits for these route reflectors' sessions.
+func (st *State) waitFor(rrs ...string) {
 	if st.SettleWaits == nil {
 		st.SettleWaits = map[string]bool{}
 	}
-	st.SettleWaits[rr] = true
+	for _, rr := range rrs {
+		st.SettleWaits[rr] = true
+	}
 }
 
 // stageMoves makes the moves between peering sets and between uplink sets make-before-break (see
@@ -168,8 +184,8 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
 		c.peers = append(c.peers, sets[name])
 	}
-	staged, err := c.missing(flatten(next))
-	direct, err2 := c.missing(flatten(*phases))
+	staged, err := c.missing(slices.Concat(next[:]...))
+	direct, err2 := c.missing(slices.Concat(phases[:]...))
 	if err != nil || err2 != nil || staged > direct {
 		r.Log.Info("moves between sets not staged: the graph model finds the staged state worse, or cannot read the cluster", "policy", st.Name,
 			"staged", staged, "direct", direct, "error", fmt.Sprint(err, err2))
@@ -226,9 +242,6 @@ func (r *Reconciler) adoptTransitionalSets(st *State, m *handoverMemo, rrOf map[
 			}
 		}
 	}
-	if m.moveSets == nil {
-		m.moveSets = map[string]bool{}
-	}
 	for name := range m.moveSets {
 		if !present[name] {
 			delete(m.moveSets, name)
@@ -281,7 +294,7 @@ func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, s
 		to := np.lbl[k.label]
 		from := st.View[np.name].Labels[k.label]
 		old, ok := cur[from]
-		want, ok2 := planned[deref(to)]
+		want, ok2 := planned[kptr.Deref(to, "")]
 		if to == nil || *to == "" || from == "" || from == *to || !ok || !ok2 || np.ann[extender.AnnotationClusterID] != nil {
 			// No move, or the node's own cluster ID changes: every session it has restarts anyway.
 			next = append(next, np)
@@ -291,7 +304,14 @@ func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, s
 			old = union(old, ids) // the sessions of the set as it is and as the plan writes it
 		}
 		add, removed, kept := minus(want, old), minus(old, want), intersect(old, want)
-		wait, waitOn := settlingWait(st, m, kept, rrOf)
+		var keptRRs []string
+		for _, id := range kept {
+			keptRRs = append(keptRRs, rrOf[id])
+		}
+		wait, waitOn := settlingWait(st, m, keptRRs)
+		// keeps: a route reflector it keeps is settled, so its routes stay with it while its other
+		// sessions change.
+		keeps := slices.ContainsFunc(keptRRs, func(rr string) bool { return settled(st, m, rr) })
 		transitional := extender.IsTransitionalSet(from)
 		switch {
 		case len(removed) == 0:
@@ -300,11 +320,9 @@ func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, s
 			// until every new one it has is settled.
 			held = append(held, np.name)
 			st.requeue(wait)
-			for _, rr := range waitOn {
-				st.waitFor(rr)
-			}
+			st.waitFor(waitOn...)
 			continue
-		case transitional && len(add) > 0 && keepsSettled(st, m, kept, rrOf):
+		case transitional && len(add) > 0 && keeps:
 			// Its new route reflectors so far have settled: the next new one takes the place of
 			// the old one of a settled one's plane, whose other old ones stay until the new one of
 			// their plane has settled too. Leaving every old one now would leave a plane on a
@@ -330,16 +348,14 @@ func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, s
 		case transitional && len(add) == 0:
 			// Every new route reflector is in its transitional set and has settled (or none is
 			// Ready): it leaves the old ones.
-		case keepsSettled(st, m, kept, rrOf):
+		case keeps:
 			// Its routes stay with a route reflector it keeps: one write, as before.
 		case len(add) == 0:
 			// Only removes sessions: it waits for the route reflectors it keeps.
 			if wait > 0 {
 				held = append(held, np.name)
 				st.requeue(wait)
-				for _, rr := range waitOn {
-					st.waitFor(rr)
-				}
+				st.waitFor(waitOn...)
 				continue
 			}
 		default:
@@ -392,7 +408,7 @@ func nextWritten(st *State, k setKind, add []string, rrOf map[string]string, idN
 func replaced(st *State, m *handoverMemo, removed, kept []string, rrOf map[string]string) []string {
 	covered := map[string]bool{}
 	for _, id := range kept {
-		if rr := rrOf[id]; readyNode(st, rr) && rrWait(st, m, rr) == 0 {
+		if rr := rrOf[id]; settled(st, m, rr) {
 			covered[planeOf(st, rr)] = true
 		}
 	}
@@ -520,6 +536,12 @@ func uplinkHolders(st *State, rr string) []string {
 	return out
 }
 
+// uplinkPeers are uplinkHolders(rr) that are Ready and not being deleted: the sessions a move to
+// spine member rr, and the mesh, wait for.
+func uplinkPeers(st *State, rr string) []string {
+	return slices.DeleteFunc(uplinkHolders(st, rr), func(c string) bool { return !readyNode(st, c) || st.View[c].DeletionTimestamp != nil })
+}
+
 // peerIDs maps the name of each BGPPeer that selects route reflectors by ID to those IDs.
 func peerIDs(peers []*apiv3.BGPPeer) map[string][]string {
 	out := map[string][]string{}
@@ -541,7 +563,7 @@ func inTransitionalSets(st *State, phases *[3][]nodePatch, label string) int {
 	for _, ps := range phases {
 		for _, np := range ps {
 			if v, ok := np.lbl[label]; ok {
-				set[np.name] = extender.IsTransitionalSet(deref(v))
+				set[np.name] = extender.IsTransitionalSet(kptr.Deref(v, ""))
 			}
 		}
 	}
@@ -560,31 +582,6 @@ func peerSelection(bp extender.BGPPeer) string {
 	return strings.Join(ids, "+")
 }
 
-// keepsSettled: one of these route reflectors (a client keeps its session with them) is Ready and
-// settled, so the client's routes stay with it while its other sessions change.
-func keepsSettled(st *State, m *handoverMemo, kept []string, rrOf map[string]string) bool {
-	for _, id := range kept {
-		if rr := rrOf[id]; readyNode(st, rr) && rrWait(st, m, rr) == 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// settlingWait is the longest wait (rrWait) of the Ready route reflectors among ids that have not
-// settled yet, and those route reflectors.
-func settlingWait(st *State, m *handoverMemo, ids []string, rrOf map[string]string) (w time.Duration, rrs []string) {
-	for _, id := range ids {
-		if rr := rrOf[id]; readyNode(st, rr) {
-			if d := rrWait(st, m, rr); d > 0 {
-				w = max(w, d)
-				rrs = append(rrs, rr)
-			}
-		}
-	}
-	return w, rrs
-}
-
 // readyNode: the node is in the view and Ready.
 func readyNode(st *State, name string) bool {
 	n := st.View[name]
@@ -597,14 +594,6 @@ func intersect(a, b []string) []string {
 		if slices.Contains(b, s) {
 			out = append(out, s)
 		}
-	}
-	return out
-}
-
-func flatten(phases [3][]nodePatch) []nodePatch {
-	var out []nodePatch
-	for _, ps := range phases {
-		out = append(out, ps...)
 	}
 	return out
 }
@@ -628,11 +617,4 @@ func minus(a, b []string) []string {
 		}
 	}
 	return out
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

@@ -158,7 +158,7 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		// A route reflector whose CalicoNodeStatus BGP health reads is settled only once a session
 		// of its role was seen Established (or idSettleMax passed): on the live lab a rack's two
 		// replacements' sessions came up 17-20 s after their promotion, past idSettle.
-		return readyNode(st, rr) && rrWait(st, m, rr) == 0 && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
+		return settled(st, m, rr) && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
 			!(st.HealthReported[rr] && justStarted(m, rr, st.Now))
 	}
 	for _, id := range intersect(old, ids) {

@@ -114,53 +114,53 @@ func (r *Reconciler) keepLayout(ctx context.Context, st *State, cfg *apiv3.BGPCo
 // boundedRelease runs the release through the keeper up to the point where only the keeper is
 // left of the policy's route reflectors: it picks the keeper (once; kept on the policy), writes
 // the release BGPPeer, waits removalDelay, then releases one other route reflector per pass. It
-// returns done when only the keeper is left; keep (with why) when no release stays within the
-// bound and the layout is to be kept.
-func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (done bool, keep string, err error) {
+// returns done when only the keeper is left; when no release stays within the bound, the layout
+// is kept (keepLayout, cfg the default BGPConfiguration).
+func (r *Reconciler) boundedRelease(ctx context.Context, st *State, cfg *apiv3.BGPConfiguration, mesh bool) (done bool, err error) {
 	pol, p := st.Policy, st.Managed.Resolved
 	keeper := pol.Annotations[AnnotationReleaseKeeper]
 	if other := r.releaseTurn(pol, keeper != "", mesh); other != "" {
 		r.Log.V(1).Info("policy deleted: waiting for another policy's release", "policy", st.Name, "other", other)
 		st.requeue(handoverRetry)
-		return false, "", nil
+		return false, nil
 	}
 	if keeper == "" {
 		sim, err := r.newReleaseSim(ctx, st)
 		if err != nil {
-			return false, "", err
+			return false, err
 		}
 		plan := sim.plan(mesh)
 		if plan.keeper == "" {
 			if len(sim.policyRRs()) == 0 {
-				return true, "", nil // nothing to go through
+				return true, nil // nothing to go through
 			}
-			return false, "no release through one route reflector stays within twice the steady state without losing a pair (" + plan.why + ")", nil
+			return false, r.keepLayout(ctx, st, cfg, "no release through one route reflector stays within twice the steady state without losing a pair ("+plan.why+")")
 		}
 		r.Log.Info("policy deleted: releasing through one route reflector", "policy", st.Name, "keeper", plan.keeper,
 			"peakRoutes", plan.peakRoutes, "peakSessions", plan.peakSessions)
 		now := state.CeilSecond(st.Now).Format(time.RFC3339)
 		if err := r.markPolicy(ctx, pol, AnnotationReleaseKeeper, plan.keeper); err != nil {
-			return false, "", err
+			return false, err
 		}
 		if err := r.markPolicy(ctx, pol, AnnotationReleaseBridgedAt, now); err != nil {
-			return false, "", err
+			return false, err
 		}
 		if plan.keeper == NoKeeper {
 			st.requeue(handoverRetry)
-			return false, "", nil
+			return false, nil
 		}
 		if err := r.ensureReleaseBridge(ctx, st, plan.keeper); err != nil {
-			return false, "", err
+			return false, err
 		}
 		if err := r.ensureKeeperStatus(ctx, st, plan.keeper); err != nil {
-			return false, "", err
+			return false, err
 		}
 		st.requeue(p.RemovalDelay + 100*time.Millisecond)
-		return false, "", nil
+		return false, nil
 	}
 	if keeper != NoKeeper {
 		if err := r.ensureReleaseBridge(ctx, st, keeper); err != nil {
-			return false, "", err
+			return false, err
 		}
 	}
 	// The keeper's sessions are waited for from the release's last change: the bridge (until
@@ -170,7 +170,7 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 	if at, err := time.Parse(time.RFC3339, pol.Annotations[AnnotationReleaseBridgedAt]); err == nil {
 		if wait := at.Add(p.RemovalDelay).Sub(st.Now); wait > 0 {
 			st.requeue(wait + 100*time.Millisecond)
-			return false, "", nil
+			return false, nil
 		}
 		since, until = at, at.Add(p.RemovalDelay+idSettleMax)
 	}
@@ -181,23 +181,23 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 	}
 	sim, err := r.newReleaseSim(ctx, st)
 	if err != nil {
-		return false, "", err
+		return false, err
 	}
 	next, left, err := sim.next(keeper, mesh)
 	if err != nil {
-		return false, "", err
+		return false, err
 	}
 	if left == 0 {
-		return true, "", nil
+		return true, nil
 	}
 	if next == "" {
 		r.Log.Info("policy deleted: its route reflectors keep their role until one can go without losing a pair", "policy", st.Name, "left", left)
 		st.requeue(handoverRetry)
-		return false, "", nil
+		return false, nil
 	}
 	if keeper != NoKeeper {
 		if wait, err := r.keeperSessionsWait(ctx, st, keeper, since, until); wait || err != nil {
-			return false, "", err
+			return false, err
 		}
 	}
 	n := sim.node(next)
@@ -212,10 +212,10 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 	began := r.now()
 	m.trans.Start(transitions.ReleaseStep, began, next)
 	if err := r.persistTransitions(ctx, st); err != nil {
-		return false, "", err
+		return false, err
 	}
 	if err := r.applyPatches(ctx, st, []nodePatch{{name: next, lbl: lbl, ann: ann}}); err != nil {
-		return false, "", err
+		return false, err
 	}
 	if r.CalicoNodes != nil {
 		view := map[string]*extender.Node{next: n}
@@ -224,15 +224,15 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, mesh bool) (
 		}
 		release := &State{Name: st.Name, Managed: st.Managed, View: view}
 		if err := r.releaseCalicoRoles(ctx, release); err != nil {
-			return false, "", err
+			return false, err
 		}
 	}
 	m.trans.Restamp(began, r.now())
 	if err := r.persistTransitions(ctx, st); err != nil {
-		return false, "", err
+		return false, err
 	}
 	st.requeue(max(handoverRetry, min(p.RemovalDelay, releaseStep)))
-	return false, "", nil
+	return false, nil
 }
 
 // releaseTurn returns another deleted policy whose release goes first ("" when none): deleted at
@@ -318,13 +318,9 @@ func (s *releaseSim) policyRRs() []string {
 
 // model propagates the cluster with the released nodes (or every node of the policy when all)
 // stripped of the policy's labels and annotations, the release BGPPeer to keeper ("" none), the
-// policy's other BGPPeers unless dropPeers, and the mesh on or off.
-func (s *releaseSim) model(released map[string]bool, all bool, keeper string, dropPeers, mesh bool) (*bgpmodel.Model, error) {
-	return s.modelDown(released, all, keeper, dropPeers, mesh, "")
-}
-
-// modelDown is model with the node down gone ("" none): its sessions down, its block not expected.
-func (s *releaseSim) modelDown(released map[string]bool, all bool, keeper string, dropPeers, mesh bool, down string) (*bgpmodel.Model, error) {
+// policy's other BGPPeers unless dropPeers, and the mesh on or off; with the node down gone (none
+// when not given): its sessions down, its block not expected.
+func (s *releaseSim) model(released map[string]bool, all bool, keeper string, dropPeers, mesh bool, down ...string) (*bgpmodel.Model, error) {
 	nodes := make([]*extender.Node, len(s.nodes))
 	for i, n := range s.nodes {
 		if (all || released[n.Name]) && s.p.NodeSelector.Matches(labels.Set(n.Labels)) {
@@ -348,15 +344,15 @@ func (s *releaseSim) modelDown(released map[string]bool, all bool, keeper string
 	}
 	if keeper != "" && keeper != NoKeeper {
 		b := extender.ReleaseBGPPeer(s.p, keeper)
-		peers = append(peers, apiv3.BGPPeer{ObjectMeta: metaNamed(b.Name, b.Labels), Spec: b.Spec})
+		peers = append(peers, apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Labels: b.Labels}, Spec: b.Spec})
 	}
 	topo, err := bgpmodel.FromCluster(nodes, peers, s.p.ZoneLabel, bgpmodel.Options{NodeToNodeMesh: mesh})
 	if err != nil {
 		return nil, fmt.Errorf("graph model of policy %s's release: %w", s.name, err)
 	}
 	var mask []bool
-	if down != "" {
-		if mask, err = topo.NamesDown(down); err != nil {
+	if len(down) > 0 {
+		if mask, err = topo.NamesDown(down...); err != nil {
 			return nil, fmt.Errorf("graph model of policy %s's release: %w", s.name, err)
 		}
 	}
@@ -371,7 +367,7 @@ func (s *releaseSim) modelDown(released map[string]bool, all bool, keeper string
 // finds every pair both while its sessions restart (rr down in the state before: its cluster ID
 // changes, so every session of it restarts) and after (rr released). It returns the state after.
 func (s *releaseSim) canGo(released map[string]bool, rr, keeper string, mesh bool) (*bgpmodel.Model, bool, error) {
-	m, err := s.modelDown(released, false, keeper, false, mesh, rr)
+	m, err := s.model(released, false, keeper, false, mesh, rr)
 	if err != nil || m.Summary.MissingPairs > 0 {
 		return nil, false, err
 	}
@@ -551,16 +547,6 @@ func (s *releaseSim) plan(mesh bool) releasePlan {
 	return best
 }
 
-// keepFor returns why the deleted policy, which turned the mesh off, keeps its layout rather than
-// turning the mesh back on ("" when it turns it back on).
-func (r *Reconciler) keepFor(st *State) string {
-	ok, why := restoresMesh(st.Managed.Resolved, len(r.Nodes.List()))
-	if ok {
-		return ""
-	}
-	return why
-}
-
 // deleteReleaseBridge removes a release BGPPeer left by an earlier pass (none when missing).
 func (r *Reconciler) deleteReleaseBridge(ctx context.Context, st *State) error {
 	peers, err := r.livePeers(ctx, managedPeers(st.Name))
@@ -577,8 +563,4 @@ func (r *Reconciler) deleteReleaseBridge(ctx context.Context, st *State) error {
 		}
 	}
 	return nil
-}
-
-func metaNamed(name string, lbl map[string]string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Labels: lbl}
 }

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -94,11 +95,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 	if len(missing) == 0 {
 		return false, nil
 	}
-	names := make([]string, 0, len(missing))
-	for n := range missing {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(missing))
 	return wait(fmt.Sprintf("%d nodes without an Established session to the keeper, e.g. %v", len(names), names[:min(5, len(names))]))
 }
 

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"net"
+	"slices"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 
@@ -49,24 +50,20 @@ func familyPeers(cns *apiv3.CalicoNodeStatus, fam extender.Families) []apiv3.Cal
 
 // listedFamilies are the families a status lists sessions of.
 func listedFamilies(cns *apiv3.CalicoNodeStatus) extender.Families {
-	var f extender.Families
-	for _, fam := range extender.AllFamilies {
-		if len(familyPeers(cns, fam)) > 0 {
-			f |= fam
-		}
-	}
-	return f
+	return familiesWith(cns, func(apiv3.CalicoNodePeer) bool { return true })
 }
 
 // establishedFamilies are the families a status has at least one Established session in.
 func establishedFamilies(cns *apiv3.CalicoNodeStatus) extender.Families {
+	return familiesWith(cns, func(p apiv3.CalicoNodePeer) bool { return p.State == apiv3.BGPSessionStateEstablished })
+}
+
+// familiesWith are the families a status lists a session of that match takes.
+func familiesWith(cns *apiv3.CalicoNodeStatus, match func(apiv3.CalicoNodePeer) bool) extender.Families {
 	var f extender.Families
 	for _, fam := range extender.AllFamilies {
-		for _, p := range familyPeers(cns, fam) {
-			if p.State == apiv3.BGPSessionStateEstablished {
-				f |= fam
-				break
-			}
+		if slices.ContainsFunc(familyPeers(cns, fam), match) {
+			f |= fam
 		}
 	}
 	return f

@@ -96,7 +96,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		switch {
 		case chk.safe():
 			st.requeue(wait)
-		case chk.safeNone():
+		case chk.safeOnly():
 			st.requeue(wait)
 			*phases = [3][]nodePatch{}
 		default:
@@ -107,9 +107,12 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		r.Log.V(1).Info("cluster-ID change held", append([]any{"policy", st.Name, "node", held[0].name, "reason", "ClusterIDChangeStaged"}, why...)...)
 	}
 	r.unrecordedRenumber(ctx, st, held)
-	if wait, last := idStageWait(st, m); wait > 0 {
-		hold(wait, "until the sessions of", last)
-		return
+	// The last renumbering's record: the next one waits for its sessions.
+	if last := m.trans.Latest(transitions.Renumber); last != nil && st.View[last.Node] != nil {
+		if wait := last.Wait(st.Now, verifies(st)); wait > 0 {
+			hold(wait, "until the sessions of", last.Node)
+			return
+		}
 	}
 	var leaving []string
 	for i, np := range held[:min(len(held), stageCandidates)] {
@@ -121,7 +124,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		}
 		switch {
 		case chk.safe(np):
-		case chk.safeAlone(np):
+		case chk.safeOnly(np):
 			// The others wait: they need this change first (a rack split gives this route
 			// reflector's old ID to another rack).
 			*phases = [3][]nodePatch{}
@@ -286,19 +289,13 @@ func newModelView(st *State, outside []*extender.Node, allPeers []*apiv3.BGPPeer
 
 // safe: the state with the other patches and these written loses no pair the full plan keeps.
 func (c *stageCheck) safe(extra ...nodePatch) bool {
-	got, err := c.missing(append(slices.Clone(c.others), extra...))
-	return err == nil && got <= c.target
+	return c.safeOnly(append(slices.Clone(c.others), extra...)...)
 }
 
-// safeAlone: the state with only this patch written loses no pair the full plan keeps.
-func (c *stageCheck) safeAlone(np nodePatch) bool {
-	got, err := c.missing([]nodePatch{np})
-	return err == nil && got <= c.target
-}
-
-// safeNone: the state with no patch written (only the BGPPeers) loses no pair the full plan keeps.
-func (c *stageCheck) safeNone() bool {
-	got, err := c.missing(nil)
+// safeOnly: the state with only these patches written (none: only the BGPPeers) loses no pair the
+// full plan keeps.
+func (c *stageCheck) safeOnly(patches ...nodePatch) bool {
+	got, err := c.missing(patches)
 	return err == nil && got <= c.target
 }
 
@@ -353,16 +350,6 @@ func withPatch(m map[string]string, patch map[string]*string) map[string]string 
 		}
 	}
 	return out
-}
-
-// idStageWait is how long the next cluster-ID change must still wait for the last one (0: go),
-// and the route reflector renumbered last.
-func idStageWait(st *State, m *handoverMemo) (time.Duration, string) {
-	last := m.trans.Latest(transitions.Renumber)
-	if last == nil || st.View[last.Node] == nil {
-		return 0, ""
-	}
-	return last.Wait(st.Now, verifies(st)), last.Node
 }
 
 // verifies: the policy's handover reads the BGP sessions (CalicoNodeStatus), so a transition's

@@ -143,7 +143,7 @@ type Table struct {
 func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
 	t := &Table{}
 	for _, tr := range list {
-		if tr.Node == "" || !known(Kind(tr.Kind)) {
+		if tr.Node == "" || !slices.Contains(kinds, Kind(tr.Kind)) {
 			continue
 		}
 		w := Waits{Min: tr.MinWait.Duration, Settle: tr.SettleWait.Duration, Max: tr.MaxWait.Duration}
@@ -160,13 +160,8 @@ func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
 	return t
 }
 
-func known(k Kind) bool {
-	switch k {
-	case Renumber, SessionsRestart, ClientMove, UplinkMove, SetInherited, ReleaseStep, MeshOff, Adopt:
-		return true
-	}
-	return false
-}
+// kinds are the kinds a record may have.
+var kinds = []Kind{Renumber, SessionsRestart, ClientMove, UplinkMove, SetInherited, ReleaseStep, MeshOff, Adopt}
 
 // API is the table as the policy's status holds it, sorted by kind and node.
 func (t *Table) API() []v1alpha1.Transition {
