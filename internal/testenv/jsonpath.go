@@ -16,10 +16,17 @@ import (
 // takes from the tests beside it; what a user sees of kubectl (its errors, warnings and output)
 // stays with Kubectl.
 func (e *Env) JSONPath(ctx context.Context, gvr schema.GroupVersionResource, namespace, name, template string) (string, error) {
-	dyn, err := dynamic.NewForConfig(e.Config)
-	if err != nil {
-		return "", err
+	e.mu.Lock()
+	if e.dyn == nil {
+		d, err := dynamic.NewForConfig(e.Config)
+		if err != nil {
+			e.mu.Unlock()
+			return "", err
+		}
+		e.dyn = d
 	}
+	dyn := e.dyn
+	e.mu.Unlock()
 	obj, err := dyn.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", err

@@ -40,6 +40,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -170,6 +171,7 @@ type Env struct {
 
 	mu          sync.Mutex
 	kubeconfigs map[string]string
+	dyn         dynamic.Interface // the admin's, for JSONPath (made on its first call)
 	stopOnce    sync.Once
 }
 
