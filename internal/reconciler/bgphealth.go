@@ -175,6 +175,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	r.mu.Unlock()
 	clients := rrClients(view, func(n *extender.Node) bool { return p.IsRouteReflectorLabel(n.Labels) }) // Ready or not
 	ips := r.calicoBGPAddresses(ctx, len(rrs) > 0)
+	st.healthReports, st.healthIPs = have, ips
 	var uplinkIDs map[string][]string // uplink set -> the spine members' IDs its BGPPeer selects, read once when needed
 	uplinks := func() map[string][]string {
 		if uplinkIDs == nil {

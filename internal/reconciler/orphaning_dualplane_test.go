@@ -10,6 +10,7 @@ import (
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -80,5 +81,44 @@ func TestDualPlaneRackLostKeepsFailedInClientSet(t *testing.T) {
 		}
 		require.Greaterf(t, len(ids), 2, "reconcile %d: the replacements in the set %s: %v", i+1, name, ids)
 	}
+	// The replacements' sessions with the spine and every other route reflector are up, but not
+	// yet with the rack's clients (their BIRDs not reconfigured, or slow to connect): BGP health
+	// sees the replacements' role up, and their settle time passes, but the set keeps the failed
+	// route reflectors until the clients' sessions with the replacements are Established (on the
+	// live lab under CI load they came up 20 s after the promotion).
+	var repl []string
+	for _, id := range selected() {
+		if !slices.Contains(old, id) {
+			repl = append(repl, id)
+		}
+	}
+	require.Len(t, repl, 2, "the replacements in the set %s", name)
+	_, set, _ := extender.SetLabelOf(name)
+	member := func(n string) bool { return h.node(n).Labels[extender.LabelPeeringSet] == set }
+	byID := map[string]string{}
+	nodes := &corev1.NodeList{}
+	require.NoError(t, h.client.List(context.Background(), nodes))
+	for _, n := range nodes.Items {
+		byID[extender.RouteReflectorID(n.Name)] = n.Name
+	}
+	toClientsDown := func(rr, peer string, f extender.Families) bool {
+		return dead(rr, peer, f) && !(slices.ContainsFunc(repl, func(id string) bool { return byID[id] == rr }) && member(peer))
+	}
+	for i := range 20 {
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeBy(toClientsDown)
+		h.reconcile()
+		ids := selected()
+		for _, rr := range old {
+			require.Containsf(t, ids, rr, "%d s more: the rack set %s dropped failed %s before its clients' sessions with the replacements were up: %v", i+1, name, rr, ids)
+		}
+	}
+	// The clients' sessions come up: the set narrows to the replacements.
+	for range 5 {
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeBy(dead)
+		h.reconcile()
+	}
+	require.ElementsMatch(t, repl, selected(), "the rack set %s once its clients' sessions with the replacements are up", name)
 	_ = fmt.Sprint
 }

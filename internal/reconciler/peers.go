@@ -135,9 +135,11 @@ func (r *Reconciler) prunePeers(ctx context.Context, st *State) error {
 }
 
 // readyForBreak is the test extender.MakeBeforeBreak narrows a set's BGPPeer with: a route
-// reflector is ready once labelled, and a new one of the set also settled (moves.go) unless the
-// set keeps a settled one, with which its nodes' routes stay meanwhile. A route reflector this
-// plan promotes or renumbers (written by the nodes step, after this one) has not settled.
+// reflector is ready once labelled, and a new one of the set also settled (moves.go) with every
+// node of the set up with it (membersUp), unless the set keeps such a one, with which its nodes'
+// routes stay meanwhile. A new one in the union the previous reconcile wrote is no such keeper
+// until then. A route reflector this plan promotes or renumbers (written by the nodes step,
+// after this one) has not settled.
 func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender.BGPPeer, labelled func(string) bool) func(string) bool {
 	old, ok := extender.PeerRouteReflectorIDs(have.Spec.PeerSelector)
 	ids, ok2 := extender.PeerRouteReflectorIDs(want.Spec.PeerSelector)
@@ -162,7 +164,7 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 			!(st.HealthReported[rr] && justStarted(m, rr, st.Now))
 	}
 	for _, id := range intersect(old, ids) {
-		if settled(byID[id]) {
+		if rr := byID[id]; settled(rr) && membersUp(st, m, rr, want.Name) {
 			return labelled
 		}
 	}
@@ -177,10 +179,37 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		// together) the clients dropped the sessions whose stale routes graceful restart held
 		// (issue 52 item 4, 0.9 s after the plan on the live lab).
 		rr := byID[id]
-		if slices.Contains(old, id) && !slices.Contains(ids, id) || rr == "" || settled(rr) {
+		if slices.Contains(old, id) && !slices.Contains(ids, id) || rr == "" || settled(rr) && membersUp(st, m, rr, want.Name) {
 			return true
 		}
 		st.waitFor(rr)
 		return false
 	}
+}
+
+// membersUp: every Ready node of the set BGPPeer name selects has an Established session with
+// route reflector rr in rr's CalicoNodeStatus, reported after its sessions (re)started
+// (transitions.Record.Fresh); or rr's BGP health is not reported, or its newest record's Max has
+// passed. The narrowing drops the set's old route reflectors, and with a failed one the stale
+// routes BIRD's graceful restart holds from it; BGP health's sign that rr's role came up (one
+// session, Record.Alive) does not say that every node of the set reaches it. On two busy cores
+// (CI, 2026-12-02, TestTwoRouteReflectorsKilledOnRealBIRD) a rack's set narrowed 11 s after the
+// replacements' promotion, its clients' sessions to them came up 9 s later, and 293 pair-samples
+// were lost between nodes that keep their role.
+func membersUp(st *State, m *handoverMemo, rr, name string) bool {
+	rec, cns := m.trans.Newest(rr), st.healthReports[rr]
+	key, set, ok := extender.SetLabelOf(name)
+	if !ok || rec == nil || cns == nil || cns.Status.LastUpdated.IsZero() || st.Now.Sub(rec.Started) >= rec.Max {
+		return true
+	}
+	if !rec.Fresh(cns.Status.LastUpdated.Time) {
+		return false
+	}
+	members := map[string][]string{}
+	for n, node := range st.View {
+		if n != rr && node.Labels[key] == set && extender.IsReady(node) {
+			members[n] = bgpAddresses(st.healthIPs, st.View, n)
+		}
+	}
+	return len(missingSessions(members, bgpAddresses(st.healthIPs, st.View, rr), cns)) == 0
 }

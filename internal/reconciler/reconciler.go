@@ -181,6 +181,10 @@ type State struct {
 	// HealthReported are those of HealthStatuses that calico-node has reported into at least
 	// once (status.lastUpdated set): a cluster whose calico-node does not report leaves them empty.
 	HealthReported map[string]bool
+	// healthReports are the policy's CalicoNodeStatuses bgpHealth read (node -> status) and
+	// healthIPs Calico's BGP addresses it read with them (nil in the Kubernetes datastore).
+	healthReports map[string]*apiv3.CalicoNodeStatus
+	healthIPs     map[string][]string
 	// SettleWaits are the route reflectors whose sessions a held client move or BGPPeer narrowing
 	// waits for (moves.go): with handover BGPSessions the handover step reads their
 	// CalicoNodeStatus.
