@@ -205,6 +205,9 @@ func membersUp(st *State, m *handoverMemo, rr, name string) bool {
 	if !rec.Fresh(cns.Status.LastUpdated.Time) {
 		return false
 	}
+	if r := restartRecord(m.trans, rr); r != nil {
+		cns = restartedAfter(cns, r.Started, r.Settle)
+	}
 	members := map[string][]string{}
 	for n, node := range st.View {
 		if n != rr && node.Labels[key] == set && extender.IsReady(node) {

@@ -137,6 +137,13 @@ func dualCluster(n int) []*corev1.Node {
 // route reflector (peersV4, peersV6), in the state up says.
 func (h *harness) calicoNodeBy(up func(rr, client string, fam extender.Families) bool) {
 	h.t.Helper()
+	h.calicoNodeSince(up, nil)
+}
+
+// calicoNodeSince is calicoNodeBy with each session's since column (BIRD's `show protocols`) as
+// since gives it for the reporting node (nil: none).
+func (h *harness) calicoNodeSince(up func(rr, client string, fam extender.Families) bool, since func(rr string) string) {
+	h.t.Helper()
 	h.reportStatuses(func(cns *apiv3.CalicoNodeStatus, nodes []corev1.Node) {
 		cns.Status.BGP.PeersV4, cns.Status.BGP.PeersV6 = nil, nil
 		for _, n := range nodes {
@@ -150,6 +157,9 @@ func (h *harness) calicoNodeBy(up func(rr, client string, fam extender.Families)
 					continue
 				}
 				p := peer(a.Address, up(cns.Spec.Node, n.Name, fam))
+				if since != nil {
+					p.Since = since(cns.Spec.Node)
+				}
 				if fam == v6 {
 					cns.Status.BGP.PeersV6 = append(cns.Status.BGP.PeersV6, p)
 				} else {
@@ -471,4 +481,51 @@ func TestBGPHealthJudgesPromotedClientsByTheirNewSessions(t *testing.T) {
 		}
 	}
 	require.NotZerof(t, replaced, "no promoted route reflector replaced with its sessions down past gracePeriod, once up: %v", h.rrs())
+}
+
+func TestSessionSince(t *testing.T) {
+	reported := time.Date(2026, 12, 2, 0, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		since string
+		want  time.Time
+		ok    bool
+	}{
+		{"00:29:58", time.Date(2026, 12, 2, 0, 29, 58, 0, time.UTC), true},
+		{"00:30:30", time.Date(2026, 12, 2, 0, 30, 30, 0, time.UTC), true}, // clocks a little apart
+		{"23:59:59", time.Date(2026, 12, 1, 23, 59, 59, 0, time.UTC), true}, // before midnight
+		{"00:29:58.250", time.Date(2026, 12, 2, 0, 29, 58, 250e6, time.UTC), true},
+		{"2026-11-21", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC), true},
+		{"", time.Time{}, false},
+		{"Nov21", time.Time{}, false},
+	} {
+		t.Run(tc.since, func(t *testing.T) {
+			got, ok := sessionSince(tc.since, reported)
+			require.Equal(t, tc.ok, ok)
+			require.True(t, tc.want.Equal(got), "got %v", got)
+		})
+	}
+}
+
+func TestRestartedAfter(t *testing.T) {
+	reported := time.Date(2026, 12, 2, 10, 0, 30, 0, time.UTC)
+	start := time.Date(2026, 12, 2, 10, 0, 20, 0, time.UTC)
+	est := func(ip, since string) apiv3.CalicoNodePeer {
+		return apiv3.CalicoNodePeer{PeerIP: ip, Type: "NodePeer", State: apiv3.BGPSessionStateEstablished, Since: since}
+	}
+	cns := statusOf([]apiv3.CalicoNodePeer{
+		est("10.0.0.1", "10:00:25"),   // came up after the change
+		est("10.0.0.2", "09:12:00"),   // the old session
+		est("10.0.0.3", "10:00:18"),   // within the slack
+		est("10.0.0.4", ""),           // no since: kept
+		peer("10.0.0.5", false),       // not Established: kept as it is
+		est("10.0.0.6", "2026-11-30"), // a date: older
+	}, []apiv3.CalicoNodePeer{est("fd00::1", "10:00:26"), est("fd00::2", "10:00:01")})
+	cns.Status.LastUpdated = metav1.NewTime(reported)
+	out := restartedAfter(cns, start, 2*time.Second)
+	var ips []string
+	for _, p := range append(out.Status.BGP.PeersV4, out.Status.BGP.PeersV6...) {
+		ips = append(ips, p.PeerIP)
+	}
+	require.Equal(t, []string{"10.0.0.1", "10.0.0.3", "10.0.0.4", "10.0.0.5", "fd00::1"}, ips)
+	require.Len(t, cns.Status.BGP.PeersV4, 6, "cns itself unchanged")
 }

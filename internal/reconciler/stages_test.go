@@ -255,6 +255,56 @@ func TestUnrecordedRenumberingWaits(t *testing.T) {
 	}
 }
 
+// TestRenumberingWaitsForRestartedSessions: with handover BGPSessions the next renumbering waits
+// until the last renumbered route reflector's report shows its client sessions come up again
+// after the change (BIRD's since column), not only Established: a report made while its BIRD has
+// not loaded the change yet (confd late) still shows the old sessions Established. While every
+// report dates the sessions before the transition, no second renumbering goes until the record's
+// Max; once a report dates them after the first renumbering, the second goes within seconds.
+func TestRenumberingWaitsForRestartedSessions(t *testing.T) {
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(30))}
+		s.Handover = v1alpha1.HandoverBGPSessions
+	}, ipCluster(90))
+	allUp := func(string, string, extender.Families) bool { return true }
+	old := h.now.Add(-time.Hour).UTC().Format(time.TimeOnly)
+	stale := func(string) string { return old }
+	for range 3 {
+		h.reconcile()
+		h.calicoNodeSince(allUp, stale)
+		h.now = h.now.Add(time.Minute)
+	}
+	h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(12))}
+	})
+	var first time.Time
+	for step := 0; step < 60; step++ {
+		before := h.rrs()
+		h.reconcile()
+		if changed := renumbered(before, h.rrs()); len(changed) > 0 {
+			require.True(t, first.IsZero(), "%v renumbered %v after the first, every report dating its sessions before it", changed, h.now.Sub(first))
+			first = h.now
+		}
+		if !first.IsZero() && h.now.Sub(first) >= 40*time.Second {
+			break
+		}
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeSince(allUp, stale)
+	}
+	require.False(t, first.IsZero(), "the split's first renumbering")
+	fresh := func(string) string { return h.now.Add(-time.Second).UTC().Format(time.TimeOnly) }
+	for step := 0; ; step++ {
+		require.Less(t, step, 8, "no second renumbering within 8 s of reports dating the sessions after the first")
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeSince(allUp, fresh)
+		before := h.rrs()
+		h.reconcile()
+		if len(renumbered(before, h.rrs())) > 0 {
+			break
+		}
+	}
+}
+
 // managedFieldsReader reads through Reader, giving the Nodes named in fields those managedFields.
 type managedFieldsReader struct {
 	client.Reader
