@@ -491,7 +491,7 @@ func TestSessionSince(t *testing.T) {
 		ok    bool
 	}{
 		{"00:29:58", time.Date(2026, 12, 2, 0, 29, 58, 0, time.UTC), true},
-		{"00:30:30", time.Date(2026, 12, 2, 0, 30, 30, 0, time.UTC), true}, // clocks a little apart
+		{"00:30:30", time.Date(2026, 12, 2, 0, 30, 30, 0, time.UTC), true},  // clocks a little apart
 		{"23:59:59", time.Date(2026, 12, 1, 23, 59, 59, 0, time.UTC), true}, // before midnight
 		{"00:29:58.250", time.Date(2026, 12, 2, 0, 29, 58, 250e6, time.UTC), true},
 		{"2026-11-21", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC), true},
