@@ -76,12 +76,16 @@ func (r *Reconciler) persistTransitions(ctx context.Context, st *State) error {
 
 // expireTransitions drops the records that have run their course and those of nodes that are
 // gone (with an Event: a new leader can find such a record in a status written before the node
-// was deleted).
+// was deleted), and comes back when the next runs its course: a settled cluster has nothing else
+// to reconcile for, and its status would keep the records.
 func (r *Reconciler) expireTransitions(st *State) {
 	m := r.memo(st.Name)
 	for _, rec := range m.trans.Expire(st.Now, func(node string) bool { return r.Nodes.Get(node) != nil }) {
 		r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventTransitionDropped,
 			"%s record of %s (started %s) dropped: the node is gone", rec.Kind, rec.Node, rec.Started.UTC().Format("15:04:05.000"))
+	}
+	if next := m.trans.NextExpiry(); !next.IsZero() {
+		st.requeue(next.Sub(st.Now) + 100*time.Millisecond)
 	}
 }
 

@@ -358,6 +358,20 @@ func (t *Table) Expire(now time.Time, exists func(node string) bool) (gone []Rec
 	return gone
 }
 
+// NextExpiry is when the first record that Expire drops at its Max runs its course (zero: none).
+func (t *Table) NextExpiry() time.Time {
+	var out time.Time
+	for _, r := range t.recs {
+		if r.Kind == MeshOff || r.Kind == Adopt {
+			continue
+		}
+		if e := r.Started.Add(r.Max); out.IsZero() || e.Before(out) {
+			out = e
+		}
+	}
+	return out
+}
+
 // Len is the number of records.
 func (t *Table) Len() int {
 	if t == nil {

@@ -119,6 +119,10 @@ func TestExpire(t *testing.T) {
 	require.Equal(t, "deleted", gone[0].Node)
 	require.Equal(t, 1, tb.Len())
 	require.NotNil(t, tb.Get(Renumber, "young"))
+	require.True(t, t0.Add(30*time.Second+DefaultMax).Equal(tb.NextExpiry()), "young's Max: %v", tb.NextExpiry())
+	tb.Hold(MeshOff, "layout@1", t0, DefaultWaits) // a step's wait: its step drops it
+	require.True(t, t0.Add(30*time.Second+DefaultMax).Equal(tb.NextExpiry()))
+	require.True(t, (&Table{}).NextExpiry().IsZero())
 }
 
 func TestRestampConfirmsOnlyThisReconcilesRecords(t *testing.T) {

@@ -177,12 +177,14 @@ func (f *failover) setMembers(set string) []string {
 }
 
 // statusReport is one CalicoNodeStatus report (the harness's status reporter), when the test's
-// watch saw it: the node, its lastUpdated, the peers (by name) it lists Established.
+// watch saw it: the node, its lastUpdated, the peers (by name) it lists Established, with their
+// since column.
 type statusReport struct {
 	node    string
 	updated time.Time
 	at      time.Time
 	up      map[string]bool
+	since   map[string]string
 }
 
 type statusWatch struct {
@@ -196,6 +198,18 @@ func (s *statusWatch) before(node string, at time.Time) (statusReport, bool) {
 	defer s.mu.Unlock()
 	for i := len(s.reports) - 1; i >= 0; i-- {
 		if r := s.reports[i]; r.node == node && r.at.Before(at) {
+			return r, true
+		}
+	}
+	return statusReport{}, false
+}
+
+// find returns the last report of node seen before at, written at or after from, that match takes.
+func (s *statusWatch) find(node string, from, at time.Time, match func(statusReport) bool) (statusReport, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.reports) - 1; i >= 0; i-- {
+		if r := s.reports[i]; r.node == node && r.at.Before(at) && !r.updated.Before(from) && match(r) {
 			return r, true
 		}
 	}
@@ -223,12 +237,14 @@ func (f *failover) watchStatuses() *statusWatch {
 			if err != nil {
 				continue // not reported yet
 			}
-			r := statusReport{node: node, updated: updated, at: time.Now(), up: map[string]bool{}}
+			r := statusReport{node: node, updated: updated, at: time.Now(), up: map[string]bool{}, since: map[string]string{}}
 			peers, _, _ := unstructured.NestedSlice(o.Object, "status", "bgp", "peersV4")
 			for _, p := range peers {
 				pm, _ := p.(map[string]any)
 				if pm["state"] == "Established" {
-					r.up[byAddr[fmt.Sprint(pm["peerIP"])]] = true
+					peer := byAddr[fmt.Sprint(pm["peerIP"])]
+					r.up[peer] = true
+					r.since[peer] = fmt.Sprint(pm["since"])
 				}
 			}
 			s.mu.Lock()

@@ -306,16 +306,7 @@ func (f *failover) checkReleases(before *roles, demoted map[string]demotion, kee
 // freshBefore returns a report of node seen before at, written at or after from, listing every
 // one of peers Established.
 func (s *statusWatch) freshBefore(node string, from, at time.Time, peers []string) (statusReport, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := len(s.reports) - 1; i >= 0; i-- {
-		r := s.reports[i]
-		if r.node != node || !r.at.Before(at) || r.updated.Before(from) {
-			continue
-		}
-		if !slices.ContainsFunc(peers, func(n string) bool { return !r.up[n] }) {
-			return r, true
-		}
-	}
-	return statusReport{}, false
+	return s.find(node, from, at, func(r statusReport) bool {
+		return !slices.ContainsFunc(peers, func(n string) bool { return !r.up[n] })
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/tools/bgpverify"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 )
 
 const (
@@ -120,7 +121,32 @@ func (w *world) leaseHolder() string {
 // minutes on two cores.
 func TestFailoverRenumberingOnRealBIRDLarge(t *testing.T) {
 	skipUnlessAll(t, "the live failover proof between two renumberings")
-	failoverRenumbering(t, killAfterFirst)
+	failoverRenumbering(t, killAfterFirst, false)
+}
+
+// TestFailoverRenumberingOnRealBIRD is make test's case of the leader killed between two
+// renumberings (issue 51: the shortest live case in make test): TestFailoverRenumberingOnRealBIRDLarge
+// on a cluster whose calico-node reports, as production clusters do: calico-node's status
+// reporter is played from each BIRD's protocol table into the product's CalicoNodeStatuses every
+// second, and the policy's handover is BGPSessions. The product then holds renumberings apart by
+// the reports: the next waits until the last renumbered route reflector's report, made at least
+// its Min after the change, shows its client sessions Established and dated after the change
+// (BIRD's since column), whatever the reports' or confd's lateness.
+//
+// It asserts: 0 pair-samples lost between nodes that keep their role and cluster ID; no two
+// renumberings closer than the records' Min (3 s, less the watch's jitter), the one across the
+// leader change included; before each renumbering, a report of the route reflector renumbered
+// before it, written after that renumbering, in which its client sessions are back (at least one
+// Established, none Established since before the renumbering); the transition completes.
+//
+// What a faster test cannot prove: as TestFailoverRenumberingOnRealBIRDLarge (a real process killed,
+// the records read back from a real API server after a real lease expiry, real BIRDs restarting
+// every session of a renumbered route reflector); besides, the sessions' since as real BIRD prints
+// it and calico-node's reporter copies it. The time rule alone (no reports) failed here once under
+// CI load: the lab's confd/BIRD follow loop stalled 18.2 s, and two renumberings 10 s apart reached
+// BIRD together (2 pair-samples lost, 2026-12-01).
+func TestFailoverRenumberingOnRealBIRD(t *testing.T) {
+	failoverRenumbering(t, killAfterFirst, true)
 }
 
 // TestFailoverPendingRenumberingOnRealBIRDLarge is TestFailoverRenumberingOnRealBIRDLarge with the
@@ -142,7 +168,7 @@ func TestFailoverRenumberingOnRealBIRDLarge(t *testing.T) {
 //     all).
 func TestFailoverPendingRenumberingOnRealBIRDLarge(t *testing.T) {
 	skipUnlessAll(t, "the live failover proof at a pending record")
-	failoverRenumbering(t, killAtPending)
+	failoverRenumbering(t, killAtPending, false)
 }
 
 // skipUnlessAll skips a make test-all proof outside make test-all.
@@ -180,7 +206,7 @@ func skipUnlessAll(t *testing.T, what string) {
 // 10.18, 11.33, 10.14, 10.15 s; 0 pair-samples lost between kept nodes (4,201 in all).
 func TestRollingUpgradeMidRenumberingOnRealBIRDLarge(t *testing.T) {
 	skipUnlessAll(t, "the live rolling-upgrade proof between two renumberings")
-	failoverRenumbering(t, rollingUpgrade)
+	failoverRenumbering(t, rollingUpgrade, false)
 }
 
 // failoverMoment is how and when failoverRenumbering takes the leader away.
@@ -411,25 +437,97 @@ func watchRenumberings(t *testing.T, w *world) *testenv.NodeChanges {
 // marked) and asserts that none is closer than the settle rule (less the watch's jitter).
 func (f *failover) renumberGaps(seq []testenv.NodeChange, from time.Time) {
 	f.t.Helper()
-	gaps, short := testenv.Spacing(seq, from, settleRule-renumberSlack, func(before, c testenv.NodeChange) string {
+	f.renumberGapsAtLeast(seq, from, settleRule)
+}
+
+// renumberGapsAtLeast is renumberGaps with least for the settle rule.
+func (f *failover) renumberGapsAtLeast(seq []testenv.NodeChange, from time.Time, least time.Duration) {
+	f.t.Helper()
+	gaps, short := testenv.Spacing(seq, from, least-renumberSlack, func(before, c testenv.NodeChange) string {
 		if before.At.Before(f.killed) && !c.At.Before(f.killed) {
 			return " (across the leader change)"
 		}
 		return ""
 	})
 	f.t.Logf("renumberings (from %s):\n  %s", from.Format("15:04:05.000"), strings.Join(gaps, "\n  "))
-	assert.Emptyf(f.t, short, "renumbered closer than the settle rule (%v less %v)", settleRule, renumberSlack)
+	assert.Emptyf(f.t, short, "renumbered closer than the settle rule (%v less %v)", least, renumberSlack)
 }
 
-// failoverRenumbering is TestFailoverRenumberingOnRealBIRDLarge with the leader taken away at moment.
-func failoverRenumbering(t *testing.T, moment failoverMoment) {
-	f := startFailover(t, failoverNodes, failoverPolicy("{type: Hierarchical, maxRackSize: 10}"), 12, false)
+// restartsReported asserts that each renumbering after the first came only once a report of the
+// route reflector renumbered before it (seen by the test's watch before the next renumbering,
+// written at or after the previous one's second) showed its client sessions back: at least one
+// Established, and none Established since before that renumbering (BIRD's since column, on the
+// report's date, less sinceSlack for the watch's lag behind the write). Clients are the peers that
+// are route reflectors in neither before nor after.
+func (f *failover) restartsReported(seq []testenv.NodeChange, before, after *roles) {
+	f.t.Helper()
+	client := func(n string) bool {
+		_, a := before.id[n]
+		_, b := after.id[n]
+		return n != "" && !a && !b && !before.draining[n] && !after.draining[n]
+	}
+	const sinceSlack = 2 * time.Second
+	var lines, early []string
+	for i := 1; i < len(seq); i++ {
+		prev, next := seq[i-1], seq[i]
+		from := prev.At.Truncate(time.Second)
+		r, ok := f.statuses.find(prev.Node, from, next.At, func(r statusReport) bool {
+			back := 0
+			for peer, since := range r.since {
+				if !client(peer) {
+					continue
+				}
+				at, ok := clockOn(since, r.updated)
+				if !ok || at.Before(from.Add(-sinceSlack)) {
+					return false
+				}
+				back++
+			}
+			return back > 0
+		})
+		if !ok {
+			early = append(early, fmt.Sprintf("%s renumbered %v after %s, before a report of %s showed its client sessions back",
+				next.Node, next.At.Sub(prev.At).Round(10*time.Millisecond), prev.Node, prev.Node))
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s's report of %s (seen %v after its renumbering) had its client sessions back",
+			next.Node, prev.Node, r.updated.Format("15:04:05"), r.at.Sub(prev.At).Round(10*time.Millisecond)))
+	}
+	f.t.Logf("reports before each renumbering:\n  %s", strings.Join(lines, "\n  "))
+	assert.Emptyf(f.t, early, "renumbered before the last renumbered route reflector's sessions were reported back")
+}
+
+// clockOn reads a since column of BIRD's `show protocols` (hh:mm:ss, UTC here) on on's date.
+func clockOn(since string, on time.Time) (time.Time, bool) {
+	c, err := time.Parse(time.TimeOnly, since)
+	if err != nil {
+		return time.Time{}, false
+	}
+	u := on.UTC()
+	at := time.Date(u.Year(), u.Month(), u.Day(), c.Hour(), c.Minute(), c.Second(), 0, time.UTC)
+	if at.After(u.Add(time.Minute)) {
+		at = at.AddDate(0, 0, -1)
+	}
+	return at, true
+}
+
+// failoverRenumbering is TestFailoverRenumberingOnRealBIRDLarge with the leader taken away at
+// moment; reported: with calico-node's status reports and handover BGPSessions
+// (TestFailoverRenumberingOnRealBIRD).
+func failoverRenumbering(t *testing.T, moment failoverMoment, reported bool) {
+	pol := failoverPolicy
+	if reported {
+		pol = func(topology string) string {
+			return strings.Replace(failoverPolicy(topology), "  removalDelay: 3s\n", "  removalDelay: 3s\n  handover: BGPSessions\n", 1)
+		}
+	}
+	f := startFailover(t, failoverNodes, pol("{type: Hierarchical, maxRackSize: 10}"), 12, reported)
 	w := f.w
 	before := w.roles()
 	renums := watchRenumberings(t, w)
 	const event = "leader killed between two renumberings (Hierarchical to DualPlane)"
 	f.h.s.Begin(event)
-	out, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, failoverPolicy("{type: DualPlane, maxRackSize: 10}"), "apply", "-f", "-")
+	out, stderr, err := w.env.KubectlStdin(t, testenv.UserAdmin, pol("{type: DualPlane, maxRackSize: 10}"), "apply", "-f", "-")
 	require.NoError(t, err, "apply policy\n%s%s", out, stderr)
 	applied := time.Now()
 	var surge *testenv.Product
@@ -483,7 +581,12 @@ func failoverRenumbering(t *testing.T, moment failoverMoment) {
 	fig := f.h.s.End()
 	after := w.roles()
 	seq := renums.All()
-	f.renumberGaps(seq, applied)
+	if reported {
+		f.renumberGapsAtLeast(seq, applied, transitions.DefaultMin)
+		f.restartsReported(seq, before, after)
+	} else {
+		f.renumberGaps(seq, applied)
+	}
 	require.GreaterOrEqual(t, len(seq), 2, "several route reflectors renumbered")
 	require.True(t, seq[len(seq)-1].At.After(f.killed), "a renumbering after the kill: the new leader resumed the staging")
 	f.completed(after)
