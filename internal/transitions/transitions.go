@@ -95,12 +95,16 @@ type Record struct {
 	Seen, Up, Alive bool
 	// Pending: started, its move not yet confirmed made (Restamp confirms it).
 	Pending bool
+	// Resumed: when a new leader read the record, no report seen by then (FromAPI). Without a
+	// fresh report, its Settle counts from then: the old leader may have died before it asked
+	// calico-node for one (the CalicoNodeStatus the handover creates).
+	Resumed time.Time
 }
 
 // Wait is how long a move relying on the record's sessions must still wait at now (0: go): Min
 // at least; then, when the sessions can be read (verify: handover BGPSessions), until a fresh
-// report shows every awaited session Established (without any fresh report, Settle), otherwise
-// Settle; never more than Max.
+// report shows every awaited session Established (without any fresh report, Settle, from the
+// start or from when a new leader resumed it), otherwise Settle; never more than Max.
 func (r *Record) Wait(now time.Time, verify bool) time.Duration {
 	since := now.Sub(r.Started)
 	switch {
@@ -112,10 +116,17 @@ func (r *Record) Wait(now time.Time, verify bool) time.Duration {
 	if !verify {
 		return max(0, r.Settle-since)
 	}
-	if r.Up || (!r.Seen && since >= r.Settle) {
+	if r.Up || (!r.Seen && now.Sub(later(r.Started, r.Resumed)) >= r.Settle) {
 		return 0 // back, or no report to read: as without verification
 	}
 	return Retry
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Fresh: a report made at reported can show the sessions the record awaits.
@@ -139,7 +150,8 @@ type Table struct {
 // FromAPI reads the records a policy's status holds (a new leader's start, at now). A record of an
 // unknown kind or without a node is skipped. A pending record (its move written, the old leader
 // gone before it confirmed the move) starts again at now: the move may have gone at any moment up
-// to now, and a wait counted from the record's start could be too short.
+// to now, and a wait counted from the record's start could be too short. A record no report was
+// seen for is Resumed at now.
 func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
 	t := &Table{}
 	for _, tr := range list {
@@ -154,6 +166,9 @@ func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
 			Seen: tr.Sessions != "", Up: tr.Sessions == SessionsEstablished, Alive: tr.Alive}
 		if tr.Pending {
 			rec.Started, rec.Seen, rec.Up, rec.Alive = now, false, false, false
+		}
+		if !rec.Seen {
+			rec.Resumed = now
 		}
 		t.put(rec)
 	}

@@ -37,6 +37,19 @@ func TestRecordWait(t *testing.T) {
 	}
 }
 
+// TestResumedWaitsSettleForAReport: a record a new leader reads before any report was seen waits
+// for a fresh report Settle from the read (verify), not from its start: the old leader may have
+// died before it asked calico-node for one. Without verification the start counts.
+func TestResumedWaitsSettleForAReport(t *testing.T) {
+	tb := FromAPI((&Table{recs: map[key]*Record{{Renumber, "a"}: {Kind: Renumber, Node: "a", Started: t0, Waits: DefaultWaits}}}).API(), t0.Add(20*time.Second))
+	r := tb.Get(Renumber, "a")
+	require.Equal(t, Retry, r.Wait(t0.Add(21*time.Second), true), "1 s after the read, no report")
+	require.Zero(t, r.Wait(t0.Add(21*time.Second), false), "the time rule counts from the start")
+	require.Zero(t, r.Wait(t0.Add(30*time.Second), true), "Settle after the read, still no report")
+	tb.Observe("a", t0.Add(22*time.Second), 1)
+	require.Equal(t, Retry, r.Wait(t0.Add(30*time.Second), true), "a report with a session missing")
+}
+
 func TestFreshAndObserve(t *testing.T) {
 	tb := &Table{}
 	tb.Start(ClientMove, t0, "rr")
@@ -86,7 +99,11 @@ func TestRoundTripThroughTheAPI(t *testing.T) {
 		kind Kind
 		node string
 	}{{Renumber, "a"}, {ClientMove, "b"}} {
-		require.Equal(t, *tb.Get(k.kind, k.node), *back.Get(k.kind, k.node), "%s %s", k.kind, k.node)
+		want := *tb.Get(k.kind, k.node)
+		if !want.Seen {
+			want.Resumed = later // no report seen: a new leader's Settle counts from its read
+		}
+		require.Equal(t, want, *back.Get(k.kind, k.node), "%s %s", k.kind, k.node)
 	}
 	c := back.Get(ReleaseStep, "c")
 	require.Equal(t, later, c.Started, "a pending record starts again when read")
@@ -151,7 +168,9 @@ func TestStepWaits(t *testing.T) {
 	require.Equal(t, 3, tb.Len(), "the Renumber record ran its course; the waits stay")
 	require.False(t, tb.Has("peer"), "no node's record")
 	back := FromAPI(tb.API(), t0.Add(time.Hour))
-	require.Equal(t, *r, *back.Get(Adopt, "peer@1"), "a new leader resumes it")
+	want := *r
+	want.Resumed = t0.Add(time.Hour)
+	require.Equal(t, want, *back.Get(Adopt, "peer@1"), "a new leader resumes it")
 	back.Drop(Adopt, "other@7")
 	require.Nil(t, back.Get(Adopt, "peer@1"))
 	require.NotNil(t, back.Get(Adopt, "other@7"))
