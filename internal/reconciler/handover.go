@@ -221,7 +221,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		for _, c := range cs {
 			ips[c] = bgpAddresses(calicoIPs, st.View, c)
 		}
-		if rec := restartRecord(m.trans, rr); rec != nil {
+		if rec := m.trans.Get(transitions.Renumber, rr); rec != nil {
 			cns = restartedAfter(cns, rec.Started, rec.Settle)
 		}
 		missing := missingSessions(ips, bgpAddresses(calicoIPs, st.View, rr), cns)
@@ -432,16 +432,6 @@ func missingSessions(clients map[string][]string, rrIPs []string, cns *apiv3.Cal
 		}
 	}
 	return out
-}
-
-// restartRecord is the newest of rr's records whose change restarts every session it has
-// (Renumber, SessionsRestart), nil when it has none.
-func restartRecord(t *transitions.Table, rr string) *transitions.Record {
-	a, b := t.Get(transitions.Renumber, rr), t.Get(transitions.SessionsRestart, rr)
-	if a == nil || b != nil && b.Started.After(a.Started) {
-		return b
-	}
-	return a
 }
 
 // withoutMesh is cns without its node-to-node mesh sessions: a client's session with a route

@@ -10,6 +10,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 )
 
 // managedPeers selects the BGPPeers of a policy.
@@ -205,7 +206,7 @@ func membersUp(st *State, m *handoverMemo, rr, name string) bool {
 	if !rec.Fresh(cns.Status.LastUpdated.Time) {
 		return false
 	}
-	if r := restartRecord(m.trans, rr); r != nil {
+	if r := m.trans.Get(transitions.Renumber, rr); r != nil {
 		cns = restartedAfter(cns, r.Started, r.Settle)
 	}
 	members := map[string][]string{}

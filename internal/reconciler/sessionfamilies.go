@@ -143,14 +143,16 @@ func downFamilies(cns *apiv3.CalicoNodeStatus, rr, clients extender.Families) ex
 }
 
 // restartedAfter is cns without the Established sessions that BIRD's protocol table dates before
-// start less slack: a change that restarts every session of the node (a promotion, a renumbering)
-// is settled only by sessions that came up again after it. A report made after the change can
-// still show the old sessions Established while the node's BIRD has not loaded it (its confd
-// late: on the live lab's follow loop, stalled 18 s under load, two renumberings 10 s apart reached
-// BIRD together). calico-node copies the table's since column (sessionSince), which moves when a
-// session comes up again. slack: a record's start is moved to when its reconcile's writes were all
-// made (transitions.Table.Restamp), seconds after the Node patch on a loaded machine. A since that
-// does not parse is kept: read as before.
+// start less slack: a renumbering restarts every session the route reflector keeps, and is settled
+// only by sessions that came up again after it. A report made after the change can still show the
+// old sessions Established while the node's BIRD has not loaded it (its confd late: on the live
+// lab's follow loop, stalled 18 s under load, two renumberings 10 s apart reached BIRD together).
+// A promotion needs no such filter: the sessions it awaits, with its new clients, do not exist
+// before BIRD loads it. calico-node copies the table's since column (sessionSince), which moves
+// when a session comes up again. slack: a record's start is moved to when its reconcile's writes
+// were all made (transitions.Table.Restamp), seconds after the Node patch on a loaded machine. A
+// since that does not parse is kept: read as before. A calico-node whose BIRD prints another time
+// zone than UTC makes each renumbering wait its record's Max.
 func restartedAfter(cns *apiv3.CalicoNodeStatus, start time.Time, slack time.Duration) *apiv3.CalicoNodeStatus {
 	from := start.Add(-slack).Truncate(time.Second)
 	reported := cns.Status.LastUpdated.Time
