@@ -164,15 +164,16 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, cfg *apiv3.B
 		}
 	}
 	// The keeper's sessions are waited for from the release's last change: the bridge (until
-	// idSettleMax after its removalDelay), or the last route reflector this leader released (until
-	// idSettleMax after it; a new leader, with no memory of it, counts from the bridge).
-	since, until := st.Now, st.Now.Add(idSettleMax)
+	// transitions.DefaultMax after its removalDelay), or the last route reflector this leader
+	// released (until transitions.DefaultMax after it; a new leader, with no memory of it, counts
+	// from the bridge).
+	since, until := st.Now, st.Now.Add(transitions.DefaultMax)
 	if at, err := time.Parse(time.RFC3339, pol.Annotations[AnnotationReleaseBridgedAt]); err == nil {
 		if wait := at.Add(p.RemovalDelay).Sub(st.Now); wait > 0 {
 			st.requeue(wait + 100*time.Millisecond)
 			return false, nil
 		}
-		since, until = at, at.Add(p.RemovalDelay+idSettleMax)
+		since, until = at, at.Add(p.RemovalDelay+transitions.DefaultMax)
 	}
 	m := r.memo(st.Name)
 	r.expireTransitions(st)

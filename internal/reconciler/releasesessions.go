@@ -11,17 +11,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 )
 
 // A deleted policy's release is make-before-break on the sessions themselves, not on a timer: a
 // route reflector of the policy other than the keeper loses its role only once the keeper's
 // sessions to every Ready node the release BGPPeer gives it are seen Established in the keeper's
-// CalicoNodeStatus, reported idSettleMin after the release's last change (the release BGPPeer,
-// or the last route reflector released, whose sessions all restart and which then peers with the
-// keeper as any node). It waits idSettleMax at most after that change, then goes on as before
-// (logged); without the CalicoNodeStatus API, or when calico-node does not fill them in (one of
-// the policy's is still empty a period and 3 s after it was written: calico-node before 3.22),
-// it waits removalDelay only, as before.
+// CalicoNodeStatus, reported transitions.DefaultMin after the release's last change (the release
+// BGPPeer, or the last route reflector released, whose sessions all restart and which then peers
+// with the keeper as any node). It waits transitions.DefaultMax at most after that change, then
+// goes on as before (logged); without the CalicoNodeStatus API, or when calico-node does not fill
+// them in (one of the policy's is still empty a period and 3 s after it was written: calico-node
+// before 3.22), it waits removalDelay only, as before.
 //
 // On the live lab (TestTransitionsHistoryOnRealBIRD, event (f), 2026-11-27) both ends of a new
 // session were configured within milliseconds, BIRD's first connects failed, and the keeper's
@@ -30,10 +31,10 @@ import (
 // lost between nodes that kept their role.
 
 // unreported is how long a CalicoNodeStatus may stay never filled in before the release takes it
-// that calico-node does not report (its period and idSettleMin; the release's first step comes
-// removalDelay, by default 5 minutes, after the keeper's is written): the keeper's, or any other
-// of the policy's (BGP health's, written long before).
-const unreported = NodeStatusPeriod*time.Second + idSettleMin
+// that calico-node does not report (its period and transitions.DefaultMin; the release's first step
+// comes removalDelay, by default 5 minutes, after the keeper's is written): the keeper's, or any
+// other of the policy's (BGP health's, written long before).
+const unreported = NodeStatusPeriod*time.Second + transitions.DefaultMin
 
 // keeperSessionsWait says whether the release must wait for the keeper's sessions (requeued), with
 // since the release's last change and until the end of the wait.
@@ -69,7 +70,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 	}) {
 		return false, nil // calico-node does not fill them in (before 3.22, or not running): removalDelay only
 	}
-	if cns.Status.LastUpdated.Time.Before(since.Add(idSettleMin)) {
+	if cns.Status.LastUpdated.Time.Before(since.Add(transitions.DefaultMin)) {
 		return wait("the keeper's CalicoNodeStatus not reported since the last change")
 	}
 	nodes := r.Nodes.List()
