@@ -37,13 +37,14 @@ import (
 const unreported = NodeStatusPeriod*time.Second + transitions.DefaultMin
 
 // keeperSessionsWait says whether the release must wait for the keeper's sessions (requeued), with
-// since the release's last change and until the end of the wait.
-func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper string, since, until time.Time) (bool, error) {
+// change the record of the release's last change: its start, its Max the end of the wait, and its
+// freshness rule (transitions.Record.Fresh) which report of the keeper counts.
+func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper string, change *transitions.Record) (bool, error) {
 	// wait waits unless the wait is over (then it goes on, saying why).
 	wait := func(why string) (bool, error) {
-		if !st.Now.Before(until) {
+		if st.Now.Sub(change.Started) >= change.Max {
 			r.Log.Info("policy deleted: the keeper's sessions were not all seen Established; releasing on", "policy", st.Name,
-				"keeper", keeper, "since", since.UTC().Format(time.RFC3339), "why", why)
+				"keeper", keeper, "since", change.Started.UTC().Format(time.RFC3339), "why", why)
 			return false, nil
 		}
 		r.Log.V(1).Info("policy deleted: waiting for the keeper's sessions", "policy", st.Name, "keeper", keeper, "why", why)
@@ -70,7 +71,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 	}) {
 		return false, nil // calico-node does not fill them in (before 3.22, or not running): removalDelay only
 	}
-	if cns.Status.LastUpdated.Time.Before(since.Add(transitions.DefaultMin)) {
+	if !change.Fresh(cns.Status.LastUpdated.Time) {
 		return wait("the keeper's CalicoNodeStatus not reported since the last change")
 	}
 	nodes := r.Nodes.List()
