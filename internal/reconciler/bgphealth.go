@@ -168,7 +168,6 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 	}
 	m := r.memo(st.Name)
-	m.statusesChecked = false // the handover lists them again
 
 	r.mu.Lock()
 	prev := r.bgp[st.Name]
