@@ -138,7 +138,7 @@ func (r *Reconciler) reader() client.Reader {
 func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
-	sessions := p.Handover == v1alpha1.HandoverBGPSessions
+	sessions := verifies(st)
 	if m.degraded != "" && !st.Now.Before(m.degradedUntil) {
 		m.degraded = ""
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // EventMeshDisabled is recorded on the policy when it turns Calico's node-to-node mesh off.
@@ -79,7 +78,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 		st.requeue(wait)
 		return nil
 	}
-	sessions := p.Handover == v1alpha1.HandoverBGPSessions
+	sessions := verifies(st)
 	if meshReads(st) && (sessions || st.Now.Sub(rec.Started) < rec.Max) {
 		peers := meshPeers(st, clientsByRR(st))
 		if rest := unverified(m, peers, slices.Collect(maps.Keys(peers))); len(rest) > 0 {
@@ -214,7 +213,7 @@ func meshPeers(st *State, clients map[string][]string) map[string][]string {
 // calico-node has reported into one of them. With handover Delay the sessions are then waited for
 // as well, transitions.DefaultMax at most.
 func meshReads(st *State) bool {
-	if st.Managed.Resolved.Handover == v1alpha1.HandoverBGPSessions {
+	if verifies(st) {
 		return true
 	}
 	n, reported := 0, false

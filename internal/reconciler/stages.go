@@ -341,5 +341,5 @@ func withPatch(m map[string]string, patch map[string]*string) map[string]string 
 }
 
 // verifies: the policy's handover reads the BGP sessions (CalicoNodeStatus), so a transition's
-// wait ends when a fresh report shows them Established (transitions.Record.Wait).
+// wait, a handover, the mesh's wait and an adoption end when reports show them Established.
 func verifies(st *State) bool { return st.Managed.Resolved.Handover == v1alpha1.HandoverBGPSessions }
