@@ -18,7 +18,6 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoselector"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // EventBGPPeerAdopted is recorded on the policy for every hand-written BGPPeer adoptBGPPeers
@@ -91,7 +90,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		seen = append(seen, key)
 		d := p.RemovalDelay
 		rec := m.trans.Hold(transitions.Adopt, key, st.Now, transitions.Waits{Min: d, Settle: d, Max: d})
-		if p.Handover == v1alpha1.HandoverBGPSessions {
+		if verifies(st) {
 			rest := slices.DeleteFunc(unverified(m, clients, slices.Collect(maps.Keys(clients))), func(c string) bool { return !slices.Contains(scope, c) })
 			if len(rest) > 0 {
 				m.adoptWhy[b.Name] = fmt.Sprintf("waiting for the BGP sessions of %d clients", len(rest))

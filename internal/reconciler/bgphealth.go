@@ -168,7 +168,6 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 	}
 	m := r.memo(st.Name)
-	m.statusesChecked = false // the handover lists them again
 
 	r.mu.Lock()
 	prev := r.bgp[st.Name]
@@ -224,8 +223,8 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			if starting {
 				// Read its status again soon: a status showing its role's sessions up changes
 				// nothing watchBGPHealth looks at, so without this no reconcile would see it alive,
-				// and a BIRD dying after that would be judged only idSettleMax after the role
-				// change (TestBGPHealthSeesSettledRouteReflectorsAlive).
+				// and a BIRD dying after that would be judged only transitions.DefaultMax after the
+				// role change (TestBGPHealthSeesSettledRouteReflectorsAlive).
 				rec := m.trans.Newest(rr)
 				st.requeue(min(healthEvery, rec.Started.Add(rec.Max).Sub(st.Now)+100*time.Millisecond))
 			}
@@ -395,13 +394,13 @@ func witnessedDown(rr string, have map[string]*apiv3.CalicoNodeStatus, view map[
 	return fmt.Sprintf("all (calico-node has not reported since %s; %s report their sessions to it down)", last.UTC().Format(time.RFC3339), strings.Join(saw, ", "))
 }
 
-// justStarted: the route reflector's sessions (re)started less than idSettleMax ago (promoted,
-// renumbered, given clients by a move: moves.go) and none of its present role has been seen
-// Established since (roleSessionUp). Its sessions are not judged yet: confd renders and BIRD
+// justStarted: the route reflector's sessions (re)started less than transitions.DefaultMax ago
+// (promoted, renumbered, given clients by a move: moves.go) and none of its present role has been
+// seen Established since (roleSessionUp). Its sessions are not judged yet: confd renders and BIRD
 // establishes them within a few seconds, longer on a loaded node. On the live lab's mesh migration
 // (gracePeriod 5 s) route reflectors just promoted were replaced, or given spine standbys, before
 // their first sessions came up (10-15 s on two loaded cores), which moved or promoted nodes again.
-// A route reflector whose BIRD is dead from the start is replaced idSettleMax later.
+// A route reflector whose BIRD is dead from the start is replaced transitions.DefaultMax later.
 func justStarted(m *handoverMemo, rr string, now time.Time) bool {
 	rec := m.trans.Newest(rr)
 	return rec != nil && rec.Starting(now)

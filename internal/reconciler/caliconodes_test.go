@@ -20,6 +20,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -269,7 +270,7 @@ func TestEtcdCordonHandsOverWithoutDrift(t *testing.T) {
 	h, f := etcdHarness(t, 12, names(12)...)
 	h.reconcile()
 	h.events()
-	h.now = h.now.Add(idSettleMax) // the route reflectors' sessions have settled (moves.go)
+	h.now = h.now.Add(transitions.DefaultMax) // the route reflectors' sessions have settled (moves.go)
 	h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 	h.reconcile()
 	h.now = h.now.Add(3 * time.Second)
@@ -350,7 +351,7 @@ func TestEtcdMigrateMeshAndDeletePolicy(t *testing.T) {
 	h.reconcile() // the release BGPPeer to the keeper
 	h.now = h.now.Add(time.Minute + time.Second)
 	for range len(rrs) - 1 { // the other route reflectors, one at a time, in etcd too
-		h.now = h.now.Add(idSettleMin) // each once the keeper's sessions are reported up
+		h.now = h.now.Add(transitions.DefaultMin) // each once the keeper's sessions are reported up
 		h.calicoNodeAllUp()
 		h.reconcile()
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -48,7 +49,7 @@ func TestPolicyDeletion(t *testing.T) {
 	h.now = h.now.Add(time.Minute + time.Second)
 	for range len(rrs) - 1 {
 		// calico-node reports the keeper's sessions up (releasesessions.go) after each step.
-		h.now = h.now.Add(idSettleMin)
+		h.now = h.now.Add(transitions.DefaultMin)
 		h.calicoNodeAllUp()
 		h.reconcile()
 		require.True(t, meshOff(h))

@@ -76,7 +76,8 @@ type handoverMemo struct {
 	// degraded holds the HandoverTimeout condition's message until degradedUntil.
 	degraded      string
 	degradedUntil time.Time
-	// statusesChecked: the CalicoNodeStatus objects are known to be none (no list needed).
+	// statusesChecked: the handover's last list found no CalicoNodeStatus object (no list needed
+	// until it needs one, or bgpHealth's read of the same reconcile keeps some: State.HealthStatuses).
 	statusesChecked bool
 	// meshOff: the mesh was turned off.
 	meshOff bool
@@ -137,7 +138,7 @@ func (r *Reconciler) reader() client.Reader {
 func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
-	sessions := p.Handover == v1alpha1.HandoverBGPSessions
+	sessions := verifies(st)
 	if m.degraded != "" && !st.Now.Before(m.degradedUntil) {
 		m.degraded = ""
 	}
@@ -313,7 +314,7 @@ func (r *Reconciler) degradedCondition(st *State) *metav1.Condition {
 // (the first in name order; the rest wait), deletes the others, and returns the present ones by
 // node.
 func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handoverMemo, need map[string][]string) (map[string]*apiv3.CalicoNodeStatus, error) {
-	if len(need) == 0 && m.statusesChecked {
+	if len(need) == 0 && m.statusesChecked && st.HealthStatuses == nil {
 		return nil, nil
 	}
 	list, err := r.policyNodeStatuses(ctx, st.Name)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -272,7 +273,7 @@ func TestHandoverBGPSessionsEstablished(t *testing.T) {
 	if s := h.nodeStatuses(); len(s) != 0 {
 		require.Fail(t, fmt.Sprintf("statuses without a handover: %v", s))
 	}
-	h.now = h.now.Add(idSettleMax) // the route reflectors' sessions have settled (moves.go)
+	h.now = h.now.Add(transitions.DefaultMax) // the route reflectors' sessions have settled (moves.go)
 	h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 	for range 3 {
 		h.reconcile()
@@ -392,7 +393,7 @@ func TestMigrateFromNodeMesh(t *testing.T) {
 				h.reconcile()
 				require.False(t, meshOff(h), "mesh turned off with a session down")
 				for range 6 {
-					h.now = h.now.Add(time.Second) // a report counts idSettleMin after the promotions
+					h.now = h.now.Add(time.Second) // a report counts transitions.DefaultMin after the promotions
 					h.calicoNode()
 					h.reconcile()
 				}
@@ -410,11 +411,11 @@ func TestMigrateFromNodeMesh(t *testing.T) {
 
 // TestMeshOffWaitsForSettledSessions: the mesh goes off only once every client's own sessions to
 // its route reflectors are up. Delay: removalDelay after the layout is no wait for them (the live
-// lab's clients got their first sessions in the render that removed the mesh, and missed each
-// other for 15-27 s); the route reflectors' sessions must have settled (idSettle after the
-// promotions). BGPSessions: a CalicoNodeStatus that shows the clients' node-to-node mesh sessions
-// Established (reported before confd rendered the promotion) verifies nothing; the route
-// reflector's own sessions to them, reported idSettleMin after the promotion, do.
+// lab's clients got their first sessions in the render that removed the mesh, and missed each other
+// for 15-27 s); the route reflectors' sessions must have settled (transitions.DefaultSettle after
+// the promotions). BGPSessions: a CalicoNodeStatus that shows the clients' node-to-node mesh
+// sessions Established (reported before confd rendered the promotion) verifies nothing; the route
+// reflector's own sessions to them, reported transitions.DefaultMin after the promotion, do.
 func TestMeshOffWaitsForSettledSessions(t *testing.T) {
 	spec := func(mode v1alpha1.HandoverMode) func(*v1alpha1.RouteReflectorPolicySpec) {
 		return func(s *v1alpha1.RouteReflectorPolicySpec) {
@@ -433,7 +434,7 @@ func TestMeshOffWaitsForSettledSessions(t *testing.T) {
 			h.reconcile()
 		}
 		require.False(t, meshOff(h), "mesh turned off removalDelay after the promotions, before their sessions have settled")
-		h.now = h.now.Add(idSettle)
+		h.now = h.now.Add(transitions.DefaultSettle)
 		h.reconcile()
 		require.True(t, meshOff(h), "mesh still on once the sessions have settled")
 	})

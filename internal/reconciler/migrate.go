@@ -18,7 +18,6 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // EventMeshDisabled is recorded on the policy when it turns Calico's node-to-node mesh off.
@@ -35,18 +34,19 @@ func (r *Reconciler) meshPending(st *State, m *handoverMemo) bool {
 }
 
 // migrateMesh sets nodeToNodeMeshEnabled: false in the default BGPConfiguration (created when
-// missing), with the policy among its owners (AnnotationMeshDisabledBy, see meshowners.go: the
-// mesh comes back on when the last owner is deleted), once every client has its route reflector
+// missing), with the policy among its owners (AnnotationMeshDisabledBy, see meshowners.go: the mesh
+// comes back on when the last owner is deleted), once every client has its route reflector
 // sessions: with BGPSessions, every Ready client seen Established by each of its route reflectors
-// (on a session of its own: a mesh session is none, see missingSessions); else removalDelay, and
-// at least idSettle, after the layout was last seen changing (every client with its peering set
-// and route reflectors in place, the same route reflectors and cluster IDs). In both modes every
-// route reflector's sessions must have settled (its transitions records: promoted, renumbered or
-// given clients by a move). Until then every client keeps its mesh sessions: turned off in the confd render
-// that brings a client's first sessions to its route reflectors, the mesh left the clients
-// without a route to each other until those were up (15-27 s on the live lab, as BGP health then
-// replaced the route reflectors whose sessions were not up yet). Any moment a client lacks route
-// reflectors, or the layout changes, starts that wait again; the mesh is never turned off before.
+// (on a session of its own: a mesh session is none, see missingSessions); else removalDelay, and at
+// least transitions.DefaultSettle, after the layout was last seen changing (every client with its
+// peering set and route reflectors in place, the same route reflectors and cluster IDs). In both
+// modes every route reflector's sessions must have settled (its transitions records: promoted,
+// renumbered or given clients by a move). Until then every client keeps its mesh sessions: turned
+// off in the confd render that brings a client's first sessions to its route reflectors, the mesh
+// left the clients without a route to each other until those were up (15-27 s on the live lab, as
+// BGP health then replaced the route reflectors whose sessions were not up yet). Any moment a
+// client lacks route reflectors, or the layout changes, starts that wait again; the mesh is never
+// turned off before.
 func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
@@ -62,11 +62,11 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	}
 	// The wait is the layout's MeshOff record (a new leader resumes it), started now, once this
 	// reconcile's writes (in the view) are made; with handover Delay its sessions are waited for
-	// idSettleMax at most.
+	// transitions.DefaultMax at most.
 	layout := meshLayout(st.View)
 	m.trans.Drop(transitions.MeshOff, layout)
-	d := max(p.RemovalDelay, idSettle)
-	rec := m.trans.Hold(transitions.MeshOff, layout, r.now(), transitions.Waits{Min: d, Settle: d, Max: max(d, idSettleMax)})
+	d := max(p.RemovalDelay, transitions.DefaultSettle)
+	rec := m.trans.Hold(transitions.MeshOff, layout, r.now(), transitions.Waits{Min: d, Settle: d, Max: max(d, transitions.DefaultMax)})
 	var rrs []string
 	for _, name := range slices.Sorted(maps.Keys(st.View)) {
 		if isCurrentRR(p, st.View[name]) {
@@ -78,7 +78,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 		st.requeue(wait)
 		return nil
 	}
-	sessions := p.Handover == v1alpha1.HandoverBGPSessions
+	sessions := verifies(st)
 	if meshReads(st) && (sessions || st.Now.Sub(rec.Started) < rec.Max) {
 		peers := meshPeers(st, clientsByRR(st))
 		if rest := unverified(m, peers, slices.Collect(maps.Keys(peers))); len(rest) > 0 {
@@ -209,11 +209,11 @@ func meshPeers(st *State, clients map[string][]string) map[string][]string {
 }
 
 // meshReads: the mesh's wait can read the route reflectors' sessions: handover BGPSessions (the
-// handover keeps the CalicoNodeStatuses), or bgpHealth keeps one for every route reflector and calico-node
-// has reported into one of them. With handover Delay the sessions are then waited for as well,
-// idSettleMax at most.
+// handover keeps the CalicoNodeStatuses), or bgpHealth keeps one for every route reflector and
+// calico-node has reported into one of them. With handover Delay the sessions are then waited for
+// as well, transitions.DefaultMax at most.
 func meshReads(st *State) bool {
-	if st.Managed.Resolved.Handover == v1alpha1.HandoverBGPSessions {
+	if verifies(st) {
 		return true
 	}
 	n, reported := 0, false
@@ -226,7 +226,7 @@ func meshReads(st *State) bool {
 			reported = reported || st.HealthReported[name]
 		}
 	}
-	// Statuses nobody reports into (calico-node without CalicoNodeStatus support, a cluster
-	// whose calico-node is not running yet) would hold the mesh for idSettleMax for nothing.
+	// Statuses nobody reports into (calico-node without CalicoNodeStatus support, a cluster whose
+	// calico-node is not running yet) would hold the mesh for transitions.DefaultMax for nothing.
 	return n > 0 && reported
 }

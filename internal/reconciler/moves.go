@@ -29,25 +29,26 @@ import (
 // keeps no settled route reflector (one that is Ready and whose sessions did not (re)start lately)
 // goes in steps. First the client is labelled with a transitional set
 // (extender.TransitionalBGPPeer) whose BGPPeer selects its old route reflectors and one new one
-// (the first Ready one in the plan's order): the write only adds a session (Calico renders one
-// BIRD protocol per peer address, the same whichever BGPPeer selects it, so the client's old
-// sessions do not change). Then, once that route reflector has settled, the next new one takes the
-// place of the old one of its plane (AnnotationPlane; outside DualPlane, of the first old one) in
-// another transitional set, and so on; the client leaves its last old ones for its planned set
-// only once every new route reflector is in its set and has settled. So on every plane it keeps a
-// settled session while the other comes up: moving to the planned set as soon as the first new
-// one had settled left the other plane on a session still establishing (on the live rack split
-// the clients' plane-2 sessions, and their pairs lost for seconds: 0 to 4,970 pair-samples in six
-// runs). One new route reflector at a time rather than all: a client peering with both whole sets
-// holds every route from twice as many route reflectors (135 routes against 58 steady on the live
-// lab's rack split, past twice). A client that keeps a settled route reflector of its old set
-// moves in one write: its routes stay with the kept one while its other sessions change. A route
-// reflector has settled when its records (internal/transitions, Table.Wait) let its last change
-// go: it was promoted, renumbered or added to clients by a transitional set at least
-// idSettle before (handover BGPSessions: its CalicoNodeStatus, reported idSettleMin after, shows
-// every client that lists it Established), at most idSettleMax. A transitional client's route
-// reflectors annotation lists its planned route reflectors, then the old ones its set still has. A set's BGPPeer
-// whose route reflectors change (extender.MakeBeforeBreak, peers.go) is narrowed by the same rule.
+// (the first Ready one in the plan's order): the write only adds a session (Calico renders one BIRD
+// protocol per peer address, the same whichever BGPPeer selects it, so the client's old sessions do
+// not change). Then, once that route reflector has settled, the next new one takes the place of the
+// old one of its plane (AnnotationPlane; outside DualPlane, of the first old one) in another
+// transitional set, and so on; the client leaves its last old ones for its planned set only once
+// every new route reflector is in its set and has settled. So on every plane it keeps a settled
+// session while the other comes up: moving to the planned set as soon as the first new one had
+// settled left the other plane on a session still establishing (on the live rack split the clients'
+// plane-2 sessions, and their pairs lost for seconds: 0 to 4,970 pair-samples in six runs). One new
+// route reflector at a time rather than all: a client peering with both whole sets holds every
+// route from twice as many route reflectors (135 routes against 58 steady on the live lab's rack
+// split, past twice). A client that keeps a settled route reflector of its old set moves in one
+// write: its routes stay with the kept one while its other sessions change. A route reflector has
+// settled when its records (internal/transitions, Table.Wait) let its last change go: it was
+// promoted, renumbered or added to clients by a transitional set at least transitions.DefaultSettle
+// before (handover BGPSessions: its CalicoNodeStatus, reported transitions.DefaultMin after, shows
+// every client that lists it Established), at most transitions.DefaultMax. A transitional client's
+// route reflectors annotation lists its planned route reflectors, then the old ones its set still
+// has. A set's BGPPeer whose route reflectors change (extender.MakeBeforeBreak, peers.go) is
+// narrowed by the same rule.
 //
 // A DualPlane rack route reflector's uplink set (LabelUplinkSet: its plane's spine members) moves
 // the same way when the plan gives its plane another spine member (a member relabelled, cordoned
@@ -214,7 +215,7 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 		if len(added[ki]) == 0 {
 			continue
 		}
-		st.requeue(idSettleMin)
+		st.requeue(transitions.DefaultMin)
 		moved := slices.Sorted(maps.Keys(added[ki]))
 		var via []string
 		for _, name := range slices.Sorted(maps.Keys(sets)) {
@@ -331,14 +332,14 @@ func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, s
 			next := nextWritten(st, k, add, rrOf, idNow)
 			if next == "" {
 				held = append(held, np.name)
-				st.requeue(idSettleMin)
+				st.requeue(transitions.DefaultMin)
 				continue
 			}
 			ids := union(minus(old, replaced(st, m, removed, kept, rrOf)), []string{next})
 			tp := extender.TransitionalBGPPeer(p, k.label, ids)
 			if _, ok := sets[tp.Name]; !ok && len(sets) >= maxTransitionalSets {
 				held = append(held, np.name) // in its transitional set until the next reconcile
-				st.requeue(idSettleMin)
+				st.requeue(transitions.DefaultMin)
 				continue
 			}
 			sets[tp.Name] = tp
@@ -366,7 +367,7 @@ func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, s
 			first := nextWritten(st, k, add, rrOf, idNow)
 			if first == "" {
 				held = append(held, np.name)
-				st.requeue(idSettleMin)
+				st.requeue(transitions.DefaultMin)
 				continue
 			}
 			tp := extender.TransitionalBGPPeer(p, k.label, union(old, []string{first}))

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -61,17 +62,18 @@ func (h *harness) transitionalLeft() []string {
 }
 
 // TestReconcileClientMovesMakeBeforeBreak: a rack split at 90 nodes (DualPlane racks of 30 halved,
-// Hierarchical racks of 30 split to 12) moves clients to route reflectors the same plan promotes
-// or renumbers. Calico renders a client's change of peering set in one write: before, a client
-// dropped its sessions to its old route reflectors and got sessions to the new ones, promoted in
-// the same reconcile, in one render (BIRD then has no session up for it for seconds, and the new
-// route reflectors' own uplinks are not up either: 10,543 pair-samples lost between nodes keeping
-// their role on real BIRD); in the Hierarchical split a client kept only a route reflector
-// renumbered in the same reconcile. Now, after every reconcile (4 s apart): no client loses a
-// session unless a route reflector it keeps was labelled (or renumbered) at least idSettle before
-// and has had its session with the client for idSettle (the client first peers with both its old
-// and one of its new route reflectors, then moves keeping that one); the graph model finds 0
-// missing pairs; and the split completes within 20 reconciles, no transitional peering set left.
+// Hierarchical racks of 30 split to 12) moves clients to route reflectors the same plan promotes or
+// renumbers. Calico renders a client's change of peering set in one write: before, a client dropped
+// its sessions to its old route reflectors and got sessions to the new ones, promoted in the same
+// reconcile, in one render (BIRD then has no session up for it for seconds, and the new route
+// reflectors' own uplinks are not up either: 10,543 pair-samples lost between nodes keeping their
+// role on real BIRD); in the Hierarchical split a client kept only a route reflector renumbered in
+// the same reconcile. Now, after every reconcile (4 s apart): no client loses a session unless a
+// route reflector it keeps was labelled (or renumbered) at least transitions.DefaultSettle before
+// and has had its session with the client for transitions.DefaultSettle (the client first peers
+// with both its old and one of its new route reflectors, then moves keeping that one); the graph
+// model finds 0 missing pairs; and the split completes within 20 reconciles, no transitional
+// peering set left.
 func TestReconcileClientMovesMakeBeforeBreak(t *testing.T) {
 	for _, tc := range []struct {
 		topo     v1alpha1.TopologyType
@@ -140,7 +142,7 @@ func TestReconcileClientMovesMakeBeforeBreak(t *testing.T) {
 						moved++
 						var why []string
 						for _, id := range ids {
-							if s, ok := since[c][id]; ok && h.now.Sub(labelled[id]) >= idSettle && h.now.Sub(s) >= idSettle {
+							if s, ok := since[c][id]; ok && h.now.Sub(labelled[id]) >= transitions.DefaultSettle && h.now.Sub(s) >= transitions.DefaultSettle {
 								why = nil
 								break
 							}
@@ -153,7 +155,7 @@ func TestReconcileClientMovesMakeBeforeBreak(t *testing.T) {
 						// is new has a gap on real BIRD until it is up).
 						settled := map[string]bool{}
 						for _, id := range ids {
-							if s, ok := since[c][id]; ok && h.now.Sub(labelled[id]) >= idSettle && h.now.Sub(s) >= idSettle {
+							if s, ok := since[c][id]; ok && h.now.Sub(labelled[id]) >= transitions.DefaultSettle && h.now.Sub(s) >= transitions.DefaultSettle {
 								settled[h.node(id).Annotations[extender.AnnotationPlane]] = true
 							}
 						}
@@ -233,19 +235,19 @@ func clientsAsPlanned(h *harness) bool {
 	return true
 }
 
-// TestReconcileClientMovesWaitForSessions: with handover BGPSessions a client in a transitional
-// set takes its next new route reflector, and at last leaves its old ones, once the
-// CalicoNodeStatus of each new one, reported at least idSettleMin after it was added, shows every
-// client that lists it Established: before idSettle for the two new route reflectors of a
+// TestReconcileClientMovesWaitForSessions: with handover BGPSessions a client in a transitional set
+// takes its next new route reflector, and at last leaves its old ones, once the CalicoNodeStatus of
+// each new one, reported at least transitions.DefaultMin after it was added, shows every client
+// that lists it Established: before transitions.DefaultSettle for the two new route reflectors of a
 // DualPlane split when calico-node reports them up; when one moving client's sessions stay down,
-// the clients moving to the same route reflectors keep their old ones until idSettleMax for each
-// new one (the second is added only once the first has settled).
+// the clients moving to the same route reflectors keep their old ones until transitions.DefaultMax
+// for each new one (the second is added only once the first has settled).
 func TestReconcileClientMovesWaitForSessions(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		down     bool
 		min, max time.Duration
-	}{{"sessions up", false, 2 * idSettleMin, idSettle}, {"a session down", true, 2 * idSettleMax, 2*idSettleMax + 5*time.Second}} {
+	}{{"sessions up", false, 2 * transitions.DefaultMin, transitions.DefaultSettle}, {"a session down", true, 2 * transitions.DefaultMax, 2*transitions.DefaultMax + 5*time.Second}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 				sessionsPolicy(time.Minute)(s)
@@ -273,7 +275,7 @@ func TestReconcileClientMovesWaitForSessions(t *testing.T) {
 			} else {
 				down = down[:1]
 			}
-			for h.now.Sub(start) < 3*idSettleMax && len(h.transitionalLeft()) > 0 {
+			for h.now.Sub(start) < 3*transitions.DefaultMax && len(h.transitionalLeft()) > 0 {
 				h.now = h.now.Add(time.Second)
 				h.calicoNode(down...)
 				h.reconcile()
@@ -289,8 +291,8 @@ func TestReconcileClientMovesWaitForSessions(t *testing.T) {
 }
 
 // TestReconcileClientMovesAfterFailover: a leader that finds clients in a transitional set it did
-// not write (the last leader's, at a time it does not know) gives their route reflectors idSettle
-// from then before they leave the old ones.
+// not write (the last leader's, at a time it does not know) gives their route reflectors
+// transitions.DefaultSettle from then before they leave the old ones.
 func TestReconcileClientMovesAfterFailover(t *testing.T) {
 	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 		s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptrTo(int32(30))}
@@ -303,16 +305,16 @@ func TestReconcileClientMovesAfterFailover(t *testing.T) {
 	})
 	h.reconcile()
 	require.NotEmpty(t, h.transitionalLeft(), "clients in a transitional set")
-	h.now = h.now.Add(idSettle)
+	h.now = h.now.Add(transitions.DefaultSettle)
 	h.r.mu.Lock()
 	h.r.memos = nil // a new leader
 	h.r.mu.Unlock()
 	failover := h.now
-	for len(h.transitionalLeft()) > 0 && h.now.Sub(failover) < idSettleMax {
+	for len(h.transitionalLeft()) > 0 && h.now.Sub(failover) < transitions.DefaultMax {
 		h.reconcile()
 		require.Zero(t, h.modelMissing())
 		h.now = h.now.Add(2 * time.Second)
 	}
 	require.Empty(t, h.transitionalLeft())
-	require.GreaterOrEqual(t, h.now.Sub(failover), idSettle, "released before idSettle after the failover")
+	require.GreaterOrEqual(t, h.now.Sub(failover), transitions.DefaultSettle, "released before transitions.DefaultSettle after the failover")
 }

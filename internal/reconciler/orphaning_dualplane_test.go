@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -37,7 +38,7 @@ func TestDualPlaneRackLostKeepsFailedInClientSet(t *testing.T) {
 	h.reconcile()
 	allUp := func(string, string, extender.Families) bool { return true }
 	start := h.now
-	for h.now.Sub(start) <= idSettleMax+5*time.Second {
+	for h.now.Sub(start) <= transitions.DefaultMax+5*time.Second {
 		h.now = h.now.Add(5 * time.Second)
 		h.calicoNodeBy(allUp)
 		h.reconcile()

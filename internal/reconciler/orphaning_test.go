@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -36,7 +37,7 @@ func TestBGPHealthRouteReflectorsOfAClientDownAtOnce(t *testing.T) {
 			// Settled: every session up, past the new route reflectors' settle time.
 			allUp := func(string, string, extender.Families) bool { return true }
 			start := h.now
-			for h.now.Sub(start) <= idSettleMax {
+			for h.now.Sub(start) <= transitions.DefaultMax {
 				h.now = h.now.Add(5 * time.Second)
 				h.calicoNodeBy(allUp)
 				h.reconcile()

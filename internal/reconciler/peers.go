@@ -159,8 +159,9 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 	settled := func(rr string) bool {
 		n := st.View[rr]
 		// A route reflector whose CalicoNodeStatus BGP health reads is settled only once a session
-		// of its role was seen Established (or idSettleMax passed): on the live lab a rack's two
-		// replacements' sessions came up 17-20 s after their promotion, past idSettle.
+		// of its role was seen Established (or transitions.DefaultMax passed): on the live lab a
+		// rack's two replacements' sessions came up 17-20 s after their promotion, past
+		// transitions.DefaultSettle.
 		return settled(st, m, rr) && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
 			!(st.HealthReported[rr] && justStarted(m, rr, st.Now))
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -367,7 +368,7 @@ func TestReconcileCordonHandsOver(t *testing.T) {
 	}, cluster(30))
 	h.reconcile()
 	h.events()
-	h.now = h.now.Add(idSettleMax) // the route reflectors' sessions have settled (moves.go)
+	h.now = h.now.Add(transitions.DefaultMax) // the route reflectors' sessions have settled (moves.go)
 	h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 	requeue := h.reconcile()
 	rrs := h.rrs()

@@ -90,13 +90,13 @@ func (r *Reconciler) expireTransitions(st *State) {
 }
 
 // unrecordedRenumber gives a leader that finds cluster-ID changes held and no Renumber record the
-// start of the last renumbering from the API: the latest write of this product's field manager
-// to a route reflector of the view that keeps its role (its Node's managedFields, read from the
-// API server once per leader), when it is less than idSettle old. A leader of a release before
-// the records (0.2.0 staged them in memory) may have renumbered one just before a `helm upgrade`
-// took its lease; without this, the new leader's first renumbering went at once. The start is
-// kept as that node's Renumber record, persisted with the others, so a leader after this one
-// does not read it again.
+// start of the last renumbering from the API: the latest write of this product's field manager to a
+// route reflector of the view that keeps its role (its Node's managedFields, read from the API
+// server once per leader), when it is less than transitions.DefaultSettle old. A leader of a
+// release before the records (0.2.0 staged them in memory) may have renumbered one just before a
+// `helm upgrade` took its lease; without this, the new leader's first renumbering went at once. The
+// start is kept as that node's Renumber record, persisted with the others, so a leader after this
+// one does not read it again.
 func (r *Reconciler) unrecordedRenumber(ctx context.Context, st *State, held []nodePatch) {
 	m := r.memo(st.Name)
 	if m.writesRead || m.trans.Latest(transitions.Renumber) != nil {
@@ -124,7 +124,7 @@ func (r *Reconciler) unrecordedRenumber(ctx context.Context, st *State, held []n
 	if at = at.Add(time.Second); at.After(st.Now) {
 		at = st.Now
 	}
-	if st.Now.Sub(at) < idSettle {
+	if st.Now.Sub(at) < transitions.DefaultSettle {
 		m.trans.Hold(transitions.Renumber, node, at, transitions.DefaultWaits)
 		r.Log.Info("a cluster-ID change no record holds: the next waits for it", "policy", st.Name, "node", node, "written", at.UTC().Format(time.RFC3339))
 	}

@@ -116,10 +116,10 @@ func (r *twinRun) sawKind(kind transitions.Kind) bool {
 }
 
 // TestFailoverResumesRenumbering: Hierarchical racks split (maxRackSize 30 to 12 at 90 nodes)
-// renumbers several route reflectors that keep their role, one per idSettle. A new leader before
-// every reconcile renumbers exactly when the single leader does: the Renumber records in the
-// policy's status keep the pace across leaders (before them, a new leader renumbered the next at
-// once: 4.8 s after the last, live).
+// renumbers several route reflectors that keep their role, one per transitions.DefaultSettle. A new
+// leader before every reconcile renumbers exactly when the single leader does: the Renumber records
+// in the policy's status keep the pace across leaders (before them, a new leader renumbered the
+// next at once: 4.8 s after the last, live).
 func TestFailoverResumesRenumbering(t *testing.T) {
 	none := func(*harness) {}
 	one, _ := failoverTwin(t, func() *harness {

@@ -163,21 +163,21 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, cfg *apiv3.B
 			return false, err
 		}
 	}
-	// The keeper's sessions are waited for from the release's last change: the bridge (until
-	// idSettleMax after its removalDelay), or the last route reflector this leader released (until
-	// idSettleMax after it; a new leader, with no memory of it, counts from the bridge).
-	since, until := st.Now, st.Now.Add(idSettleMax)
+	// The keeper's sessions are waited for from the release's last change: the last route
+	// reflector released (its ReleaseStep record), or the bridge (a record of it, its Max
+	// transitions.DefaultMax after its removalDelay).
+	change := &transitions.Record{Kind: transitions.ReleaseStep, Node: keeper, Started: st.Now, Waits: transitions.DefaultWaits}
 	if at, err := time.Parse(time.RFC3339, pol.Annotations[AnnotationReleaseBridgedAt]); err == nil {
 		if wait := at.Add(p.RemovalDelay).Sub(st.Now); wait > 0 {
 			st.requeue(wait + 100*time.Millisecond)
 			return false, nil
 		}
-		since, until = at, at.Add(p.RemovalDelay+idSettleMax)
+		change.Started, change.Max = at, p.RemovalDelay+transitions.DefaultMax
 	}
 	m := r.memo(st.Name)
 	r.expireTransitions(st)
-	if last := m.trans.Latest(transitions.ReleaseStep); last != nil && last.Started.After(since) {
-		since, until = last.Started, last.Started.Add(last.Max)
+	if last := m.trans.Latest(transitions.ReleaseStep); last != nil && last.Started.After(change.Started) {
+		change = last
 	}
 	sim, err := r.newReleaseSim(ctx, st)
 	if err != nil {
@@ -196,7 +196,7 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, cfg *apiv3.B
 		return false, nil
 	}
 	if keeper != NoKeeper {
-		if wait, err := r.keeperSessionsWait(ctx, st, keeper, since, until); wait || err != nil {
+		if wait, err := r.keeperSessionsWait(ctx, st, keeper, change); wait || err != nil {
 			return false, err
 		}
 	}

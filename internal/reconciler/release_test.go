@@ -17,6 +17,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -317,7 +318,8 @@ func TestPoliciesDeletedAtOnceBoundedRelease(t *testing.T) {
 		s.RemovalDelay = &metav1.Duration{Duration: 2 * time.Second}
 		s.MigrateFromNodeMesh = true
 	})
-	// The mesh goes off once the layout has stood idSettle with its sessions settled (migrate.go).
+	// The mesh goes off once the layout has stood transitions.DefaultSettle with its sessions
+	// settled (migrate.go).
 	for i := 0; i < 20 && !meshOff(h); i++ {
 		h.reconcileBoth()
 		h.now = h.now.Add(3 * time.Second)
@@ -395,9 +397,9 @@ func TestPolicyDeletionMeshOnBoundedRelease(t *testing.T) {
 // TestPolicyDeletionWaitsForKeeperSessions: a deleted policy's route reflectors other than the
 // keeper lose their role only once calico-node reports the keeper's sessions to every node the
 // release BGPPeer gives it Established (releasesessions.go), however long removalDelay was; past
-// idSettleMax the release goes on. On the live lab (TestTransitionsHistoryOnRealBIRD (f)) a
-// keeper's session came up 6 s after the release BGPPeer, and the release at removalDelay (3 s)
-// left a client without any session for 2.6 s.
+// transitions.DefaultMax the release goes on. On the live lab (TestTransitionsHistoryOnRealBIRD
+// (f)) a keeper's session came up 6 s after the release BGPPeer, and the release at removalDelay (3
+// s) left a client without any session for 2.6 s.
 func TestPolicyDeletionWaitsForKeeperSessions(t *testing.T) {
 	h := migrated(t, ipCluster(12), nil)
 	rrs := h.rrs()
@@ -418,7 +420,7 @@ func TestPolicyDeletionWaitsForKeeperSessions(t *testing.T) {
 	}
 	lateIP := nodeIPs(extender.FromNode(h.node(late)))[0]
 	start := h.now.Add(time.Minute) // removalDelay
-	for h.now = start; h.now.Sub(start) < idSettleMax-2*time.Second; h.now = h.now.Add(5 * time.Second) {
+	for h.now = start; h.now.Sub(start) < transitions.DefaultMax-2*time.Second; h.now = h.now.Add(5 * time.Second) {
 		h.calicoNodeAllUp()
 		h.reportStatuses(func(cns *apiv3.CalicoNodeStatus, _ []corev1.Node) {
 			if cns.Spec.Node == keeper {

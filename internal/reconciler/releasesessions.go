@@ -11,17 +11,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 )
 
 // A deleted policy's release is make-before-break on the sessions themselves, not on a timer: a
 // route reflector of the policy other than the keeper loses its role only once the keeper's
 // sessions to every Ready node the release BGPPeer gives it are seen Established in the keeper's
-// CalicoNodeStatus, reported idSettleMin after the release's last change (the release BGPPeer,
-// or the last route reflector released, whose sessions all restart and which then peers with the
-// keeper as any node). It waits idSettleMax at most after that change, then goes on as before
-// (logged); without the CalicoNodeStatus API, or when calico-node does not fill them in (one of
-// the policy's is still empty a period and 3 s after it was written: calico-node before 3.22),
-// it waits removalDelay only, as before.
+// CalicoNodeStatus, reported transitions.DefaultMin after the release's last change (the release
+// BGPPeer, or the last route reflector released, whose sessions all restart and which then peers
+// with the keeper as any node). It waits transitions.DefaultMax at most after that change, then
+// goes on as before (logged); without the CalicoNodeStatus API, or when calico-node does not fill
+// them in (one of the policy's is still empty a period and 3 s after it was written: calico-node
+// before 3.22), it waits removalDelay only, as before.
 //
 // On the live lab (TestTransitionsHistoryOnRealBIRD, event (f), 2026-11-27) both ends of a new
 // session were configured within milliseconds, BIRD's first connects failed, and the keeper's
@@ -30,19 +31,20 @@ import (
 // lost between nodes that kept their role.
 
 // unreported is how long a CalicoNodeStatus may stay never filled in before the release takes it
-// that calico-node does not report (its period and idSettleMin; the release's first step comes
-// removalDelay, by default 5 minutes, after the keeper's is written): the keeper's, or any other
-// of the policy's (BGP health's, written long before).
-const unreported = NodeStatusPeriod*time.Second + idSettleMin
+// that calico-node does not report (its period and transitions.DefaultMin; the release's first step
+// comes removalDelay, by default 5 minutes, after the keeper's is written): the keeper's, or any
+// other of the policy's (BGP health's, written long before).
+const unreported = NodeStatusPeriod*time.Second + transitions.DefaultMin
 
 // keeperSessionsWait says whether the release must wait for the keeper's sessions (requeued), with
-// since the release's last change and until the end of the wait.
-func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper string, since, until time.Time) (bool, error) {
+// change the record of the release's last change: its start, its Max the end of the wait, and its
+// freshness rule (transitions.Record.Fresh) which report of the keeper counts.
+func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper string, change *transitions.Record) (bool, error) {
 	// wait waits unless the wait is over (then it goes on, saying why).
 	wait := func(why string) (bool, error) {
-		if !st.Now.Before(until) {
+		if st.Now.Sub(change.Started) >= change.Max {
 			r.Log.Info("policy deleted: the keeper's sessions were not all seen Established; releasing on", "policy", st.Name,
-				"keeper", keeper, "since", since.UTC().Format(time.RFC3339), "why", why)
+				"keeper", keeper, "since", change.Started.UTC().Format(time.RFC3339), "why", why)
 			return false, nil
 		}
 		r.Log.V(1).Info("policy deleted: waiting for the keeper's sessions", "policy", st.Name, "keeper", keeper, "why", why)
@@ -69,7 +71,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 	}) {
 		return false, nil // calico-node does not fill them in (before 3.22, or not running): removalDelay only
 	}
-	if cns.Status.LastUpdated.Time.Before(since.Add(idSettleMin)) {
+	if !change.Fresh(cns.Status.LastUpdated.Time) {
 		return wait("the keeper's CalicoNodeStatus not reported since the last change")
 	}
 	nodes := r.Nodes.List()

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -246,7 +247,7 @@ func TestHandoverBGPSessionsDualStack(t *testing.T) {
 	t.Run("waits for both families", func(t *testing.T) {
 		h := newHarness(t, sessionsPolicy(time.Hour), dualCluster(30))
 		h.reconcile()
-		h.now = h.now.Add(idSettleMax) // the route reflectors' sessions have settled (moves.go)
+		h.now = h.now.Add(transitions.DefaultMax) // the route reflectors' sessions have settled (moves.go)
 		h.update("node-01", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 		for range 3 {
 			h.reconcile()
@@ -309,16 +310,17 @@ func TestSessionsDownCalicoIPv4Only(t *testing.T) {
 
 // TestBGPHealthGivesNewRouteReflectorsTheirSettleTime: a route reflector just promoted has no
 // session up until confd rendered its peers and BIRD established them (longer on a loaded node):
-// BGP health does not judge it for idSettleMax after the promotion, unless one of its sessions was
-// seen Established since. On the live lab's mesh migration (gracePeriod 5 s) three of the eight new
-// route reflectors were replaced before their first sessions came up, and their clients moved again.
+// BGP health does not judge it for transitions.DefaultMax after the promotion, unless one of its
+// sessions was seen Established since. On the live lab's mesh migration (gracePeriod 5 s) three of
+// the eight new route reflectors were replaced before their first sessions came up, and their
+// clients moved again.
 func TestBGPHealthGivesNewRouteReflectorsTheirSettleTime(t *testing.T) {
 	h := dualHealthHarness(t)
 	before := h.rrs()
 	require.Len(t, before, 3)
 	none := func(string, string, extender.Families) bool { return false }
 	start := h.now
-	for range 12 { // past gracePeriod and idSettle, within idSettleMax of the promotion
+	for range 12 { // past gracePeriod and transitions.DefaultSettle, within transitions.DefaultMax of the promotion
 		h.now = h.now.Add(time.Second)
 		h.calicoNodeBy(none)
 		h.reconcile()
@@ -326,10 +328,10 @@ func TestBGPHealthGivesNewRouteReflectorsTheirSettleTime(t *testing.T) {
 	for rr := range before {
 		require.Emptyf(t, h.node(rr).Annotations[extender.AnnotationDrainingSince], "%s replaced before its first sessions could come up", rr)
 	}
-	for range 8 { // past idSettleMax and gracePeriod: down is down
+	for range 8 { // past transitions.DefaultMax and gracePeriod: down is down
 		h.now = h.now.Add(time.Second)
-		if h.now.Sub(start) < idSettleMax {
-			h.now = start.Add(idSettleMax)
+		if h.now.Sub(start) < transitions.DefaultMax {
+			h.now = start.Add(transitions.DefaultMax)
 		}
 		h.calicoNodeBy(none)
 		h.reconcile()
@@ -340,17 +342,17 @@ func TestBGPHealthGivesNewRouteReflectorsTheirSettleTime(t *testing.T) {
 			draining++
 		}
 	}
-	require.NotZerof(t, draining, "no route reflector replaced with its sessions down past idSettle and gracePeriod: %v", h.rrs())
+	require.NotZerof(t, draining, "no route reflector replaced with its sessions down past transitions.DefaultSettle and gracePeriod: %v", h.rrs())
 }
 
-// TestBGPHealthSeesSettledRouteReflectorsAlive: new route reflectors first reported with only
-// their sessions to an outside peer (a top-of-rack router) Established are not judged yet (their
-// role's sessions are establishing), and when their role's sessions come up nothing that
-// watchBGPHealth reads changes (each status still shows Established sessions of both families): the
-// reconciler then runs only when it asks to. It must ask to read those statuses again while they
-// settle, so that a BIRD dying once its role's sessions were up is replaced within gracePeriod.
-// Before, nothing read them: a rack route reflector killed 30 s after a move gave it clients was
-// replaced only idSettleMax after the move (make test, TestBGPHealthOnRealBIRD, 2026-11-27).
+// TestBGPHealthSeesSettledRouteReflectorsAlive: new route reflectors first reported with only their
+// sessions to an outside peer (a top-of-rack router) Established are not judged yet (their role's
+// sessions are establishing), and when their role's sessions come up nothing that watchBGPHealth
+// reads changes (each status still shows Established sessions of both families): the reconciler
+// then runs only when it asks to. It must ask to read those statuses again while they settle, so
+// that a BIRD dying once its role's sessions were up is replaced within gracePeriod. Before,
+// nothing read them: a rack route reflector killed 30 s after a move gave it clients was replaced
+// only transitions.DefaultMax after the move (make test, TestBGPHealthOnRealBIRD, 2026-11-27).
 func TestBGPHealthSeesSettledRouteReflectorsAlive(t *testing.T) {
 	h := dualHealthHarness(t)
 	rrs := h.rrs()
@@ -397,7 +399,7 @@ func TestBGPHealthSeesSettledRouteReflectorsAlive(t *testing.T) {
 	advance(dead, kill.Add(bound), func() bool { return h.node(victim).Annotations[extender.AnnotationDrainingSince] != "" })
 	require.NotEmptyf(t, h.node(victim).Annotations[extender.AnnotationDrainingSince],
 		"%s, BIRD dead since %v, not replaced within %v (route reflectors %v)", victim, kill.Format(time.RFC3339), bound, h.rrs())
-	require.Less(t, h.now.Sub(kill), idSettleMax)
+	require.Less(t, h.now.Sub(kill), transitions.DefaultMax)
 }
 
 // TestBGPHealthJudgesPromotedClientsByTheirNewSessions: a client promoted by a rack split was
@@ -406,8 +408,8 @@ func TestBGPHealthSeesSettledRouteReflectorsAlive(t *testing.T) {
 // sessions are gone and its new ones (to its clients, to its spine member) are establishing. Those
 // old sessions are no sign that its new ones are up: BGP health leaves it unjudged until a session
 // of its new role (to a client that lists it, or to a rack route reflector whose uplink set selects
-// it) is seen Established, idSettleMax at most. Before, the first report's old sessions made it
-// "alive" at once, and with its new sessions slower than gracePeriod it was judged down and
+// it) is seen Established, transitions.DefaultMax at most. Before, the first report's old sessions
+// made it "alive" at once, and with its new sessions slower than gracePeriod it was judged down and
 // replaced: on the live lab's rack split at load 54, two kept clients were promoted in place of the
 // new route reflectors of a rack and back.
 func TestBGPHealthJudgesPromotedClientsByTheirNewSessions(t *testing.T) {

@@ -22,21 +22,9 @@ import (
 // once (a layout switch, a rack split, a relabel) can restart both route reflectors a client has.
 // So the nodes step changes one kept route reflector's cluster ID at a time, each once the last
 // one's sessions are back: seen Established with all its clients in a CalicoNodeStatus reported
-// after the change settled (handover BGPSessions), or after idSettle (otherwise, and at the
-// latest after idSettleMax). Promotions and demotions are not held: a new route reflector has no
-// sessions to lose, and an old one is released by the handover.
-const (
-	// idSettle is how long a cluster-ID change is given to restart its sessions when they cannot
-	// be read: confd renders within a second and BIRD re-establishes within a few (1-4 s on the
-	// live lab, README "Transitions").
-	idSettle = transitions.DefaultSettle
-	// idSettleMin is how long after a change a CalicoNodeStatus report counts: a report made
-	// before BIRD reconfigured would still show the old sessions Established.
-	idSettleMin = transitions.DefaultMin
-	// idSettleMax bounds the wait for the sessions (a dead peer never comes back): the next
-	// change then goes ahead.
-	idSettleMax = transitions.DefaultMax
-)
+// after the change settled (handover BGPSessions), or after transitions.DefaultSettle (otherwise,
+// and at the latest after transitions.DefaultMax). Promotions and demotions are not held: a new
+// route reflector has no sessions to lose, and an old one is released by the handover.
 
 // stageClusterIDs takes the kept route reflectors' cluster-ID changes out of the phases and puts
 // back at most one, once the previous one has settled; the others wait for a later reconcile
@@ -136,7 +124,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		delete(m.verified, np.name) // its sessions restart: seen again before the next change
 		transitionHeld.WithLabelValues(st.Name).Set(float64(len(held) - 1))
 		if len(held) > 1 {
-			st.requeue(idSettleMin)
+			st.requeue(transitions.DefaultMin)
 			r.Log.Info("cluster-ID changes staged", "policy", st.Name, "node", np.name, "waiting", len(held)-1, "tried", i+1, "reason", EventClusterIDStaged)
 			r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventClusterIDStaged,
 				"%s's cluster ID changes first: its BGP sessions restart; %d more route reflectors keeping their role wait for them (%s)",
@@ -145,7 +133,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		return
 	}
 	if len(leaving) > 0 {
-		hold(idSettleMin, "until no uplink set selects", leaving)
+		hold(transitions.DefaultMin, "until no uplink set selects", leaving)
 		return
 	}
 	transitionHeld.WithLabelValues(st.Name).Set(0)
@@ -353,5 +341,5 @@ func withPatch(m map[string]string, patch map[string]*string) map[string]string 
 }
 
 // verifies: the policy's handover reads the BGP sessions (CalicoNodeStatus), so a transition's
-// wait ends when a fresh report shows them Established (transitions.Record.Wait).
+// wait, a handover, the mesh's wait and an adoption end when reports show them Established.
 func verifies(st *State) bool { return st.Managed.Resolved.Handover == v1alpha1.HandoverBGPSessions }

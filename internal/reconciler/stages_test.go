@@ -31,15 +31,15 @@ func renumbered(before, after map[string]string) (out []string) {
 	return out
 }
 
-// TestReconcileClusterIDChangesOneAtATime: layout switches at 90 nodes (MultiCluster to
-// DualPlane, racks halved, to Hierarchical, Hierarchical's racks split from 30 to 12, back to
-// MultiCluster) renumber several route reflectors that keep their role; each renumbering restarts
-// all of that route reflector's BGP sessions. The reconciler makes them one at a time: never two in
-// one reconcile, and the next not before idSettle (no BGPSessions handover here) although
-// reconciles come every 4 s. The graph model finds 0 missing pairs after every reconcile (a rack
-// split first renumbers the route reflector whose old ID another rack takes, the rest waiting),
-// and every switch completes. Without staging, MultiCluster to Hierarchical renumbered 4 in one
-// reconcile, and holding changes without the model's check lost 29 pairs in the rack split.
+// TestReconcileClusterIDChangesOneAtATime: layout switches at 90 nodes (MultiCluster to DualPlane,
+// racks halved, to Hierarchical, Hierarchical's racks split from 30 to 12, back to MultiCluster)
+// renumber several route reflectors that keep their role; each renumbering restarts all of that
+// route reflector's BGP sessions. The reconciler makes them one at a time: never two in one
+// reconcile, and the next not before transitions.DefaultSettle (no BGPSessions handover here)
+// although reconciles come every 4 s. The graph model finds 0 missing pairs after every reconcile
+// (a rack split first renumbers the route reflector whose old ID another rack takes, the rest
+// waiting), and every switch completes. Without staging, MultiCluster to Hierarchical renumbered 4
+// in one reconcile, and holding changes without the model's check lost 29 pairs in the rack split.
 func TestReconcileClusterIDChangesOneAtATime(t *testing.T) {
 	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 		s.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster, MaxRackSize: ptrTo(int32(20))}
@@ -61,7 +61,7 @@ func TestReconcileClusterIDChangesOneAtATime(t *testing.T) {
 			require.LessOrEqual(t, len(changed), 1, "%s, reconcile %d: renumbered together: %v", topo.Type, step, changed)
 			if len(changed) == 1 {
 				if !lastAt.IsZero() {
-					require.GreaterOrEqual(t, h.now.Sub(lastAt), idSettle, "%s: %s renumbered %v after the last", topo.Type, changed[0], h.now.Sub(lastAt))
+					require.GreaterOrEqual(t, h.now.Sub(lastAt), transitions.DefaultSettle, "%s: %s renumbered %v after the last", topo.Type, changed[0], h.now.Sub(lastAt))
 				}
 				total, lastAt = total+1, h.now
 			}
@@ -174,7 +174,7 @@ func TestStagedClusterIDKeepsTopLevel(t *testing.T) {
 	require.Equal(t, "224.0.0.2", h.node("c-01").Annotations[extender.AnnotationClusterID], "c-01's change is held")
 	require.Contains(t, h.node("c-00").Labels, extender.LabelTopLevel, "c-00 stays top-level while c-01's change is held")
 
-	h.now = h.now.Add(idSettleMax)
+	h.now = h.now.Add(transitions.DefaultMax)
 	nodesStep()
 	require.Zero(t, h.modelMissing(), "after")
 	require.Equal(t, "224.0.0.3", h.node("c-01").Annotations[extender.AnnotationClusterID])
@@ -184,12 +184,12 @@ func TestStagedClusterIDKeepsTopLevel(t *testing.T) {
 }
 
 // TestUnrecordedRenumberingWaits: a leader of a release before the records (0.2.0 staged its
-// cluster-ID changes in memory) renumbers a route reflector of a Hierarchical racks split and
-// loses the lease (a `helm upgrade`). Its successor finds the staging in flight and no Renumber
-// record; it reads the last write of the product's field manager to a route reflector that keeps
-// its role from the Node's managedFields and waits the settle rule from there (the second
-// renumbering idSettle after the first, not at once), keeping that start as a record. Without the
-// managedFields entry (the control) it renumbers the next at once, which is what the entry
+// cluster-ID changes in memory) renumbers a route reflector of a Hierarchical racks split and loses
+// the lease (a `helm upgrade`). Its successor finds the staging in flight and no Renumber record;
+// it reads the last write of the product's field manager to a route reflector that keeps its role
+// from the Node's managedFields and waits the settle rule from there (the second renumbering
+// transitions.DefaultSettle after the first, not at once), keeping that start as a record. Without
+// the managedFields entry (the control) it renumbers the next at once, which is what the entry
 // prevents.
 func TestUnrecordedRenumberingWaits(t *testing.T) {
 	for _, tc := range []struct {
@@ -243,14 +243,14 @@ func TestUnrecordedRenumberingWaits(t *testing.T) {
 
 			// A leader after it resumes that wait; the next goes once the settle rule allows.
 			h.failover()
-			h.now = at.Add(idSettle)
+			h.now = at.Add(transitions.DefaultSettle)
 			before = h.rrs()
 			h.reconcile()
-			require.Empty(t, renumbered(before, h.rrs()), "idSettle after the write, within its second")
-			h.now = at.Add(idSettle + time.Second)
+			require.Empty(t, renumbered(before, h.rrs()), "transitions.DefaultSettle after the write, within its second")
+			h.now = at.Add(transitions.DefaultSettle + time.Second)
 			before = h.rrs()
 			h.reconcile()
-			require.Len(t, renumbered(before, h.rrs()), 1, "the next renumbering, idSettle after the write's second")
+			require.Len(t, renumbered(before, h.rrs()), 1, "the next renumbering, transitions.DefaultSettle after the write's second")
 		})
 	}
 }

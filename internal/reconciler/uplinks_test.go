@@ -16,6 +16,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -76,17 +77,17 @@ func uplinksAsPlanned(h *harness) bool {
 // relabelled into the other member's zone: a rack route reflector of the plane joins the spine,
 // renumbered, in the same reconcile; a member cordoned: a node promoted into the spine in the same
 // reconcile), Calico used to drop the rack route reflectors' sessions to the old member and open
-// ones to the new in one render, so each lacked every other rack's routes until the new session
-// was up (the rack mate's routes carry its own cluster ID); on real BIRD that lost 171
-// pair-samples between nodes keeping their role in a spine relabel. Now, after every reconcile (4 s
-// apart, at 90 nodes in racks of 15): no rack route reflector keeping its role and cluster ID
-// drops an uplink session unless a spine member it keeps was labelled (or renumbered) at least
-// idSettle before and its session to it is idSettle old (it first peers with its old member and
-// the new one, then with the new one); a transitional uplink set adds one spine member, whose
-// cluster ID an earlier reconcile wrote; the old member is neither renumbered nor demoted
-// (removalDelay 3 s) while an uplink set selects it; the graph model finds 0 missing pairs; the
-// move completes, no transitional set left. A member NotReady past the grace (a standby already
-// in the uplink sets) moves without a transitional set.
+// ones to the new in one render, so each lacked every other rack's routes until the new session was
+// up (the rack mate's routes carry its own cluster ID); on real BIRD that lost 171 pair-samples
+// between nodes keeping their role in a spine relabel. Now, after every reconcile (4 s apart, at 90
+// nodes in racks of 15): no rack route reflector keeping its role and cluster ID drops an uplink
+// session unless a spine member it keeps was labelled (or renumbered) at least
+// transitions.DefaultSettle before and its session to it is transitions.DefaultSettle old (it first
+// peers with its old member and the new one, then with the new one); a transitional uplink set adds
+// one spine member, whose cluster ID an earlier reconcile wrote; the old member is neither
+// renumbered nor demoted (removalDelay 3 s) while an uplink set selects it; the graph model finds 0
+// missing pairs; the move completes, no transitional set left. A member NotReady past the grace (a
+// standby already in the uplink sets) moves without a transitional set.
 func TestReconcileUplinkMovesMakeBeforeBreak(t *testing.T) {
 	relabel := func(h *harness, member, other extender.RouteReflector) {
 		h.update(member.Node, func(n *corev1.Node) { n.Labels[corev1.LabelTopologyZone] = other.Zone })
@@ -195,7 +196,7 @@ func TestReconcileUplinkMovesMakeBeforeBreak(t *testing.T) {
 						require.NotEmpty(t, rrs, "reconcile %d: %s lost every uplink (%v)", step, n, old)
 						var why []string
 						for _, rr := range rrs {
-							if s, ok := since[n][rr]; ok && h.now.Sub(labelled[rr]) >= idSettle && h.now.Sub(s) >= idSettle {
+							if s, ok := since[n][rr]; ok && h.now.Sub(labelled[rr]) >= transitions.DefaultSettle && h.now.Sub(s) >= transitions.DefaultSettle {
 								why = nil
 								break
 							}
@@ -243,17 +244,17 @@ func TestReconcileUplinkMovesMakeBeforeBreak(t *testing.T) {
 
 // TestReconcileUplinkMovesWaitForSessions: with handover BGPSessions a rack route reflector in a
 // transitional uplink set leaves its old spine member once the new member's CalicoNodeStatus,
-// reported at least idSettleMin after the move, shows every rack route reflector whose uplink set
-// selects it Established: before idSettle when calico-node reports them up; when one of those
-// sessions stays down, the rack route reflectors moving to the same member keep the old one until
-// idSettleMax (the new member has no clients that list it: before, it counted as settled at
-// idSettleMin whatever its sessions).
+// reported at least transitions.DefaultMin after the move, shows every rack route reflector whose
+// uplink set selects it Established: before transitions.DefaultSettle when calico-node reports them
+// up; when one of those sessions stays down, the rack route reflectors moving to the same member
+// keep the old one until transitions.DefaultMax (the new member has no clients that list it:
+// before, it counted as settled at transitions.DefaultMin whatever its sessions).
 func TestReconcileUplinkMovesWaitForSessions(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		down     bool
 		min, max time.Duration
-	}{{"sessions up", false, idSettleMin, idSettle}, {"a session down", true, idSettleMax, idSettleMax + 5*time.Second}} {
+	}{{"sessions up", false, transitions.DefaultMin, transitions.DefaultSettle}, {"a session down", true, transitions.DefaultMax, transitions.DefaultMax + 5*time.Second}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
 				sessionsPolicy(3 * time.Second)(s)
@@ -294,7 +295,7 @@ func TestReconcileUplinkMovesWaitForSessions(t *testing.T) {
 			if tc.down {
 				down = moving[:1]
 			}
-			for h.now.Sub(start) < 2*idSettleMax && len(h.transitionalLeft()) > 0 {
+			for h.now.Sub(start) < 2*transitions.DefaultMax && len(h.transitionalLeft()) > 0 {
 				h.now = h.now.Add(time.Second)
 				h.calicoNode(down...)
 				h.reconcile()

@@ -123,7 +123,7 @@ func TestBGPHealthOnRealBIRD(t *testing.T) {
 	// A rack route reflector of plane 1 that clients list as theirs, with the same clients for
 	// 10 s (while the joins settle, a rack's clients may still be moving between peering sets: the
 	// make-before-break moves). A route reflector killed within seconds of being given clients has
-	// not been seen with its new role's sessions up, and BGP health gives it idSettleMax before
+	// not been seen with its new role's sessions up, and BGP health gives it transitions.DefaultMax before
 	// judging it (TestBGPHealthGivesNewRouteReflectorsTheirSettleTime): that is not what this test
 	// times (in make test on 2026-11-27 a victim picked at once was not replaced within the bound).
 	var victim, rack, seen string

@@ -19,7 +19,7 @@ import (
 
 const (
 	// settleRule is the product's wait between two renumberings of route reflectors that keep
-	// their role when no CalicoNodeStatus can tell (internal/reconciler/stages.go idSettle,
+	// their role when no CalicoNodeStatus can tell (internal/reconciler/stages.go transitions.DefaultSettle,
 	// transitions.DefaultSettle; bgpHealth is off here), in 0.2.0 as in this release.
 	settleRule = 10 * time.Second
 	// renumberSlack: the test sees each renumbering when its watch event arrives, not when the

@@ -28,7 +28,7 @@ const (
 	// nodes DualPlane keeps 2 route reflectors, one release; 11 nodes leave 3 clients.)
 	releaseNodes = 12
 	// releaseSettle is the product's wait after a release's last change before a report of the
-	// keeper counts (internal/reconciler releasesessions.go: idSettleMin).
+	// keeper counts (internal/reconciler releasesessions.go: transitions.DefaultMin).
 	releaseSettle = transitions.DefaultMin
 	// keeperQuiet is how long the keeper's status reports stay paused after the lease moved.
 	keeperQuiet = 3 * time.Second
@@ -50,7 +50,7 @@ var releasePolicy = failoverPolicy("{type: DualPlane, maxRackSize: 10}") + "  mi
 // product's CalicoNodeStatuses every second. The policy is deleted: the product picks a keeper,
 // writes the release BGPPeer (every node that is not a route reflector peers with the keeper),
 // waits removalDelay (3 s), then releases the other route reflectors one at a time, each once the
-// keeper's CalicoNodeStatus, reported at least idSettleMin (3 s) after the last release (its
+// keeper's CalicoNodeStatus, reported at least transitions.DefaultMin (3 s) after the last release (its
 // ReleaseStep record), shows every node that is not a route reflector Established; then the mesh
 // back on, removalDelay, the keeper and the clients, the BGPPeers, the finalizer. The test's watch
 // of the Nodes sees the first route reflector released and the leader is SIGKILLed at once; the
@@ -63,8 +63,8 @@ var releasePolicy = failoverPolicy("{type: DualPlane, maxRackSize: 10}") + "  mi
 // in the runs below: written before the first release, it lacks the released node). It asserts: 0
 // pair-samples lost between nodes that keep their role (the clients, which keep theirs until the
 // end); for every release but the keeper's, the one across the leader change included, at least
-// idSettleMin after the previous one (the release BGPPeer's for the first) as the watch saw them
-// (less its jitter), a report of the keeper seen before it, written idSettleMin after the previous
+// transitions.DefaultMin after the previous one (the release BGPPeer's for the first) as the watch saw them
+// (less its jitter), a report of the keeper seen before it, written transitions.DefaultMin after the previous
 // one (less the jitter), listing Established every Ready node that was not a route reflector
 // then, and those sessions Established on the keeper's BIRD when the release was seen; the
 // release completes: every route reflector released, the ones other than the keeper before the
@@ -84,9 +84,9 @@ var releasePolicy = failoverPolicy("{type: DualPlane, maxRackSize: 10}") + "  mi
 // roles, lose no route between the clients.
 //
 // What it cannot tell apart: a new leader that lost the ReleaseStep record counts from the release
-// BGPPeer, whose idSettleMin is long over, and still waits for a report listing every session
+// BGPPeer, whose transitions.DefaultMin is long over, and still waits for a report listing every session
 // Established; across a SIGKILL the lease's 13-19 s hide the 3 s settle, and the record's other
-// bound (idSettleMax, 1 min, from the last release rather than from the release BGPPeer) differs
+// bound (transitions.DefaultMax, 1 min, from the last release rather than from the release BGPPeer) differs
 // only a minute after the release BGPPeer. Such a leader shows in the releases after the change,
 // as a single leader without the record does (below).
 //
@@ -118,7 +118,7 @@ var releasePolicy = failoverPolicy("{type: DualPlane, maxRackSize: 10}") + "  mi
 //
 // With the product broken in a scratch change (reverted), the same test failed:
 //   - the keeper's sessions not waited for (keeperSessionsWait skipped, 23:07): releases 0.56-1.23 s
-//     apart after the takeover (closer than idSettleMin), the first after the kill at once on the
+//     apart after the takeover (closer than transitions.DefaultMin), the first after the kill at once on the
 //     report from before the kill (node-01 and node-10 not Established in it), six releases with
 //     the keeper's BIRD lacking sessions then; yet 0 pair-samples lost between the clients (2,132
 //     in all): the loss figure alone would not have shown it.
@@ -212,7 +212,7 @@ func (f *failover) checkReleases(before *roles, demoted map[string]demotion, kee
 		return ""
 	})
 	t.Logf("releases (from the release BGPPeer, %s):\n  %s", bridged.Format("15:04:05"), strings.Join(lines, "\n  "))
-	assert.Emptyf(t, short, "route reflectors released closer than idSettleMin (%v less %v)", releaseSettle, renumberSlack)
+	assert.Emptyf(t, short, "route reflectors released closer than transitions.DefaultMin (%v less %v)", releaseSettle, renumberSlack)
 	if len(steps) > 0 && steps[0].At.Sub(bridged) < releaseSettle-renumberSlack {
 		assert.Failf(t, "released early", "%s released %v after the release BGPPeer", steps[0].Node, steps[0].At.Sub(bridged))
 	}
@@ -227,7 +227,7 @@ func (f *failover) checkReleases(before *roles, demoted map[string]demotion, kee
 
 	// Each release but the keeper's: the keeper's sessions to every Ready node that was not a route
 	// reflector then (the clients, those released before), in a report of the keeper written
-	// idSettleMin after the previous release and seen before this one, and on its BIRD when it was
+	// transitions.DefaultMin after the previous release and seen before this one, and on its BIRD when it was
 	// seen.
 	var early, unup []string
 	for i, c := range steps {
@@ -286,7 +286,7 @@ func (f *failover) checkReleases(before *roles, demoted map[string]demotion, kee
 				c.Node, c.At.Sub(prev).Round(10*time.Millisecond), prevName, r.updated.Format("15:04:05"), c.At.Sub(r.at).Round(10*time.Millisecond), len(peers))
 		}
 	}
-	assert.Emptyf(t, early, "route reflectors released without a report of the keeper %s, written idSettleMin after the previous release, listing its sessions Established", keeper)
+	assert.Emptyf(t, early, "route reflectors released without a report of the keeper %s, written transitions.DefaultMin after the previous release, listing its sessions Established", keeper)
 	assert.Emptyf(t, unup, "route reflectors released while the keeper's sessions were not Established on its BIRD")
 
 	// The mesh back on once only the keeper was left, the keeper removalDelay after it.

@@ -24,7 +24,7 @@ import (
 const (
 	failoverNodes = 18
 	// settleRule is the product's wait between two renumberings of route reflectors that keep
-	// their role when no CalicoNodeStatus can tell (internal/reconciler/stages.go idSettle,
+	// their role when no CalicoNodeStatus can tell (internal/reconciler/stages.go transitions.DefaultSettle,
 	// transitions.DefaultSettle; bgpHealth is off here).
 	settleRule = 10 * time.Second
 	// renumberSlack: the test sees each renumbering when its watch event arrives, not when the
@@ -70,7 +70,7 @@ func (w *world) leaseHolder() string {
 // TestTransitionsHistoryOnRealBIRD does). The cluster settles on Hierarchical maxRackSize 10 (12
 // route reflectors); the policy then turns DualPlane maxRackSize 10 (8 route reflectors): 4 are
 // demoted and 6 of the 8 that stay (from the spine to a rack and plane) change cluster ID, one at
-// a time (idSettle, 10 s apart without calico-node). The test's own watch of the Nodes sees the first renumbering and the leader is
+// a time (transitions.DefaultSettle, 10 s apart without calico-node). The test's own watch of the Nodes sees the first renumbering and the leader is
 // SIGKILLed at once (its lease is not released); the Lease's holder then changes to the other
 // replica. It asserts: 0 pair-samples lost between nodes that keep their role and cluster ID; no
 // two renumberings closer than the settle rule (10 s, less the watch's jitter of 0.5 s), the one

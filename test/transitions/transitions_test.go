@@ -284,13 +284,13 @@ spec:
 // are made) and, as the CalicoNodeStatuses bgpHealth keeps can be read, every client's own session
 // to each of its route reflectors and every rack route reflector's to its spine member is seen
 // Established (a mesh session verifies nothing); a route reflector just promoted is judged by BGP
-// health only once one of its sessions was up (idSettleMax at most). Four runs
+// health only once one of its sessions was up (transitions.DefaultMax at most). Four runs
 // (RRA_TRANSITIONS_UNTIL='(d)', load 10-29): the mesh went off 24-32 s after the policy (18.6 s
 // after the layout's writes in one); the two runs of the final code and one before its last change
 // missed 0 pair-samples between nodes that keep their role (2,612, 5,687 and 10,252 in all, 407-408
 // pairs, gaps 12.8, 11.4 and 18.3 s: every missed pair has a promoted node at one end, as every
 // session of a promoted node changes and the test's check leaves them out); the other run, before
-// BGP health waited idSettleMax, gave the spine standbys and missed 1,186 between kept nodes (the
+// BGP health waited transitions.DefaultMax, gave the spine standbys and missed 1,186 between kept nodes (the
 // two standbys' own pairs, promoted out of the mesh and back).
 // That second step moved a client to its planned set as soon as its first new route reflector
 // (plane 1) had settled, leaving plane 2 on the client's new session alone while it established.
@@ -1268,7 +1268,7 @@ func (w *world) replaced(victim string) error {
 }
 
 // settle waits until the event is over: no node left in a transitional peering or uplink set (the
-// product's make-before-break moves hold a node there idSettle, longer than quiet: an event that
+// product's make-before-break moves hold a node there transitions.DefaultSettle, longer than quiet: an event that
 // ended on quiet alone left its last moves to the next event's window), the product's layout
 // unchanged for quiet, the BIRDs' configurations unchanged for quiet (confd rendered the last
 // change and BIRD loaded it), live BIRDs running, every pair among them routed and every session

@@ -174,8 +174,8 @@ func startTwoRR(t *testing.T, n, nZones, maxRackSize int, removal, sample time.D
 	h := startHistory(t, w, lab, names, start, sample)
 	w.reportStatuses(lab)
 	// Every route reflector seen alive before the first event: BGP health does not judge one whose
-	// sessions (re)started less than idSettleMax ago and that it has not seen Established since
-	// (reconciler justStarted): a pair killed before that is replaced only idSettleMax after its
+	// sessions (re)started less than transitions.DefaultMax ago and that it has not seen Established since
+	// (reconciler justStarted): a pair killed before that is replaced only transitions.DefaultMax after its
 	// promotion (one run on 2026-11-28, beside another lab: 31.8 and 81.5 s after the SIGKILL).
 	w.eventually("every route reflector's sessions seen by BGP health", 3*time.Minute, func() error {
 		p, err := w.dyn.Resource(policyGVR).Get(t.Context(), "default", metav1.GetOptions{})
