@@ -138,7 +138,8 @@ func TestSpeakersAgree(t *testing.T) {
 // run) and adds, on GoBGP against the model, every failure of Hierarchical, MultiCluster and the
 // default layout at 300 nodes: what it proves beyond TestSpeakersAgree is that BIRD's blocks are
 // GoBGP's, node by node, on the failures GoBGP used to get wrong, and GoBGP's the model's on more
-// layouts (BIRD's are the model's on fresh plans of every layout in TestCalico/MatchesModel).
+// layouts (BIRD's are the model's on fresh plans in TestCalico/MatchesModel and
+// TestCalicoFamilies/DualStack, every layout in TestCalicoLarge).
 func TestSpeakersAgreeLarge(t *testing.T) {
 	t.Parallel()
 	testenv.SlowProof(t)

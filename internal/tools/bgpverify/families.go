@@ -125,8 +125,9 @@ func familyNodes(topo *bgpmodel.Topology, fam extender.Families, addrs []netip.A
 }
 
 // drillMasks are the drills of Options.Drills: each zone of the model, then each route reflector,
-// each alone (a drill that would stop every node is left out).
-func drillMasks(model *bgpmodel.Topology) (masks [][]bool, names [][]string) {
+// each alone (a drill that would stop every node is left out); rrs > 0 keeps the first rrs route
+// reflectors' drills only (Options.DrillRRs).
+func drillMasks(model *bgpmodel.Topology, rrs int) (masks [][]bool, names [][]string) {
 	var zones []string
 	for _, nd := range model.Nodes {
 		if nd.Zone != "" && !slices.Contains(zones, nd.Zone) {
@@ -150,8 +151,10 @@ func drillMasks(model *bgpmodel.Topology) (masks [][]bool, names [][]string) {
 	for _, z := range zones {
 		add(func(i int) bool { return model.Nodes[i].Zone == z })
 	}
+	n := 0
 	for r := range model.Nodes {
-		if model.IsRR(r) {
+		if model.IsRR(r) && (rrs <= 0 || n < rrs) {
+			n++
 			add(func(i int) bool { return i == r })
 		}
 	}
@@ -386,7 +389,7 @@ func runDrills(ctx context.Context, fleets []famFleet, r famRun, rep *Report, fr
 		}
 	}
 	freshRoutes := func(k, i int) int { return fresh[k].Nodes[i].Routes }
-	masks, names := drillMasks(r.model)
+	masks, names := drillMasks(r.model, opts.DrillRRs)
 	for d, m := range masks {
 		logf(opts, "drill %d of %d: stopping %s", d+1, len(masks), strings.Join(names[d], ","))
 		t := time.Now()

@@ -2,6 +2,7 @@ package bgpverify
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -104,9 +105,14 @@ func calicoFamilies(t *testing.T, in extender.Input, res *extender.Result, o Opt
 	rep := runCalicoPlan(t, s, in, res, o)
 	noConfigDifferences(t, "calico", rep.ConfigDifferences)
 	familiesMatchModel(t, "calico", in, res, rep, want...)
-	masks, _ := drillMasks(topo)
+	masks, _ := drillMasks(topo, o.DrillRRs)
 	for _, fam := range want {
 		fr := rep.Families[fam.Key()]
+		// Fresh, every node stores its routes (paths) within 10% of the family's model, as
+		// TestCalico's MatchesModel holds IPv4 to it.
+		for _, nr := range fr.Nodes {
+			assert.Falsef(t, !nr.Down && math.Abs(float64(nr.Routes)-nr.ModelRoutes) > 0.1*nr.ModelRoutes, "%s: %s stores %d routes, the model says %v", fam, nr.Name, nr.Routes, nr.ModelRoutes)
+		}
 		assert.Lenf(t, fr.Drills, len(masks), "%s: drills", fam)
 		for _, ph := range fr.Drills {
 			fig := modelDrill(t, topo, figs[fam.Key()].Drills, ph.Down)
@@ -149,19 +155,21 @@ func modelDrill(t *testing.T, topo *bgpmodel.Topology, drills []extender.Drill, 
 
 // TestCalicoFamilies: 30 nodes in 3 zones, DualPlane (racks under a spine), on confd + BIRD +
 // BIRD6 (BIRD and BIRD6 side by side in every node's namespace, as calico-node runs them): a
-// dual-stack cluster and an IPv6-only one (calico-node's CALICO_ROUTER_ID=hash: confd renders the
-// hash of the node name as the router ID; without it verify refuses the plan), side by side, 0
-// missing pairs in each family fresh and after each zone and each single route reflector is lost
-// (11 drills per cluster, runDrills: the lost nodes' BIRDs stopped and started again, nothing
-// rendered again), the model's missing blocks node by node and its drill figures. make test runs
-// the dual-stack cluster and the IPv6-only plan's refusal without router IDs; the IPv6-only
-// cluster's drills run in make test-all (TestCalicoFamiliesIPv6OnlyLarge).
+// dual-stack cluster, 0 missing pairs in each family fresh and after each zone and a route
+// reflector are lost (runDrills: the lost nodes' BIRDs stopped and started again, nothing rendered
+// again), the model's missing blocks node by node and its drill figures; and the refusal of an
+// IPv6-only plan without router IDs (calico-node's CALICO_ROUTER_ID=hash: confd renders the hash
+// of the node name as the router ID; without it verify refuses the plan). make test drills the
+// three zones and the first route reflector (DrillRRs: 1; the plan's 8 route reflectors lose the
+// same share of the sessions and their drills give the same figures); make test-all drills every
+// route reflector of the same cluster (TestCalicoFamiliesDualStackLarge) and runs the IPv6-only
+// cluster's drills (TestCalicoFamiliesIPv6OnlyLarge).
 func TestCalicoFamilies(t *testing.T) {
 	t.Parallel() // beside TestCalico's confd proofs: both mostly wait on BGP timers
 	t.Run("DualStack", func(t *testing.T) {
 		t.Parallel()
 		in, res := familyPlan(t, 30, dualStack)
-		calicoFamilies(t, in, res, Options{}, extender.FamilyIPv4, extender.FamilyIPv6)
+		calicoFamilies(t, in, res, Options{DrillRRs: 1}, extender.FamilyIPv4, extender.FamilyIPv6)
 	})
 	t.Run("IPv6OnlyNeedsRouterIDs", func(t *testing.T) {
 		t.Parallel()
@@ -170,6 +178,47 @@ func TestCalicoFamilies(t *testing.T) {
 		var ie InputError
 		require.ErrorAs(t, err, &ie, "an IPv6-only plan without router IDs")
 	})
+}
+
+// TestCalicoFamiliesDualStackLarge (make test-all): TestCalicoFamilies's dual-stack cluster with
+// every drill, each of the 8 route reflectors lost in turn besides the zones (11 drills per family;
+// make test's 4 took about 40 s of CPU less).
+func TestCalicoFamiliesDualStackLarge(t *testing.T) {
+	testenv.SlowProof(t)
+	t.Parallel()
+	in, res := familyPlan(t, 30, dualStack)
+	calicoFamilies(t, in, res, Options{}, extender.FamilyIPv4, extender.FamilyIPv6)
+}
+
+// TestDrillMasks: every zone, then every route reflector alone (in the model's node order);
+// DrillRRs keeps the zones and the first route reflectors only.
+func TestDrillMasks(t *testing.T) {
+	in, res := familyPlan(t, 30, dualStack)
+	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{})
+	require.NoError(t, err)
+	var rrs []string
+	for i, nd := range topo.Nodes {
+		if topo.IsRR(i) {
+			rrs = append(rrs, nd.Name)
+		}
+	}
+	require.Len(t, rrs, 8, "the plan's route reflectors")
+	for _, c := range []struct{ opt, want int }{{0, 8}, {1, 1}, {3, 3}, {20, 8}} {
+		_, names := drillMasks(topo, c.opt)
+		require.Len(t, names, 3+c.want, "DrillRRs %d", c.opt)
+		for k, zone := range []string{"zone-a", "zone-b", "zone-c"} {
+			var want []string
+			for _, nd := range topo.Nodes {
+				if nd.Zone == zone {
+					want = append(want, nd.Name)
+				}
+			}
+			assert.Equal(t, want, names[k], "DrillRRs %d: drill %d, %s lost", c.opt, k, zone)
+		}
+		for k, rr := range rrs[:c.want] {
+			assert.Equal(t, []string{rr}, names[3+k], "DrillRRs %d: drill %d", c.opt, 3+k)
+		}
+	}
 }
 
 // TestCalicoFamiliesIPv6OnlyLarge (make test-all): TestCalicoFamilies's IPv6-only cluster with

@@ -63,6 +63,9 @@ type Options struct {
 	// checks the survivors and starts them again (gobgp cannot: use FailZone or FailRR). Each
 	// drill's outcome is in Report.Families (every run with Drills reports per family).
 	Drills bool
+	// DrillRRs, with Drills, keeps every zone drill but only the first DrillRRs route reflector
+	// drills (the route reflectors in the model's node order) [0: every route reflector].
+	DrillRRs int
 	// CalicoRouterID is calico-node's CALICO_ROUTER_ID for confd (calico speaker): "" (each
 	// node's IPv4 address is its router ID) or "hash" (a hash of the node name: what IPv6-only
 	// nodes need).
