@@ -47,8 +47,8 @@ test-all: tools ## The slow proofs (larger sizes of proofs make test runs smalle
 	hack/tools.sh karpenter
 	source $(TOOLS_ENV) && RRA_TEST_ALL=1 $(GO) test -count=1 -timeout 90m -run 'Large$$|^TestTransitionsHistoryOnRealBIRD$$' ./...
 
-test-transitions: tools ## The live transitions proofs on confd + BIRD, the short one (in make test) and the history (in make test-all), verbose
-	source $(TOOLS_ENV) && RRA_TRANSITIONS_HISTORY=1 $(GO) test -count=1 -v -timeout 30m -run 'TestTransitions' ./test/transitions/
+test-transitions: tools ## The live transitions proofs on confd + BIRD, the short one (in make test), its Large version with the zone out and back, and the history (in make test-all), verbose
+	source $(TOOLS_ENV) && RRA_TRANSITIONS_HISTORY=1 RRA_TEST_ALL=1 $(GO) test -count=1 -v -timeout 30m -run 'TestTransitions' ./test/transitions/
 
 test-short: ## Unit tests only (no cluster binaries needed)
 	$(GO) test -short ./...
