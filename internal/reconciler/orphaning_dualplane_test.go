@@ -70,18 +70,24 @@ func TestDualPlaneRackLostKeepsFailedInClientSet(t *testing.T) {
 	for _, rr := range old {
 		require.NotEmpty(t, h.node(rr).Annotations[extender.AnnotationDrainingSince], "%s replaced in the first reconcile: %v", rr, h.rrs())
 	}
+	// keepsFailed reconciles once a second for n seconds, the statuses as up says, and asserts
+	// that the set keeps the failed route reflectors beside their replacements throughout.
+	keepsFailed := func(n int, up func(rr, peer string, f extender.Families) bool, before string) {
+		t.Helper()
+		for i := range n {
+			h.now = h.now.Add(time.Second)
+			h.calicoNodeBy(up)
+			h.reconcile()
+			ids := selected()
+			for _, rr := range old {
+				require.Containsf(t, ids, rr, "%d s on: the rack set %s dropped failed %s before %s: %v", i+1, name, rr, before, ids)
+			}
+			require.Greaterf(t, len(ids), 2, "%d s on: the replacements in the set %s: %v", i+1, name, ids)
+		}
+	}
 	// The replacements' sessions are not up yet (their statuses list none Established): the set
 	// keeps the failed route reflectors.
-	for i := range 8 {
-		h.now = h.now.Add(time.Second)
-		h.calicoNodeBy(dead)
-		h.reconcile()
-		ids := selected()
-		for _, rr := range old {
-			require.Containsf(t, ids, rr, "reconcile %d after the replacement: the rack set %s dropped failed %s before its replacements settled: %v", i+1, name, rr, ids)
-		}
-		require.Greaterf(t, len(ids), 2, "reconcile %d: the replacements in the set %s: %v", i+1, name, ids)
-	}
+	keepsFailed(8, dead, "its replacements settled")
 	// The replacements' sessions with the spine and every other route reflector are up, but not
 	// yet with the rack's clients (their BIRDs not reconfigured, or slow to connect): BGP health
 	// sees the replacements' role up, and their settle time passes, but the set keeps the failed
@@ -105,15 +111,7 @@ func TestDualPlaneRackLostKeepsFailedInClientSet(t *testing.T) {
 	toClientsDown := func(rr, peer string, f extender.Families) bool {
 		return dead(rr, peer, f) && !(slices.ContainsFunc(repl, func(id string) bool { return byID[id] == rr }) && member(peer))
 	}
-	for i := range 20 {
-		h.now = h.now.Add(time.Second)
-		h.calicoNodeBy(toClientsDown)
-		h.reconcile()
-		ids := selected()
-		for _, rr := range old {
-			require.Containsf(t, ids, rr, "%d s more: the rack set %s dropped failed %s before its clients' sessions with the replacements were up: %v", i+1, name, rr, ids)
-		}
-	}
+	keepsFailed(20, toClientsDown, "its clients' sessions with the replacements were up")
 	// The clients' sessions come up: the set narrows to the replacements.
 	for range 5 {
 		h.now = h.now.Add(time.Second)
