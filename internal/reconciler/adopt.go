@@ -97,7 +97,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 				st.requeue(handoverRetry)
 				continue
 			}
-		} else if wait := rec.Wait(st.Now, false); wait > 0 {
+		} else if wait := rec.Wait(st.Now, transitions.Timed); wait > 0 {
 			m.adoptWhy[b.Name] = "waiting for removalDelay"
 			st.requeue(wait + 100*time.Millisecond)
 			continue

@@ -156,7 +156,11 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	for _, rr := range rrs {
 		st.HealthStatuses[rr] = true
 		if have[rr] != nil {
-			st.HealthReported[rr] = !have[rr].Status.LastUpdated.IsZero()
+			at := have[rr].Status.LastUpdated.Time
+			st.HealthReported[rr] = !at.IsZero()
+			if m := r.memo(st.Name); st.HealthReported[rr] && (m.trans.ReportsSeen.IsZero() || at.Before(m.trans.ReportsSeen)) {
+				m.trans.ReportsSeen = at // calico-node reports (transitions.Reporting)
+			}
 			continue
 		}
 		if p.Mode != v1alpha1.Enforce {

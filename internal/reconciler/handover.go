@@ -94,9 +94,10 @@ type handoverMemo struct {
 	// step wait for, and the mesh's and the adopt step's waits (MeshOff, Adopt). Read from the
 	// policy's status by the load step of this leader's first reconcile, written back there before
 	// the moves they record (persistTransitions); persisted is what the status holds.
-	trans     *transitions.Table
-	persisted []v1alpha1.Transition
-	loaded    bool
+	trans         *transitions.Table
+	persisted     []v1alpha1.Transition
+	persistedSeen time.Time // the status's sessionReportsSeen
+	loaded        bool
 	// writesRead: unrecordedRenumber has read the route reflectors' last writes.
 	writesRead bool
 	// moveSets: the BGPPeers of the transitional peering and uplink sets this leader has looked

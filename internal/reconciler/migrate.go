@@ -87,7 +87,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 			return nil
 		}
 	}
-	if wait := rec.Wait(st.Now, false); !sessions && wait > 0 {
+	if wait := rec.Wait(st.Now, transitions.Timed); !sessions && wait > 0 {
 		st.requeue(wait + 100*time.Millisecond)
 		return nil
 	}

@@ -109,14 +109,14 @@ var setKinds = [...]setKind{
 // settled: route reflector rr is Ready and its records (transitions.Table.Wait) let a move relying
 // on its sessions go.
 func settled(st *State, m *handoverMemo, rr string) bool {
-	return readyNode(st, rr) && m.trans.Wait(rr, st.Now, verifies(st)) == 0
+	return readyNode(st, rr) && m.trans.Wait(rr, st.Now, sessionWaits(st, m.trans)) == 0
 }
 
 // settlingWait is the longest wait (transitions.Table.Wait) of the Ready route reflectors among rrs
 // that have not settled yet, and those route reflectors.
 func settlingWait(st *State, m *handoverMemo, rrs []string) (w time.Duration, waiting []string) {
 	for _, rr := range rrs {
-		if d := m.trans.Wait(rr, st.Now, verifies(st)); readyNode(st, rr) && d > 0 {
+		if d := m.trans.Wait(rr, st.Now, sessionWaits(st, m.trans)); readyNode(st, rr) && d > 0 {
 			w = max(w, d)
 			waiting = append(waiting, rr)
 		}

@@ -44,7 +44,10 @@ func (r *Reconciler) loadTransitions(ctx context.Context, st *State) {
 		src = fresh
 	}
 	m.trans = transitions.FromAPI(src.Status.Transitions, st.Now)
-	m.persisted = src.Status.Transitions
+	if seen := src.Status.SessionReportsSeen; seen != nil {
+		m.trans.ReportsSeen = seen.Time
+	}
+	m.persisted, m.persistedSeen = src.Status.Transitions, m.trans.ReportsSeen
 	m.loaded = true
 	if n := m.trans.Len(); n > 0 {
 		r.Log.Info("transitions resumed from the policy's status", "policy", st.Name, "records", n)
@@ -55,11 +58,11 @@ func (r *Reconciler) loadTransitions(ctx context.Context, st *State) {
 // holds. An error stops the reconcile before the move the records gate.
 func (r *Reconciler) persistTransitions(ctx context.Context, st *State) error {
 	m := r.memo(st.Name)
-	want := m.trans.API()
-	if equality.Semantic.DeepEqual(want, m.persisted) {
+	want, seen := m.trans.API(), m.trans.ReportsSeen
+	if equality.Semantic.DeepEqual(want, m.persisted) && seen.Equal(m.persistedSeen) {
 		return nil
 	}
-	body, err := json.Marshal(map[string]any{"status": map[string]any{"transitions": want}})
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"transitions": want, "sessionReportsSeen": reportsSeen(seen)}})
 	if err != nil {
 		return err
 	}
@@ -70,8 +73,17 @@ func (r *Reconciler) persistTransitions(ctx context.Context, st *State) error {
 		}
 		return fmt.Errorf("writing the transitions to the policy's status: %w", err)
 	}
-	m.persisted = want
+	m.persisted, m.persistedSeen = want, seen
 	return nil
+}
+
+// reportsSeen is the policy's status.sessionReportsSeen of the records' ReportsSeen (nil: never).
+func reportsSeen(at time.Time) *metav1.Time {
+	if at.IsZero() {
+		return nil
+	}
+	t := metav1.NewTime(at)
+	return &t
 }
 
 // expireTransitions drops the records that have run their course and those of nodes that are

@@ -97,7 +97,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 	r.unrecordedRenumber(ctx, st, held)
 	// The last renumbering's record: the next one waits for its sessions.
 	if last := m.trans.Latest(transitions.Renumber); last != nil && st.View[last.Node] != nil {
-		if wait := last.Wait(st.Now, verifies(st)); wait > 0 {
+		if wait := last.Wait(st.Now, sessionWaits(st, m.trans)); wait > 0 {
 			hold(wait, "until the sessions of", last.Node)
 			return
 		}
@@ -343,3 +343,17 @@ func withPatch(m map[string]string, patch map[string]*string) map[string]string 
 // verifies: the policy's handover reads the BGP sessions (CalicoNodeStatus), so a transition's
 // wait, a handover, the mesh's wait and an adoption end when reports show them Established.
 func verifies(st *State) bool { return st.Managed.Resolved.Handover == v1alpha1.HandoverBGPSessions }
+
+// sessionWaits is what a transition's wait reads of the sessions (transitions.Verify): nothing
+// without verifies; else the reports, and once calico-node is known to fill them in (the policy's
+// status.sessionReportsSeen: a record's report, or BGP health's), nothing but a fresh report or
+// Max ends a wait.
+func sessionWaits(st *State, t *transitions.Table) transitions.Verify {
+	switch {
+	case !verifies(st):
+		return transitions.Timed
+	case t.Reported():
+		return transitions.Reporting
+	}
+	return transitions.Reports
+}

@@ -320,3 +320,53 @@ func (r managedFieldsReader) Get(ctx context.Context, key client.ObjectKey, obj 
 	}
 	return nil
 }
+
+// TestRenumberingWaitsForAReportAcrossAFailover: once a report settled a renumbering, calico-node
+// is known to report, and a new leader that finds the next renumbering's record with no report of
+// it waits for a fresh one until Max, not Settle: a confd or BIRD late past Settle (the live lab's
+// follow loop stalled 15 s) must not let two renumberings reach BIRD together. Without Reporting
+// the third renumbering came Settle (10 s) after the new leader's read.
+func TestRenumberingWaitsForAReportAcrossAFailover(t *testing.T) {
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(30))}
+		s.Handover = v1alpha1.HandoverBGPSessions
+	}, ipCluster(90))
+	allUp := func(string, string, extender.Families) bool { return true }
+	fresh := func(string) string { return h.now.Add(-time.Second).UTC().Format(time.TimeOnly) }
+	for range 3 {
+		h.reconcile()
+		h.calicoNodeSince(allUp, fresh)
+		h.now = h.now.Add(time.Minute)
+	}
+	h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(12))}
+	})
+	var at []time.Time // the renumberings
+	for step := 0; len(at) < 2; step++ {
+		require.Less(t, step, 60, "two renumberings with every report fresh")
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeSince(allUp, fresh)
+		before := h.rrs()
+		h.reconcile()
+		if len(renumbered(before, h.rrs())) > 0 {
+			at = append(at, h.now)
+		}
+	}
+	require.NotNil(t, h.status().SessionReportsSeen, "the first renumbering's report")
+	h.failover() // and calico-node's reports stop
+	for {
+		h.now = h.now.Add(time.Second)
+		before := h.rrs()
+		h.reconcile()
+		if c := renumbered(before, h.rrs()); len(c) > 0 {
+			t.Logf("DBG %v renumbered %v; status %+v", h.now.Sub(at[1]), c, h.status().Transitions)
+			break
+		}
+		if h.now.Sub(at[1]) < 5*time.Second {
+			t.Logf("DBG %v status %+v", h.now.Sub(at[1]), h.status().Transitions)
+		}
+		require.Less(t, h.now.Sub(at[1]), transitions.DefaultMax+3*time.Second, "no third renumbering by Max")
+	}
+	require.GreaterOrEqual(t, h.now.Sub(at[1]), transitions.DefaultMax,
+		"the new leader renumbered %v after the second, without a report of it", h.now.Sub(at[1]))
+}

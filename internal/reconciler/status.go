@@ -50,6 +50,7 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	// Paused the ones an earlier Enforce left, dropped as they run their course.
 	r.expireTransitions(st)
 	s.Transitions = r.memo(st.Name).trans.API()
+	s.SessionReportsSeen = reportsSeen(r.memo(st.Name).trans.ReportsSeen)
 	if st.Invalid != nil {
 		msg := st.Invalid.ToAggregate().Error()
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalidPolicy, Message: msg, ObservedGeneration: pol.Generation})

@@ -56,6 +56,8 @@ const (
 const (
 	SessionsReported    = "Reported"
 	SessionsEstablished = "Established"
+	// SessionsSettled: no session was awaited (Settled), no report read.
+	SessionsSettled = "Settled"
 )
 
 // Waits are a record's bounds.
@@ -91,7 +93,7 @@ type Record struct {
 	Started time.Time
 	Waits
 	// Seen: a fresh report (Fresh) of the node was read; Up: it showed every awaited session
-	// Established; Alive: BGP health saw a session of the node's role Established since Started.
+	// Established (or none was awaited: Settled); Alive: BGP health saw a session of the node's role Established since Started.
 	Seen, Up, Alive bool
 	// Pending: started, its move not yet confirmed made (Restamp confirms it).
 	Pending bool
@@ -101,11 +103,28 @@ type Record struct {
 	Resumed time.Time
 }
 
+// Verify is what a wait reads of the sessions.
+type Verify uint8
+
+const (
+	// Timed: no report is read (handover Timed): Settle.
+	Timed Verify = iota
+	// Reports: CalicoNodeStatus reports are read (handover BGPSessions), and none of the policy's
+	// was ever seen filled in: calico-node may not report (before 3.22), so a record without a
+	// fresh report by Settle goes as without verification.
+	Reports
+	// Reporting: reports are read and calico-node reports in this cluster (a record of the
+	// policy's was seen, or BGP health's statuses were filled in): a record waits for a fresh
+	// report until Max. A late confd or BIRD (a report made after the change still shows the old
+	// sessions until BIRD loads it) then delays the next move, never lets it go early.
+	Reporting
+)
+
 // Wait is how long a move relying on the record's sessions must still wait at now (0: go): Min
-// at least; then, when the sessions can be read (verify: handover BGPSessions), until a fresh
-// report shows every awaited session Established (without any fresh report, Settle, from the
-// start or from when a new leader resumed it), otherwise Settle; never more than Max.
-func (r *Record) Wait(now time.Time, verify bool) time.Duration {
+// at least; then, when the sessions can be read (v), until a fresh report shows every awaited
+// session Established (Reports: without any fresh report, Settle, from the start or from when a
+// new leader resumed it), otherwise (Timed) Settle; never more than Max.
+func (r *Record) Wait(now time.Time, v Verify) time.Duration {
 	since := now.Sub(r.Started)
 	switch {
 	case since >= r.Max:
@@ -113,10 +132,10 @@ func (r *Record) Wait(now time.Time, verify bool) time.Duration {
 	case since < r.Min:
 		return r.Min - since
 	}
-	if !verify {
+	if v == Timed {
 		return max(0, r.Settle-since)
 	}
-	if r.Up || (!r.Seen && now.Sub(later(r.Started, r.Resumed)) >= r.Settle) {
+	if r.Up || (v == Reports && !r.Seen && now.Sub(later(r.Started, r.Resumed)) >= r.Settle) {
 		return 0 // back, or no report to read: as without verification
 	}
 	return Retry
@@ -145,6 +164,9 @@ type key struct {
 // Table holds a policy's records.
 type Table struct {
 	recs map[key]*Record
+	// ReportsSeen is when a fresh report was first read for one of the records (the policy's
+	// status.sessionReportsSeen; zero: never): calico-node reports in this cluster.
+	ReportsSeen time.Time
 }
 
 // FromAPI reads the records a policy's status holds (a new leader's start, at now). A record of an
@@ -163,11 +185,12 @@ func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
 			w = DefaultWaits
 		}
 		rec := &Record{Kind: Kind(tr.Kind), Node: tr.Node, Started: tr.StartedAt.Time, Waits: w,
-			Seen: tr.Sessions != "", Up: tr.Sessions == SessionsEstablished, Alive: tr.Alive}
+			Seen: tr.Sessions == SessionsReported || tr.Sessions == SessionsEstablished,
+			Up:   tr.Sessions == SessionsEstablished || tr.Sessions == SessionsSettled, Alive: tr.Alive}
 		if tr.Pending {
 			rec.Started, rec.Seen, rec.Up, rec.Alive = now, false, false, false
 		}
-		if !rec.Seen {
+		if !rec.Seen && !rec.Up {
 			rec.Resumed = now
 		}
 		t.put(rec)
@@ -189,6 +212,8 @@ func (t *Table) API() []v1alpha1.Transition {
 			MinWait: metav1.Duration{Duration: r.Min}, SettleWait: metav1.Duration{Duration: r.Settle},
 			MaxWait: metav1.Duration{Duration: r.Max}, Alive: r.Alive, Pending: r.Pending}
 		switch {
+		case r.Up && !r.Seen:
+			tr.Sessions = SessionsSettled
 		case r.Up:
 			tr.Sessions = SessionsEstablished
 		case r.Seen:
@@ -287,15 +312,18 @@ func (t *Table) Newest(node string) *Record {
 }
 
 // Wait is the longest wait of the node's records but ReleaseStep (0: none, or all settled).
-func (t *Table) Wait(node string, now time.Time, verify bool) time.Duration {
+func (t *Table) Wait(node string, now time.Time, v Verify) time.Duration {
 	var w time.Duration
 	for k, r := range t.recs {
 		if k.node == node && k.kind != ReleaseStep {
-			w = max(w, r.Wait(now, verify))
+			w = max(w, r.Wait(now, v))
 		}
 	}
 	return w
 }
+
+// Reported: a report was ever read for one of the records (ReportsSeen).
+func (t *Table) Reported() bool { return !t.ReportsSeen.IsZero() }
 
 // Stale: a report of the node made at reported is too early for one of its records (of kinds, or
 // of any kind but ReleaseStep when none is given).
@@ -317,16 +345,19 @@ func (t *Table) Observe(node string, reported time.Time, missing int) {
 	for k, r := range t.recs {
 		if k.node == node && r.Fresh(reported) {
 			r.Seen, r.Up = true, missing == 0
+			if t.ReportsSeen.IsZero() {
+				t.ReportsSeen = reported
+			}
 		}
 	}
 }
 
 // Settled marks the node's records Up without a report: no session is awaited (a route reflector
-// without clients).
+// without clients). They stay not Seen: no report says that calico-node reports (Reported).
 func (t *Table) Settled(node string, kinds ...Kind) {
 	for k, r := range t.recs {
 		if k.node == node && (len(kinds) == 0 || slices.Contains(kinds, k.kind)) {
-			r.Seen, r.Up = true, true
+			r.Up = true
 		}
 	}
 }

@@ -17,18 +17,21 @@ func TestRecordWait(t *testing.T) {
 		name     string
 		since    time.Duration
 		seen, up bool
-		verify   bool
+		verify   Verify
 		want     time.Duration
 	}{
-		{name: "before min", since: time.Second, verify: true, want: 2 * time.Second},
+		{name: "before min", since: time.Second, verify: Reports, want: 2 * time.Second},
 		{name: "before min, without verification", since: time.Second, want: 2 * time.Second},
 		{name: "without verification waits settle", since: 4 * time.Second, want: 6 * time.Second},
 		{name: "without verification, settled", since: 10 * time.Second, want: 0},
-		{name: "verified up after min", since: 3 * time.Second, seen: true, up: true, verify: true, want: 0},
-		{name: "verified, a session down: retry", since: 20 * time.Second, seen: true, verify: true, want: Retry},
-		{name: "verified, no fresh report yet: retry", since: 5 * time.Second, verify: true, want: Retry},
-		{name: "verified, no report by settle: go", since: 10 * time.Second, verify: true, want: 0},
-		{name: "max bounds a session that never comes", since: time.Minute, seen: true, verify: true, want: 0},
+		{name: "verified up after min", since: 3 * time.Second, seen: true, up: true, verify: Reports, want: 0},
+		{name: "verified, a session down: retry", since: 20 * time.Second, seen: true, verify: Reports, want: Retry},
+		{name: "verified, no fresh report yet: retry", since: 5 * time.Second, verify: Reports, want: Retry},
+		{name: "verified, no report by settle: go", since: 10 * time.Second, verify: Reports, want: 0},
+		{name: "max bounds a session that never comes", since: time.Minute, seen: true, verify: Reports, want: 0},
+		{name: "calico-node reports: no report by settle still waits", since: 10 * time.Second, verify: Reporting, want: Retry},
+		{name: "calico-node reports: a fresh report with every session up", since: 4 * time.Second, seen: true, up: true, verify: Reporting, want: 0},
+		{name: "calico-node reports: max bounds the wait", since: time.Minute, verify: Reporting, want: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &Record{Kind: Renumber, Node: "a", Started: t0, Waits: DefaultWaits, Seen: tc.seen, Up: tc.up}
@@ -43,11 +46,11 @@ func TestRecordWait(t *testing.T) {
 func TestResumedWaitsSettleForAReport(t *testing.T) {
 	tb := FromAPI((&Table{recs: map[key]*Record{{Renumber, "a"}: {Kind: Renumber, Node: "a", Started: t0, Waits: DefaultWaits}}}).API(), t0.Add(20*time.Second))
 	r := tb.Get(Renumber, "a")
-	require.Equal(t, Retry, r.Wait(t0.Add(21*time.Second), true), "1 s after the read, no report")
-	require.Zero(t, r.Wait(t0.Add(21*time.Second), false), "the time rule counts from the start")
-	require.Zero(t, r.Wait(t0.Add(30*time.Second), true), "Settle after the read, still no report")
+	require.Equal(t, Retry, r.Wait(t0.Add(21*time.Second), Reports), "1 s after the read, no report")
+	require.Zero(t, r.Wait(t0.Add(21*time.Second), Timed), "the time rule counts from the start")
+	require.Zero(t, r.Wait(t0.Add(30*time.Second), Reports), "Settle after the read, still no report")
 	tb.Observe("a", t0.Add(22*time.Second), 1)
-	require.Equal(t, Retry, r.Wait(t0.Add(30*time.Second), true), "a report with a session missing")
+	require.Equal(t, Retry, r.Wait(t0.Add(30*time.Second), Reports), "a report with a session missing")
 }
 
 func TestFreshAndObserve(t *testing.T) {
@@ -58,9 +61,9 @@ func TestFreshAndObserve(t *testing.T) {
 	require.False(t, tb.Get(ClientMove, "rr").Up, "a stale report settles nothing")
 	require.False(t, tb.Stale("rr", t0.Add(3*time.Second)))
 	tb.Observe("rr", t0.Add(3*time.Second), 1)
-	require.Equal(t, Retry, tb.Wait("rr", t0.Add(4*time.Second), true), "a session down holds the wait")
+	require.Equal(t, Retry, tb.Wait("rr", t0.Add(4*time.Second), Reports), "a session down holds the wait")
 	tb.Observe("rr", t0.Add(4*time.Second), 0)
-	require.Zero(t, tb.Wait("rr", t0.Add(4*time.Second), true))
+	require.Zero(t, tb.Wait("rr", t0.Add(4*time.Second), Reports))
 	require.False(t, tb.Get(ClientMove, "rr").Starting(t0.Add(4*time.Second)))
 }
 
@@ -75,11 +78,11 @@ func TestTableLatestNewestWait(t *testing.T) {
 	require.Equal(t, Renumber, tb.Newest("a").Kind, "a release step is not the node's own sessions")
 	require.Equal(t, ClientMove, tb.Newest("b").Kind)
 	require.Nil(t, tb.Newest("c"))
-	require.Equal(t, 6*time.Second, tb.Wait("b", t0.Add(4*time.Second), false), "the longest of b's waits (the renumbering's settle)")
-	require.Zero(t, tb.Wait("c", t0, false))
+	require.Equal(t, 6*time.Second, tb.Wait("b", t0.Add(4*time.Second), Timed), "the longest of b's waits (the renumbering's settle)")
+	require.Zero(t, tb.Wait("c", t0, Timed))
 	tb.Settled("b")
-	require.Equal(t, time.Second, tb.Wait("b", t0.Add(4*time.Second), true), "settled still waits min")
-	require.Zero(t, tb.Wait("b", t0.Add(5*time.Second), true))
+	require.Equal(t, time.Second, tb.Wait("b", t0.Add(4*time.Second), Reports), "settled still waits min")
+	require.Zero(t, tb.Wait("b", t0.Add(5*time.Second), Reports))
 }
 
 func TestRoundTripThroughTheAPI(t *testing.T) {
@@ -158,10 +161,10 @@ func TestStepWaits(t *testing.T) {
 	tb.Start(Renumber, t0, "a")
 	delay := Waits{Min: 5 * time.Second, Settle: 5 * time.Second, Max: 5 * time.Second}
 	r := tb.Hold(Adopt, "peer@1", t0, delay)
-	require.Equal(t, 5*time.Second, r.Wait(t0, false))
-	require.Equal(t, 6*time.Second, r.Wait(t0.Add(-time.Second), false), "started after the reconcile's now: all of it")
+	require.Equal(t, 5*time.Second, r.Wait(t0, Timed))
+	require.Equal(t, 6*time.Second, r.Wait(t0.Add(-time.Second), Timed), "started after the reconcile's now: all of it")
 	require.Same(t, r, tb.Hold(Adopt, "peer@1", t0.Add(2*time.Second), delay), "held: started once")
-	require.Equal(t, 3*time.Second, r.Wait(t0.Add(2*time.Second), false))
+	require.Equal(t, 3*time.Second, r.Wait(t0.Add(2*time.Second), Timed))
 	tb.Hold(Adopt, "other@7", t0.Add(time.Second), delay)
 	tb.Hold(MeshOff, "layout@1", t0, delay)
 	require.Empty(t, tb.Expire(t0.Add(time.Hour), func(n string) bool { return n == "a" }), "a step's wait is its step's, and names no node")
@@ -175,4 +178,30 @@ func TestStepWaits(t *testing.T) {
 	require.Nil(t, back.Get(Adopt, "peer@1"))
 	require.NotNil(t, back.Get(Adopt, "other@7"))
 	require.NotNil(t, back.Get(MeshOff, "layout@1"), "another kind's kept")
+}
+
+// TestReported: a fresh report read for a record tells that calico-node reports, after the
+// records are gone too (the reconciler persists ReportsSeen in the policy's status); a record
+// Settled without a report does not, and stays Settled across a leader change.
+func TestReported(t *testing.T) {
+	tb := &Table{}
+	tb.Start(Renumber, t0, "a", "b")
+	tb.Restamp(t0, t0)
+	tb.Settled("a")
+	require.False(t, tb.Reported(), "settled without a report")
+	back := FromAPI(tb.API(), t0.Add(5*time.Second))
+	require.False(t, back.Reported())
+	require.Zero(t, back.Wait("a", t0.Add(5*time.Second), Reporting), "settled stays settled")
+	require.Equal(t, SessionsSettled, back.API()[0].Sessions)
+
+	tb.Observe("b", t0.Add(2*time.Second), 1)
+	require.False(t, tb.Reported(), "a report made before Min is not fresh")
+	tb.Observe("b", t0.Add(4*time.Second), 1)
+	require.Equal(t, t0.Add(4*time.Second), tb.ReportsSeen)
+	tb.Observe("b", t0.Add(6*time.Second), 1)
+	require.Equal(t, t0.Add(4*time.Second), tb.ReportsSeen, "the first report stays")
+	require.Equal(t, Retry, tb.Wait("b", t0.Add(30*time.Second), Reporting), "a session missing")
+	tb.Expire(t0.Add(2*time.Minute), func(string) bool { return true })
+	require.Zero(t, tb.Len())
+	require.True(t, tb.Reported(), "outlives the records")
 }

@@ -485,6 +485,13 @@ type RouteReflectorPolicyStatus struct {
 	// +listMapKey=kind
 	// +listMapKey=node
 	Transitions []Transition `json:"transitions,omitempty"`
+	// SessionReportsSeen is when the product first read a CalicoNodeStatus report calico-node
+	// filled in for this policy (a transition's awaited sessions, or BGP health's). From then on
+	// calico-node is known to report, and a transition's wait ends only with a fresh report
+	// showing its sessions Established, or at its maxWait; before, a wait with no fresh report by
+	// its settleWait goes on as without reports (calico-node before 3.22 leaves them empty).
+	// +optional
+	SessionReportsSeen *metav1.Time `json:"sessionReportsSeen,omitempty"`
 }
 
 // Transition is one move in flight: a route reflector whose BGP sessions (re)started, and how long
@@ -513,7 +520,8 @@ type Transition struct {
 	// MaxWait: the moves relying on it go at the latest this long after StartedAt.
 	MaxWait metav1.Duration `json:"maxWait"`
 	// Sessions is what the CalicoNodeStatus reports read since said: Reported (a fresh report,
-	// some session not Established), Established (every awaited session Established), or empty.
+	// some session not Established), Established (every awaited session Established), Settled (no
+	// session awaited, no report read), or empty.
 	// +optional
 	Sessions string `json:"sessions,omitempty"`
 	// Alive: BGP health saw a session of its role Established since StartedAt.
