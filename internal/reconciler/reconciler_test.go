@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -83,9 +82,16 @@ func (h *harness) write() error {
 	return nil
 }
 
+// scheme holds the kinds the reconciler reads and writes: core/v1 (nodes, events), the policy and
+// Calico's. Not client-go's whole scheme: the fake client's field-managed tracker builds a REST
+// mapper of every kind of the scheme on each create, update and patch
+// (testrestmapper.TestOnlyStaticRESTMapper), which with client-go's hundreds of kinds was 39% of
+// the package's CPU. A kind missing here fails the write or read that needs it ("no kind is
+// registered"); the one kind the reconciler treats as optional (CalicoNodeStatus, noNodeStatusAPI)
+// is Calico's, registered below.
 func scheme(t testing.TB) *runtime.Scheme {
 	s := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(s))
+	require.NoError(t, corev1.AddToScheme(s))
 	require.NoError(t, v1alpha1.AddToScheme(s))
 	require.NoError(t, calico.AddToScheme(s, calico.CRD))
 	return s

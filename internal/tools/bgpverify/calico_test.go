@@ -233,10 +233,15 @@ func testCalicoFailureDrills(t *testing.T) {
 
 // VerifyCluster on a cluster's own state: a plan written to one API server (the "cluster") as the
 // product writes it, with the node-to-node mesh left at Calico's default (on), read back and
-// checked on a scratch API server of its own.
+// checked on a scratch API server of its own. MultiCluster at 18 nodes: its 3 route reflectors
+// (one per zone, each its own cluster ID) and 2 BGPPeers are those of 30 nodes, with 153 sessions
+// on BIRD instead of the mesh's 435.
 func testVerifyClusterReadsTheClusterState(t *testing.T) {
 	cluster := calicoScratch(t, true)
-	in, res := samplePlan(t, "MultiCluster", 30)
+	_, big := samplePlan(t, "MultiCluster", 30)
+	in, res := samplePlan(t, "MultiCluster", 18)
+	require.Equal(t, rrShape(big), rrShape(res), "MultiCluster's route reflectors at 18 and 30 nodes")
+	require.Equal(t, len(big.BGPPeers), len(res.BGPPeers), "MultiCluster's BGPPeers at 18 and 30 nodes")
 	topo, err := bgpmodel.FromPlan(in, res, bgpmodel.Options{NodeToNodeMesh: true})
 	require.NoError(t, err)
 	st, err := planState(in, res, topo, Options{ASN: DefaultASN})
@@ -250,7 +255,7 @@ func testVerifyClusterReadsTheClusterState(t *testing.T) {
 	rep, err := VerifyCluster(t.Context(), cluster.Config(), o)
 	require.NoError(t, err)
 	noConfigDifferences(t, "live", rep.ConfigDifferences)
-	assert.EqualValues(t, 30, rep.Summary.Nodes, "live cluster: %+v", rep.Summary)
+	assert.EqualValues(t, 18, rep.Summary.Nodes, "live cluster: %+v", rep.Summary)
 	assert.Zero(t, rep.MissingPairs(), "live cluster: %+v", rep.Summary)
 	assert.True(t, rep.Summary.Converged, "live cluster: %+v", rep.Summary)
 	assert.Equal(t, rep.Summary.Sessions, rep.Summary.EstablishedSessions, "live cluster: %+v", rep.Summary)
@@ -285,63 +290,99 @@ func planStateFor(t *testing.T, in extender.Input, res *extender.Result, mesh bo
 	return st
 }
 
+// meshSizes are the plan sizes of ConfdSessionsMatchModelWithMesh: 24 nodes, which give
+// SingleCluster, MultiCluster, PerRouteReflector and Hierarchical the route reflectors, cluster IDs,
+// racks, spine and BGPPeers they have at 40 (checked below: their plans at 24 and 40 differ only in
+// clients); DualPlane at 40, its six racks (two per zone under the spine) where 24 gives three.
+// Each node is one confd process and its reads of the scratch API server (about 0.3 s of CPU):
+// 136 renders where every layout at 40 took 200.
+var meshSizes = map[string]int{"SingleCluster": 24, "MultiCluster": 24, "PerRouteReflector": 24, "Hierarchical": 24, "DualPlane": 40}
+
 // confd renders the sessions and options the model derives, with the node-to-node mesh on too
-// (clients mesh, route reflectors leave the mesh).
+// (clients mesh, route reflectors leave the mesh); the bird backend's configuration of each node
+// is confd's (birdConfigMatchesConfd, on the same renders).
 func testConfdSessionsMatchModelWithMesh(t *testing.T) {
 	s := calicoScratch(t, false)
 	for _, layout := range bgpmodel.Layouts {
-		in, res := samplePlan(t, layout, 40)
+		n, ok := meshSizes[layout]
+		require.True(t, ok, "no mesh size for %s", layout)
+		if n != 40 {
+			// What the smaller size rests on: the route reflectors, their cluster IDs, racks and
+			// spine, and the BGPPeers are those of 40 nodes.
+			_, small := samplePlan(t, layout, n)
+			_, big := samplePlan(t, layout, 40)
+			require.Equal(t, rrShape(big), rrShape(small), "%s: route reflectors at %d and 40 nodes", layout, n)
+			require.Equal(t, len(big.BGPPeers), len(small.BGPPeers), "%s: BGPPeers at %d and 40 nodes", layout, n)
+		}
+		in, res := samplePlan(t, layout, n)
 		st := planStateFor(t, in, res, true)
-		_, _, diffs, err := confdTopology(st, renderOnly(t, s, st))
+		dirs := renderOnly(t, s, st)
+		_, _, diffs, err := confdTopology(st, dirs)
 		require.NoError(t, err)
 		noConfigDifferences(t, layout+" with the mesh", diffs)
+		birdConfigMatchesConfd(t, fmt.Sprintf("%s/%d mesh=true", layout, n), st, dirs)
 	}
+}
+
+// rrShape is a plan's route reflectors as their cluster IDs, racks and spine membership.
+func rrShape(res *extender.Result) []string {
+	var out []string
+	for _, rr := range res.RouteReflectors {
+		out = append(out, fmt.Sprintf("id=%s rack=%q spine=%v", rr.ClusterID, rr.Rack, rr.Spine))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // The bird backend writes BIRD's configuration itself (birdConfig); for the same plan its
 // sessions and their options must be those confd renders: the same peers, `rr client` and `rr
 // cluster id` where confd writes them, `passive on` only where confd writes it (node-specific
 // peers have none in Calico's template; mesh peers toward a higher address), and the same
-// bgp_template statements.
+// bgp_template statements. With the mesh on, every layout (ConfdSessionsMatchModelWithMesh's
+// renders); here without it, MultiCluster and Hierarchical.
 func testBIRDConfigMatchesConfd(t *testing.T) {
 	s := calicoScratch(t, false)
-	for _, c := range []struct {
-		layout string
-		mesh   bool
-	}{{"MultiCluster", false}, {"SingleCluster", true}, {"Hierarchical", false}} {
-		in, res := samplePlan(t, c.layout, 24)
-		st := planStateFor(t, in, res, c.mesh)
-		dirs := renderOnly(t, s, st)
-		addrs := make([]netip.Addr, len(st.addrs))
-		for i, a := range st.addrs {
-			addrs[i] = a.Addr()
+	for _, layout := range []string{"MultiCluster", "Hierarchical"} {
+		in, res := samplePlan(t, layout, 24)
+		st := planStateFor(t, in, res, false)
+		birdConfigMatchesConfd(t, layout+"/24 mesh=false", st, renderOnly(t, s, st))
+	}
+}
+
+// birdConfigMatchesConfd compares the bird backend's configuration of every node of st with the
+// bird.cfg confd rendered for it in dirs.
+func birdConfigMatchesConfd(t *testing.T, plan string, st *calicoState, dirs []string) {
+	t.Helper()
+	addrs := make([]netip.Addr, len(st.addrs))
+	for i, a := range st.addrs {
+		addrs[i] = a.Addr()
+	}
+	nodes := speakerNodesAt(st.model, addrs, st.blocks)
+	require.Len(t, nodes, len(dirs), "%s: nodes", plan)
+	for i, nd := range nodes {
+		mine, err := parseBIRDConfig(birdConfig(nd, DefaultASN, 179, podPool))
+		require.NoError(t, err)
+		b, err := os.ReadFile(filepath.Join(dirs[i], "bird.cfg"))
+		require.NoError(t, err)
+		theirs, err := parseBIRDConfig(string(b))
+		require.NoError(t, err)
+		name := fmt.Sprintf("%s %s", plan, nd.name)
+		if got, want := statements(mine.template), statements(theirs.template); !slices.Equal(got, want) {
+			assert.Fail(t, fmt.Sprintf("%s: bgp_template %q, confd %q", name, got, want))
 		}
-		nodes := speakerNodesAt(st.model, addrs, st.blocks)
-		for i, nd := range nodes {
-			mine, err := parseBIRDConfig(birdConfig(nd, DefaultASN, 179, podPool))
-			require.NoError(t, err)
-			b, err := os.ReadFile(filepath.Join(dirs[i], "bird.cfg"))
-			require.NoError(t, err)
-			theirs, err := parseBIRDConfig(string(b))
-			require.NoError(t, err)
-			name := fmt.Sprintf("%s mesh=%v %s", c.layout, c.mesh, nd.name)
-			if got, want := statements(mine.template), statements(theirs.template); !slices.Equal(got, want) {
-				assert.Fail(t, fmt.Sprintf("%s: bgp_template %q, confd %q", name, got, want))
-			}
-			key := func(p birdProtocol) string {
-				return fmt.Sprintf("%s rr=%v id=%s passive=%v as=%d", p.neighbor, p.rrClient, p.clusterID, p.passive, p.as)
-			}
-			var got, want []string
-			for _, p := range mine.protocols {
-				got = append(got, key(p))
-			}
-			for _, p := range theirs.protocols {
-				want = append(want, key(p))
-			}
-			slices.Sort(got)
-			slices.Sort(want)
-			assert.Truef(t, slices.Equal(got, want), "%s: bird backend %v, confd %v", name, got, want)
+		key := func(p birdProtocol) string {
+			return fmt.Sprintf("%s rr=%v id=%s passive=%v as=%d", p.neighbor, p.rrClient, p.clusterID, p.passive, p.as)
 		}
+		var got, want []string
+		for _, p := range mine.protocols {
+			got = append(got, key(p))
+		}
+		for _, p := range theirs.protocols {
+			want = append(want, key(p))
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		assert.Truef(t, slices.Equal(got, want), "%s: bird backend %v, confd %v", name, got, want)
 	}
 }
 
