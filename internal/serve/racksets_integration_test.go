@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,7 +37,25 @@ func TestRackSetMigrationOnRealAPIServer(t *testing.T) {
   removalDelay: 2s
 `)
 	w.joinCluster(30) // 3 zones of 10: a rack per zone and a spine, 8 route reflectors
-	w.eventually("settled on 8 route reflectors", 60*time.Second, func() error { return w.snapshot().settled(8) })
+	// Settled, and every BGPPeer's set carried by a node: a set the admissions named before the racks
+	// had their route reflectors (after them, as the former scheme named sets) keeps its BGPPeer
+	// until the reconciler collects it, and the copies below would collide with it.
+	w.eventually("settled on 8 route reflectors, no unused BGPPeer", 60*time.Second, func() error {
+		s := w.snapshot()
+		if err := s.settled(8); err != nil {
+			return err
+		}
+		for p := range s.peers {
+			key, set, ok := extender.SetLabelOf(p)
+			if !ok {
+				continue
+			}
+			if !slices.ContainsFunc(slices.Collect(maps.Values(s.nodes)), func(n *corev1.Node) bool { return n.Labels[key] == set }) {
+				return fmt.Errorf("BGPPeer %s: no node carries its set", p)
+			}
+		}
+		return nil
+	})
 	w.rep.stop()
 
 	// The former scheme's state: every rack set renamed to the hash of its route reflectors' names.
