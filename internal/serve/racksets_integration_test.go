@@ -37,10 +37,11 @@ func TestRackSetMigrationOnRealAPIServer(t *testing.T) {
   removalDelay: 2s
 `)
 	w.joinCluster(30) // 3 zones of 10: a rack per zone and a spine, 8 route reflectors
-	// Settled, and every BGPPeer's set carried by a node: a set the admissions named before the racks
-	// had their route reflectors (after them, as the former scheme named sets) keeps its BGPPeer
-	// until the reconciler collects it, and the copies below would collide with it.
-	w.eventually("settled on 8 route reflectors, no unused BGPPeer", 60*time.Second, func() error {
+	// Settled, every BGPPeer's set carried by a node, and none named as the former scheme names
+	// the rack sets: a set the admissions named before the racks had their route reflectors (after
+	// them, as the former scheme named sets) keeps its BGPPeer until the reconciler collects it,
+	// and the copies below would collide with it (AlreadyExists in a .ci/run on 2026-12-02).
+	w.eventually("settled on 8 route reflectors, no unused or former-scheme BGPPeer", 60*time.Second, func() error {
 		s := w.snapshot()
 		if err := s.settled(8); err != nil {
 			return err
@@ -54,6 +55,11 @@ func TestRackSetMigrationOnRealAPIServer(t *testing.T) {
 				return fmt.Errorf("BGPPeer %s: no node carries its set", p)
 			}
 		}
+		for _, old := range formerNames(s) {
+			if s.peers[extender.BGPPeerPrefix+old] {
+				return fmt.Errorf("BGPPeer %s%s: named as the former scheme names a rack set", extender.BGPPeerPrefix, old)
+			}
+		}
 		return nil
 	})
 	w.rep.stop()
@@ -62,16 +68,7 @@ func TestRackSetMigrationOnRealAPIServer(t *testing.T) {
 	ctx := t.Context()
 	s := w.snapshot()
 	rrsBefore := slices.Sorted(maps.Keys(s.rrs))
-	formerName := map[string]string{} // rack set -> its former name
-	for _, n := range s.nodes {
-		set := n.Labels[extender.LabelPeeringSet]
-		if rrs := n.Annotations[extender.AnnotationRouteReflectors]; strings.HasPrefix(set, "rack-") && rrs != "" {
-			names := strings.Split(rrs, ",")
-			slices.Sort(names)
-			h := sha256.Sum256([]byte(strings.Join(names, ",")))
-			formerName[set] = hex.EncodeToString(h[:5])
-		}
-	}
+	formerName := formerNames(s) // rack set -> its former name
 	require.Len(t, formerName, 3, "a rack set per zone: %v", formerName)
 	// As the product's service account: the BGPPeer guard, whose replica is down, fails closed for
 	// everyone else.
@@ -213,4 +210,20 @@ func TestRackRouteReflectorReplacedOnRealAPIServer(t *testing.T) {
 		}
 	}
 	t.Logf("%s replaced by %s in rack %s; %d samples, %d with the old route reflector kept beside the new", victim, successor, rack, samples, widened)
+}
+
+// formerNames are the names the former scheme gave the snapshot's rack sets (rack set -> the hash
+// of its route reflectors' names).
+func formerNames(s *snapshot) map[string]string {
+	out := map[string]string{}
+	for _, n := range s.nodes {
+		set := n.Labels[extender.LabelPeeringSet]
+		if rrs := n.Annotations[extender.AnnotationRouteReflectors]; strings.HasPrefix(set, "rack-") && rrs != "" {
+			names := strings.Split(rrs, ",")
+			slices.Sort(names)
+			h := sha256.Sum256([]byte(strings.Join(names, ",")))
+			out[set] = hex.EncodeToString(h[:5])
+		}
+	}
+	return out
 }
