@@ -257,7 +257,7 @@ func (r *Reconciler) markPolicy(ctx context.Context, pol *v1alpha1.RouteReflecto
 // dropFinalizer ends a deleted policy's release: its CalicoNodeStatuses go (each costs its node's
 // calico-node a query of BIRD every period, and nobody reads them any more), then the finalizer.
 func (r *Reconciler) dropFinalizer(ctx context.Context, pol *v1alpha1.RouteReflectorPolicy) error {
-	if err := r.deleteNodeStatuses(ctx, pol.Name); err != nil {
+	if err := r.statuses().DeleteAll(ctx, pol.Name); err != nil {
 		return err
 	}
 	orig := pol.DeepCopy()

@@ -3,15 +3,13 @@ package reconciler
 import (
 	"context"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 )
 
 // PeerStore is where Calico reads the BGPPeers: the Kubernetes API (kubePeers, the default) or
@@ -135,56 +133,14 @@ func (k kubeConfigs) Patch(ctx context.Context, orig, c *apiv3.BGPConfiguration)
 	return k.r.Client.Patch(ctx, c, client.MergeFrom(orig))
 }
 
-// NodeStatusStore is where calico-node reports BGP sessions (CalicoNodeStatus, for handover
-// BGPSessions): the Kubernetes API (kubeNodeStatuses, the default) or etcd
-// (calicoetcd.NodeStatuses). Errors are the Kubernetes API's.
-type NodeStatusStore interface {
-	// List returns the CalicoNodeStatuses that carry every label of match, with their status.
-	List(ctx context.Context, match map[string]string) ([]*apiv3.CalicoNodeStatus, error)
-	Create(ctx context.Context, s *apiv3.CalicoNodeStatus) error
-	Delete(ctx context.Context, s *apiv3.CalicoNodeStatus) error
-}
-
-// nodeStatuses returns the CalicoNodeStatus store in use.
-func (r *Reconciler) nodeStatuses() NodeStatusStore {
-	if r.NodeStatuses != nil {
-		return r.NodeStatuses
+// statuses returns the owner of the product's CalicoNodeStatuses, in the store in use:
+// NodeStatuses, else the Kubernetes API (read without the cache).
+func (r *Reconciler) statuses() sessions.Owner {
+	store := r.NodeStatuses
+	if store == nil {
+		store = sessions.Kube{Reader: r.reader(), Writer: r.Client}
 	}
-	return kubeNodeStatuses{r}
-}
-
-// policyNodeStatuses lists the CalicoNodeStatuses the product keeps for policy name.
-func (r *Reconciler) policyNodeStatuses(ctx context.Context, name string) ([]*apiv3.CalicoNodeStatus, error) {
-	return r.nodeStatuses().List(ctx, map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: name})
-}
-
-// noNodeStatusAPI reports whether err says the CalicoNodeStatus API cannot be used here (not
-// served, or no right to it), as opposed to a failure worth retrying.
-func noNodeStatusAPI(err error) bool {
-	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
-}
-
-// kubeNodeStatuses is the Kubernetes datastore's CalicoNodeStatuses, read without the cache.
-type kubeNodeStatuses struct{ r *Reconciler }
-
-func (k kubeNodeStatuses) List(ctx context.Context, match map[string]string) ([]*apiv3.CalicoNodeStatus, error) {
-	list := &apiv3.CalicoNodeStatusList{}
-	if err := k.r.reader().List(ctx, list, client.MatchingLabels(match)); err != nil {
-		return nil, err
-	}
-	out := make([]*apiv3.CalicoNodeStatus, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, &list.Items[i])
-	}
-	return out, nil
-}
-
-func (k kubeNodeStatuses) Create(ctx context.Context, s *apiv3.CalicoNodeStatus) error {
-	return k.r.Client.Create(ctx, s)
-}
-
-func (k kubeNodeStatuses) Delete(ctx context.Context, s *apiv3.CalicoNodeStatus) error {
-	return k.r.Client.Delete(ctx, s)
+	return sessions.Owner{Store: store, APIVersion: r.PeerAPI.String()}
 }
 
 // ChangeWatcher is a datastore no informer watches (etcd) that reports its changes: WatchChanges

@@ -32,6 +32,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -85,7 +86,7 @@ type Reconciler struct {
 	Configs ConfigStore
 	// NodeStatuses is where calico-node reports BGP sessions (handover BGPSessions); nil: the
 	// Kubernetes API. calicoetcd.NodeStatuses for the etcd datastore.
-	NodeStatuses NodeStatusStore
+	NodeStatuses sessions.Store
 	// Changes, when set, reports the changes of a datastore no informer watches (etcd): each one
 	// replans every policy after Coalesce.
 	Changes ChangeWatcher
@@ -116,7 +117,7 @@ type Reconciler struct {
 	quiet   map[string]*quietPlan
 	unquiet map[string]string
 	// healthSeen: per policy, what its last reconcile read of the CalicoNodeStatuses
-	// (healthFingerprint), for watchBGPHealth.
+	// (sessions.Fingerprint), for watchBGPHealth.
 	healthSeen map[string]string
 
 	// refillNoted: the label key set generation whose refill was last reported.
