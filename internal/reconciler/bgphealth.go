@@ -31,9 +31,9 @@ import (
 // A route reflector is down when its status reports no Established session at all: calico-node
 // reports an empty list when BIRD does not answer, and a route reflector cut off from the network
 // has none Established either; one broken client never makes its route reflector down, as its
-// other sessions stay up. A status calico-node has not updated for sessions.StaleAfter counts as down too
-// (calico-node, and with it BIRD, is not running); one never filled in is not judged (a calico-node
-// older than 3.22 does not fill them in). Each address family is judged on its own list
+// other sessions stay up. A status calico-node has not updated for sessions.StaleAfter counts as
+// down too (calico-node, and with it BIRD, is not running); one never filled in is not judged (a
+// calico-node older than 3.22 does not fill them in). Each address family is judged on its own list
 // (sessions.Down): a dual-stack route reflector whose IPv6 sessions are all down while IPv4 is up is
 // down for its IPv6 clients, and replaced as a whole as any down one is (the record's Families, the
 // Event and the plan's reason name the family).

@@ -43,8 +43,9 @@ import (
 // projectcalico.org/IPv4Address and IPv6Address annotations calico-node writes), else the node's
 // InternalIPs. A client counts as established when, in every family both it and the replacement
 // have an address of, its address of the family has an Established session in that family's list
-// (peersV4 for IPv4, peersV6 for IPv6; see internal/sessions families.go): IPv4-only, IPv6-only and dual-stack
-// clusters alike. The informer cache keeps both (see state.StripNode), so no extra read is needed.
+// (peersV4 for IPv4, peersV6 for IPv6; see internal/sessions, families.go): IPv4-only, IPv6-only
+// and dual-stack clusters alike. The informer cache keeps both (see state.StripNode), so no extra
+// read is needed.
 
 // Handover constants.
 const (
