@@ -3,7 +3,8 @@
 // spec inside) or as projectcalico.org/v3 by the Calico API server (or Calico 3.31+ installed with
 // v3 CRDs). Detect picks one by discovery at start; AddToScheme registers the projectcalico.org/v3
 // Go types under that group only (registering the same Go types under both groups in one scheme
-// would make their kind ambiguous).
+// would make their kind ambiguous). PeerStore and ConfigStore are where the reconciler reads and
+// writes BGPPeers and BGPConfigurations (stores.go; etcd's are internal/calicoetcd's).
 //
 // Running product: serve, the reconciler, clusterstatus, bgpverify and the commands call it.
 package calico

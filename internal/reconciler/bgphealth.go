@@ -4,25 +4,23 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
-	"strings"
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
 // BGP health (the policy's bgpHealth, see extender.BGPHealth for the planner's rules).
 //
-// The leader keeps one CalicoNodeStatus (class BGP, updated every NodeStatusPeriod seconds) per
+// The leader keeps one CalicoNodeStatus (class BGP, updated every sessions.Period seconds) per
 // route reflector of the policy, draining ones included (so that it sees their sessions come
 // back), and reads the sessions calico-node reports there before every plan. The objects are the
 // handover's (same name, labels and period): the handover's bound of MaxNodeStatuses applies to
@@ -33,10 +31,10 @@ import (
 // A route reflector is down when its status reports no Established session at all: calico-node
 // reports an empty list when BIRD does not answer, and a route reflector cut off from the network
 // has none Established either; one broken client never makes its route reflector down, as its
-// other sessions stay up. A status calico-node has not updated for staleAfter counts as down too
-// (calico-node, and with it BIRD, is not running); one never filled in is not judged (a calico-node
-// older than 3.22 does not fill them in). Each address family is judged on its own list
-// (downFamilies): a dual-stack route reflector whose IPv6 sessions are all down while IPv4 is up is
+// other sessions stay up. A status calico-node has not updated for sessions.StaleAfter counts as
+// down too (calico-node, and with it BIRD, is not running); one never filled in is not judged (a
+// calico-node older than 3.22 does not fill them in). Each address family is judged on its own list
+// (sessions.Down): a dual-stack route reflector whose IPv6 sessions are all down while IPv4 is up is
 // down for its IPv6 clients, and replaced as a whole as any down one is (the record's Families, the
 // Event and the plan's reason name the family).
 //
@@ -50,10 +48,8 @@ import (
 const (
 	EventBGPDown = "RouteReflectorBGPDown"
 	EventBGPUp   = "RouteReflectorBGPUp"
-	// staleAfter: a status not updated for three periods.
-	staleAfter = 3 * NodeStatusPeriod * time.Second
 	// healthEvery: how often the statuses are read.
-	healthEvery = NodeStatusPeriod * time.Second / 2
+	healthEvery = sessions.Period * time.Second / 2
 )
 
 var bgpDownGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -128,17 +124,17 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 	}
 	slices.Sort(rrs)
-	list, err := r.policyNodeStatuses(ctx, st.Name)
+	list, err := r.statuses().List(ctx, st.Name)
 	if err != nil {
 		r.setBGP(st.Name, nil)
-		if noNodeStatusAPI(err) {
+		if sessions.Unavailable(err) {
 			if p.BGPHealth != nil { // asked for explicitly
 				r.Log.Error(err, "bgpHealth is on but the CalicoNodeStatus API cannot be used", "policy", st.Name)
 			}
 			return nil
 		}
 		r.Log.Error(err, "bgpHealth: listing CalicoNodeStatuses", "policy", st.Name)
-		st.requeue(NodeStatusPeriod * time.Second)
+		st.requeue(sessions.Period * time.Second)
 		return nil
 	}
 	have := make(map[string]*apiv3.CalicoNodeStatus, len(list))
@@ -149,7 +145,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	if r.healthSeen == nil {
 		r.healthSeen = map[string]string{}
 	}
-	r.healthSeen[st.Name] = healthFingerprint(list, st.Now)
+	r.healthSeen[st.Name] = sessions.Fingerprint(list, st.Now)
 	r.mu.Unlock()
 	st.HealthStatuses = make(map[string]bool, len(rrs))
 	st.HealthReported = make(map[string]bool, len(rrs))
@@ -166,8 +162,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		if p.Mode != v1alpha1.Enforce {
 			continue // Observe and Paused write the status and Events only: read what exists
 		}
-		obj := r.nodeStatus(st.Name, rr)
-		if err := r.nodeStatuses().Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := r.statuses().Create(ctx, st.Name, rr); err != nil {
 			r.Log.Error(err, "bgpHealth: creating CalicoNodeStatus", "node", rr)
 		}
 	}
@@ -197,7 +192,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		cns := have[rr]
 		h, had := prev[rr]
 		if rec := m.trans.Newest(rr); rec != nil && !rec.Alive && cns != nil && !cns.Status.LastUpdated.Time.Before(rec.Started) &&
-			roleSessionUp(cns, rolePeers(rr, clients[rr], view, uplinks), view, ips) {
+			sessions.RoleUp(cns, rolePeers(rr, clients[rr], view, uplinks), view, ips) {
 			m.trans.SeenAlive(rr, cns.Status.LastUpdated.Time)
 		}
 		starting := justStarted(m, rr, st.Now)
@@ -209,15 +204,15 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 				(len(o) > 0 || had && len(h.Orphaning) > 0 && !starting) {
 				// NotReady, its sessions down, and a client of it left with no route reflector: no
 				// notReadyGracePeriod either (extender.NodeInfo.WithinNotReadyGrace). Kept while down.
-				down, sessions := sessionsDown(cns, bgpAddresses(ips, view, rr), clients[rr], view, ips, st.Now)
+				down, named := sessions.Down(cns, sessions.Addresses(ips, view, rr), clients[rr], view, ips, st.Now)
 				if w := witnessed[rr]; down == 0 && w != "" {
-					down, sessions = rrFamilies(bgpAddresses(ips, view, rr), cns, 0), []string{w}
+					down, named = sessions.RRFamilies(sessions.Addresses(ips, view, rr), cns, 0), []string{w}
 				}
 				if down != 0 {
 					if !had || !h.Suspect() {
 						h = extender.BGPHealth{DownSince: st.Now}
 					}
-					h.Sessions, h.Families = sessions, down
+					h.Sessions, h.Families = named, down
 					if len(o) > 0 {
 						h.Orphaning = o
 					}
@@ -234,14 +229,14 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			}
 			continue
 		}
-		rrIPs := bgpAddresses(ips, view, rr)
-		down, sessions := sessionsDown(cns, rrIPs, clients[rr], view, ips, st.Now)
+		rrIPs := sessions.Addresses(ips, view, rr)
+		down, named := sessions.Down(cns, rrIPs, clients[rr], view, ips, st.Now)
 		if w := witnessed[rr]; down == 0 && w != "" {
 			// Its calico-node stopped (its last report still shows its sessions up) and the route
 			// reflectors it peers with see them down: down, for the rule of orphaningNow only.
-			down, sessions = rrFamilies(rrIPs, cns, 0), []string{w}
+			down, named = sessions.RRFamilies(rrIPs, cns, 0), []string{w}
 		}
-		nh, keep := h.Observe(down != 0, sessions, st.Now, p)
+		nh, keep := h.Observe(down != 0, named, st.Now, p)
 		if keep && down != 0 {
 			nh.Families = down
 			if o := orphaning[rr]; len(o) > 0 {
@@ -268,9 +263,9 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			m.bgpAnnounced[rr] = true
 			var clientFams extender.Families
 			for _, c := range clients[rr] {
-				clientFams |= ipsFamilies(bgpAddresses(ips, view, c))
+				clientFams |= sessions.IPsFamilies(sessions.Addresses(ips, view, c))
 			}
-			msg := bgpDownMessage(rr, nh, rrFamilies(rrIPs, cns, clientFams), p.BGPGrace)
+			msg := bgpDownMessage(rr, nh, sessions.RRFamilies(rrIPs, cns, clientFams), p.BGPGrace)
 			r.Recorder.Event(ref, corev1.EventTypeWarning, EventBGPDown, msg)
 			r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventBGPDown, msg)
 		case wasFailed && !keep:
@@ -296,8 +291,8 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 
 // orphaningNow applies extender.BGPOrphaning (two route reflectors of a client lost at once) to
 // what the statuses say now: a route reflector is down when its status, filled in, shows no
-// Established session in a family, or has gone stale (sessionsDown), or is late and witnessed down
-// (witnessedDown), Ready or not; one whose sessions are starting (starting) is not judged. Every
+// Established session in a family, or has gone stale (sessions.Down), or is late and witnessed down
+// (sessions.WitnessedDown), Ready or not; one whose sessions are starting (starting) is not judged. Every
 // route reflector is read before any is judged, so that both of a client's are failed in the same
 // plan. A stale or late status counts only while another route reflector's status is fresh: when
 // every report stopped at once, what failed may be the reports (the API server, calico-node's
@@ -315,21 +310,21 @@ func orphaningNow(rrs []string, have map[string]*apiv3.CalicoNodeStatus, clients
 		if cns == nil || cns.Status.LastUpdated.IsZero() || starting(rr) {
 			continue
 		}
-		if age := now.Sub(cns.Status.LastUpdated.Time); age > lateAfter {
+		if age := now.Sub(cns.Status.LastUpdated.Time); age > sessions.LateAfter {
 			stale = append(stale, rr)
 			continue
 		}
 		fresh = true
-		if d, _ := sessionsDown(cns, bgpAddresses(ips, view, rr), clients[rr], view, ips, now); d != 0 {
+		if d, _ := sessions.Down(cns, sessions.Addresses(ips, view, rr), clients[rr], view, ips, now); d != 0 {
 			down[rr] = true
 		}
 	}
 	var witnessed map[string]string
 	if fresh {
 		for _, rr := range stale {
-			if now.Sub(have[rr].Status.LastUpdated.Time) > staleAfter {
+			if now.Sub(have[rr].Status.LastUpdated.Time) > sessions.StaleAfter {
 				down[rr] = true
-			} else if w := witnessedDown(rr, have, view, ips, now); w != "" {
+			} else if w := sessions.WitnessedDown(rr, have, view, ips, now); w != "" {
 				down[rr] = true
 				if witnessed == nil {
 					witnessed = map[string]string{}
@@ -356,51 +351,9 @@ func orphaningNow(rrs []string, have map[string]*apiv3.CalicoNodeStatus, clients
 	return orph, witnessed
 }
 
-// lateAfter: a status not updated for a period and a half missed its last report (calico-node
-// writes it every period).
-const lateAfter = NodeStatusPeriod * time.Second * 3 / 2
-
-// witnessedDown: route reflector rr's calico-node missed its last report (late, not stale yet), and
-// the statuses of other route reflectors written since, on time, list their sessions to rr as not
-// Established and none as Established (calico-node stopped: its last report still shows its
-// sessions up). It names the witnesses ("" when none). A rack route reflector's witnesses are its
-// spine members and the other way round, and route reflectors that peer with each other.
-func witnessedDown(rr string, have map[string]*apiv3.CalicoNodeStatus, view map[string]*extender.Node, ips map[string][]string, now time.Time) string {
-	addr := map[string]bool{}
-	for _, a := range bgpAddresses(ips, view, rr) {
-		if ip := net.ParseIP(a); ip != nil {
-			addr[ip.String()] = true
-		}
-	}
-	last := have[rr].Status.LastUpdated.Time
-	var saw []string
-	for _, other := range slices.Sorted(maps.Keys(have)) {
-		o := have[other]
-		if other == rr || o == nil || !o.Status.LastUpdated.Time.After(last) || now.Sub(o.Status.LastUpdated.Time) > lateAfter {
-			continue
-		}
-		for _, fam := range extender.AllFamilies {
-			for _, p := range familyPeers(o, fam) {
-				ip := net.ParseIP(p.PeerIP)
-				if ip == nil || !addr[ip.String()] {
-					continue
-				}
-				if p.State == apiv3.BGPSessionStateEstablished {
-					return ""
-				}
-				saw = append(saw, fmt.Sprintf("%s (%s)", other, p.State))
-			}
-		}
-	}
-	if len(saw) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("all (calico-node has not reported since %s; %s report their sessions to it down)", last.UTC().Format(time.RFC3339), strings.Join(saw, ", "))
-}
-
 // justStarted: the route reflector's sessions (re)started less than transitions.DefaultMax ago
 // (promoted, renumbered, given clients by a move: moves.go) and none of its present role has been
-// seen Established since (roleSessionUp). Its sessions are not judged yet: confd renders and BIRD
+// seen Established since (sessions.RoleUp). Its sessions are not judged yet: confd renders and BIRD
 // establishes them within a few seconds, longer on a loaded node. On the live lab's mesh migration
 // (gracePeriod 5 s) route reflectors just promoted were replaced, or given spine standbys, before
 // their first sessions came up (10-15 s on two loaded cores), which moved or promoted nodes again.
@@ -408,28 +361,6 @@ func witnessedDown(rr string, have map[string]*apiv3.CalicoNodeStatus, view map[
 func justStarted(m *handoverMemo, rr string, now time.Time) bool {
 	rec := m.trans.Newest(rr)
 	return rec != nil && rec.Starting(now)
-}
-
-// roleSessionUp: cns shows an Established session (not a mesh one, see withoutMesh) to one of
-// peers, the nodes rr peers with in its present role (rolePeers). A session to another node is no
-// sign that the role's sessions came up: a client just promoted is reported with its client
-// sessions to its old route reflectors Established until its BIRD loads its new role, which
-// removes them. On the live lab's rack split at load 54 (confd/BIRD rounds of 19 s), the new route
-// reflectors of a rack, taken for alive from those sessions, were then judged down before their
-// clients' sessions came up and replaced by two kept clients, and back.
-func roleSessionUp(cns *apiv3.CalicoNodeStatus, peers []string, view map[string]*extender.Node, calicoIPs map[string][]string) bool {
-	up := establishedIPs(withoutMesh(cns))
-	if len(up) == 0 {
-		return false
-	}
-	for _, n := range peers {
-		for _, a := range bgpAddresses(calicoIPs, view, n) {
-			if ip := net.ParseIP(a); ip != nil && up[ip.String()] {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // rolePeers names the nodes route reflector rr peers with in its present role: its clients (the
@@ -455,20 +386,6 @@ func rolePeers(rr string, clients []string, view map[string]*extender.Node, upli
 	return out
 }
 
-// healthFingerprint is what the statuses say that the plan reads: per route reflector, whether its
-// status is filled in, late (orphaningNow), stale, and which families have an Established session and which are listed
-// (an IPv6 family gone down or unlisted while IPv4 stays up is a change).
-func healthFingerprint(list []*apiv3.CalicoNodeStatus, now time.Time) string {
-	parts := make([]string, 0, len(list))
-	for _, o := range list {
-		last := o.Status.LastUpdated.Time
-		parts = append(parts, fmt.Sprintf("%s:%t:%t:%t:%s:%s", o.Spec.Node, last.IsZero(), now.Sub(last) > lateAfter, now.Sub(last) > staleAfter,
-			establishedFamilies(o).Key(), listedFamilies(o).Key()))
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, ",")
-}
-
 // watchBGPHealth reads the CalicoNodeStatuses of every policy with bgpHealth on every healthEvery
 // and queues the policy when what they say differs from what its last reconcile read. It runs on
 // the leader only (the controller's sources start with leadership).
@@ -485,7 +402,7 @@ func (r *Reconciler) watchBGPHealth(ctx context.Context, q queue) {
 			if p := m.Resolved; p.BGPHealth != nil && !*p.BGPHealth {
 				continue
 			}
-			list, err := r.policyNodeStatuses(ctx, m.Policy.Name)
+			list, err := r.statuses().List(ctx, m.Policy.Name)
 			if err != nil {
 				continue // the reconcile says why
 			}
@@ -493,70 +410,12 @@ func (r *Reconciler) watchBGPHealth(ctx context.Context, q queue) {
 			r.mu.Lock()
 			seen, ok := r.healthSeen[m.Policy.Name]
 			r.mu.Unlock()
-			if !ok || seen != healthFingerprint(list, now) {
+			if !ok || seen != sessions.Fingerprint(list, now) {
 				r.markFull(m.Policy.Name)
 				q.Add(request(m.Policy.Name))
 			}
 		}
 	}
-}
-
-// sessionsDown reads a route reflector's CalicoNodeStatus per address family (downFamilies): the
-// families down (every one when the status is stale; 0: up), with the sessions of those families
-// that are not Established: its clients' first (by name and address), then its other peers'.
-// rrIPs are the route reflector's BGP addresses.
-func sessionsDown(cns *apiv3.CalicoNodeStatus, rrIPs []string, clients []string, view map[string]*extender.Node, calicoIPs map[string][]string, now time.Time) (extender.Families, []string) {
-	addrs := make(map[string][]string, len(clients))
-	var clientFams extender.Families
-	for _, c := range clients {
-		addrs[c] = bgpAddresses(calicoIPs, view, c)
-		clientFams |= ipsFamilies(addrs[c])
-	}
-	rr := rrFamilies(rrIPs, cns, clientFams)
-	if last := cns.Status.LastUpdated.Time; now.Sub(last) > staleAfter {
-		return rr, []string{fmt.Sprintf("all (calico-node has not reported since %s)", last.UTC().Format(time.RFC3339))}
-	}
-	down := downFamilies(cns, rr, clientFams)
-	if down == 0 {
-		return 0, nil
-	}
-	state := map[string]apiv3.BGPSessionState{}
-	var peers []apiv3.CalicoNodePeer
-	for _, fam := range extender.AllFamilies {
-		if !down.Has(fam) {
-			continue
-		}
-		for _, p := range familyPeers(cns, fam) {
-			peers = append(peers, p)
-			if ip := net.ParseIP(p.PeerIP); ip != nil {
-				state[ip.String()] = p.State
-			}
-		}
-	}
-	var out []string
-	seen := map[string]bool{}
-	for _, c := range clients {
-		for _, ip := range addrs[c] {
-			if !down.Has(ipFamily(ip)) {
-				continue
-			}
-			seen[ip] = true
-			s := string(state[ip])
-			if s == "" {
-				s = "no session"
-			}
-			out = append(out, fmt.Sprintf("%s (%s, %s)", c, ip, s))
-		}
-	}
-	for _, p := range peers {
-		if ip := net.ParseIP(p.PeerIP); ip != nil && !seen[ip.String()] {
-			out = append(out, fmt.Sprintf("%s (%s)", ip, p.State))
-		}
-	}
-	if len(out) == 0 {
-		out = []string{"all (no BGP session reported)"}
-	}
-	return down, out
 }
 
 // bgpDownMessage is the RouteReflectorBGPDown Event's message: every family down ("no BGP session

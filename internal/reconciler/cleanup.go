@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -238,7 +239,7 @@ func (r *Reconciler) livePeers(ctx context.Context, match map[string]string) ([]
 	if r.Peers != nil { // etcd: read directly
 		return r.Peers.List(ctx, match)
 	}
-	return listPeers(ctx, r.reader(), match)
+	return calico.ListPeers(ctx, r.reader(), match)
 }
 
 func (r *Reconciler) markPolicy(ctx context.Context, pol *v1alpha1.RouteReflectorPolicy, key, value string) error {
@@ -257,7 +258,7 @@ func (r *Reconciler) markPolicy(ctx context.Context, pol *v1alpha1.RouteReflecto
 // dropFinalizer ends a deleted policy's release: its CalicoNodeStatuses go (each costs its node's
 // calico-node a query of BIRD every period, and nobody reads them any more), then the finalizer.
 func (r *Reconciler) dropFinalizer(ctx context.Context, pol *v1alpha1.RouteReflectorPolicy) error {
-	if err := r.deleteNodeStatuses(ctx, pol.Name); err != nil {
+	if err := r.statuses().DeleteAll(ctx, pol.Name); err != nil {
 		return err
 	}
 	orig := pol.DeepCopy()

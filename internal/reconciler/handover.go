@@ -3,9 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"maps"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -13,12 +11,12 @@ import (
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -45,17 +43,14 @@ import (
 // projectcalico.org/IPv4Address and IPv6Address annotations calico-node writes), else the node's
 // InternalIPs. A client counts as established when, in every family both it and the replacement
 // have an address of, its address of the family has an Established session in that family's list
-// (peersV4 for IPv4, peersV6 for IPv6; see sessionfamilies.go): IPv4-only, IPv6-only and dual-stack
-// clusters alike. The informer cache keeps both (see state.StripNode), so no extra read is needed.
+// (peersV4 for IPv4, peersV6 for IPv6; see internal/sessions, families.go): IPv4-only, IPv6-only
+// and dual-stack clusters alike. The informer cache keeps both (see state.StripNode), so no extra
+// read is needed.
 
 // Handover constants.
 const (
 	// MaxNodeStatuses bounds the CalicoNodeStatus objects of a policy at any moment.
 	MaxNodeStatuses = 3
-	// NodeStatusPeriod is the updatePeriodSeconds of the CalicoNodeStatus objects.
-	NodeStatusPeriod = 10
-	// NodeStatusPrefix starts the names of the CalicoNodeStatus objects (then the node's name).
-	NodeStatusPrefix = extender.BGPPeerPrefix + "handover-"
 
 	ReasonHandoverTimeout = "HandoverTimeout"
 	EventHandoverTimeout  = "HandoverTimeout"
@@ -139,7 +134,7 @@ func (r *Reconciler) reader() client.Reader {
 func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
-	sessions := verifies(st)
+	verify := verifies(st)
 	if m.degraded != "" && !st.Now.Before(m.degradedUntil) {
 		m.degraded = ""
 	}
@@ -147,9 +142,9 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	// The mesh waits for every route reflector's sessions, an adoption (its Adopt records) for
 	// every client's.
 	mesh := r.meshPending(st, m) && meshReads(st)
-	adopting := sessions && m.trans.Latest(transitions.Adopt) != nil
+	adopting := verify && m.trans.Latest(transitions.Adopt) != nil
 	var clients map[string][]string
-	if sessions || mesh {
+	if verify || mesh {
 		clients = clientsByRR(st)
 	}
 	need := map[string][]string{} // replacement -> clients not seen Established yet
@@ -160,7 +155,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 			}
 		}
 	}
-	if sessions {
+	if verify {
 		for _, d := range draining {
 			if r.handoverInPlace(st, d) {
 				for _, rr := range replacementsAll(st, d) {
@@ -221,12 +216,12 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		}
 		ips := map[string][]string{}
 		for _, c := range cs {
-			ips[c] = bgpAddresses(calicoIPs, st.View, c)
+			ips[c] = sessions.Addresses(calicoIPs, st.View, c)
 		}
 		if rec := m.trans.Get(transitions.Renumber, rr); rec != nil {
-			cns = restartedAfter(cns, rec.Started, rec.Settle)
+			cns = sessions.RestartedAfter(cns, rec.Started, rec.Settle)
 		}
-		missing := missingSessions(ips, bgpAddresses(calicoIPs, st.View, rr), cns)
+		missing := sessions.Missing(ips, sessions.Addresses(calicoIPs, st.View, rr), cns)
 		if m.verified[rr] == nil {
 			m.verified[rr] = map[string]bool{}
 		}
@@ -246,10 +241,12 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	if len(need) > 0 {
 		st.requeue(handoverRetry)
 	}
-	if !sessions {
+	if !verify {
 		return nil
 	}
-	famOf := func(c string) extender.Families { return ipsFamilies(bgpAddresses(calicoIPs, st.View, c)) }
+	famOf := func(c string) extender.Families {
+		return sessions.IPsFamilies(sessions.Addresses(calicoIPs, st.View, c))
+	}
 	var patches []nodePatch
 	for _, d := range draining {
 		if !r.handoverInPlace(st, d) {
@@ -318,9 +315,9 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 	if len(need) == 0 && m.statusesChecked && st.HealthStatuses == nil {
 		return nil, nil
 	}
-	list, err := r.policyNodeStatuses(ctx, st.Name)
+	list, err := r.statuses().List(ctx, st.Name)
 	if err != nil {
-		if noNodeStatusAPI(err) {
+		if sessions.Unavailable(err) {
 			m.statusesChecked = true // no CalicoNodeStatus API (or no right to it): nothing to clean up
 			if len(need) > 0 {
 				return nil, fmt.Errorf("CalicoNodeStatus cannot be used; the handover waits for removalDelay: %w", err)
@@ -329,133 +326,13 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 		}
 		return nil, fmt.Errorf("listing CalicoNodeStatuses: %w", err)
 	}
-	have := map[string]*apiv3.CalicoNodeStatus{}
-	var haveNodes []string
-	for _, o := range list {
-		have[o.Spec.Node] = o
-		haveNodes = append(haveNodes, o.Spec.Node)
-	}
-	want := make([]string, 0, len(need))
-	for rr := range need {
-		if !st.HealthStatuses[rr] {
-			want = append(want, rr)
-		}
-	}
 	// bgpHealth's objects stay, outside the bound (see bgpHealth).
-	haveNodes = slices.DeleteFunc(haveNodes, func(n string) bool { return st.HealthStatuses[n] })
-	create, del := planNodeStatuses(want, haveNodes, MaxNodeStatuses)
-	for _, n := range del {
-		if err := r.nodeStatuses().Delete(ctx, have[n]); err != nil && !apierrors.IsNotFound(err) {
-			return have, fmt.Errorf("deleting CalicoNodeStatus %s: %w", have[n].Name, err)
-		}
-		delete(have, n)
-	}
-	for _, n := range create {
-		obj := r.nodeStatus(st.Name, n)
-		if err := r.nodeStatuses().Create(ctx, obj); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				continue
-			}
-			return have, fmt.Errorf("creating CalicoNodeStatus %s: %w", obj.Name, err)
-		}
-		have[n] = obj
+	have, err := r.statuses().Sync(ctx, st.Name, list, slices.Collect(maps.Keys(need)), st.HealthStatuses, MaxNodeStatuses)
+	if err != nil {
+		return have, err
 	}
 	m.statusesChecked = len(have) == 0
 	return have, nil
-}
-
-func (r *Reconciler) nodeStatus(policyName, node string) *apiv3.CalicoNodeStatus {
-	period := uint32(NodeStatusPeriod)
-	return &apiv3.CalicoNodeStatus{
-		TypeMeta: metav1.TypeMeta{APIVersion: r.PeerAPI.String(), Kind: apiv3.KindCalicoNodeStatus},
-		ObjectMeta: metav1.ObjectMeta{Name: nodeStatusName(node),
-			Labels: map[string]string{extender.LabelManagedBy: extender.ManagedByValue, extender.LabelPolicy: policyName}},
-		Spec: apiv3.CalicoNodeStatusSpec{Node: node, Classes: []apiv3.NodeStatusClassType{apiv3.NodeStatusClassTypeBGP}, UpdatePeriodSeconds: &period},
-	}
-}
-
-// nodeStatusName is NodeStatusPrefix and the node's name, shortened with a hash when too long.
-func nodeStatusName(node string) string {
-	name := NodeStatusPrefix + node
-	if len(name) <= 253 {
-		return name
-	}
-	h := fnv.New64a()
-	h.Write([]byte(node))
-	return fmt.Sprintf("%s-%016x", name[:253-17], h.Sum64())
-}
-
-// planNodeStatuses decides which CalicoNodeStatus objects to create and delete: those of nodes no
-// longer wanted go, those wanted and present stay, and new ones fill the free places up to bound,
-// in name order.
-func planNodeStatuses(want, have []string, bound int) (create, del []string) {
-	want = slices.Sorted(slices.Values(want))
-	kept := 0
-	for _, n := range slices.Sorted(slices.Values(have)) {
-		if slices.Contains(want, n) && kept < bound {
-			kept++
-			continue
-		}
-		del = append(del, n)
-	}
-	for _, n := range want {
-		if kept >= bound {
-			break
-		}
-		if !slices.Contains(have, n) {
-			create = append(create, n)
-			kept++
-		}
-	}
-	return create, del
-}
-
-// missingSessions returns the clients (name -> their BGP addresses) that lack an Established
-// session with the route reflector whose status is cns (rrIPs: its BGP addresses) in a family both
-// ends have, with the families they lack: an IPv4 address needs an Established session in peersV4,
-// an IPv6 one in peersV6 (a dual-stack client is verified only once both are up). A family the
-// route reflector has no address of is not waited for (Calico renders no session there). A client
-// without an address is missing (families 0).
-func missingSessions(clients map[string][]string, rrIPs []string, cns *apiv3.CalicoNodeStatus) map[string]extender.Families {
-	var all extender.Families
-	for _, ips := range clients {
-		all |= ipsFamilies(ips)
-	}
-	rr := rrFamilies(rrIPs, cns, all)
-	up := establishedIPs(withoutMesh(cns))
-	out := map[string]extender.Families{}
-	for name, ips := range clients {
-		if len(ips) == 0 {
-			out[name] = 0
-			continue
-		}
-		if f := missingFamilies(ips, rr, up); f != 0 {
-			out[name] = f
-		}
-	}
-	return out
-}
-
-// withoutMesh is cns without its node-to-node mesh sessions: a client's session with a route
-// reflector is a BGPPeer's (confd renders no mesh session to or from a node with a cluster ID), so
-// a mesh session seen Established is the one the promotion replaces (a report made before confd
-// rendered it), and verifies nothing.
-func withoutMesh(cns *apiv3.CalicoNodeStatus) *apiv3.CalicoNodeStatus {
-	keep := func(ps []apiv3.CalicoNodePeer) []apiv3.CalicoNodePeer {
-		return slices.DeleteFunc(slices.Clone(ps), func(p apiv3.CalicoNodePeer) bool { return p.Type == apiv3.BGPPeerTypeNodeMesh })
-	}
-	out := *cns
-	out.Status.BGP.PeersV4, out.Status.BGP.PeersV6 = keep(cns.Status.BGP.PeersV4), keep(cns.Status.BGP.PeersV6)
-	return &out
-}
-
-// bgpAddresses are a node's BGP addresses: Calico's (calicoIPs, the etcd datastore), else the
-// Node's (nodeIPs).
-func bgpAddresses(calicoIPs map[string][]string, view map[string]*extender.Node, name string) []string {
-	if a, ok := calicoIPs[name]; ok {
-		return a
-	}
-	return nodeIPs(view[name])
 }
 
 // lackingNames names the clients, each with the families it was last seen lacking when it has
@@ -475,48 +352,6 @@ func lackingNames(m *handoverMemo, rrs, clients []string, famOf func(string) ext
 		out = append(out, c)
 	}
 	return out
-}
-
-// nodeIPs are the addresses a node's BGP peers see, at most one per family, IPv4 first: Calico's
-// BGP addresses (the projectcalico.org/IPv4Address and IPv6Address annotations calico-node writes);
-// a node with neither annotation (calico-node has not written them) has its first InternalIP of
-// each family instead. A node with Calico's IPv4 address only peers in IPv4 only, whatever
-// InternalIPs it has (a dual-stack Kubernetes cluster whose Calico runs IPv4 BGP): its IPv6
-// InternalIP is no BGP address, so no IPv6 session is waited for or judged.
-func nodeIPs(n *extender.Node) []string {
-	if n == nil {
-		return nil
-	}
-	// The same test the cache's strip makes: a node it keeps no InternalIP of has an annotation.
-	calico := extender.HasCalicoAddress(n)
-	var out []string
-	for _, fam := range [...]struct {
-		annotation string
-		v4         bool
-	}{{extender.AnnotationCalicoIPv4, true}, {extender.AnnotationCalicoIPv6, false}} {
-		if ip := annotatedIP(n.Annotations[fam.annotation]); ip != nil && (ip.To4() != nil) == fam.v4 {
-			out = append(out, ip.String())
-			continue
-		}
-		if calico {
-			continue
-		}
-		for _, a := range n.Status.Addresses {
-			if ip := net.ParseIP(a.Address); a.Type == corev1.NodeInternalIP && ip != nil && (ip.To4() != nil) == fam.v4 {
-				out = append(out, ip.String())
-				break
-			}
-		}
-	}
-	return out
-}
-
-// annotatedIP parses Calico's address annotation ("10.0.0.1/24" or a bare address).
-func annotatedIP(v string) net.IP {
-	if ip, _, err := net.ParseCIDR(v); err == nil {
-		return ip
-	}
-	return net.ParseIP(v)
 }
 
 // clientsByRR maps each route reflector to the Ready clients of the view that peer with it.

@@ -9,150 +9,16 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
-
-func TestPlanNodeStatuses(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		want, have  []string
-		create, del []string
-		bound       int
-	}{
-		{name: "none", bound: 3},
-		{name: "fill up to the bound in name order", want: []string{"e", "d", "c", "b", "a"}, bound: 3, create: []string{"a", "b", "c"}},
-		{name: "present ones stay, new ones fill", want: []string{"a", "b", "c", "d", "e"}, have: []string{"d"}, bound: 3, create: []string{"a", "b"}},
-		{name: "done ones go first", want: []string{"c", "d"}, have: []string{"a", "b", "c"}, bound: 3, create: []string{"d"}, del: []string{"a", "b"}},
-		{name: "over the bound (another writer): extras go", want: []string{"a", "b", "c", "d"}, have: []string{"a", "b", "c", "d"}, bound: 3, del: []string{"d"}},
-		{name: "handover ended", have: []string{"x"}, bound: 3, del: []string{"x"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			create, del := planNodeStatuses(tc.want, tc.have, tc.bound)
-			require.Equal(t, fmt.Sprint(tc.create), fmt.Sprint(create), "create")
-			require.Equal(t, fmt.Sprint(tc.del), fmt.Sprint(del), "del")
-			if n := len(tc.have) - len(del) + len(create); n > tc.bound {
-				require.Fail(t, fmt.Sprintf("%d objects after the change", n))
-			}
-		})
-	}
-}
-
-func TestMissingSessions(t *testing.T) {
-	est := func(ip string) apiv3.CalicoNodePeer {
-		return apiv3.CalicoNodePeer{PeerIP: ip, Type: apiv3.BGPPeerTypeNodePeer, State: apiv3.BGPSessionStateEstablished}
-	}
-	active := func(ip string) apiv3.CalicoNodePeer {
-		return apiv3.CalicoNodePeer{PeerIP: ip, Type: apiv3.BGPPeerTypeNodePeer, State: apiv3.BGPSessionStateActive}
-	}
-	mesh := func(ip string) apiv3.CalicoNodePeer {
-		return apiv3.CalicoNodePeer{PeerIP: ip, Type: apiv3.BGPPeerTypeNodeMesh, State: apiv3.BGPSessionStateEstablished}
-	}
-	one := func(kv ...string) map[string][]string {
-		m := map[string][]string{}
-		for i := 0; i < len(kv); i += 2 {
-			if kv[i+1] == "" {
-				m[kv[i]] = nil
-			} else {
-				m[kv[i]] = strings.Split(kv[i+1], ",")
-			}
-		}
-		return m
-	}
-	v4 := func(p ...apiv3.CalicoNodePeer) []apiv3.CalicoNodePeer { return p }
-	v6 := v4
-	dual := []string{"10.0.0.100", "fd00::100"}
-	for _, tc := range []struct {
-		name     string
-		clients  map[string][]string
-		rr       []string // the route reflector's addresses (nil: unknown)
-		pv4, pv6 []apiv3.CalicoNodePeer
-		want     string
-	}{
-		{"all up", one("a", "10.0.0.1", "b", "10.0.0.2"), nil, v4(est("10.0.0.2"), est("10.0.0.1")), nil, "map[]"},
-		{"one down", one("a", "10.0.0.1", "b", "10.0.0.2"), nil, v4(est("10.0.0.1"), active("10.0.0.2")), nil, "map[b:IPv4]"},
-		// A report made before confd rendered the promotion: the mesh session is no route reflector's.
-		{"a mesh session counts for nothing", one("a", "10.0.0.1", "b", "10.0.0.2"), nil, v4(mesh("10.0.0.1"), est("10.0.0.2")), nil, "map[a:IPv4]"},
-		{"not listed yet", one("a", "10.0.0.1", "b", "10.0.0.2"), nil, nil, nil, "map[a:IPv4 b:IPv4]"},
-		{"no IP known", one("a", ""), nil, v4(est("10.0.0.1")), nil, "map[a:none]"},
-		{"IPs compared parsed", one("a", "10.0.0.1"), nil, v4(est("10.000.0.1")), nil, "map[a:IPv4]"},
-		{"IPv6 only", one("a", "fd00::1", "b", "fd00::2"), nil, nil, v6(est("fd00:0::1")), "map[b:IPv6]"},
-		{"dual stack: both families up", one("a", "10.0.0.1,fd00::1"), dual, v4(est("10.0.0.1")), v6(est("fd00::1")), "map[]"},
-		{"dual stack: IPv6 still down", one("a", "10.0.0.1,fd00::1"), dual, v4(est("10.0.0.1")), v6(active("fd00::1")), "map[a:IPv6]"},
-		{"dual stack: IPv6 not listed", one("a", "10.0.0.1,fd00::1"), dual, v4(est("10.0.0.1")), nil, "map[a:IPv6]"},
-		{"dual stack: IPv4 still down, IPv6 up", one("a", "10.0.0.1,fd00::1"), dual, v4(active("10.0.0.1")), v6(est("fd00::1")), "map[a:IPv4]"},
-		{"dual stack: none up", one("a", "10.0.0.1,fd00::1"), dual, nil, nil, "map[a:IPv4+IPv6]"},
-		{"an address counts in its family's list only", one("a", "10.0.0.1,fd00::1"), dual, v4(est("10.0.0.1"), est("fd00::1")), nil, "map[a:IPv6]"},
-		{"route reflector without IPv6: IPv4 is all both ends have", one("a", "10.0.0.1,fd00::1"), []string{"10.0.0.100"}, v4(est("10.0.0.1")), nil, "map[]"},
-		{"route reflector without IPv6 that lists IPv6 sessions: judged", one("a", "10.0.0.1,fd00::1"), []string{"10.0.0.100"}, v4(est("10.0.0.1")), v6(active("fd00::1")), "map[a:IPv6]"},
-		{"IPv4-only client of a dual-stack route reflector", one("a", "10.0.0.1", "b", "10.0.0.2,fd00::2"), dual, v4(est("10.0.0.1"), est("10.0.0.2")), v6(est("fd00::2")), "map[]"},
-		{"route reflector address unknown: every family of the clients", one("a", "10.0.0.1,fd00::1"), nil, v4(est("10.0.0.1")), nil, "map[a:IPv6]"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cns := &apiv3.CalicoNodeStatus{}
-			cns.Status.BGP.PeersV4, cns.Status.BGP.PeersV6 = tc.pv4, tc.pv6
-			if got := fmt.Sprint(missingSessions(tc.clients, tc.rr, cns)); got != tc.want {
-				require.Fail(t, fmt.Sprintf("got %s want %s", got, tc.want))
-			}
-		})
-	}
-}
-
-func TestNodeIPs(t *testing.T) {
-	n := func(ann map[string]string, addrs ...corev1.NodeAddress) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: ann}, Status: corev1.NodeStatus{Addresses: addrs}}
-	}
-	internal := corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.1.0.1"}
-	internal6 := corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00::1"}
-	for _, tc := range []struct {
-		node *corev1.Node
-		want string
-	}{
-		{n(map[string]string{extender.AnnotationCalicoIPv4: "192.168.0.5/24"}, internal), "[192.168.0.5]"},
-		{n(nil, internal), "[10.1.0.1]"},
-		{n(nil, internal6, internal), "[10.1.0.1 fd00::1]"},
-		{n(map[string]string{extender.AnnotationCalicoIPv6: "fd00::5/64"}), "[fd00::5]"},
-		{n(map[string]string{extender.AnnotationCalicoIPv4: "192.168.0.5/24", extender.AnnotationCalicoIPv6: "fd00::5/64"}, internal, internal6), "[192.168.0.5 fd00::5]"},
-		// Calico peers in IPv4 only: the IPv6 InternalIP of a dual-stack Kubernetes node is no BGP address.
-		{n(map[string]string{extender.AnnotationCalicoIPv4: "192.168.0.5/24"}, internal, internal6), "[192.168.0.5]"},
-		{n(map[string]string{extender.AnnotationCalicoIPv6: "fd00::5/64"}, internal, internal6), "[fd00::5]"},
-		{n(nil, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "1.2.3.4"}), "[]"},
-		{nil, "[]"},
-	} {
-		if got := fmt.Sprint(nodeIPs(extender.FromNode(tc.node))); got != tc.want {
-			assert.Fail(t, fmt.Sprintf("%+v: %s want %s", tc.node, got, tc.want))
-		}
-	}
-}
-
-// The cache keeps what nodeIPs reads: Calico's BGP address when the node carries it (and then no
-// InternalIP, which nodeIPs does not read), the InternalIPs when it does not.
-func TestStripNodeKeepsBGPAddress(t *testing.T) {
-	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{extender.AnnotationCalicoIPv4: "192.168.0.5/24", "other": "x"}},
-		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "n"},
-			{Type: corev1.NodeInternalIP, Address: "10.1.0.1"}, {Type: corev1.NodeExternalIP, Address: "1.2.3.4"}}},
-	}
-	s := state.StripNode(n.DeepCopy())
-	require.Equal(t, "map[projectcalico.org/IPv4Address:192.168.0.5/24]", fmt.Sprint(s.Annotations), "stripped annotations")
-	require.Empty(t, s.Status.Addresses, "stripped addresses")
-	require.Equal(t, []string{"192.168.0.5"}, nodeIPs(s))
-	without := n.DeepCopy()
-	delete(without.Annotations, extender.AnnotationCalicoIPv4)
-	s = state.StripNode(without)
-	require.Len(t, s.Status.Addresses, 1, "stripped addresses")
-	require.Equal(t, "10.1.0.1", s.Status.Addresses[0].Address, "stripped addresses")
-	require.Equal(t, []string{"10.1.0.1"}, nodeIPs(s))
-}
 
 func TestMeshReady(t *testing.T) {
 	p, _ := policy.Resolve(policy.Default("default"))

@@ -37,7 +37,7 @@ func (r *Reconciler) meshPending(st *State, m *handoverMemo) bool {
 // missing), with the policy among its owners (AnnotationMeshDisabledBy, see meshowners.go: the mesh
 // comes back on when the last owner is deleted), once every client has its route reflector
 // sessions: with BGPSessions, every Ready client seen Established by each of its route reflectors
-// (on a session of its own: a mesh session is none, see missingSessions); else removalDelay, and at
+// (on a session of its own: a mesh session is none, see sessions.Missing); else removalDelay, and at
 // least transitions.DefaultSettle, after the layout was last seen changing (every client with its
 // peering set and route reflectors in place, the same route reflectors and cluster IDs). In both
 // modes every route reflector's sessions must have settled (its transitions records: promoted,

@@ -90,7 +90,7 @@ func TestBGPHealthRouteReflectorsOfAClientDownAtOnce(t *testing.T) {
 // a rack's a and b (clients c1, c2), spine member s peering with both. A fresh status with no
 // Established session is down; a stale one is down while another status is fresh; a late one
 // (calico-node missed its report, as when it stopped) is down when a route reflector that reported
-// since sees its sessions to it down (witnessedDown).
+// since sees its sessions to it down (sessions.WitnessedDown).
 func TestOrphaningNow(t *testing.T) {
 	now := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
 	ips := map[string][]string{"a": {"10.0.0.1"}, "b": {"10.0.0.2"}, "s": {"10.0.0.3"}, "c1": {"10.0.0.11"}, "c2": {"10.0.0.12"}}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 )
 
@@ -208,13 +209,13 @@ func membersUp(st *State, m *handoverMemo, rr, name string) bool {
 		return false
 	}
 	if r := m.trans.Get(transitions.Renumber, rr); r != nil {
-		cns = restartedAfter(cns, r.Started, r.Settle)
+		cns = sessions.RestartedAfter(cns, r.Started, r.Settle)
 	}
 	members := map[string][]string{}
 	for n, node := range st.View {
 		if n != rr && node.Labels[key] == set && extender.IsReady(node) {
-			members[n] = bgpAddresses(st.healthIPs, st.View, n)
+			members[n] = sessions.Addresses(st.healthIPs, st.View, n)
 		}
 	}
-	return len(missingSessions(members, bgpAddresses(st.healthIPs, st.View, rr), cns)) == 0
+	return len(sessions.Missing(members, sessions.Addresses(st.healthIPs, st.View, rr), cns)) == 0
 }

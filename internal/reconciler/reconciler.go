@@ -31,7 +31,9 @@ import (
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -75,17 +77,17 @@ type Reconciler struct {
 	CRDPeerDeletes client.Client
 	// Peers is where the BGPPeers are written; nil: the Kubernetes API through Client (and the
 	// BGPPeers are watched). calicoetcd.Peers for the etcd datastore.
-	Peers PeerStore
+	Peers calico.PeerStore
 	// CalicoNodes, when set (the etcd datastore), receives every node's role after its Kubernetes
 	// Node. No admission webhook sees those writes: a hand change is reverted at the next
 	// reconcile (set Resync to a few seconds), with an Event.
 	CalicoNodes CalicoNodes
 	// Configs is where the BGPConfigurations are (the node-to-node mesh); nil: the Kubernetes API.
 	// calicoetcd.Configs for the etcd datastore.
-	Configs ConfigStore
+	Configs calico.ConfigStore
 	// NodeStatuses is where calico-node reports BGP sessions (handover BGPSessions); nil: the
 	// Kubernetes API. calicoetcd.NodeStatuses for the etcd datastore.
-	NodeStatuses NodeStatusStore
+	NodeStatuses sessions.Store
 	// Changes, when set, reports the changes of a datastore no informer watches (etcd): each one
 	// replans every policy after Coalesce.
 	Changes ChangeWatcher
@@ -116,7 +118,7 @@ type Reconciler struct {
 	quiet   map[string]*quietPlan
 	unquiet map[string]string
 	// healthSeen: per policy, what its last reconcile read of the CalicoNodeStatuses
-	// (healthFingerprint), for watchBGPHealth.
+	// (sessions.Fingerprint), for watchBGPHealth.
 	healthSeen map[string]string
 
 	// refillNoted: the label key set generation whose refill was last reported.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
@@ -114,8 +115,8 @@ func (h *harness) calicoNodeAllUp() {
 			if nodes[i].Name == cns.Spec.Node {
 				continue
 			}
-			for _, ip := range nodeIPs(extender.FromNode(&nodes[i])) {
-				if ipFamily(ip) == v6 {
+			for _, ip := range sessions.NodeIPs(extender.FromNode(&nodes[i])) {
+				if sessions.IPFamily(ip) == v6 {
 					cns.Status.BGP.PeersV6 = append(cns.Status.BGP.PeersV6, peer(ip, true))
 				} else {
 					cns.Status.BGP.PeersV4 = append(cns.Status.BGP.PeersV4, peer(ip, true))
@@ -418,7 +419,7 @@ func TestPolicyDeletionWaitsForKeeperSessions(t *testing.T) {
 			late = n.Name
 		}
 	}
-	lateIP := nodeIPs(extender.FromNode(h.node(late)))[0]
+	lateIP := sessions.NodeIPs(extender.FromNode(h.node(late)))[0]
 	start := h.now.Add(time.Minute) // removalDelay
 	for h.now = start; h.now.Sub(start) < transitions.DefaultMax-2*time.Second; h.now = h.now.Add(5 * time.Second) {
 		h.calicoNodeAllUp()

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 )
 
@@ -34,7 +34,7 @@ import (
 // that calico-node does not report (its period and transitions.DefaultMin; the release's first step
 // comes removalDelay, by default 5 minutes, after the keeper's is written): the keeper's, or any
 // other of the policy's (BGP health's, written long before).
-const unreported = NodeStatusPeriod*time.Second + transitions.DefaultMin
+const unreported = sessions.Period*time.Second + transitions.DefaultMin
 
 // keeperSessionsWait says whether the release must wait for the keeper's sessions (requeued), with
 // change the record of the release's last change: its start, its Max the end of the wait, and its
@@ -51,9 +51,9 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		st.requeue(handoverRetry)
 		return true, nil
 	}
-	list, err := r.policyNodeStatuses(ctx, st.Name)
+	list, err := r.statuses().List(ctx, st.Name)
 	if err != nil {
-		if noNodeStatusAPI(err) {
+		if sessions.Unavailable(err) {
 			return false, nil // no CalicoNodeStatus API: removalDelay only
 		}
 		return false, fmt.Errorf("listing CalicoNodeStatuses: %w", err)
@@ -80,7 +80,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		view[n.Name] = n
 	}
 	ips := r.calicoBGPAddresses(ctx, true)
-	keeperIPs := bgpAddresses(ips, view, keeper)
+	keeperIPs := sessions.Addresses(ips, view, keeper)
 	if len(keeperIPs) == 0 {
 		return false, nil // no address to peer with: nothing calico-node can report
 	}
@@ -89,11 +89,11 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		if n.Name == keeper || n.Labels[extender.LabelRouteReflectorID] != "" || !extender.IsReady(n) {
 			continue
 		}
-		if a := bgpAddresses(ips, view, n.Name); len(a) > 0 { // Calico peers with none without one
+		if a := sessions.Addresses(ips, view, n.Name); len(a) > 0 { // Calico peers with none without one
 			peers[n.Name] = a
 		}
 	}
-	missing := missingSessions(peers, keeperIPs, cns)
+	missing := sessions.Missing(peers, keeperIPs, cns)
 	if len(missing) == 0 {
 		return false, nil
 	}
@@ -105,27 +105,9 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 // that calico-node reports it by the time the first route reflector may go). Without the
 // CalicoNodeStatus API it does nothing: the release waits removalDelay only.
 func (r *Reconciler) ensureKeeperStatus(ctx context.Context, st *State, keeper string) error {
-	err := r.nodeStatuses().Create(ctx, r.nodeStatus(st.Name, keeper))
-	if err == nil || apierrors.IsAlreadyExists(err) || noNodeStatusAPI(err) {
+	err := r.statuses().Create(ctx, st.Name, keeper)
+	if err == nil || sessions.Unavailable(err) {
 		return nil
 	}
 	return fmt.Errorf("creating the keeper's CalicoNodeStatus: %w", err)
-}
-
-// deleteNodeStatuses deletes the CalicoNodeStatuses the product keeps for policy name (BGP
-// health's, the handover's, the keeper's).
-func (r *Reconciler) deleteNodeStatuses(ctx context.Context, name string) error {
-	list, err := r.policyNodeStatuses(ctx, name)
-	if err != nil {
-		if noNodeStatusAPI(err) {
-			return nil
-		}
-		return fmt.Errorf("listing CalicoNodeStatuses: %w", err)
-	}
-	for _, o := range list {
-		if err := r.nodeStatuses().Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting CalicoNodeStatus %s: %w", o.Name, err)
-		}
-	}
-	return nil
 }

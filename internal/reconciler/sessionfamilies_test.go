@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -37,75 +38,6 @@ func statusOf(pv4, pv6 []apiv3.CalicoNodePeer) *apiv3.CalicoNodeStatus {
 	cns := &apiv3.CalicoNodeStatus{}
 	cns.Status.BGP.PeersV4, cns.Status.BGP.PeersV6 = pv4, pv6
 	return cns
-}
-
-// TestDownFamilies: a route reflector's status judged per address family.
-func TestDownFamilies(t *testing.T) {
-	ps := func(p ...apiv3.CalicoNodePeer) []apiv3.CalicoNodePeer { return p }
-	for _, tc := range []struct {
-		name        string
-		pv4, pv6    []apiv3.CalicoNodePeer
-		rr, clients extender.Families
-		want        extender.Families
-	}{
-		{"IPv4: all up", ps(peer("10.0.0.1", true), peer("10.0.0.2", true)), nil, v4, v4, 0},
-		{"IPv4: one broken client", ps(peer("10.0.0.1", true), peer("10.0.0.2", false)), nil, v4, v4, 0},
-		{"IPv4: all down", ps(peer("10.0.0.1", false), peer("10.0.0.2", false)), nil, v4, v4, v4},
-		{"IPv4: nothing reported (BIRD does not answer)", nil, nil, v4, v4, v4},
-		{"IPv6-only: all up", nil, ps(peer("fd00::1", true)), v6, v6, 0},
-		{"IPv6-only: all down", nil, ps(peer("fd00::1", false)), v6, v6, v6},
-		{"dual stack: both up", ps(peer("10.0.0.1", true)), ps(peer("fd00::1", true)), both, both, 0},
-		{"dual stack: IPv6 down, IPv4 up", ps(peer("10.0.0.1", true)), ps(peer("fd00::1", false), peer("fd00::2", false)), both, both, v6},
-		{"dual stack: IPv6 not reported, IPv4 up", ps(peer("10.0.0.1", true)), nil, both, both, v6},
-		{"dual stack: one IPv6 session up is enough", ps(peer("10.0.0.1", true)), ps(peer("fd00::1", false), peer("fd00::2", true)), both, both, 0},
-		{"dual stack: IPv4 down, IPv6 up", ps(peer("10.0.0.1", false)), ps(peer("fd00::1", true)), both, both, v4},
-		{"dual stack: IPv4 not reported, IPv6 up", nil, ps(peer("fd00::1", true)), both, both, v4},
-		{"dual stack: nothing up", ps(peer("10.0.0.1", false)), ps(peer("fd00::1", false)), both, both, both},
-		{"dual stack: nothing reported", nil, nil, both, both, both},
-		{"IPv4-only clients: IPv6 not reported is not judged", ps(peer("10.0.0.1", true)), nil, both, v4, 0},
-		{"IPv4-only clients: IPv6 sessions listed, all down (other route reflectors)", ps(peer("10.0.0.1", true)), ps(peer("fd00::9", false)), both, v4, v6},
-		{"IPv4-only route reflector: its clients' IPv6 is the planner's business", ps(peer("10.0.0.1", true)), nil, v4, both, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := downFamilies(statusOf(tc.pv4, tc.pv6), tc.rr, tc.clients)
-			require.Equal(t, tc.want.String(), got.String())
-		})
-	}
-}
-
-// TestSessionsDownFamilies: the families down and the sessions named, from a status and the
-// clients' addresses.
-func TestSessionsDownFamilies(t *testing.T) {
-	now := t0
-	dualNode := func(name string, i int) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
-			extender.AnnotationCalicoIPv4: fmt.Sprintf("10.0.0.%d/24", i), extender.AnnotationCalicoIPv6: fmt.Sprintf("fd00::%d/64", i)}}}
-	}
-	view := map[string]*corev1.Node{"c1": dualNode("c1", 1), "c2": dualNode("c2", 2)}
-	rrIPs := []string{"10.0.0.9", "fd00::9"}
-	for _, tc := range []struct {
-		name     string
-		cns      *apiv3.CalicoNodeStatus
-		updated  time.Time
-		families string
-		sessions string
-	}{
-		{"all up", statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", true), peer("10.0.0.2", true)}, []apiv3.CalicoNodePeer{peer("fd00::1", true), peer("fd00::2", true)}),
-			now, "none", "[]"},
-		{"IPv6 down: the IPv6 sessions are named", statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", true), peer("10.0.0.2", true)}, []apiv3.CalicoNodePeer{peer("fd00::1", false)}),
-			now, "IPv6", "[c1 (fd00::1, Active) c2 (fd00::2, no session)]"},
-		{"everything down", statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", false)}, nil),
-			now, "IPv4+IPv6", "[c1 (10.0.0.1, Active) c1 (fd00::1, no session) c2 (10.0.0.2, no session) c2 (fd00::2, no session)]"},
-		{"stale: every family", statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", true)}, []apiv3.CalicoNodePeer{peer("fd00::1", true)}),
-			now.Add(-time.Minute), "IPv4+IPv6", "[all (calico-node has not reported since 2025-06-01T11:59:00Z)]"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.cns.Status.LastUpdated = metav1.NewTime(tc.updated)
-			down, sessions := sessionsDown(tc.cns, rrIPs, []string{"c1", "c2"}, records(view), nil, now)
-			require.Equal(t, tc.families, down.String())
-			require.Equal(t, tc.sessions, fmt.Sprint(sessions))
-		})
-	}
 }
 
 func TestBGPDownMessage(t *testing.T) {
@@ -153,7 +85,7 @@ func (h *harness) calicoNodeSince(up func(rr, client string, fam extender.Famili
 				continue
 			}
 			for _, a := range n.Status.Addresses {
-				fam := ipFamily(a.Address)
+				fam := sessions.IPFamily(a.Address)
 				if a.Type != corev1.NodeInternalIP || fam == 0 {
 					continue
 				}
@@ -290,22 +222,6 @@ func TestHandoverBGPSessionsDualStack(t *testing.T) {
 		ev := strings.Join(h.events(), "\n")
 		require.Contains(t, ev, "Warning HandoverTimeout node-01: handover timed out after 1m0s; clients that never established a BGP session with node-04: node-07 (IPv6)", "events:\n%s", ev)
 	})
-}
-
-// TestSessionsDownCalicoIPv4Only: a dual-stack Kubernetes cluster whose Calico peers in IPv4 only
-// (Calico's IPv4 address annotation, IPv6 InternalIPs): calico-node reports no IPv6 session, and
-// none is judged.
-func TestSessionsDownCalicoIPv4Only(t *testing.T) {
-	n := func(name string, i int) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{extender.AnnotationCalicoIPv4: fmt.Sprintf("10.0.0.%d/24", i)}},
-			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.0.0.%d", i)},
-				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("fd00::%d", i)}}}}
-	}
-	view := map[string]*corev1.Node{"rr": n("rr", 9), "c1": n("c1", 1)}
-	cns := statusOf([]apiv3.CalicoNodePeer{peer("10.0.0.1", true)}, nil)
-	cns.Status.LastUpdated = metav1.NewTime(t0)
-	down, sessions := sessionsDown(cns, nodeIPs(extender.FromNode(view["rr"])), []string{"c1"}, records(view), nil, t0)
-	require.Equal(t, "none", down.String(), "sessions %v", sessions)
 }
 
 // TestBGPHealthGivesNewRouteReflectorsTheirSettleTime: a route reflector just promoted has no
@@ -483,51 +399,4 @@ func TestBGPHealthJudgesPromotedClientsByTheirNewSessions(t *testing.T) {
 		}
 	}
 	require.NotZerof(t, replaced, "no promoted route reflector replaced with its sessions down past gracePeriod, once up: %v", h.rrs())
-}
-
-func TestSessionSince(t *testing.T) {
-	reported := time.Date(2026, 12, 2, 0, 30, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		since string
-		want  time.Time
-		ok    bool
-	}{
-		{"00:29:58", time.Date(2026, 12, 2, 0, 29, 58, 0, time.UTC), true},
-		{"00:30:30", time.Date(2026, 12, 2, 0, 30, 30, 0, time.UTC), true},  // clocks a little apart
-		{"23:59:59", time.Date(2026, 12, 1, 23, 59, 59, 0, time.UTC), true}, // before midnight
-		{"00:29:58.250", time.Date(2026, 12, 2, 0, 29, 58, 250e6, time.UTC), true},
-		{"2026-11-21", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC), true},
-		{"", time.Time{}, false},
-		{"Nov21", time.Time{}, false},
-	} {
-		t.Run(tc.since, func(t *testing.T) {
-			got, ok := sessionSince(tc.since, reported)
-			require.Equal(t, tc.ok, ok)
-			require.True(t, tc.want.Equal(got), "got %v", got)
-		})
-	}
-}
-
-func TestRestartedAfter(t *testing.T) {
-	reported := time.Date(2026, 12, 2, 10, 0, 30, 0, time.UTC)
-	start := time.Date(2026, 12, 2, 10, 0, 20, 0, time.UTC)
-	est := func(ip, since string) apiv3.CalicoNodePeer {
-		return apiv3.CalicoNodePeer{PeerIP: ip, Type: "NodePeer", State: apiv3.BGPSessionStateEstablished, Since: since}
-	}
-	cns := statusOf([]apiv3.CalicoNodePeer{
-		est("10.0.0.1", "10:00:25"),   // came up after the change
-		est("10.0.0.2", "09:12:00"),   // the old session
-		est("10.0.0.3", "10:00:18"),   // within the slack
-		est("10.0.0.4", ""),           // no since: kept
-		peer("10.0.0.5", false),       // not Established: kept as it is
-		est("10.0.0.6", "2026-11-30"), // a date: older
-	}, []apiv3.CalicoNodePeer{est("fd00::1", "10:00:26"), est("fd00::2", "10:00:01")})
-	cns.Status.LastUpdated = metav1.NewTime(reported)
-	out := restartedAfter(cns, start, 2*time.Second)
-	var ips []string
-	for _, p := range append(out.Status.BGP.PeersV4, out.Status.BGP.PeersV6...) {
-		ips = append(ips, p.PeerIP)
-	}
-	require.Equal(t, []string{"10.0.0.1", "10.0.0.3", "10.0.0.4", "10.0.0.5", "fd00::1"}, ips)
-	require.Len(t, cns.Status.BGP.PeersV4, 6, "cns itself unchanged")
 }

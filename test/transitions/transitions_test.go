@@ -360,7 +360,7 @@ spec:
 // no restart of a session that was up; the check now leaves out the first sessions of BIRDs
 // started in the event (run 5 had the same, a connection collision, and passed). Runs 3 to 6 ran
 // with BGP health taking a route reflector whose sessions (re)started for alive only once a
-// session of its new role is Established (bgphealth.go roleSessionUp): a client promoted by the
+// session of its new role is Established (internal/sessions RoleUp): a client promoted by the
 // rack split was reported with its client sessions to its old route reflectors Established until
 // its BIRD loaded the new role, and BGP health, taking that for alive, judged it down when its
 // new sessions came up slower than gracePeriod: the likely cause of the run at load 54 above

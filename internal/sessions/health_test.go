@@ -1,4 +1,4 @@
-package reconciler
+package sessions
 
 import (
 	"testing"
@@ -28,7 +28,7 @@ func TestHealthFingerprint(t *testing.T) {
 		return s
 	}
 	up, down := apiv3.BGPSessionStateEstablished, apiv3.BGPSessionStateActive
-	base := healthFingerprint([]*apiv3.CalicoNodeStatus{status("a", now, up, down), status("b", now, up)}, now)
+	base := Fingerprint([]*apiv3.CalicoNodeStatus{status("a", now, up, down), status("b", now, up)}, now)
 	for _, tt := range []struct {
 		name string
 		list []*apiv3.CalicoNodeStatus
@@ -45,7 +45,7 @@ func TestHealthFingerprint(t *testing.T) {
 		{"a's IPv6 sessions up too", []*apiv3.CalicoNodeStatus{with6(status("a", now, up, down), up), status("b", now, up)}, now, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := healthFingerprint(tt.list, tt.at) == base; got != tt.same {
+			if got := Fingerprint(tt.list, tt.at) == base; got != tt.same {
 				t.Errorf("same fingerprint = %v, want %v", got, tt.same)
 			}
 		})

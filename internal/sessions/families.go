@@ -1,9 +1,12 @@
-package reconciler
+// Package sessions is the session verifier: it owns every CalicoNodeStatus the product creates
+// (one per node it reads, named, labelled and listed per policy: Owner) and reads the BGP sessions
+// calico-node reports there, per address family. It decides nothing: which sessions to await and
+// what a wait decides are the reconciler's.
+package sessions
 
 import (
 	"net"
 	"slices"
-	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 
@@ -19,8 +22,8 @@ import (
 // BGP health and the BGPSessions handover therefore read each family from its own list, and judge
 // only the families both ends have.
 
-// ipFamily is the family of an address (0 when it does not parse).
-func ipFamily(ip string) extender.Families {
+// IPFamily is the family of an address (0 when it does not parse).
+func IPFamily(ip string) extender.Families {
 	a := net.ParseIP(ip)
 	switch {
 	case a == nil:
@@ -32,11 +35,11 @@ func ipFamily(ip string) extender.Families {
 	}
 }
 
-// ipsFamilies are the families of a node's addresses.
-func ipsFamilies(ips []string) extender.Families {
+// IPsFamilies are the families of a node's addresses.
+func IPsFamilies(ips []string) extender.Families {
 	var f extender.Families
 	for _, ip := range ips {
-		f |= ipFamily(ip)
+		f |= IPFamily(ip)
 	}
 	return f
 }
@@ -80,7 +83,7 @@ func establishedIPs(cns *apiv3.CalicoNodeStatus) map[string]bool {
 			if p.State != apiv3.BGPSessionStateEstablished {
 				continue
 			}
-			if ip := net.ParseIP(p.PeerIP); ip != nil && ipFamily(p.PeerIP) == fam {
+			if ip := net.ParseIP(p.PeerIP); ip != nil && IPFamily(p.PeerIP) == fam {
 				up[ip.String()] = true
 			}
 		}
@@ -88,12 +91,12 @@ func establishedIPs(cns *apiv3.CalicoNodeStatus) map[string]bool {
 	return up
 }
 
-// rrFamilies are the families a route reflector peers in: those of its addresses and those its
+// RRFamilies are the families a route reflector peers in: those of its addresses and those its
 // status lists sessions of (cns may be nil). A route reflector whose addresses are unknown counts
 // as having its clients' families (no session is skipped for want of its address), and IPv4,
 // Calico's default, when nothing at all is known.
-func rrFamilies(ips []string, cns *apiv3.CalicoNodeStatus, clients extender.Families) extender.Families {
-	f := ipsFamilies(ips)
+func RRFamilies(ips []string, cns *apiv3.CalicoNodeStatus, clients extender.Families) extender.Families {
+	f := IPsFamilies(ips)
 	if f == 0 {
 		f = clients
 	}
@@ -112,7 +115,7 @@ func rrFamilies(ips []string, cns *apiv3.CalicoNodeStatus, clients extender.Fami
 func missingFamilies(ips []string, rr extender.Families, up map[string]bool) extender.Families {
 	var out extender.Families
 	for _, ip := range ips {
-		fam := ipFamily(ip)
+		fam := IPFamily(ip)
 		if fam == 0 || !rr.Has(fam) {
 			continue
 		}
@@ -131,7 +134,7 @@ func missingFamilies(ips []string, rr extender.Families, up map[string]bool) ext
 //     it, or the status lists sessions of it; it is down when none of its sessions is Established
 //     (not listed at all included: calico-node reports nothing of a BIRD6 that does not run).
 //
-// rr: the route reflector's families (rrFamilies); clients: the families of its clients'
+// rr: the route reflector's families (RRFamilies); clients: the families of its clients'
 // addresses. One broken client never makes a family down: its other sessions stay up.
 func downFamilies(cns *apiv3.CalicoNodeStatus, rr, clients extender.Families) extender.Families {
 	listed, up := listedFamilies(cns), establishedFamilies(cns)
@@ -140,52 +143,4 @@ func downFamilies(cns *apiv3.CalicoNodeStatus, rr, clients extender.Families) ex
 	}
 	judged := rr&clients | listed
 	return judged &^ up
-}
-
-// restartedAfter is cns without the Established sessions that BIRD's protocol table dates before
-// start less slack: a renumbering restarts every session the route reflector keeps, and is settled
-// only by sessions that came up again after it. A report made after the change can still show the
-// old sessions Established while the node's BIRD has not loaded it (its confd late: on the live
-// lab's follow loop, stalled 18 s under load, two renumberings 10 s apart reached BIRD together).
-// A promotion needs no such filter: the sessions it awaits, with its new clients, do not exist
-// before BIRD loads it. calico-node copies the table's since column (sessionSince), which moves
-// when a session comes up again. slack: a record's start is moved to when its reconcile's writes
-// were all made (transitions.Table.Restamp), seconds after the Node patch on a loaded machine. A
-// since that does not parse is kept: read as before. A calico-node whose BIRD prints another time
-// zone than UTC makes each renumbering wait its record's Max.
-func restartedAfter(cns *apiv3.CalicoNodeStatus, start time.Time, slack time.Duration) *apiv3.CalicoNodeStatus {
-	from := start.Add(-slack).Truncate(time.Second)
-	reported := cns.Status.LastUpdated.Time
-	keep := func(ps []apiv3.CalicoNodePeer) []apiv3.CalicoNodePeer {
-		return slices.DeleteFunc(slices.Clone(ps), func(p apiv3.CalicoNodePeer) bool {
-			at, ok := sessionSince(p.Since, reported)
-			return p.State == apiv3.BGPSessionStateEstablished && ok && at.Before(from)
-		})
-	}
-	out := *cns
-	out.Status.BGP.PeersV4, out.Status.BGP.PeersV6 = keep(cns.Status.BGP.PeersV4), keep(cns.Status.BGP.PeersV6)
-	return &out
-}
-
-// sessionSince reads a since column of BIRD's `show protocols` as calico-node reports it: BIRD 1.6
-// prints hh:mm:ss (the node's local time; calico-node's image runs in UTC) for the last 20 hours,
-// BIRD 2 adds milliseconds, and both print a date for older states. A time of day is taken on the
-// date of reported, the report's time, or the day before when that would be in the future.
-func sessionSince(since string, reported time.Time) (time.Time, bool) {
-	if d, err := time.Parse(time.DateOnly, since); err == nil {
-		return d, true
-	}
-	for _, layout := range []string{time.TimeOnly, "15:04:05.000"} {
-		c, err := time.Parse(layout, since)
-		if err != nil {
-			continue
-		}
-		r := reported.UTC()
-		at := time.Date(r.Year(), r.Month(), r.Day(), c.Hour(), c.Minute(), c.Second(), c.Nanosecond(), time.UTC)
-		if at.After(r.Add(time.Minute)) {
-			at = at.AddDate(0, 0, -1)
-		}
-		return at, true
-	}
-	return time.Time{}, false
 }
