@@ -126,12 +126,7 @@ func startPooled(t *testing.T) *pooledEnv {
 	envPool.mu.Lock()
 	envPool.all = append(envPool.all, p)
 	envPool.mu.Unlock()
-	env.CreateNamespace(t, testenv.ChartNamespace)
-	calicoCRDs, err := crds.Dir()
-	require.NoError(t, err)
-	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
-		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"),
-		filepath.Join(calicoCRDs, "crd.projectcalico.org_caliconodestatuses.yaml"), testenv.RepoPath(t, "policy/crd"))
+	InstallTestCRDs(t, env)
 	p.crds, p.namespaces, err = clusterShape(t.Context(), env)
 	require.NoError(t, err)
 	return p
@@ -267,4 +262,17 @@ func MarkLeaked(env *testenv.Env) { leaked.Store(env, true) }
 func leakedReplicas(env *testenv.Env) bool {
 	_, ok := leaked.Load(env)
 	return ok
+}
+
+// InstallTestCRDs gives a new API server what the product's tests here need of a cluster: the
+// chart's namespace, Calico's BGPPeer, BGPConfiguration and CalicoNodeStatus CRDs and the
+// policy's.
+func InstallTestCRDs(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	env.CreateNamespace(t, testenv.ChartNamespace)
+	calicoCRDs, err := crds.Dir()
+	require.NoError(t, err)
+	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
+		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"),
+		filepath.Join(calicoCRDs, "crd.projectcalico.org_caliconodestatuses.yaml"), testenv.RepoPath(t, "policy/crd"))
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/serve"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -90,12 +88,7 @@ func newEnv(t *testing.T, opts ...testenv.Option) *world {
 		env = serve.SharedEnv(t) // see envPool in envpool_test.go
 	} else {
 		env = testenv.Start(t, append([]testenv.Option{testenv.WithChartRBAC()}, opts...)...)
-		env.CreateNamespace(t, testenv.ChartNamespace)
-		calicoCRDs, err := crds.Dir()
-		require.NoError(t, err)
-		testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
-			filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"),
-			filepath.Join(calicoCRDs, "crd.projectcalico.org_caliconodestatuses.yaml"), testenv.RepoPath(t, "policy/crd"))
+		serve.InstallTestCRDs(t, env)
 	}
 	w := &world{t: t, env: env}
 	var err error

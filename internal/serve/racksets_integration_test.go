@@ -55,7 +55,11 @@ func TestRackSetMigrationOnRealAPIServer(t *testing.T) {
 				return fmt.Errorf("BGPPeer %s: no node carries its set", p)
 			}
 		}
-		for _, old := range formerNames(s) {
+		former, err := formerNames(s)
+		if err != nil {
+			return err
+		}
+		for _, old := range former {
 			if s.peers[extender.BGPPeerPrefix+old] {
 				return fmt.Errorf("BGPPeer %s%s: named as the former scheme names a rack set", extender.BGPPeerPrefix, old)
 			}
@@ -68,7 +72,11 @@ func TestRackSetMigrationOnRealAPIServer(t *testing.T) {
 	ctx := t.Context()
 	s := w.snapshot()
 	rrsBefore := slices.Sorted(maps.Keys(s.rrs))
-	formerName := formerNames(s) // rack set -> its former name
+	formerName, err := formerNames(s) // rack set -> its former name
+	require.NoError(t, err)
+	for _, old := range formerName {
+		require.False(t, s.peers[extender.BGPPeerPrefix+old], "BGPPeer %s%s before the copies", extender.BGPPeerPrefix, old)
+	}
 	require.Len(t, formerName, 3, "a rack set per zone: %v", formerName)
 	// As the product's service account: the BGPPeer guard, whose replica is down, fails closed for
 	// everyone else.
@@ -213,17 +221,33 @@ func TestRackRouteReflectorReplacedOnRealAPIServer(t *testing.T) {
 }
 
 // formerNames are the names the former scheme gave the snapshot's rack sets (rack set -> the hash
-// of its route reflectors' names).
-func formerNames(s *snapshot) map[string]string {
+// of its route reflectors' names, read from the sets' clients); an error when two clients of a set
+// list different route reflectors, or two sets' names are one (a client still moving: the copies
+// the test writes would collide, AlreadyExists in two .ci/runs on 2026-12-02).
+func formerNames(s *snapshot) (map[string]string, error) {
 	out := map[string]string{}
-	for _, n := range s.nodes {
+	for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
+		n := s.nodes[name]
 		set := n.Labels[extender.LabelPeeringSet]
-		if rrs := n.Annotations[extender.AnnotationRouteReflectors]; strings.HasPrefix(set, "rack-") && rrs != "" {
-			names := strings.Split(rrs, ",")
-			slices.Sort(names)
-			h := sha256.Sum256([]byte(strings.Join(names, ",")))
-			out[set] = hex.EncodeToString(h[:5])
+		rrs := n.Annotations[extender.AnnotationRouteReflectors]
+		if !strings.HasPrefix(set, "rack-") || rrs == "" {
+			continue
+		}
+		names := strings.Split(rrs, ",")
+		slices.Sort(names)
+		h := sha256.Sum256([]byte(strings.Join(names, ",")))
+		old := hex.EncodeToString(h[:5])
+		if had, ok := out[set]; ok && had != old {
+			return nil, fmt.Errorf("rack set %s: %s lists route reflectors %s, another client others", set, name, rrs)
+		}
+		out[set] = old
+	}
+	for set, old := range out {
+		for other, o := range out {
+			if other != set && o == old {
+				return nil, fmt.Errorf("rack sets %s and %s: one former name %s", set, other, old)
+			}
 		}
 	}
-	return out
+	return out, nil
 }
