@@ -147,6 +147,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	}
 	r.healthSeen[st.Name] = sessions.Fingerprint(list, st.Now)
 	r.mu.Unlock()
+	m := r.memo(st.Name)
 	st.HealthStatuses = make(map[string]bool, len(rrs))
 	st.HealthReported = make(map[string]bool, len(rrs))
 	for _, rr := range rrs {
@@ -154,7 +155,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		if have[rr] != nil {
 			at := have[rr].Status.LastUpdated.Time
 			st.HealthReported[rr] = !at.IsZero()
-			if m := r.memo(st.Name); st.HealthReported[rr] && (m.trans.ReportsSeen.IsZero() || at.Before(m.trans.ReportsSeen)) {
+			if st.HealthReported[rr] && (m.trans.ReportsSeen.IsZero() || at.Before(m.trans.ReportsSeen)) {
 				m.trans.ReportsSeen = at // calico-node reports (transitions.Reporting)
 			}
 			continue
@@ -166,7 +167,6 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			r.Log.Error(err, "bgpHealth: creating CalicoNodeStatus", "node", rr)
 		}
 	}
-	m := r.memo(st.Name)
 
 	r.mu.Lock()
 	prev := r.bgp[st.Name]

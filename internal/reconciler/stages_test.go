@@ -262,20 +262,11 @@ func TestUnrecordedRenumberingWaits(t *testing.T) {
 // report dates the sessions before the transition, no second renumbering goes until the record's
 // Max; once a report dates them after the first renumbering, the second goes within seconds.
 func TestRenumberingWaitsForRestartedSessions(t *testing.T) {
-	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
-		s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(30))}
-		s.Handover = v1alpha1.HandoverBGPSessions
-	}, ipCluster(90))
-	allUp := func(string, string, extender.Families) bool { return true }
-	old := h.now.Add(-time.Hour).UTC().Format(time.TimeOnly)
+	var old string
 	stale := func(string) string { return old }
-	for range 3 {
-		h.reconcile()
-		h.calicoNodeSince(allUp, stale)
-		h.now = h.now.Add(time.Minute)
-	}
-	h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) {
-		s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(12))}
+	h := rackSplitReported(t, func(h *harness) func(string) string {
+		old = h.now.Add(-time.Hour).UTC().Format(time.TimeOnly)
+		return stale
 	})
 	var first time.Time
 	for step := 0; step < 60; step++ {
@@ -321,25 +312,41 @@ func (r managedFieldsReader) Get(ctx context.Context, key client.ObjectKey, obj 
 	return nil
 }
 
+// allUp reports every session Established (calicoNodeBy, calicoNodeSince).
+func allUp(string, string, extender.Families) bool { return true }
+
+// rackSplitReported is 90 nodes under Hierarchical racks of 30 with handover BGPSessions,
+// settled over three reconciles a minute apart with every session reported Established, each
+// report's since column as the function since returns (given the harness) says; then its racks
+// split to 12, which renumbers six route reflectors that keep their role, one at a time.
+func rackSplitReported(t *testing.T, since func(h *harness) func(rr string) string) *harness {
+	t.Helper()
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(30))}
+		s.Handover = v1alpha1.HandoverBGPSessions
+	}, ipCluster(90))
+	at := since(h)
+	for range 3 {
+		h.reconcile()
+		h.calicoNodeSince(allUp, at)
+		h.now = h.now.Add(time.Minute)
+	}
+	h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(12))}
+	})
+	return h
+}
+
 // TestRenumberingWaitsForAReportAcrossAFailover: once a report settled a renumbering, calico-node
 // is known to report, and a new leader that finds the next renumbering's record with no report of
 // it waits for a fresh one until Max, not Settle: a confd or BIRD late past Settle (the live lab's
 // follow loop stalled 15 s) must not let two renumberings reach BIRD together. Without Reporting
 // the third renumbering came Settle (10 s) after the new leader's read.
 func TestRenumberingWaitsForAReportAcrossAFailover(t *testing.T) {
-	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
-		s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(30))}
-		s.Handover = v1alpha1.HandoverBGPSessions
-	}, ipCluster(90))
-	allUp := func(string, string, extender.Families) bool { return true }
-	fresh := func(string) string { return h.now.Add(-time.Second).UTC().Format(time.TimeOnly) }
-	for range 3 {
-		h.reconcile()
-		h.calicoNodeSince(allUp, fresh)
-		h.now = h.now.Add(time.Minute)
-	}
-	h.editPolicy(func(s *v1alpha1.RouteReflectorPolicySpec) {
-		s.Topology = &v1alpha1.Topology{Type: v1alpha1.Hierarchical, MaxRackSize: ptrTo(int32(12))}
+	var fresh func(string) string
+	h := rackSplitReported(t, func(h *harness) func(string) string {
+		fresh = func(string) string { return h.now.Add(-time.Second).UTC().Format(time.TimeOnly) }
+		return fresh
 	})
 	var at []time.Time // the renumberings
 	for step := 0; len(at) < 2; step++ {

@@ -93,7 +93,8 @@ type Record struct {
 	Started time.Time
 	Waits
 	// Seen: a fresh report (Fresh) of the node was read; Up: it showed every awaited session
-	// Established (or none was awaited: Settled); Alive: BGP health saw a session of the node's role Established since Started.
+	// Established (or none was awaited: Settled); Alive: BGP health saw a session of the node's
+	// role Established since Started.
 	Seen, Up, Alive bool
 	// Pending: started, its move not yet confirmed made (Restamp confirms it).
 	Pending bool
