@@ -47,7 +47,7 @@ func etcdOptions(endpoints string) func(*serve.Options) {
 // newEtcdWorld starts the product from the chart with Calico's etcd datastore (the test
 // environment's etcd) and returns a client of that etcd, as calicoctl would use.
 func newEtcdWorld(t *testing.T) (*world, *calicoetcd.Store) {
-	w := newEnv(t, ownAPIServer) // Calico's keys in its etcd: not reset for another test
+	w := newEnv(t)
 	w.port = testenv.FreePort(t)
 	w.install(w.port)
 	w.rep = w.start(w.port, true, etcdOptions(w.env.EtcdURL))

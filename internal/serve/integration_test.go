@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico/crds"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/serve"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -39,8 +41,6 @@ type replica struct {
 	cancel  context.CancelFunc
 	done    chan error
 	stopped atomic.Bool
-	// timedOut: stop gave up waiting for the manager to return.
-	timedOut atomic.Bool
 }
 
 // world is a real kube-apiserver with the product's webhooks registered against a replica
@@ -66,13 +66,8 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
-// ownAPIServer is a no-op option: newEnv(t, ownAPIServer) starts an API server of the test's own
-// rather than one of the pool's.
-func ownAPIServer(*testenv.Options) {}
-
 // newEnv starts the API server (with opts) with Calico's and the policy's CRDs and writes the
-// webhook's serving certificate. With no option the API server is one of the pool's (envPool):
-// the test has it alone, reset to what a new one holds; ownAPIServer asks for one of its own.
+// webhook's serving certificate.
 func newEnv(t *testing.T, opts ...testenv.Option) *world {
 	if testing.Short() {
 		t.Skip("integration test: needs kube-apiserver and etcd (hack/tools.sh)")
@@ -83,13 +78,8 @@ func newEnv(t *testing.T, opts ...testenv.Option) *world {
 	} else {
 		ctrl.SetLogger(logr.Discard())
 	}
-	var env *testenv.Env
-	if len(opts) == 0 {
-		env = serve.SharedEnv(t) // see envPool in envpool_test.go
-	} else {
-		env = testenv.Start(t, append([]testenv.Option{testenv.WithChartRBAC()}, opts...)...)
-		serve.InstallTestCRDs(t, env)
-	}
+	env := testenv.Start(t, append([]testenv.Option{testenv.WithChartRBAC()}, opts...)...)
+	env.CreateNamespace(t, testenv.ChartNamespace)
 	w := &world{t: t, env: env}
 	var err error
 	w.admin, err = kubernetes.NewForConfig(env.Config)
@@ -98,6 +88,11 @@ func newEnv(t *testing.T, opts ...testenv.Option) *world {
 	require.NoError(t, err)
 	w.dyn, err = dynamic.NewForConfig(env.Config)
 	require.NoError(t, err)
+	calicoCRDs, err := crds.Dir()
+	require.NoError(t, err)
+	testenv.InstallCRDs(t, env.Config, filepath.Join(calicoCRDs, "crd.projectcalico.org_bgppeers.yaml"),
+		filepath.Join(calicoCRDs, "crd.projectcalico.org_bgpconfigurations.yaml"),
+		filepath.Join(calicoCRDs, "crd.projectcalico.org_caliconodestatuses.yaml"), testenv.RepoPath(t, "policy/crd"))
 	w.certDir = t.TempDir()
 	w.caPEM, err = testenv.WriteWebhookCert(w.certDir)
 	require.NoError(t, err)
@@ -138,11 +133,7 @@ func (w *world) start(port int, leader bool, opts ...func(*serve.Options)) *repl
 	}
 	r := &replica{srv: srv, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- srv.Manager.Start(ctx) }()
-	w.t.Cleanup(func() {
-		if r.stop(); r.timedOut.Load() {
-			serve.MarkLeaked(w.env) // its manager may still write: the API server is not reused
-		}
-	})
+	w.t.Cleanup(func() { r.stop() })
 	w.eventually("replica ready", 60*time.Second, func() error {
 		if !srv.Synced() || leader && !srv.Ledger.Leader() {
 			return fmt.Errorf("synced %v, leader %v", srv.Synced(), srv.Ledger.Leader())
@@ -164,7 +155,6 @@ func (r *replica) stop() {
 	select {
 	case <-r.done:
 	case <-time.After(70 * time.Second):
-		r.timedOut.Store(true)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 )
 
@@ -19,7 +20,7 @@ import (
 // list, watch-list stream and watch, and the takeover's pages of metadata, return nodes without what the cache never keeps (images, node info, managed
 // fields, other annotations) and with what it keeps (labels, Calico's address, conditions).
 func TestNodeListWatchDecodesShort(t *testing.T) {
-	env := SharedEnv(t) // envpool_test.go
+	env := testenv.Start(t)
 	admin := kubernetes.NewForConfigOrDie(env.Config)
 	n := nodetest.DefaultKubeletFleet().Kubelet(3, time.Now())
 	n.Annotations[extender.AnnotationCalicoIPv4] = "10.16.0.3/16"

@@ -16,6 +16,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/testenv/nodetest"
 )
 
@@ -25,7 +26,7 @@ import (
 // version is held back, and its cache then holds every node at least at the version a consistent
 // list taken before the takeover shows: what the read would have proven.
 func TestCatchUpByWatchOnRealAPIServer(t *testing.T) {
-	env := SharedEnv(t) // envpool_test.go
+	env := testenv.Start(t)
 	admin := kubernetes.NewForConfigOrDie(env.Config)
 	const nodes = 40
 	for i := range nodes {
