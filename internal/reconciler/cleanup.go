@@ -16,6 +16,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/releaseplan"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
@@ -96,7 +97,7 @@ func (r *Reconciler) cleanup(ctx context.Context, st *State) error {
 		// goes through one route reflector (release.go): the release BGPPeer to it, the others
 		// released one at a time, then the mesh comes back on, and every policy being deleted
 		// waits removalDelay for the mesh sessions before the rest goes.
-		if _, why := restoresMesh(st.Managed.Resolved, len(r.Nodes.List())); why != "" {
+		if _, why := releaseplan.RestoresMesh(st.Managed.Resolved, len(r.Nodes.List())); why != "" {
 			return r.keepLayout(ctx, st, cfg, why)
 		}
 		if done, err := r.boundedRelease(ctx, st, cfg, false); !done || err != nil {
@@ -292,7 +293,7 @@ func (r *Reconciler) ensureReleaseBridge(ctx context.Context, st *State, keeper 
 }
 
 // waitWhileReleaseLoses says whether the next step of a deleted policy's release must wait: the
-// graph model of the cluster as it would be without the policy's roles and labels (releaseSim),
+// graph model of the cluster as it would be without the policy's roles and labels (releaseplan.Sim),
 // and without its BGPPeers unless keepPeers (the release BGPPeer kept then, to the policy's
 // keeper), with the mesh on or off, finds pairs it would lose (logged with what, and requeued).
 func (r *Reconciler) waitWhileReleaseLoses(ctx context.Context, st *State, mesh, keepPeers bool, what string) (bool, error) {
@@ -304,7 +305,7 @@ func (r *Reconciler) waitWhileReleaseLoses(ctx context.Context, st *State, mesh,
 	if keepPeers {
 		keeper = st.Policy.Annotations[AnnotationReleaseKeeper]
 	}
-	m, err := sim.model(nil, true, keeper, !keepPeers, mesh)
+	m, err := sim.Model(nil, true, keeper, !keepPeers, mesh)
 	if err != nil || m.Summary.MissingPairs == 0 {
 		return false, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/releaseplan"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -185,8 +186,8 @@ func TestPolicyDeletionBoundedRelease(t *testing.T) {
 			routes, sessions := run.peak()
 			t.Logf("%s: %d passes, busiest node %.0f routes before, %.0f after, peak %.2f times the steady routes, %.2f the route reflectors' sessions",
 				tc.name, run.passes, run.before.Summary.MaxRoutesPerNode, run.after.Summary.MaxRoutesPerNode, routes, sessions)
-			require.LessOrEqual(t, routes, releaseBound, "routes")
-			require.LessOrEqual(t, sessions, releaseBound, "sessions")
+			require.LessOrEqual(t, routes, releaseplan.Bound, "routes")
+			require.LessOrEqual(t, sessions, releaseplan.Bound, "sessions")
 			require.NotEmpty(t, run.bridges, "a release BGPPeer")
 			for _, b := range run.bridges {
 				require.Regexp(t, `^!has\(routereflector.io/rr-id\) -> routereflector.io/rr-id in \{'[^',]+'\}$`, b)
@@ -264,8 +265,8 @@ func TestPolicyDeletionThresholdIsTheClusters(t *testing.T) {
 			run := h.deleteAndRelease()
 			routes, sessions := run.peak()
 			t.Logf("%q: %d passes, peak %.2f times the steady routes, %.2f the sessions", mode, run.passes, routes, sessions)
-			require.LessOrEqual(t, routes, releaseBound)
-			require.LessOrEqual(t, sessions, releaseBound)
+			require.LessOrEqual(t, routes, releaseplan.Bound)
+			require.LessOrEqual(t, sessions, releaseplan.Bound)
 			if mode == "" {
 				require.True(t, meshOff(h), "the mesh stays off above 100 nodes")
 				require.Equal(t, rrs, h.rrs())
@@ -297,7 +298,7 @@ func TestRestoresMesh(t *testing.T) {
 		{v1alpha1.ReleaseMeshKeep, 100, 3, false},
 	} {
 		p.ReleaseMesh, p.MaxMeshNodes = tc.mode, tc.max
-		got, why := restoresMesh(&p, tc.nodes)
+		got, why := releaseplan.RestoresMesh(&p, tc.nodes)
 		require.Equalf(t, tc.want, got, "%s, max %d, %d nodes: %s", tc.mode, tc.max, tc.nodes, why)
 		require.Equal(t, got, why == "", why)
 	}
@@ -365,8 +366,8 @@ func TestPoliciesDeletedAtOnceBoundedRelease(t *testing.T) {
 	routes, sessions := run.peak()
 	t.Logf("%d passes: busiest node %.0f routes before, %.0f after, peak %.2f times the steady routes, %.2f the sessions",
 		run.passes, run.before.Summary.MaxRoutesPerNode, run.after.Summary.MaxRoutesPerNode, routes, sessions)
-	require.LessOrEqual(t, routes, releaseBound, "routes")
-	require.LessOrEqual(t, sessions, releaseBound, "sessions")
+	require.LessOrEqual(t, routes, releaseplan.Bound, "routes")
+	require.LessOrEqual(t, sessions, releaseplan.Bound, "sessions")
 	require.NotContains(t, strings.Join(append(events, h.events()...), "\n"), EventLayoutKept)
 }
 
@@ -386,8 +387,8 @@ func TestPolicyDeletionMeshOnBoundedRelease(t *testing.T) {
 	routes, sessions := run.peak()
 	t.Logf("%d passes: busiest node %.0f routes before, %.0f after, peak %.2f times the steady routes, %.2f the sessions",
 		run.passes, run.before.Summary.MaxRoutesPerNode, run.after.Summary.MaxRoutesPerNode, routes, sessions)
-	require.LessOrEqual(t, routes, releaseBound, "routes")
-	require.LessOrEqual(t, sessions, releaseBound, "sessions")
+	require.LessOrEqual(t, routes, releaseplan.Bound, "routes")
+	require.LessOrEqual(t, sessions, releaseplan.Bound, "sessions")
 	for _, b := range run.bridges {
 		require.Regexp(t, `^!has\(routereflector.io/rr-id\) -> routereflector.io/rr-id in \{'[^',]+'\}$`, b)
 	}

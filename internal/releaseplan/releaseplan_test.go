@@ -1,14 +1,14 @@
-package reconciler
+package releaseplan
 
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/bgpmodel"
@@ -19,24 +19,24 @@ import (
 
 // planned is a plan applied: the nodes with the plan's labels and annotations, and its BGPPeers,
 // as the release's simulation reads the cluster.
-func planned(t testing.TB, in extender.Input, res *extender.Result) *releaseSim {
+func planned(t testing.TB, in extender.Input, res *extender.Result) *Sim {
 	t.Helper()
 	byName := map[string]*extender.Node{}
 	for _, n := range in.Nodes {
 		byName[n.Name] = n
 	}
-	s := &releaseSim{p: in.Policy, name: in.Policy.Name, bridge: extender.ReleaseBGPPeer(in.Policy, "").Name}
+	var nodes []*extender.Node
 	for _, st := range res.Nodes {
 		n := byName[st.Name].DeepCopy()
 		n.Labels = extender.ApplyOwned(n.Labels, extender.OwnedLabelKeys(in.Policy.RRLabelKey), st.Labels)
 		n.Annotations = extender.ApplyOwned(n.Annotations, extender.OwnedAnnotationKeys(), st.Annotations)
-		s.nodes = append(s.nodes, n)
+		nodes = append(nodes, n)
 	}
-	slices.SortFunc(s.nodes, func(a, b *extender.Node) int { return strings.Compare(a.Name, b.Name) })
+	var peers []*apiv3.BGPPeer
 	for _, b := range res.BGPPeers {
-		s.peers = append(s.peers, apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Labels: b.Labels}, Spec: b.Spec})
+		peers = append(peers, &apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Labels: b.Labels}, Spec: b.Spec})
 	}
-	return s
+	return New(in.Policy, in.Policy.Name, nodes, peers)
 }
 
 // TestReleaseFiguresRacksOf8: the case by the graph model: the product's DualPlane plan of
@@ -47,7 +47,7 @@ func planned(t testing.TB, in extender.Input, res *extender.Result) *releaseSim 
 // reflectors' sessions, with no pair lost at any step.
 func TestReleaseFiguresRacksOf8(t *testing.T) {
 	p := policy.Default("racks")
-	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptrTo(int32(8))}
+	p.Spec.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptr.To(int32(8))}
 	r, errs := policy.Resolve(p)
 	require.NoError(t, errs.ToAggregate())
 	nodes, err := nodesource.Simulate(24, 2)
@@ -55,19 +55,19 @@ func TestReleaseFiguresRacksOf8(t *testing.T) {
 	in := extender.Input{Policy: r, Nodes: extender.FromNodes(nodes), Now: nodesource.SimulationStart.Add(24 * 3600e9)}
 	res := extender.Plan(in)
 	s := planned(t, in, res)
-	require.Len(t, s.policyRRs(), 10)
-	ok, _ := restoresMesh(r, len(s.nodes))
+	require.Len(t, s.PolicyRRs(), 10)
+	ok, _ := RestoresMesh(r, len(s.nodes))
 	require.True(t, ok, "24 nodes: the mesh comes back")
 
-	before, err := s.model(nil, false, "", false, false)
+	before, err := s.Model(nil, false, "", false, false)
 	require.NoError(t, err)
-	after, err := s.model(nil, true, "", true, true)
+	after, err := s.Model(nil, true, "", true, true)
 	require.NoError(t, err)
 	// The old release BGPPeer: nodeSelector all(), every route reflector of the policy, mesh on.
 	old := s.peers
 	s.peers = append(slices.Clone(old), apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: "old-release"},
 		Spec: apiv3.BGPPeerSpec{NodeSelector: "all()", PeerSelector: extender.RouteReflectorSelector(r.RRLabelKey, r.RRLabelValue)}})
-	exploded, err := s.model(nil, false, "", false, true)
+	exploded, err := s.Model(nil, false, "", false, true)
 	require.NoError(t, err)
 	s.peers = old
 	oldPeak := 0.0
@@ -76,14 +76,14 @@ func TestReleaseFiguresRacksOf8(t *testing.T) {
 	}
 	require.Equal(t, 117124.0, exploded.Summary.MaxRoutesPerNode, "the old release's busiest node")
 
-	plan := s.plan(false)
-	require.NotEmpty(t, plan.keeper, plan.why)
+	plan := s.Plan(false)
+	require.NotEmpty(t, plan.Keeper, plan.Why)
 	t.Logf("24 nodes, racks of 8: busiest node %.0f routes before, %.0f after; old release %.0f (%.0f times the steady state); through %s: %d steps, peak %.2f times the steady routes, %.2f the route reflectors' sessions",
-		before.Summary.MaxRoutesPerNode, after.Summary.MaxRoutesPerNode, exploded.Summary.MaxRoutesPerNode, oldPeak, plan.keeper, plan.steps, plan.peakRoutes, plan.peakSessions)
+		before.Summary.MaxRoutesPerNode, after.Summary.MaxRoutesPerNode, exploded.Summary.MaxRoutesPerNode, oldPeak, plan.Keeper, plan.Steps, plan.PeakRoutes, plan.PeakSessions)
 	require.Greater(t, oldPeak, 1000.0)
-	require.LessOrEqual(t, plan.peakRoutes, releaseBound)
-	require.LessOrEqual(t, plan.peakSessions, releaseBound)
-	require.Equal(t, "1.87 1.00", fmt.Sprintf("%.2f %.2f", plan.peakRoutes, plan.peakSessions))
+	require.LessOrEqual(t, plan.PeakRoutes, Bound)
+	require.LessOrEqual(t, plan.PeakSessions, Bound)
+	require.Equal(t, "1.87 1.00", fmt.Sprintf("%.2f %.2f", plan.PeakRoutes, plan.PeakSessions))
 }
 
 // TestReleaseFiguresAtScale: at 5,000 and (without -short) 65,000 nodes in three zones, the
@@ -99,10 +99,10 @@ func TestReleaseFiguresAtScale(t *testing.T) {
 		in, res, err := bgpmodel.SamplePlan("DualPlane", n, 3)
 		require.NoError(t, err)
 		s := planned(t, in, res)
-		ok, why := restoresMesh(in.Policy, len(s.nodes))
+		ok, why := RestoresMesh(in.Policy, len(s.nodes))
 		require.False(t, ok)
 		require.Equal(t, fmt.Sprintf("the cluster has %d nodes, more than spec.release.maxMeshNodes (100): a node-to-node mesh there would hold %d sessions per node", n, n-1), why)
-		before, err := s.model(nil, false, "", false, false)
+		before, err := s.Model(nil, false, "", false, false)
 		require.NoError(t, err)
 		require.Zero(t, before.Summary.MissingPairs)
 		maxRRSessions := 0
@@ -115,6 +115,31 @@ func TestReleaseFiguresAtScale(t *testing.T) {
 		// steady state.
 		t.Logf("%d nodes: %d route reflectors; layout kept: busiest node %.0f routes (%.1f per prefix), busiest route reflector %d sessions, peak = steady (1.00); the old release: %d sessions per route reflector (%.0f times), the mesh back: %d per node",
 			n, before.Summary.RouteReflectors, before.Summary.MaxRoutesPerNode, before.Summary.MaxRoutesPerNode/float64(n), maxRRSessions, n-1, float64(n-1)/float64(maxRRSessions), n-1)
-		require.Greater(t, float64(n-1)/float64(maxRRSessions), releaseBound, "the old release exceeded the bound")
+		require.Greater(t, float64(n-1)/float64(maxRRSessions), Bound, "the old release exceeded the bound")
+	}
+}
+
+func TestRestoresMesh(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mesh  v1alpha1.ReleaseMesh
+		nodes int
+		want  bool
+		why   string
+	}{
+		{name: "Auto at maxMeshNodes", mesh: v1alpha1.ReleaseMeshAuto, nodes: 100, want: true},
+		{name: "Auto above maxMeshNodes", mesh: v1alpha1.ReleaseMeshAuto, nodes: 101,
+			why: "the cluster has 101 nodes, more than spec.release.maxMeshNodes (100): a node-to-node mesh there would hold 100 sessions per node"},
+		{name: "Restore above maxMeshNodes", mesh: v1alpha1.ReleaseMeshRestore, nodes: 5000, want: true},
+		{name: "Keep", mesh: v1alpha1.ReleaseMeshKeep, nodes: 3, why: "spec.release.nodeToNodeMesh is Keep"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, errs := policy.Resolve(policy.Default("p"))
+			require.NoError(t, errs.ToAggregate())
+			p.ReleaseMesh = tc.mesh
+			ok, why := RestoresMesh(p, tc.nodes)
+			require.Equal(t, tc.want, ok)
+			require.Equal(t, tc.why, why)
+		})
 	}
 }
