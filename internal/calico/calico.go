@@ -10,9 +10,11 @@
 package calico
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -110,4 +112,49 @@ func NeedsUpdate(cur, want *apiv3.BGPPeer) (*apiv3.BGPPeer, bool) {
 	}
 	maps.Copy(out.Labels, want.Labels)
 	return out, true
+}
+
+// Differs: NeedsUpdate finds a change between a and b.
+func Differs(a, b *apiv3.BGPPeer) bool {
+	_, changed := NeedsUpdate(a, b)
+	return changed
+}
+
+// Diff names the spec fields and owned labels in which have differs from want.
+func Diff(have, want *apiv3.BGPPeer) []string {
+	var out []string
+	h, w := fields(have.Spec), fields(want.Spec)
+	union := map[string]string{}
+	maps.Copy(union, h)
+	maps.Copy(union, w)
+	for _, k := range slices.Sorted(maps.Keys(union)) {
+		if h[k] != w[k] {
+			out = append(out, fmt.Sprintf("spec.%s %s (want %s)", k, orNone(h[k]), orNone(w[k])))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(want.Labels)) {
+		if have.Labels[k] != want.Labels[k] {
+			out = append(out, fmt.Sprintf("label %s=%q (want %q)", k, have.Labels[k], want.Labels[k]))
+		}
+	}
+	return out
+}
+
+// fields is a BGPPeer spec as its JSON fields, each value as JSON.
+func fields(s apiv3.BGPPeerSpec) map[string]string {
+	b, _ := json.Marshal(s)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = string(v)
+	}
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }

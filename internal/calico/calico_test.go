@@ -94,3 +94,27 @@ func TestCRDsFound(t *testing.T) {
 	require.NoError(t, err)
 	t.Log(d)
 }
+
+func TestDiff(t *testing.T) {
+	want := &apiv3.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"routereflector.io/policy": "a"}},
+		Spec: apiv3.BGPPeerSpec{NodeSelector: "all()", PeerSelector: "has(rr)"}}
+	for _, tc := range []struct {
+		name string
+		edit func(*apiv3.BGPPeer)
+		want []string
+	}{
+		{name: "same", edit: func(*apiv3.BGPPeer) {}},
+		{name: "a hand-written foreign label is no difference", edit: func(p *apiv3.BGPPeer) { p.Labels["team"] = "x" }},
+		{name: "selector changed", edit: func(p *apiv3.BGPPeer) { p.Spec.PeerSelector = "all()" },
+			want: []string{`spec.peerSelector "all()" (want "has(rr)")`}},
+		{name: "field added and label dropped", edit: func(p *apiv3.BGPPeer) { p.Spec.PeerIP = "10.0.0.1"; delete(p.Labels, "routereflector.io/policy") },
+			want: []string{`spec.peerIP "10.0.0.1" (want (none))`, `label routereflector.io/policy="" (want "a")`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			have := want.DeepCopy()
+			tc.edit(have)
+			require.Equal(t, tc.want, Diff(have, want))
+			require.Equal(t, len(tc.want) > 0, Differs(have, want))
+		})
+	}
+}

@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -172,61 +171,17 @@ func (r *Reconciler) peerDrift(have, want *apiv3.BGPPeer) string {
 	r.mu.Lock()
 	last := r.calicoPeers[want.Name]
 	r.mu.Unlock()
-	if last == nil || !equalPeer(last, want) {
+	if last == nil || calico.Differs(last, want) {
 		return ""
 	}
 	if r.Peers == nil {
 		if have == nil {
 			return fmt.Sprintf("BGPPeer %s deleted by hand, recreated", want.Name)
 		}
-		return fmt.Sprintf("BGPPeer %s changed by hand, reverted: %s", want.Name, strings.Join(peerDiff(have, want), "; "))
+		return fmt.Sprintf("BGPPeer %s changed by hand, reverted: %s", want.Name, strings.Join(calico.Diff(have, want), "; "))
 	}
 	if have == nil {
 		return fmt.Sprintf("BGPPeer %s deleted from etcd by hand, recreated", want.Name)
 	}
-	return fmt.Sprintf("BGPPeer %s in etcd changed by hand, reverted: %s", want.Name, strings.Join(peerDiff(have, want), "; "))
-}
-
-func equalPeer(a, b *apiv3.BGPPeer) bool {
-	_, changed := calico.NeedsUpdate(a, b)
-	return !changed
-}
-
-// peerDiff names the spec fields and owned labels in which have differs from want.
-func peerDiff(have, want *apiv3.BGPPeer) []string {
-	var out []string
-	h, w := fields(have.Spec), fields(want.Spec)
-	union := map[string]string{}
-	maps.Copy(union, h)
-	maps.Copy(union, w)
-	for _, k := range slices.Sorted(maps.Keys(union)) {
-		if h[k] != w[k] {
-			out = append(out, fmt.Sprintf("spec.%s %s (want %s)", k, orNone(h[k]), orNone(w[k])))
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(want.Labels)) {
-		if have.Labels[k] != want.Labels[k] {
-			out = append(out, fmt.Sprintf("label %s=%q (want %q)", k, have.Labels[k], want.Labels[k]))
-		}
-	}
-	return out
-}
-
-// fields is a BGPPeer spec as its JSON fields, each value as JSON.
-func fields(s apiv3.BGPPeerSpec) map[string]string {
-	b, _ := json.Marshal(s)
-	var m map[string]json.RawMessage
-	_ = json.Unmarshal(b, &m)
-	out := map[string]string{}
-	for k, v := range m {
-		out[k] = string(v)
-	}
-	return out
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "(none)"
-	}
-	return s
+	return fmt.Sprintf("BGPPeer %s in etcd changed by hand, reverted: %s", want.Name, strings.Join(calico.Diff(have, want), "; "))
 }
