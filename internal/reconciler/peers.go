@@ -10,8 +10,6 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 )
 
 // managedPeers selects the BGPPeers of a policy.
@@ -208,14 +206,11 @@ func membersUp(st *State, m *handoverMemo, rr, name string) bool {
 	if !rec.Fresh(cns.Status.LastUpdated.Time) {
 		return false
 	}
-	if r := m.trans.Get(transitions.Renumber, rr); r != nil {
-		cns = sessions.RestartedAfter(cns, r.Started, r.Settle)
-	}
-	members := map[string][]string{}
+	var members []string
 	for n, node := range st.View {
 		if n != rr && node.Labels[key] == set && extender.IsReady(node) {
-			members[n] = sessions.Addresses(st.healthIPs, st.View, n)
+			members = append(members, n)
 		}
 	}
-	return len(sessions.Missing(members, sessions.Addresses(st.healthIPs, st.View, rr), cns)) == 0
+	return len(missingPeers(m, rr, members, cns, st.View, st.healthIPs)) == 0
 }

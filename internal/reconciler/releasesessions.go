@@ -38,7 +38,8 @@ const unreported = sessions.Period*time.Second + transitions.DefaultMin
 
 // keeperSessionsWait says whether the release must wait for the keeper's sessions (requeued), with
 // change the record of the release's last change: its start, its Max the end of the wait, and its
-// freshness rule (transitions.Record.Fresh) which report of the keeper counts.
+// Min after its start the start of the keeper's Sessions record, read by the session verifier's
+// rule (observe).
 func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper string, change *transitions.Record) (bool, error) {
 	// wait waits unless the wait is over (then it goes on, saying why).
 	wait := func(why string) (bool, error) {
@@ -71,30 +72,37 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 	}) {
 		return false, nil // calico-node does not fill them in (before 3.22, or not running): removalDelay only
 	}
-	if !change.Fresh(cns.Status.LastUpdated.Time) {
-		return wait("the keeper's CalicoNodeStatus not reported since the last change")
-	}
 	nodes := r.Nodes.List()
 	view := make(map[string]*extender.Node, len(nodes))
 	for _, n := range nodes {
 		view[n.Name] = n
 	}
 	ips := r.calicoBGPAddresses(ctx, true)
-	keeperIPs := sessions.Addresses(ips, view, keeper)
-	if len(keeperIPs) == 0 {
+	if len(sessions.Addresses(ips, view, keeper)) == 0 {
 		return false, nil // no address to peer with: nothing calico-node can report
 	}
-	peers := map[string][]string{}
+	var peers []string
 	for _, n := range nodes {
-		if n.Name == keeper || n.Labels[extender.LabelRouteReflectorID] != "" || !extender.IsReady(n) {
-			continue
-		}
-		if a := sessions.Addresses(ips, view, n.Name); len(a) > 0 { // Calico peers with none without one
-			peers[n.Name] = a
+		if n.Name != keeper && n.Labels[extender.LabelRouteReflectorID] == "" && extender.IsReady(n) &&
+			len(sessions.Addresses(ips, view, n.Name)) > 0 { // Calico peers with none without an address
+			peers = append(peers, n.Name)
 		}
 	}
-	missing := sessions.Missing(peers, keeperIPs, cns)
-	if len(missing) == 0 {
+	// The keeper's Sessions record of these peers, started transitions.DefaultMin (the change's
+	// Min) after the last change: the verifier's freshness rule.
+	m, from, subject := r.memo(st.Name), change.Started.Add(change.Min), transitions.Subject(keeper, peers)
+	if rec := m.trans.Get(transitions.Sessions, subject); rec == nil || rec.Started.Before(from) {
+		m.trans.Drop(transitions.Sessions)
+	}
+	m.trans.Drop(transitions.Sessions, subject)
+	if m.trans.Hold(transitions.Sessions, subject, from, transitions.SessionsWaits).Up {
+		return false, nil
+	}
+	missing, ok := r.observe(m, keeper, peers, cns, view, ips)
+	switch {
+	case !ok:
+		return wait("the keeper's CalicoNodeStatus not reported since the last change")
+	case len(missing) == 0:
 		return false, nil
 	}
 	names := slices.Sorted(maps.Keys(missing))
