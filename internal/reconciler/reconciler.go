@@ -191,9 +191,12 @@ type State struct {
 	// waits for (moves.go): with handover BGPSessions the session verifier reads their
 	// CalicoNodeStatus.
 	SettleWaits map[string]bool
-	// lacking and sessionIPs are what the session verifier read (verify.go): route reflector ->
-	// its peers without an Established session, with the families they lack, in its report read
-	// in this reconcile; Calico's BGP addresses it read with them (nil in the Kubernetes datastore).
+	// statuses, lacking and sessionIPs are what the session verifier read (verify.go): the
+	// CalicoNodeStatuses it keeps by node; node -> its peers without an Established session, with
+	// the families they lack, in its report read in this reconcile (a node whose report did not
+	// count is not in it); Calico's BGP addresses it read with them (nil in the Kubernetes
+	// datastore).
+	statuses   map[string]*apiv3.CalicoNodeStatus
 	lacking    map[string]map[string]extender.Families
 	sessionIPs map[string][]string
 	// outside is what stageOutside read, once per reconcile: the nodes step's two stagings both

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"time"
 
-	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
-
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
@@ -21,8 +19,9 @@ import (
 // BGPPeer, or the last route reflector released, whose sessions all restart and which then peers
 // with the keeper as any node). It waits transitions.DefaultMax at most after that change, then
 // goes on as before (logged); without the CalicoNodeStatus API, or when calico-node does not fill
-// them in (one of the policy's is still empty a period and 3 s after it was written: calico-node
-// before 3.22), it waits removalDelay only, as before.
+// them in (the keeper's is still empty a period and 3 s after it was written: calico-node before
+// 3.22), it waits removalDelay only, as before. The session verifier keeps and reads the keeper's
+// (verify): its Sessions record of those nodes, started the change's Min after the change.
 //
 // On the live lab (TestTransitionsHistoryOnRealBIRD, event (f), 2026-11-27) both ends of a new
 // session were configured within milliseconds, BIRD's first connects failed, and the keeper's
@@ -32,8 +31,8 @@ import (
 
 // unreported is how long a CalicoNodeStatus may stay never filled in before the release takes it
 // that calico-node does not report (its period and transitions.DefaultMin; the release's first step
-// comes removalDelay, by default 5 minutes, after the keeper's is written): the keeper's, or any
-// other of the policy's (BGP health's, written long before).
+// comes removalDelay, by default 5 minutes, after the keeper's is written with the release
+// BGPPeer).
 const unreported = sessions.Period*time.Second + transitions.DefaultMin
 
 // keeperSessionsWait says whether the release must wait for the keeper's sessions (requeued), with
@@ -52,26 +51,6 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		st.requeue(handoverRetry)
 		return true, nil
 	}
-	list, err := r.statuses().List(ctx, st.Name)
-	if err != nil {
-		if sessions.Unavailable(err) {
-			return false, nil // no CalicoNodeStatus API: removalDelay only
-		}
-		return false, fmt.Errorf("listing CalicoNodeStatuses: %w", err)
-	}
-	i := slices.IndexFunc(list, func(o *apiv3.CalicoNodeStatus) bool { return o.Spec.Node == keeper })
-	if i < 0 {
-		if err := r.ensureKeeperStatus(ctx, st, keeper); err != nil {
-			return false, err
-		}
-		return wait("no CalicoNodeStatus of the keeper yet")
-	}
-	cns := list[i]
-	if cns.Status.LastUpdated.IsZero() && slices.ContainsFunc(list, func(o *apiv3.CalicoNodeStatus) bool {
-		return o.Status.LastUpdated.IsZero() && !o.CreationTimestamp.IsZero() && st.Now.Sub(o.CreationTimestamp.Time) >= unreported
-	}) {
-		return false, nil // calico-node does not fill them in (before 3.22, or not running): removalDelay only
-	}
 	nodes := r.Nodes.List()
 	view := make(map[string]*extender.Node, len(nodes))
 	for _, n := range nodes {
@@ -88,22 +67,23 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 			peers = append(peers, n.Name)
 		}
 	}
-	// The keeper's Sessions record of these peers, started transitions.DefaultMin (the change's
-	// Min) after the last change: the verifier's freshness rule.
-	m, from, subject := r.memo(st.Name), change.Started.Add(change.Min), transitions.Subject(keeper, peers)
-	if rec := m.trans.Get(transitions.Sessions, subject); rec == nil || rec.Started.Before(from) {
+	m, from := r.memo(st.Name), change.Started.Add(change.Min)
+	if rec := m.trans.Get(transitions.Sessions, transitions.Subject(keeper, peers)); rec != nil && rec.Started.Before(from) {
 		m.trans.Drop(transitions.Sessions)
 	}
-	m.trans.Drop(transitions.Sessions, subject)
-	if m.trans.Hold(transitions.Sessions, subject, from, transitions.SessionsWaits).Up {
-		return false, nil
-	}
-	missing, ok := r.observe(m, keeper, peers, cns, view, ips)
+	err := r.verify(ctx, st, m, map[string]*sessionNeed{keeper: {peers: peers}}, view, from)
+	cns, missing := st.statuses[keeper], st.lacking[keeper]
 	switch {
-	case !ok:
+	case err != nil && !sessions.Unavailable(err):
+		return false, err
+	case err != nil || sessionsUp(m, keeper, peers):
+		return false, nil // up, or no CalicoNodeStatus API: removalDelay only
+	case cns == nil:
+		return wait("no CalicoNodeStatus of the keeper yet")
+	case cns.Status.LastUpdated.IsZero() && !cns.CreationTimestamp.IsZero() && st.Now.Sub(cns.CreationTimestamp.Time) >= unreported:
+		return false, nil // calico-node does not fill them in (before 3.22, or not running): removalDelay only
+	case missing == nil:
 		return wait("the keeper's CalicoNodeStatus not reported since the last change")
-	case len(missing) == 0:
-		return false, nil
 	}
 	names := slices.Sorted(maps.Keys(missing))
 	return wait(fmt.Sprintf("%d nodes without an Established session to the keeper, e.g. %v", len(names), names[:min(5, len(names))]))

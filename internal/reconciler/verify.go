@@ -92,12 +92,21 @@ func (r *Reconciler) sessionNeeds(st *State, m *handoverMemo) map[string]*sessio
 	return need
 }
 
-// verifySessions is the session verifier's step (see above). Without the CalicoNodeStatus API (or
-// the right to use it) the waits fall back to their timers: an error here never stops the other
-// steps.
+// verifySessions is the session verifier's step (see above).
 func (r *Reconciler) verifySessions(ctx context.Context, st *State) error {
 	m := r.memo(st.Name)
-	need := r.sessionNeeds(st, m)
+	if err := r.verify(ctx, st, m, r.sessionNeeds(st, m), st.View, r.now()); err != nil {
+		r.Log.Error(err, "CalicoNodeStatus", "policy", st.Name)
+		st.requeue(5 * time.Second)
+	}
+	return nil
+}
+
+// verify keeps a Sessions record, started at from when it has none, for each node of need (those
+// of other nodes dropped), keeps the CalicoNodeStatuses of those not Up, and reads them (view: where
+// the peers' addresses are). Without the CalicoNodeStatus API (or the right to use it) the waits
+// fall back to their timers: the verifier's step logs an error, never stops the other steps.
+func (r *Reconciler) verify(ctx context.Context, st *State, m *handoverMemo, need map[string]*sessionNeed, view map[string]*extender.Node, from time.Time) error {
 	var want, keep []string
 	for _, rr := range slices.Sorted(maps.Keys(need)) {
 		if len(need[rr].peers) == 0 {
@@ -106,7 +115,7 @@ func (r *Reconciler) verifySessions(ctx context.Context, st *State) error {
 			}
 			continue
 		}
-		rec := m.trans.Hold(transitions.Sessions, transitions.Subject(rr, need[rr].peers), r.now(), transitions.SessionsWaits)
+		rec := m.trans.Hold(transitions.Sessions, transitions.Subject(rr, need[rr].peers), from, transitions.SessionsWaits)
 		keep = append(keep, rec.Node)
 		if !rec.Up {
 			want = append(want, rr)
@@ -114,15 +123,11 @@ func (r *Reconciler) verifySessions(ctx context.Context, st *State) error {
 	}
 	m.trans.Drop(transitions.Sessions, keep...)
 	statuses, err := r.syncNodeStatuses(ctx, st, m, want)
-	if err != nil {
-		r.Log.Error(err, "CalicoNodeStatus", "policy", st.Name)
-		st.requeue(5 * time.Second)
-	}
-	st.sessionIPs = r.calicoBGPAddresses(ctx, len(statuses) > 0)
+	st.statuses, st.sessionIPs = statuses, r.calicoBGPAddresses(ctx, len(statuses) > 0)
 	st.lacking = map[string]map[string]extender.Families{}
 	for _, rr := range want {
 		if cns := statuses[rr]; cns != nil {
-			if missing, ok := r.observe(m, rr, need[rr].peers, cns, st.View, st.sessionIPs); ok {
+			if missing, ok := r.observe(m, rr, need[rr].peers, cns, view, st.sessionIPs); ok {
 				st.lacking[rr] = missing
 			}
 		}
@@ -130,7 +135,7 @@ func (r *Reconciler) verifySessions(ctx context.Context, st *State) error {
 	if len(want) > 0 {
 		st.requeue(handoverRetry)
 	}
-	return nil
+	return err
 }
 
 // observe reads rr's report cns by the verifier's freshness rule (see above) for its Sessions record
@@ -163,9 +168,8 @@ func missingPeers(m *handoverMemo, rr string, peers []string, cns *apiv3.CalicoN
 	return sessions.Missing(addrs, sessions.Addresses(ips, view, rr), cns)
 }
 
-// sessionsUp: rr's Sessions record of its present peers (sessionPeers) is Up, or it has none.
-func sessionsUp(st *State, m *handoverMemo, clients map[string][]string, rr string) bool {
-	peers := sessionPeers(st, clients, rr)
+// sessionsUp: rr's Sessions record of these peers is Up, or it awaits none.
+func sessionsUp(m *handoverMemo, rr string, peers []string) bool {
 	rec := m.trans.Get(transitions.Sessions, transitions.Subject(rr, peers))
 	return len(peers) == 0 || rec != nil && rec.Up
 }
@@ -189,10 +193,11 @@ func meshRRs(st *State, clients map[string][]string) []string {
 func unverified(st *State, m *handoverMemo, clients map[string][]string, rrs []string) []string {
 	var out []string
 	for _, rr := range rrs {
-		if sessionsUp(st, m, clients, rr) {
+		peers := sessionPeers(st, clients, rr)
+		if sessionsUp(m, rr, peers) {
 			continue
 		}
-		for _, c := range sessionPeers(st, clients, rr) {
+		for _, c := range peers {
 			if l, read := st.lacking[rr]; !read || hasKey(l, c) {
 				out = union(out, []string{c})
 			}
