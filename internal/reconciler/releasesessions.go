@@ -88,14 +88,3 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 	names := slices.Sorted(maps.Keys(missing))
 	return wait(fmt.Sprintf("%d nodes without an Established session to the keeper, e.g. %v", len(names), names[:min(5, len(names))]))
 }
-
-// ensureKeeperStatus creates the keeper's CalicoNodeStatus (written with the release BGPPeer, so
-// that calico-node reports it by the time the first route reflector may go). Without the
-// CalicoNodeStatus API it does nothing: the release waits removalDelay only.
-func (r *Reconciler) ensureKeeperStatus(ctx context.Context, st *State, keeper string) error {
-	err := r.statuses().Create(ctx, st.Name, keeper)
-	if err == nil || sessions.Unavailable(err) {
-		return nil
-	}
-	return fmt.Errorf("creating the keeper's CalicoNodeStatus: %w", err)
-}

@@ -108,6 +108,7 @@ func (r *Reconciler) verifySessions(ctx context.Context, st *State) error {
 // fall back to their timers: the verifier's step logs an error, never stops the other steps.
 func (r *Reconciler) verify(ctx context.Context, st *State, m *handoverMemo, need map[string]*sessionNeed, view map[string]*extender.Node, from time.Time) error {
 	var want, keep []string
+	recs := map[string]*transitions.Record{}
 	for _, rr := range slices.Sorted(maps.Keys(need)) {
 		if len(need[rr].peers) == 0 {
 			if len(need[rr].settle) > 0 {
@@ -118,39 +119,27 @@ func (r *Reconciler) verify(ctx context.Context, st *State, m *handoverMemo, nee
 		rec := m.trans.Hold(transitions.Sessions, transitions.Subject(rr, need[rr].peers), from, transitions.SessionsWaits)
 		keep = append(keep, rec.Node)
 		if !rec.Up {
-			want = append(want, rr)
+			want, recs[rr] = append(want, rr), rec
 		}
 	}
 	m.trans.Drop(transitions.Sessions, keep...)
 	statuses, err := r.syncNodeStatuses(ctx, st, m, want)
 	st.statuses, st.sessionIPs = statuses, r.calicoBGPAddresses(ctx, len(statuses) > 0)
 	st.lacking = map[string]map[string]extender.Families{}
-	for _, rr := range want {
-		if cns := statuses[rr]; cns != nil {
-			if missing, ok := r.observe(m, rr, need[rr].peers, cns, view, st.sessionIPs); ok {
-				st.lacking[rr] = missing
-			}
+	for rr, rec := range recs {
+		// The freshness rule: made after its Sessions record and every other record of the node
+		// started, each record's Min after.
+		cns := statuses[rr]
+		if cns == nil || !rec.Fresh(cns.Status.LastUpdated.Time) || m.trans.Stale(rr, cns.Status.LastUpdated.Time) {
+			continue
 		}
+		st.lacking[rr] = missingPeers(m, rr, need[rr].peers, cns, view, st.sessionIPs)
+		m.trans.Observe(rr, cns.Status.LastUpdated.Time, len(st.lacking[rr]))
 	}
 	if len(want) > 0 {
 		st.requeue(handoverRetry)
 	}
 	return err
-}
-
-// observe reads rr's report cns by the verifier's freshness rule (see above) for its Sessions record
-// of peers (their addresses in view and ips) and the node's other records, and returns the peers
-// without an Established session with it; false: the report does not count.
-func (r *Reconciler) observe(m *handoverMemo, rr string, peers []string, cns *apiv3.CalicoNodeStatus,
-	view map[string]*extender.Node, ips map[string][]string) (map[string]extender.Families, bool) {
-	reported := cns.Status.LastUpdated.Time
-	rec := m.trans.Get(transitions.Sessions, transitions.Subject(rr, peers))
-	if rec == nil || !rec.Fresh(reported) || m.trans.Stale(rr, reported) {
-		return nil, false
-	}
-	missing := missingPeers(m, rr, peers, cns, view, ips)
-	m.trans.Observe(rr, reported, len(missing))
-	return missing, true
 }
 
 // missingPeers are the peers (their addresses in view and ips) without an Established session with
@@ -197,19 +186,15 @@ func unverified(st *State, m *handoverMemo, clients map[string][]string, rrs []s
 		if sessionsUp(m, rr, peers) {
 			continue
 		}
+		lacking, read := st.lacking[rr]
 		for _, c := range peers {
-			if l, read := st.lacking[rr]; !read || hasKey(l, c) {
+			if _, lacks := lacking[c]; !read || lacks {
 				out = union(out, []string{c})
 			}
 		}
 	}
 	slices.Sort(out)
 	return out
-}
-
-func hasKey[K comparable, V any](m map[K]V, k K) bool {
-	_, ok := m[k]
-	return ok
 }
 
 // syncNodeStatuses keeps one CalicoNodeStatus per node of want, at most MaxNodeStatuses at once
