@@ -204,7 +204,11 @@ func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handove
 	if len(want) == 0 && m.statusesChecked && st.HealthStatuses == nil {
 		return nil, nil
 	}
-	list, err := r.statuses().List(ctx, st.Name)
+	// One List per reconcile: BGP health's of this reconcile when it read them.
+	list, err := slices.Collect(maps.Values(st.healthReports)), error(nil)
+	if st.healthReports == nil {
+		list, err = r.statuses().List(ctx, st.Name)
+	}
 	if err != nil {
 		if sessions.Unavailable(err) {
 			m.statusesChecked = true // no CalicoNodeStatus API (or no right to it): nothing to clean up
