@@ -91,7 +91,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		d := p.RemovalDelay
 		rec := m.trans.Hold(transitions.Adopt, key, st.Now, transitions.Waits{Min: d, Settle: d, Max: d})
 		if verifies(st) {
-			rest := slices.DeleteFunc(unverified(m, clients, slices.Collect(maps.Keys(clients))), func(c string) bool { return !slices.Contains(scope, c) })
+			rest := slices.DeleteFunc(unverified(st, m, clients, slices.Collect(maps.Keys(clients))), func(c string) bool { return !slices.Contains(scope, c) })
 			if len(rest) > 0 {
 				m.adoptWhy[b.Name] = fmt.Sprintf("waiting for the BGP sessions of %d clients", len(rest))
 				st.requeue(handoverRetry)

@@ -3,12 +3,10 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
 
-	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,10 +26,11 @@ import (
 // replacements (the planned route reflectors of its zone, else of its cluster ID, else all) reports
 // an Established session with every Ready client that peers with it. The replacement's side is
 // read: one Calico CalicoNodeStatus (class BGP) per replacement lists all its peers, so one object
-// per replacement suffices. At most MaxNodeStatuses such objects exist at once (calico-node spends
-// CPU on every node that has one); the other replacements wait their turn, and a client seen
-// Established is remembered, so a replacement's object is deleted once all its clients are seen.
-// Every object carries the managed-by and policy labels and is deleted when the handover ends.
+// per replacement suffices. The session verifier (verify.go) reads it: at most MaxNodeStatuses such
+// objects exist at once (calico-node spends CPU on every node that has one); the other replacements
+// wait their turn, and a replacement seen with every client Established is its Up Sessions record
+// (persisted: a new leader does not read it again), so its object is deleted. Every object carries
+// the managed-by and policy labels and is deleted when the handover ends.
 //
 // A confirmed handover moves the draining mark back by removalDelay, so that the next plan makes
 // the route reflector a client (the planner's rule) and the demote step takes its role. Without
@@ -62,16 +61,12 @@ const (
 type handoverMemo struct {
 	// announced: the pending changes last recorded as Events (Observe mode).
 	announced []string
-	// verified: replacement -> client -> seen Established (in every family both have).
-	verified map[string]map[string]bool
-	// lacking: replacement -> client -> the families last seen without an Established session.
-	lacking map[string]map[string]extender.Families
 	// reported: draining route reflectors (name and mark) whose timeout was reported.
 	reported map[string]bool
 	// degraded holds the HandoverTimeout condition's message until degradedUntil.
 	degraded      string
 	degradedUntil time.Time
-	// statusesChecked: the handover's last list found no CalicoNodeStatus object (no list needed
+	// statusesChecked: the verifier's last list found no CalicoNodeStatus object (no list needed
 	// until it needs one, or bgpHealth's read of the same reconcile keeps some: State.HealthStatuses).
 	statusesChecked bool
 	// meshOff: the mesh was turned off.
@@ -115,7 +110,7 @@ func (r *Reconciler) memo(name string) *handoverMemo {
 	}
 	m := r.memos[name]
 	if m == nil {
-		m = &handoverMemo{verified: map[string]map[string]bool{}, lacking: map[string]map[string]extender.Families{}, reported: map[string]bool{},
+		m = &handoverMemo{reported: map[string]bool{},
 			adoptRetry: map[string]time.Time{}, bgpAnnounced: map[string]bool{}, moveSets: map[string]bool{}, trans: &transitions.Table{}}
 		r.memos[name] = m
 	}
@@ -129,130 +124,26 @@ func (r *Reconciler) reader() client.Reader {
 	return r.Client
 }
 
-// handover runs the BGPSessions handover (see above) and, in any mode, removes CalicoNodeStatus
-// objects this product left behind.
+// handover runs the BGPSessions handover (see above) on what the session verifier read.
 func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
-	verify := verifies(st)
 	if m.degraded != "" && !st.Now.Before(m.degradedUntil) {
 		m.degraded = ""
 	}
-	draining := drainingRRs(st)
-	// The mesh waits for every route reflector's sessions, an adoption (its Adopt records) for
-	// every client's.
-	mesh := r.meshPending(st, m) && meshReads(st)
-	adopting := verify && m.trans.Latest(transitions.Adopt) != nil
-	var clients map[string][]string
-	if verify || mesh {
-		clients = clientsByRR(st)
-	}
-	need := map[string][]string{} // replacement -> clients not seen Established yet
-	addNeed := func(rr string, cs []string) {
-		for _, c := range cs {
-			if !m.verified[rr][c] && !slices.Contains(need[rr], c) {
-				need[rr] = append(need[rr], c)
-			}
-		}
-	}
-	if verify {
-		for _, d := range draining {
-			if r.handoverInPlace(st, d) {
-				for _, rr := range replacementsAll(st, d) {
-					addNeed(rr, clients[rr])
-				}
-			}
-		}
-		if adopting {
-			for rr, cs := range clients {
-				addNeed(rr, cs)
-			}
-		}
-		if last := m.trans.Latest(transitions.Renumber); last != nil && !last.Up {
-			rr := last.Node
-			addNeed(rr, clients[rr])
-			if len(need[rr]) == 0 {
-				m.trans.Settled(rr, transitions.Renumber) // no clients to wait for
-			}
-		}
-		for _, rr := range slices.Sorted(maps.Keys(st.SettleWaits)) {
-			// A spine member's sessions to the rack route reflectors whose uplink set selects it too.
-			addNeed(rr, clients[rr])
-			addNeed(rr, uplinkPeers(st, rr))
-			if len(need[rr]) == 0 {
-				m.trans.Settled(rr) // no clients to wait for
-			}
-		}
-	}
-	if mesh {
-		for rr, cs := range meshPeers(st, clients) {
-			addNeed(rr, cs)
-		}
-	}
-	if len(draining) == 0 && len(need) == 0 && !mesh && !adopting {
-		clear(m.verified)
-		clear(m.lacking)
-	}
-	// Without the CalicoNodeStatus API (or the right to use it) the handover falls back to
-	// removalDelay: an error here never stops the other steps.
-	statuses, err := r.syncNodeStatuses(ctx, st, m, need)
-	if err != nil {
-		r.Log.Error(err, "CalicoNodeStatus", "policy", st.Name)
-		st.requeue(5 * time.Second)
-	}
-	calicoIPs := r.calicoBGPAddresses(ctx, len(statuses) > 0)
-	for rr, cs := range need {
-		cns := statuses[rr]
-		if cns == nil {
-			continue
-		}
-		reported := cns.Status.LastUpdated.Time
-		if m.trans.Stale(rr, reported, transitions.Renumber) {
-			continue // made before the last renumbering's sessions restarted
-		}
-		stale := m.trans.Stale(rr, reported)
-		if stale && (st.SettleWaits[rr] || mesh) {
-			continue // made before its sessions (re)started: the mesh, or a held move, waits for a fresh one
-		}
-		ips := map[string][]string{}
-		for _, c := range cs {
-			ips[c] = sessions.Addresses(calicoIPs, st.View, c)
-		}
-		if rec := m.trans.Get(transitions.Renumber, rr); rec != nil {
-			cns = sessions.RestartedAfter(cns, rec.Started, rec.Settle)
-		}
-		missing := sessions.Missing(ips, sessions.Addresses(calicoIPs, st.View, rr), cns)
-		if m.verified[rr] == nil {
-			m.verified[rr] = map[string]bool{}
-		}
-		if m.lacking[rr] == nil {
-			m.lacking[rr] = map[string]extender.Families{}
-		}
-		for _, c := range cs {
-			if fams, ok := missing[c]; ok {
-				m.lacking[rr][c] = fams
-			} else {
-				m.verified[rr][c] = true
-				delete(m.lacking[rr], c)
-			}
-		}
-		m.trans.Observe(rr, reported, len(missing))
-	}
-	if len(need) > 0 {
-		st.requeue(handoverRetry)
-	}
-	if !verify {
+	if !verifies(st) {
 		return nil
 	}
+	draining, clients := drainingRRs(st), clientsByRR(st)
 	famOf := func(c string) extender.Families {
-		return sessions.IPsFamilies(sessions.Addresses(calicoIPs, st.View, c))
+		return sessions.IPsFamilies(sessions.Addresses(st.sessionIPs, st.View, c))
 	}
 	var patches []nodePatch
 	for _, d := range draining {
 		if !r.handoverInPlace(st, d) {
 			continue
 		}
-		missing := unverified(m, clients, replacementsAll(st, d))
+		missing := unverified(st, m, clients, replacementsAll(st, d))
 		cur := st.View[d]
 		mark := cur.Annotations[extender.AnnotationDrainingSince]
 		if !slices.Contains(st.Demotions, d) {
@@ -285,7 +176,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		}
 		m.reported[d+"@"+mark] = true
 		msg := fmt.Sprintf("%s: handover timed out after %s; clients that never established a BGP session with %s: %s",
-			d, p.RemovalDelay, strings.Join(replacementsAll(st, d), ", "), joinCapped(lackingNames(m, replacementsAll(st, d), missing, famOf), 20))
+			d, p.RemovalDelay, strings.Join(replacementsAll(st, d), ", "), joinCapped(lackingNames(st, replacementsAll(st, d), missing, famOf), 20))
 		m.degraded, m.degradedUntil = msg, st.Now.Add(max(p.RemovalDelay, time.Minute))
 		r.Recorder.Event(nodeRef(d, cur), corev1.EventTypeWarning, EventHandoverTimeout, msg)
 		r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventHandoverTimeout, msg)
@@ -308,42 +199,15 @@ func (r *Reconciler) degradedCondition(st *State) *metav1.Condition {
 		ObservedGeneration: st.Policy.Generation}
 }
 
-// syncNodeStatuses keeps one CalicoNodeStatus per node of need, at most MaxNodeStatuses at once
-// (the first in name order; the rest wait), deletes the others, and returns the present ones by
-// node.
-func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handoverMemo, need map[string][]string) (map[string]*apiv3.CalicoNodeStatus, error) {
-	if len(need) == 0 && m.statusesChecked && st.HealthStatuses == nil {
-		return nil, nil
-	}
-	list, err := r.statuses().List(ctx, st.Name)
-	if err != nil {
-		if sessions.Unavailable(err) {
-			m.statusesChecked = true // no CalicoNodeStatus API (or no right to it): nothing to clean up
-			if len(need) > 0 {
-				return nil, fmt.Errorf("CalicoNodeStatus cannot be used; the handover waits for removalDelay: %w", err)
-			}
-			return nil, nil
-		}
-		return nil, fmt.Errorf("listing CalicoNodeStatuses: %w", err)
-	}
-	// bgpHealth's objects stay, outside the bound (see bgpHealth).
-	have, err := r.statuses().Sync(ctx, st.Name, list, slices.Collect(maps.Keys(need)), st.HealthStatuses, MaxNodeStatuses)
-	if err != nil {
-		return have, err
-	}
-	m.statusesChecked = len(have) == 0
-	return have, nil
-}
-
 // lackingNames names the clients, each with the families it was last seen lacking when it has
 // others (famOf: the client's families): "node-07 (IPv6)", a dual-stack client whose IPv6 session
 // never came up while its IPv4 one did.
-func lackingNames(m *handoverMemo, rrs, clients []string, famOf func(string) extender.Families) []string {
+func lackingNames(st *State, rrs, clients []string, famOf func(string) extender.Families) []string {
 	out := make([]string, 0, len(clients))
 	for _, c := range clients {
 		var fams extender.Families
 		for _, rr := range rrs {
-			fams |= m.lacking[rr][c]
+			fams |= st.lacking[rr][c]
 		}
 		if fams != 0 && fams != famOf(c) {
 			out = append(out, fmt.Sprintf("%s (%s)", c, fams))
@@ -458,20 +322,6 @@ func replacementsAll(st *State, name string) []string {
 	}
 	if len(out) == 0 {
 		out = all
-	}
-	slices.Sort(out)
-	return out
-}
-
-// unverified lists the clients of the given route reflectors not yet seen Established with them.
-func unverified(m *handoverMemo, clients map[string][]string, rrs []string) []string {
-	var out []string
-	for _, rr := range rrs {
-		for _, c := range clients[rr] {
-			if !m.verified[rr][c] && !slices.Contains(out, c) {
-				out = append(out, c)
-			}
-		}
 	}
 	slices.Sort(out)
 	return out

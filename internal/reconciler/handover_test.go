@@ -150,8 +150,10 @@ func TestHandoverBGPSessionsEstablished(t *testing.T) {
 	if _, ok := h.rrs()["node-01"]; !ok {
 		require.Fail(t, "demoted before the sessions are up")
 	}
-	h.calicoNode()
-	for range 3 {
+	// calico-node reports every second; a report counts once made transitions.DefaultMin after
+	// the replacement's promotion (its SessionsRestart record).
+	for range 5 {
+		h.calicoNode()
 		h.now = h.now.Add(time.Second)
 		h.reconcile()
 	}

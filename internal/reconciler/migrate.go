@@ -80,8 +80,8 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	}
 	sessions := verifies(st)
 	if meshReads(st) && (sessions || st.Now.Sub(rec.Started) < rec.Max) {
-		peers := meshPeers(st, clientsByRR(st))
-		if rest := unverified(m, peers, slices.Collect(maps.Keys(peers))); len(rest) > 0 {
+		clients := clientsByRR(st)
+		if rest := unverified(st, m, clients, meshRRs(st, clients)); len(rest) > 0 {
 			r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", "sessions not seen Established", "nodes", joinCapped(rest, 5))
 			st.requeue(handoverRetry)
 			return nil
@@ -188,24 +188,6 @@ func meshLayout(view map[string]*extender.Node) string {
 		fmt.Fprintf(h, "%s=%s/%s;", name, n.Annotations[extender.AnnotationClusterID], n.Annotations[extender.AnnotationRouteReflectors])
 	}
 	return fmt.Sprintf("layout@%016x", h.Sum64())
-}
-
-// meshPeers are the sessions the mesh waits for, by route reflector: its Ready clients (clients,
-// clientsByRR's) and, for a spine member, the Ready rack route reflectors whose uplink set selects
-// it (the clients' way to the other racks once the mesh is off).
-func meshPeers(st *State, clients map[string][]string) map[string][]string {
-	out := maps.Clone(clients)
-	for name, n := range st.View {
-		if !isCurrentRR(st.Managed.Resolved, n) {
-			continue
-		}
-		for _, c := range uplinkPeers(st, name) {
-			if !slices.Contains(out[name], c) {
-				out[name] = append(slices.Clone(out[name]), c)
-			}
-		}
-	}
-	return out
 }
 
 // meshReads: the mesh's wait can read the route reflectors' sessions: handover BGPSessions (the

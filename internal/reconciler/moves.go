@@ -144,7 +144,6 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 			if id := np.ann[extender.AnnotationClusterID]; id != nil {
 				// Promoted or renumbered: every session of the node (re)starts.
 				m.trans.Start(transitions.SessionsRestart, st.Now, np.name)
-				delete(m.verified, np.name)
 				idNow[np.name] = np.phase
 			}
 		}
@@ -200,11 +199,10 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 		m.moveSets[name] = true
 	}
 	for ki, k := range setKinds {
-		for node, rrs := range added[ki] {
+		for _, rrs := range added[ki] {
 			for _, rr := range rrs {
 				if rr != "" {
 					m.trans.Start(k.kind, st.Now, rr)
-					delete(m.verified[rr], node)
 				}
 			}
 		}
@@ -599,7 +597,7 @@ func intersect(a, b []string) []string {
 	return out
 }
 
-func union(a, b []string) []string {
+func union[T comparable](a, b []T) []T {
 	out := slices.Clone(a)
 	for _, s := range b {
 		if !slices.Contains(out, s) {

@@ -10,8 +10,6 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
-	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 )
 
 // managedPeers selects the BGPPeers of a policy.
@@ -191,8 +189,8 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 }
 
 // membersUp: every Ready node of the set BGPPeer name selects has an Established session with
-// route reflector rr in rr's CalicoNodeStatus, reported after its sessions (re)started
-// (transitions.Record.Fresh); or rr's BGP health is not reported, or its newest record's Max has
+// route reflector rr in rr's CalicoNodeStatus (BGP health's), read by the session verifier's rule
+// (fresh for each of rr's records: transitions.Table.Stale; missingPeers); or rr's BGP health is not reported, or its newest record's Max has
 // passed. The narrowing drops the set's old route reflectors, and with a failed one the stale
 // routes BIRD's graceful restart holds from it; BGP health's sign that rr's role came up (one
 // session, Record.Alive) does not say that every node of the set reaches it. On two busy cores
@@ -205,17 +203,14 @@ func membersUp(st *State, m *handoverMemo, rr, name string) bool {
 	if !ok || rec == nil || cns == nil || cns.Status.LastUpdated.IsZero() || st.Now.Sub(rec.Started) >= rec.Max {
 		return true
 	}
-	if !rec.Fresh(cns.Status.LastUpdated.Time) {
-		return false
+	if m.trans.Stale(rr, cns.Status.LastUpdated.Time) {
+		return false // the verifier's freshness rule
 	}
-	if r := m.trans.Get(transitions.Renumber, rr); r != nil {
-		cns = sessions.RestartedAfter(cns, r.Started, r.Settle)
-	}
-	members := map[string][]string{}
+	var members []string
 	for n, node := range st.View {
 		if n != rr && node.Labels[key] == set && extender.IsReady(node) {
-			members[n] = sessions.Addresses(st.healthIPs, st.View, n)
+			members = append(members, n)
 		}
 	}
-	return len(sessions.Missing(members, sessions.Addresses(st.healthIPs, st.View, rr), cns)) == 0
+	return len(missingPeers(m, rr, members, cns, st.View, st.healthIPs)) == 0
 }

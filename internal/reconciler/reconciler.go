@@ -188,9 +188,17 @@ type State struct {
 	healthReports map[string]*apiv3.CalicoNodeStatus
 	healthIPs     map[string][]string
 	// SettleWaits are the route reflectors whose sessions a held client move or BGPPeer narrowing
-	// waits for (moves.go): with handover BGPSessions the handover step reads their
+	// waits for (moves.go): with handover BGPSessions the session verifier reads their
 	// CalicoNodeStatus.
 	SettleWaits map[string]bool
+	// statuses, lacking and sessionIPs are what the session verifier read (verify.go): the
+	// CalicoNodeStatuses it keeps by node; node -> its peers without an Established session, with
+	// the families they lack, in its report read in this reconcile (a node whose report did not
+	// count is not in it); Calico's BGP addresses it read with them (nil in the Kubernetes
+	// datastore).
+	statuses   map[string]*apiv3.CalicoNodeStatus
+	lacking    map[string]map[string]extender.Families
+	sessionIPs map[string][]string
 	// outside is what stageOutside read, once per reconcile: the nodes step's two stagings both
 	// model it before either writes.
 	outside *outsideRead
@@ -242,6 +250,7 @@ func (r *Reconciler) Steps() []Step {
 		{"bgppeers", r.enforcing(r.applyPeers)},
 		{"transition", r.enforcing(r.transition)},
 		{"nodes", r.enforcing(r.patchNodes)},
+		{"sessions", r.enforcing(r.verifySessions)},
 		{"handover", r.enforcing(r.handover)},
 		{"demote", r.enforcing(r.demote)},
 		{"calico-nodes", r.enforcing(r.syncCalicoNodes)},

@@ -394,3 +394,29 @@ func TestFailoverResumesEveryKind(t *testing.T) {
 		})
 	}
 }
+
+// TestFailoverResumesBoundedHandover: four route reflectors of nine cordoned (handover
+// BGPSessions), more replacements than MaxNodeStatuses: the session verifier reads them a few at a
+// time, and a replacement seen with every client Established is kept as an Up Sessions record in
+// the policy's status. A new leader before every reconcile, reading those records from the API
+// state alone, hands over when the single leader does (with the verification in memory, each new
+// leader read the first replacements again and never reached the others before removalDelay).
+func TestFailoverResumesBoundedHandover(t *testing.T) {
+	var drained []string
+	one, many := failoverTwin(t, func() *harness {
+		return settle(newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+			sessionsPolicy(time.Hour)(s)
+			s.MinRouteReflectors = ptr(int32(9))
+		}, ipCluster(30)), func(*harness) {}, transitions.DefaultMax)
+	}, func(h *harness) {
+		drained = slices.Sorted(maps.Keys(h.rrs()))[:4]
+		for _, rr := range drained {
+			h.update(rr, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+		}
+	}, func(h *harness) { h.calicoNode() }, 40, time.Second)
+	require.True(t, one.sawKind(transitions.Sessions), "the verifier kept Sessions records: %q", one.records)
+	for _, d := range drained {
+		_, ok := many.h.rrs()[d]
+		require.False(t, ok, "%s not handed over by the new leaders: %v", d, many.h.rrs())
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/releaseplan"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
@@ -129,8 +130,11 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, cfg *apiv3.B
 		if err := r.ensureReleaseBridge(ctx, st, plan.Keeper); err != nil {
 			return false, err
 		}
-		if err := r.ensureKeeperStatus(ctx, st, plan.Keeper); err != nil {
-			return false, err
+		// The keeper's CalicoNodeStatus with the release BGPPeer, so that calico-node reports it by
+		// the time the first route reflector may go (without the API the release waits
+		// removalDelay only).
+		if err := r.statuses().Create(ctx, st.Name, plan.Keeper); err != nil && !sessions.Unavailable(err) {
+			return false, fmt.Errorf("creating the keeper's CalicoNodeStatus: %w", err)
 		}
 		st.requeue(p.RemovalDelay + 100*time.Millisecond)
 		return false, nil

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"time"
 
-	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
-
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
@@ -21,8 +19,9 @@ import (
 // BGPPeer, or the last route reflector released, whose sessions all restart and which then peers
 // with the keeper as any node). It waits transitions.DefaultMax at most after that change, then
 // goes on as before (logged); without the CalicoNodeStatus API, or when calico-node does not fill
-// them in (one of the policy's is still empty a period and 3 s after it was written: calico-node
-// before 3.22), it waits removalDelay only, as before.
+// them in (the keeper's is still empty a period and 3 s after it was written: calico-node before
+// 3.22), it waits removalDelay only, as before. The session verifier keeps and reads the keeper's
+// (verify): its Sessions record of those nodes, started the change's Min after the change.
 //
 // On the live lab (TestTransitionsHistoryOnRealBIRD, event (f), 2026-11-27) both ends of a new
 // session were configured within milliseconds, BIRD's first connects failed, and the keeper's
@@ -32,13 +31,14 @@ import (
 
 // unreported is how long a CalicoNodeStatus may stay never filled in before the release takes it
 // that calico-node does not report (its period and transitions.DefaultMin; the release's first step
-// comes removalDelay, by default 5 minutes, after the keeper's is written): the keeper's, or any
-// other of the policy's (BGP health's, written long before).
+// comes removalDelay, by default 5 minutes, after the keeper's is written with the release
+// BGPPeer).
 const unreported = sessions.Period*time.Second + transitions.DefaultMin
 
 // keeperSessionsWait says whether the release must wait for the keeper's sessions (requeued), with
 // change the record of the release's last change: its start, its Max the end of the wait, and its
-// freshness rule (transitions.Record.Fresh) which report of the keeper counts.
+// Min after its start the start of the keeper's Sessions record, read by the session verifier's
+// rule (observe).
 func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper string, change *transitions.Record) (bool, error) {
 	// wait waits unless the wait is over (then it goes on, saying why).
 	wait := func(why string) (bool, error) {
@@ -51,63 +51,40 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 		st.requeue(handoverRetry)
 		return true, nil
 	}
-	list, err := r.statuses().List(ctx, st.Name)
-	if err != nil {
-		if sessions.Unavailable(err) {
-			return false, nil // no CalicoNodeStatus API: removalDelay only
-		}
-		return false, fmt.Errorf("listing CalicoNodeStatuses: %w", err)
-	}
-	i := slices.IndexFunc(list, func(o *apiv3.CalicoNodeStatus) bool { return o.Spec.Node == keeper })
-	if i < 0 {
-		if err := r.ensureKeeperStatus(ctx, st, keeper); err != nil {
-			return false, err
-		}
-		return wait("no CalicoNodeStatus of the keeper yet")
-	}
-	cns := list[i]
-	if cns.Status.LastUpdated.IsZero() && slices.ContainsFunc(list, func(o *apiv3.CalicoNodeStatus) bool {
-		return o.Status.LastUpdated.IsZero() && !o.CreationTimestamp.IsZero() && st.Now.Sub(o.CreationTimestamp.Time) >= unreported
-	}) {
-		return false, nil // calico-node does not fill them in (before 3.22, or not running): removalDelay only
-	}
-	if !change.Fresh(cns.Status.LastUpdated.Time) {
-		return wait("the keeper's CalicoNodeStatus not reported since the last change")
-	}
 	nodes := r.Nodes.List()
 	view := make(map[string]*extender.Node, len(nodes))
 	for _, n := range nodes {
 		view[n.Name] = n
 	}
 	ips := r.calicoBGPAddresses(ctx, true)
-	keeperIPs := sessions.Addresses(ips, view, keeper)
-	if len(keeperIPs) == 0 {
+	if len(sessions.Addresses(ips, view, keeper)) == 0 {
 		return false, nil // no address to peer with: nothing calico-node can report
 	}
-	peers := map[string][]string{}
+	var peers []string
 	for _, n := range nodes {
-		if n.Name == keeper || n.Labels[extender.LabelRouteReflectorID] != "" || !extender.IsReady(n) {
-			continue
-		}
-		if a := sessions.Addresses(ips, view, n.Name); len(a) > 0 { // Calico peers with none without one
-			peers[n.Name] = a
+		if n.Name != keeper && n.Labels[extender.LabelRouteReflectorID] == "" && extender.IsReady(n) &&
+			len(sessions.Addresses(ips, view, n.Name)) > 0 { // Calico peers with none without an address
+			peers = append(peers, n.Name)
 		}
 	}
-	missing := sessions.Missing(peers, keeperIPs, cns)
-	if len(missing) == 0 {
-		return false, nil
+	m, from := r.memo(st.Name), change.Started.Add(change.Min)
+	if rec := m.trans.Get(transitions.Sessions, transitions.Subject(keeper, peers)); rec != nil && rec.Started.Before(from) {
+		m.trans.Drop(transitions.Sessions)
+	}
+	err := r.verify(ctx, st, m, map[string]*sessionNeed{keeper: {peers: peers}}, view, from)
+	cns, missing := st.statuses[keeper], st.lacking[keeper]
+	switch {
+	case err != nil && !sessions.Unavailable(err):
+		return false, err
+	case err != nil || sessionsUp(m, keeper, peers):
+		return false, nil // up, or no CalicoNodeStatus API: removalDelay only
+	case cns == nil:
+		return wait("no CalicoNodeStatus of the keeper yet")
+	case cns.Status.LastUpdated.IsZero() && !cns.CreationTimestamp.IsZero() && st.Now.Sub(cns.CreationTimestamp.Time) >= unreported:
+		return false, nil // calico-node does not fill them in (before 3.22, or not running): removalDelay only
+	case missing == nil:
+		return wait("the keeper's CalicoNodeStatus not reported since the last change")
 	}
 	names := slices.Sorted(maps.Keys(missing))
 	return wait(fmt.Sprintf("%d nodes without an Established session to the keeper, e.g. %v", len(names), names[:min(5, len(names))]))
-}
-
-// ensureKeeperStatus creates the keeper's CalicoNodeStatus (written with the release BGPPeer, so
-// that calico-node reports it by the time the first route reflector may go). Without the
-// CalicoNodeStatus API it does nothing: the release waits removalDelay only.
-func (r *Reconciler) ensureKeeperStatus(ctx context.Context, st *State, keeper string) error {
-	err := r.statuses().Create(ctx, st.Name, keeper)
-	if err == nil || sessions.Unavailable(err) {
-		return nil
-	}
-	return fmt.Errorf("creating the keeper's CalicoNodeStatus: %w", err)
 }

@@ -121,7 +121,6 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		}
 		putBack(np)
 		m.trans.Start(transitions.Renumber, st.Now, np.name)
-		delete(m.verified, np.name) // its sessions restart: seen again before the next change
 		transitionHeld.WithLabelValues(st.Name).Set(float64(len(held) - 1))
 		if len(held) > 1 {
 			st.requeue(transitions.DefaultMin)

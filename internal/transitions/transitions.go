@@ -14,8 +14,11 @@ package transitions
 
 import (
 	"cmp"
+	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,7 +53,31 @@ const (
 	// the wait, and the step must still find it then to make its move.
 	MeshOff Kind = "MeshOff"
 	Adopt   Kind = "Adopt"
+	// Sessions is the session verifier's record of a node whose sessions with its present peers a
+	// step awaits (a handover's replacement, the mesh's and an adoption's route reflectors, a held
+	// move's or the last renumbering's route reflector, the release's keeper): Up once one report
+	// made after it started shows every one of them Established. Its Node is the node and a
+	// fingerprint of those peers (Subject): other peers are another record, and any record of the
+	// node started later starts it again (Start). The verifier drops those no step needs (Drop).
+	Sessions Kind = "Sessions"
 )
+
+// SessionsWaits are a Sessions record's bounds: a report counts from its start (Min 0).
+var SessionsWaits = Waits{Settle: DefaultSettle, Max: DefaultMax}
+
+// Subject is the Sessions record's Node for node and its awaited peers (in any order).
+func Subject(node string, peers []string) string {
+	h := fnv.New64a()
+	for _, p := range slices.Sorted(slices.Values(peers)) {
+		fmt.Fprintf(h, "%s;", p)
+	}
+	return fmt.Sprintf("%s@%016x", node, h.Sum64())
+}
+
+// of: the record's key is the node's own, or its Sessions record's.
+func (k key) of(node string) bool {
+	return k.node == node || k.kind == Sessions && strings.HasPrefix(k.node, node+"@")
+}
 
 // What a record's Sessions field says of the reports read since it started.
 const (
@@ -200,7 +227,7 @@ func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
 }
 
 // kinds are the kinds a record may have.
-var kinds = []Kind{Renumber, SessionsRestart, ClientMove, UplinkMove, SetInherited, ReleaseStep, MeshOff, Adopt}
+var kinds = []Kind{Renumber, SessionsRestart, ClientMove, UplinkMove, SetInherited, ReleaseStep, MeshOff, Adopt, Sessions}
 
 // API is the table as the policy's status holds it, sorted by kind and node.
 func (t *Table) API() []v1alpha1.Transition {
@@ -241,20 +268,33 @@ func (t *Table) put(r *Record) {
 }
 
 // Start records that the sessions of these nodes (re)start now for the kind's reason, in place of
-// the kind's record of each.
+// the kind's record of each; their Sessions records start again.
 func (t *Table) Start(kind Kind, now time.Time, nodes ...string) {
 	for _, n := range nodes {
+		t.restart(n)
 		t.put(&Record{Kind: kind, Node: n, Started: now, Waits: DefaultWaits, Pending: true})
+	}
+}
+
+// restart drops the node's Sessions records: its sessions (re)start.
+func (t *Table) restart(node string) {
+	for k := range t.recs {
+		if k.kind == Sessions && k.of(node) {
+			delete(t.recs, k)
+		}
 	}
 }
 
 // Hold is a wait for the subject: its record, started (confirmed, not pending) at now when there
 // is none, its bounds made w. A step's own wait (MeshOff, Adopt), or a start no record held (a
 // Renumber a leader of a release before the records made), so that a later leader's wait counts
-// from the same start.
+// from the same start. A record it starts of a node starts the node's Sessions records again.
 func (t *Table) Hold(kind Kind, subject string, now time.Time, w Waits) *Record {
 	r := t.Get(kind, subject)
 	if r == nil {
+		if kind != Sessions {
+			t.restart(subject)
+		}
 		r = &Record{Kind: kind, Node: subject, Started: now}
 		t.put(r)
 	}
@@ -341,10 +381,11 @@ func (t *Table) Stale(node string, reported time.Time, kinds ...Kind) bool {
 }
 
 // Observe is the session verifier's finding from a report of the node made at reported: missing
-// awaited sessions were not Established. Only the records the report is fresh for take it.
+// awaited sessions were not Established. Only the records the report is fresh for take it (the
+// node's Sessions records too).
 func (t *Table) Observe(node string, reported time.Time, missing int) {
 	for k, r := range t.recs {
-		if k.node == node && r.Fresh(reported) {
+		if k.of(node) && r.Fresh(reported) {
 			r.Seen, r.Up = true, missing == 0
 			if t.ReportsSeen.IsZero() {
 				t.ReportsSeen = reported
@@ -393,7 +434,7 @@ func (t *Table) Restamp(began, now time.Time) {
 func (t *Table) Expire(now time.Time, exists func(node string) bool) (gone []Record) {
 	for _, r := range t.sorted() {
 		switch {
-		case r.Kind == MeshOff || r.Kind == Adopt:
+		case r.stepOwned():
 			continue
 		case !exists(r.Node):
 			gone = append(gone, *r)
@@ -405,11 +446,14 @@ func (t *Table) Expire(now time.Time, exists func(node string) bool) (gone []Rec
 	return gone
 }
 
+// stepOwned: a step's wait (MeshOff, Adopt) or the verifier's (Sessions), which its step drops.
+func (r *Record) stepOwned() bool { return r.Kind == MeshOff || r.Kind == Adopt || r.Kind == Sessions }
+
 // NextExpiry is when the first record that Expire drops at its Max runs its course (zero: none).
 func (t *Table) NextExpiry() time.Time {
 	var out time.Time
 	for _, r := range t.recs {
-		if r.Kind == MeshOff || r.Kind == Adopt {
+		if r.stepOwned() {
 			continue
 		}
 		if e := r.Started.Add(r.Max); out.IsZero() || e.Before(out) {

@@ -205,3 +205,27 @@ func TestReported(t *testing.T) {
 	require.Zero(t, tb.Len())
 	require.True(t, tb.Reported(), "outlives the records")
 }
+
+// TestSessionsRecords: a node's Sessions record is named by its peers, takes the reports made
+// since it started, survives the API, is its step's to drop (not Expire's), and starts again with
+// any record of the node.
+func TestSessionsRecords(t *testing.T) {
+	require.Equal(t, Subject("rr-1", []string{"b", "a"}), Subject("rr-1", []string{"a", "b"}))
+	require.NotEqual(t, Subject("rr-1", []string{"a"}), Subject("rr-1", []string{"a", "b"}))
+	tb := &Table{}
+	s := Subject("rr-1", []string{"a", "b"})
+	tb.Hold(Sessions, s, t0, SessionsWaits)
+	tb.Observe("rr-1", t0.Add(-time.Second), 0)
+	require.False(t, tb.Get(Sessions, s).Seen, "a report made before it started")
+	tb.Observe("rr-1", t0, 0)
+	require.True(t, tb.Get(Sessions, s).Up)
+	require.Zero(t, tb.Wait("rr-1", t0, Reporting), "no wait of the node's")
+	back := FromAPI(tb.API(), t0.Add(time.Minute))
+	require.True(t, back.Get(Sessions, s).Up, "read back Up")
+	require.Empty(t, back.Expire(t0.Add(time.Hour), func(string) bool { return false }))
+	require.NotNil(t, back.Get(Sessions, s), "not Expire's")
+	back.Start(ClientMove, t0.Add(time.Minute), "rr-1")
+	require.Nil(t, back.Get(Sessions, s), "the node's sessions restart")
+	tb.Hold(Renumber, "rr-1", t0, DefaultWaits)
+	require.Nil(t, tb.Get(Sessions, s), "a Renumber held starts it again too")
+}

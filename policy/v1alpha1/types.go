@@ -503,12 +503,15 @@ type Transition struct {
 	// transitional set whose start no record held), ReleaseStep (a deleted policy's release
 	// released it); or a step's wait: MeshOff (the node-to-node mesh goes off once every client has
 	// had its route reflectors, the layout unchanged, long enough), Adopt (a hand-written BGPPeer
-	// goes once the product's plan has covered its nodes long enough).
+	// goes once the product's plan has covered its nodes long enough); or the session verifier's:
+	// Sessions (a node whose sessions with its peers a wait reads; Established once one report showed
+	// every one of them up).
 	Kind string `json:"kind"`
 	// Node is the route reflector whose sessions the moves wait for; for a step's wait, what it
 	// waits on, with an '@' no node name has: MeshOff the layout (layout@ and its fingerprint, a
 	// changed layout is another record), Adopt the BGPPeer as name@resourceVersion (a changed
-	// BGPPeer is another record).
+	// BGPPeer is another record), Sessions the node and a fingerprint of the peers awaited
+	// (name@ and the hash: other peers are another record).
 	Node string `json:"node"`
 	// StartedAt is when its sessions (re)started.
 	StartedAt metav1.MicroTime `json:"startedAt"`
