@@ -190,8 +190,8 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 
 // membersUp: every Ready node of the set BGPPeer name selects has an Established session with
 // route reflector rr in rr's CalicoNodeStatus (BGP health's), read by the session verifier's rule
-// (fresh for each of rr's records: transitions.Table.Stale; missingPeers); or rr's BGP health is not reported, or its newest record's Max has
-// passed. The narrowing drops the set's old route reflectors, and with a failed one the stale
+// (fresh for each of rr's records: transitions.Table.Stale; missingPeers); or rr's BGP health is
+// not reported, or its newest record's Max has passed. The narrowing drops the set's old route reflectors, and with a failed one the stale
 // routes BIRD's graceful restart holds from it; BGP health's sign that rr's role came up (one
 // session, Record.Alive) does not say that every node of the set reaches it. On two busy cores
 // (CI, 2026-12-02, TestTwoRouteReflectorsKilledOnRealBIRD) a rack's set narrowed 11 s after the

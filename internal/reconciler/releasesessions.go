@@ -71,7 +71,7 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 	if rec := m.trans.Get(transitions.Sessions, transitions.Subject(keeper, peers)); rec != nil && rec.Started.Before(from) {
 		m.trans.Drop(transitions.Sessions)
 	}
-	err := r.verify(ctx, st, m, map[string]*sessionNeed{keeper: {peers: peers}}, view, from)
+	err := r.verify(ctx, st, m, map[string]*sessionNeed{keeper: {peers: peers}}, view, ips, from)
 	cns, missing := st.statuses[keeper], st.lacking[keeper]
 	switch {
 	case err != nil && !sessions.Unavailable(err):

@@ -95,7 +95,7 @@ func (r *Reconciler) sessionNeeds(st *State, m *handoverMemo) map[string]*sessio
 // verifySessions is the session verifier's step (see above).
 func (r *Reconciler) verifySessions(ctx context.Context, st *State) error {
 	m := r.memo(st.Name)
-	if err := r.verify(ctx, st, m, r.sessionNeeds(st, m), st.View, r.now()); err != nil {
+	if err := r.verify(ctx, st, m, r.sessionNeeds(st, m), st.View, st.healthIPs, r.now()); err != nil {
 		r.Log.Error(err, "CalicoNodeStatus", "policy", st.Name)
 		st.requeue(5 * time.Second)
 	}
@@ -104,9 +104,11 @@ func (r *Reconciler) verifySessions(ctx context.Context, st *State) error {
 
 // verify keeps a Sessions record, started at from when it has none, for each node of need (those
 // of other nodes dropped), keeps the CalicoNodeStatuses of those not Up, and reads them (view: where
-// the peers' addresses are). Without the CalicoNodeStatus API (or the right to use it) the waits
+// the peers' addresses are; ips: Calico's BGP addresses when the caller read them this reconcile,
+// nil: read here when needed). Without the CalicoNodeStatus API (or the right to use it) the waits
 // fall back to their timers: the verifier's step logs an error, never stops the other steps.
-func (r *Reconciler) verify(ctx context.Context, st *State, m *handoverMemo, need map[string]*sessionNeed, view map[string]*extender.Node, from time.Time) error {
+func (r *Reconciler) verify(ctx context.Context, st *State, m *handoverMemo, need map[string]*sessionNeed, view map[string]*extender.Node,
+	ips map[string][]string, from time.Time) error {
 	var want, keep []string
 	recs := map[string]*transitions.Record{}
 	for _, rr := range slices.Sorted(maps.Keys(need)) {
@@ -124,7 +126,10 @@ func (r *Reconciler) verify(ctx context.Context, st *State, m *handoverMemo, nee
 	}
 	m.trans.Drop(transitions.Sessions, keep...)
 	statuses, err := r.syncNodeStatuses(ctx, st, m, want)
-	st.statuses, st.sessionIPs = statuses, r.calicoBGPAddresses(ctx, len(statuses) > 0)
+	if ips == nil {
+		ips = r.calicoBGPAddresses(ctx, len(statuses) > 0)
+	}
+	st.statuses, st.sessionIPs = statuses, ips
 	st.lacking = map[string]map[string]extender.Families{}
 	for rr, rec := range recs {
 		// The freshness rule: made after its Sessions record and every other record of the node
