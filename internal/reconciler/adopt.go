@@ -244,16 +244,9 @@ func wiredByPlan(st *State, wanted map[string]extender.NodeState, names []string
 		if lbl, ann := state.OwnedChanges(p.RRLabelKey, n, want); len(lbl)+len(ann) > 0 {
 			return "node " + name + " is not as the plan wants it yet"
 		}
-		if isCurrentRR(p, n) {
-			continue
-		}
-		list := n.Annotations[extender.AnnotationRouteReflectors]
-		if list == "" || n.Labels[extender.LabelPeeringSet] == "" {
-			return "client " + name + " has no route reflectors"
-		}
-		for _, rr := range strings.Split(list, ",") {
-			if v := st.View[rr]; v == nil || !isCurrentRR(p, v) {
-				return "client " + name + ": " + rr + " is not a route reflector yet"
+		if !isCurrentRR(p, n) {
+			if why := clientWired(p, st.View, name); why != "" {
+				return why
 			}
 		}
 	}

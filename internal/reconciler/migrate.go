@@ -157,14 +157,8 @@ func meshReady(p *policy.Resolved, view map[string]*extender.Node, all []*extend
 		if isCurrentRR(p, n) {
 			continue
 		}
-		list := n.Annotations[extender.AnnotationRouteReflectors]
-		if list == "" || n.Labels[extender.LabelPeeringSet] == "" {
-			return false, "client " + name + " has no route reflectors"
-		}
-		for _, rr := range strings.Split(list, ",") {
-			if v := view[rr]; v == nil || !isCurrentRR(p, v) {
-				return false, "client " + name + ": " + rr + " is not a route reflector yet"
-			}
+		if why := clientWired(p, view, name); why != "" {
+			return false, why
 		}
 	}
 	for _, n := range all {
@@ -176,6 +170,22 @@ func meshReady(p *policy.Resolved, view map[string]*extender.Node, all []*extend
 		}
 	}
 	return true, ""
+}
+
+// clientWired returns why client name of the view lacks route reflectors: no peering set or
+// route reflectors listed, or one listed not carrying its role ("" when it has them all).
+func clientWired(p *policy.Resolved, view map[string]*extender.Node, name string) string {
+	n := view[name]
+	list := n.Annotations[extender.AnnotationRouteReflectors]
+	if list == "" || n.Labels[extender.LabelPeeringSet] == "" {
+		return "client " + name + " has no route reflectors"
+	}
+	for _, rr := range strings.Split(list, ",") {
+		if v := view[rr]; v == nil || !isCurrentRR(p, v) {
+			return "client " + name + ": " + rr + " is not a route reflector yet"
+		}
+	}
+	return ""
 }
 
 // meshLayout fingerprints what the clients' sessions to their route reflectors depend on: every

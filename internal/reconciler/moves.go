@@ -475,24 +475,12 @@ func (r *Reconciler) writeTransitionalPeers(ctx context.Context, st *State, sets
 	}
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
 		obj := calico.BGPPeer(r.PeerAPI, sets[name])
-		if h := have[name]; h != nil {
-			upd, changed := calico.NeedsUpdate(h, obj)
-			if !changed {
-				continue
-			}
-			if err := r.peers().Update(ctx, upd); err != nil {
-				return fmt.Errorf("updating transitional BGPPeer %s: %w", name, err)
-			}
-			r.peerSynced(name, obj)
-			peerWrites.WithLabelValues(st.Name, "update").Inc()
-			continue
+		if err := r.writePeer(ctx, st, have[name], obj); err != nil && (have[name] != nil || !apierrors.IsAlreadyExists(err)) {
+			return fmt.Errorf("writing transitional BGPPeer %s: %w", name, err)
 		}
-		if err := r.peers().Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating transitional BGPPeer %s: %w", name, err)
+		if have[name] == nil {
+			st.Peers = append(st.Peers, obj)
 		}
-		r.peerSynced(name, obj)
-		st.Peers = append(st.Peers, obj)
-		peerWrites.WithLabelValues(st.Name, "create").Inc()
 	}
 	return nil
 }

@@ -51,39 +51,37 @@ func (r *Reconciler) applyPeers(ctx context.Context, st *State) error {
 				st.requeue(handoverRetry) // narrowed once the new route reflectors are labelled and settled
 			}
 		}
-		obj := calico.BGPPeer(r.PeerAPI, want)
-		if !ok {
-			drift := r.peerDrift(nil, obj)
-			err := r.peers().Create(ctx, obj)
-			if apierrors.IsAlreadyExists(err) {
+		if err := r.writePeer(ctx, st, have, calico.BGPPeer(r.PeerAPI, want)); err != nil {
+			if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
 				st.requeue(handoverRetry) // the cache is behind: compare on the next pass
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			r.peerSynced(want.Name, obj)
-			r.reportPeerDrift(st, drift)
-			peerWrites.WithLabelValues(st.Name, "create").Inc()
-			continue
-		}
-		upd, changed := calico.NeedsUpdate(have, obj)
-		if !changed {
-			r.peerSynced(want.Name, obj)
-			continue
-		}
-		drift := r.peerDrift(have, obj)
-		if err := r.peers().Update(ctx, upd); err != nil {
-			if apierrors.IsConflict(err) {
-				st.requeue(handoverRetry)
 				continue
 			}
 			return err
 		}
-		r.peerSynced(want.Name, obj)
-		r.reportPeerDrift(st, drift)
-		peerWrites.WithLabelValues(st.Name, "update").Inc()
 	}
+	return nil
+}
+
+// writePeer creates obj (have nil) or brings have up to it, and records it as this reconciler's
+// (peerSynced); a hand change or deletion it reverts is reported (reportPeerDrift). The plan's
+// BGPPeers (applyPeers) and the transitional sets' (writeTransitionalPeers) are written by it.
+func (r *Reconciler) writePeer(ctx context.Context, st *State, have, obj *apiv3.BGPPeer) error {
+	write, verb := func() error { return r.peers().Create(ctx, obj) }, "create"
+	if have != nil {
+		upd, changed := calico.NeedsUpdate(have, obj)
+		if !changed {
+			r.peerSynced(obj.Name, obj)
+			return nil
+		}
+		write, verb = func() error { return r.peers().Update(ctx, upd) }, "update"
+	}
+	drift := r.peerDrift(have, obj)
+	if err := write(); err != nil {
+		return err
+	}
+	r.peerSynced(obj.Name, obj)
+	r.reportPeerDrift(st, drift)
+	peerWrites.WithLabelValues(st.Name, verb).Inc()
 	return nil
 }
 
