@@ -50,7 +50,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 	m := r.memo(st.Name)
 	m.adoptWhy = map[string]string{}
 	if !p.AdoptBGPPeers {
-		m.trans.Drop(transitions.Adopt)
+		st.trans.Drop(transitions.Adopt)
 		return nil
 	}
 	list, err := r.peers().List(ctx, nil)
@@ -64,7 +64,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		}
 	}
 	if len(foreign) == 0 {
-		m.trans.Drop(transitions.Adopt)
+		st.trans.Drop(transitions.Adopt)
 		return nil
 	}
 	nodes := clusterNodes(st, r.Nodes.List())
@@ -89,9 +89,9 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		}
 		seen = append(seen, key)
 		d := p.RemovalDelay
-		rec := m.trans.Hold(transitions.Adopt, key, st.Now, transitions.Waits{Min: d, Settle: d, Max: d})
+		rec := st.trans.Hold(transitions.Adopt, key, st.Now, transitions.Waits{Min: d, Settle: d, Max: d})
 		if verifies(st) {
-			rest := slices.DeleteFunc(unverified(st, m, clients, slices.Collect(maps.Keys(clients))), func(c string) bool { return !slices.Contains(scope, c) })
+			rest := slices.DeleteFunc(unverified(st, clients, slices.Collect(maps.Keys(clients))), func(c string) bool { return !slices.Contains(scope, c) })
 			if len(rest) > 0 {
 				m.adoptWhy[b.Name] = fmt.Sprintf("waiting for the BGP sessions of %d clients", len(rest))
 				st.requeue(handoverRetry)
@@ -110,7 +110,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		ready = append(ready, b)
 		scopes[b.Name] = scope
 	}
-	m.trans.Drop(transitions.Adopt, seen...)
+	st.trans.Drop(transitions.Adopt, seen...)
 	for key := range m.adoptRetry {
 		if !slices.Contains(seen, key) {
 			delete(m.adoptRetry, key)

@@ -143,7 +143,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		if !r.handoverInPlace(st, d) {
 			continue
 		}
-		missing := unverified(st, m, clients, replacementsAll(st, d))
+		missing := unverified(st, clients, replacementsAll(st, d))
 		cur := st.View[d]
 		mark := cur.Annotations[extender.AnnotationDrainingSince]
 		if !slices.Contains(st.Demotions, d) {

@@ -35,6 +35,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -206,6 +207,10 @@ type State struct {
 	Done    bool
 	// then, set by a step, replaces the steps after it (load: a deleted policy's release).
 	then []Step
+
+	// trans are the policy's records of the moves in flight (handoverMemo.trans, loaded from its
+	// status by the load step): the steps read and start them here.
+	trans *transitions.Table
 
 	facts    *viewFacts      // what the steps read of the plan's view (nil: no plan)
 	patched  int             // the patches of this reconcile in View

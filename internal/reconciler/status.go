@@ -49,8 +49,8 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	// The moves in flight, as persistTransitions wrote them before each move; in Observe and
 	// Paused the ones an earlier Enforce left, dropped as they run their course.
 	r.expireTransitions(st)
-	s.Transitions = r.memo(st.Name).trans.API()
-	s.SessionReportsSeen = reportsSeen(r.memo(st.Name).trans.ReportsSeen)
+	s.Transitions = st.trans.API()
+	s.SessionReportsSeen = reportsSeen(st.trans.ReportsSeen)
 	if st.Invalid != nil {
 		msg := st.Invalid.ToAggregate().Error()
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalidPolicy, Message: msg, ObservedGeneration: pol.Generation})
