@@ -48,7 +48,7 @@ const adoptModelRetry = 10 * time.Second
 func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
-	m.adoptWhy = map[string]string{}
+	st.adoptWhy = map[string]string{}
 	if !p.AdoptBGPPeers {
 		st.trans.Drop(transitions.Adopt)
 		return nil
@@ -83,7 +83,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		}
 		key := b.Name + "@" + b.ResourceVersion
 		if why != "" {
-			m.adoptWhy[b.Name] = "kept: " + why
+			st.adoptWhy[b.Name] = "kept: " + why
 			r.Log.V(1).Info("hand-written BGPPeer kept", "policy", st.Name, "bgppeer", b.Name, "reason", why)
 			continue
 		}
@@ -93,17 +93,17 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		if verifies(st) {
 			rest := slices.DeleteFunc(unverified(st, clients, slices.Collect(maps.Keys(clients))), func(c string) bool { return !slices.Contains(scope, c) })
 			if len(rest) > 0 {
-				m.adoptWhy[b.Name] = fmt.Sprintf("waiting for the BGP sessions of %d clients", len(rest))
+				st.adoptWhy[b.Name] = fmt.Sprintf("waiting for the BGP sessions of %d clients", len(rest))
 				st.requeue(handoverRetry)
 				continue
 			}
 		} else if wait := rec.Wait(st.Now, transitions.Timed); wait > 0 {
-			m.adoptWhy[b.Name] = "waiting for removalDelay"
+			st.adoptWhy[b.Name] = "waiting for removalDelay"
 			st.requeue(wait + 100*time.Millisecond)
 			continue
 		}
 		if !m.adoptRetry[key].IsZero() && st.Now.Before(m.adoptRetry[key]) {
-			m.adoptWhy[b.Name] = "kept: the graph model needs it"
+			st.adoptWhy[b.Name] = "kept: the graph model needs it"
 			st.requeue(m.adoptRetry[key].Sub(st.Now))
 			continue
 		}
@@ -149,11 +149,11 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		}
 		if lost := lostRoutes(without, with, scopes[b.Name]); lost != "" {
 			drop[b.Name] = false
-			m.adoptWhy[b.Name] = "kept: the graph model needs it"
+			st.adoptWhy[b.Name] = "kept: the graph model needs it"
 			key := b.Name + "@" + b.ResourceVersion
 			m.adoptRetry[key] = st.Now.Add(adoptModelRetry)
 			st.requeue(adoptModelRetry)
-			r.Log.Info("hand-written BGPPeer kept: the graph model needs it", "policy", st.Name, "bgppeer", b.Name, "reason", m.adoptWhy[b.Name], "missing", lost)
+			r.Log.Info("hand-written BGPPeer kept: the graph model needs it", "policy", st.Name, "bgppeer", b.Name, "reason", st.adoptWhy[b.Name], "missing", lost)
 			continue
 		}
 		if err := r.peers().Delete(ctx, b); err != nil {
@@ -164,7 +164,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 			}
 			return fmt.Errorf("deleting BGPPeer %s: %w", b.Name, err)
 		}
-		delete(m.adoptWhy, b.Name)
+		delete(st.adoptWhy, b.Name)
 		peerWrites.WithLabelValues(st.Name, "adopt").Inc()
 		r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventBGPPeerAdopted,
 			"deleted hand-written BGPPeer %s: calico-rr-autoscaler's BGPPeers cover the sessions of its %d nodes (%s)", b.Name, len(scopes[b.Name]), p.Handover)

@@ -149,13 +149,11 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	r.mu.Unlock()
 	m := r.memo(st.Name)
 	st.HealthStatuses = make(map[string]bool, len(rrs))
-	st.HealthReported = make(map[string]bool, len(rrs))
 	for _, rr := range rrs {
 		st.HealthStatuses[rr] = true
 		if have[rr] != nil {
 			at := have[rr].Status.LastUpdated.Time
-			st.HealthReported[rr] = !at.IsZero()
-			if st.HealthReported[rr] && (st.trans.ReportsSeen.IsZero() || at.Before(st.trans.ReportsSeen)) {
+			if !at.IsZero() && (st.trans.ReportsSeen.IsZero() || at.Before(st.trans.ReportsSeen)) {
 				st.trans.ReportsSeen = at // calico-node reports (transitions.Reporting)
 			}
 			continue

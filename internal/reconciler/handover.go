@@ -74,8 +74,6 @@ type handoverMemo struct {
 	// adoptRetry: hand-written BGPPeer (name@resourceVersion) -> when the graph model may be asked
 	// again after refusing it.
 	adoptRetry map[string]time.Time
-	// adoptWhy: hand-written BGPPeer -> why the last adopt step kept it, for the status.
-	adoptWhy map[string]string
 	// bgpAnnounced: route reflectors whose BGP failure was announced (RouteReflectorBGPDown).
 	bgpAnnounced map[string]bool
 	// trans: the moves in flight (internal/transitions): route reflectors whose sessions

@@ -215,7 +215,7 @@ func meshReads(st *State) bool {
 				return false
 			}
 			n++
-			reported = reported || st.HealthReported[name]
+			reported = reported || st.healthReported(name)
 		}
 	}
 	// Statuses nobody reports into (calico-node without CalicoNodeStatus support, a cluster whose

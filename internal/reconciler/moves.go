@@ -109,14 +109,14 @@ var setKinds = [...]setKind{
 // settled: route reflector rr is Ready and its records (transitions.Table.Wait) let a move relying
 // on its sessions go.
 func settled(st *State, rr string) bool {
-	return readyNode(st, rr) && st.trans.Wait(rr, st.Now, sessionWaits(st, st.trans)) == 0
+	return readyNode(st, rr) && st.trans.Wait(rr, st.Now, sessionWaits(st)) == 0
 }
 
 // settlingWait is the longest wait (transitions.Table.Wait) of the Ready route reflectors among rrs
 // that have not settled yet, and those route reflectors.
 func settlingWait(st *State, rrs []string) (w time.Duration, waiting []string) {
 	for _, rr := range rrs {
-		if d := st.trans.Wait(rr, st.Now, sessionWaits(st, st.trans)); readyNode(st, rr) && d > 0 {
+		if d := st.trans.Wait(rr, st.Now, sessionWaits(st)); readyNode(st, rr) && d > 0 {
 			w = max(w, d)
 			waiting = append(waiting, rr)
 		}

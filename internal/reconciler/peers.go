@@ -159,7 +159,7 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		// rack's two replacements' sessions came up 17-20 s after their promotion, past
 		// transitions.DefaultSettle.
 		return settled(st, rr) && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
-			!(st.HealthReported[rr] && justStarted(st, rr))
+			!(st.healthReported(rr) && justStarted(st, rr))
 	}
 	for _, id := range intersect(old, ids) {
 		if rr := byID[id]; settled(rr) && membersUp(st, rr, want.Name) {

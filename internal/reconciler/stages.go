@@ -96,7 +96,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 	r.unrecordedRenumber(ctx, st, held)
 	// The last renumbering's record: the next one waits for its sessions.
 	if last := st.trans.Latest(transitions.Renumber); last != nil && st.View[last.Node] != nil {
-		if wait := last.Wait(st.Now, sessionWaits(st, st.trans)); wait > 0 {
+		if wait := last.Wait(st.Now, sessionWaits(st)); wait > 0 {
 			hold(wait, "until the sessions of", last.Node)
 			return
 		}
@@ -346,11 +346,11 @@ func verifies(st *State) bool { return st.Managed.Resolved.Handover == v1alpha1.
 // without verifies; else the reports, and once calico-node is known to fill them in (the policy's
 // status.sessionReportsSeen: a record's report, or BGP health's), nothing but a fresh report or
 // Max ends a wait.
-func sessionWaits(st *State, t *transitions.Table) transitions.Verify {
+func sessionWaits(st *State) transitions.Verify {
 	switch {
 	case !verifies(st):
 		return transitions.Timed
-	case t.Reported():
+	case st.trans.Reported():
 		return transitions.Reporting
 	}
 	return transitions.Reports

@@ -169,7 +169,7 @@ func (r *Reconciler) setForeignPeers(ctx context.Context, st *State, s *v1alpha1
 		c.Status, c.Reason = metav1.ConditionTrue, "HandWritten"
 		c.Message = fmt.Sprintf("%d BGPPeers not written by calico-rr-autoscaler, left as they are: %s", len(foreign), strings.Join(shown, ", "))
 		if p := st.Managed.Resolved; p.AdoptBGPPeers && p.Mode == v1alpha1.Enforce {
-			why := r.memo(st.Name).adoptWhy
+			why := st.adoptWhy
 			for i, n := range shown {
 				if why[n] != "" {
 					shown[i] = n + " (" + why[n] + ")"
