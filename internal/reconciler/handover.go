@@ -80,8 +80,9 @@ type handoverMemo struct {
 	// (re)started lately (renumbered, promoted, given clients or rack route reflectors by a move,
 	// released), which the next cluster-ID change, the moves between sets and the release's next
 	// step wait for, and the mesh's and the adopt step's waits (MeshOff, Adopt). Read from the
-	// policy's status by the load step of this leader's first reconcile, written back there before
-	// the moves they record (persistTransitions); persisted is what the status holds.
+	// policy's status by the load step of this leader's first reconcile (and put in State.trans by
+	// every load step: the steps read them there), written back there before the moves they
+	// record (persistTransitions); persisted is what the status holds.
 	trans         *transitions.Table
 	persisted     []v1alpha1.Transition
 	persistedSeen time.Time // the status's sessionReportsSeen
