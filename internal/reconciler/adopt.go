@@ -48,9 +48,9 @@ const adoptModelRetry = 10 * time.Second
 func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
-	m.adoptWhy = map[string]string{}
+	st.adoptWhy = map[string]string{}
 	if !p.AdoptBGPPeers {
-		m.trans.Drop(transitions.Adopt)
+		st.trans.Drop(transitions.Adopt)
 		return nil
 	}
 	list, err := r.peers().List(ctx, nil)
@@ -64,7 +64,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		}
 	}
 	if len(foreign) == 0 {
-		m.trans.Drop(transitions.Adopt)
+		st.trans.Drop(transitions.Adopt)
 		return nil
 	}
 	nodes := clusterNodes(st, r.Nodes.List())
@@ -83,34 +83,34 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		}
 		key := b.Name + "@" + b.ResourceVersion
 		if why != "" {
-			m.adoptWhy[b.Name] = "kept: " + why
+			st.adoptWhy[b.Name] = "kept: " + why
 			r.Log.V(1).Info("hand-written BGPPeer kept", "policy", st.Name, "bgppeer", b.Name, "reason", why)
 			continue
 		}
 		seen = append(seen, key)
 		d := p.RemovalDelay
-		rec := m.trans.Hold(transitions.Adopt, key, st.Now, transitions.Waits{Min: d, Settle: d, Max: d})
+		rec := st.trans.Hold(transitions.Adopt, key, st.Now, transitions.Waits{Min: d, Settle: d, Max: d})
 		if verifies(st) {
-			rest := slices.DeleteFunc(unverified(st, m, clients, slices.Collect(maps.Keys(clients))), func(c string) bool { return !slices.Contains(scope, c) })
+			rest := slices.DeleteFunc(unverified(st, clients, slices.Collect(maps.Keys(clients))), func(c string) bool { return !slices.Contains(scope, c) })
 			if len(rest) > 0 {
-				m.adoptWhy[b.Name] = fmt.Sprintf("waiting for the BGP sessions of %d clients", len(rest))
+				st.adoptWhy[b.Name] = fmt.Sprintf("waiting for the BGP sessions of %d clients", len(rest))
 				st.requeue(handoverRetry)
 				continue
 			}
 		} else if wait := rec.Wait(st.Now, transitions.Timed); wait > 0 {
-			m.adoptWhy[b.Name] = "waiting for removalDelay"
+			st.adoptWhy[b.Name] = "waiting for removalDelay"
 			st.requeue(wait + 100*time.Millisecond)
 			continue
 		}
 		if !m.adoptRetry[key].IsZero() && st.Now.Before(m.adoptRetry[key]) {
-			m.adoptWhy[b.Name] = "kept: the graph model needs it"
+			st.adoptWhy[b.Name] = "kept: the graph model needs it"
 			st.requeue(m.adoptRetry[key].Sub(st.Now))
 			continue
 		}
 		ready = append(ready, b)
 		scopes[b.Name] = scope
 	}
-	m.trans.Drop(transitions.Adopt, seen...)
+	st.trans.Drop(transitions.Adopt, seen...)
 	for key := range m.adoptRetry {
 		if !slices.Contains(seen, key) {
 			delete(m.adoptRetry, key)
@@ -149,11 +149,11 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 		}
 		if lost := lostRoutes(without, with, scopes[b.Name]); lost != "" {
 			drop[b.Name] = false
-			m.adoptWhy[b.Name] = "kept: the graph model needs it"
+			st.adoptWhy[b.Name] = "kept: the graph model needs it"
 			key := b.Name + "@" + b.ResourceVersion
 			m.adoptRetry[key] = st.Now.Add(adoptModelRetry)
 			st.requeue(adoptModelRetry)
-			r.Log.Info("hand-written BGPPeer kept: the graph model needs it", "policy", st.Name, "bgppeer", b.Name, "reason", m.adoptWhy[b.Name], "missing", lost)
+			r.Log.Info("hand-written BGPPeer kept: the graph model needs it", "policy", st.Name, "bgppeer", b.Name, "reason", st.adoptWhy[b.Name], "missing", lost)
 			continue
 		}
 		if err := r.peers().Delete(ctx, b); err != nil {
@@ -164,7 +164,7 @@ func (r *Reconciler) adoptPeers(ctx context.Context, st *State) error {
 			}
 			return fmt.Errorf("deleting BGPPeer %s: %w", b.Name, err)
 		}
-		delete(m.adoptWhy, b.Name)
+		delete(st.adoptWhy, b.Name)
 		peerWrites.WithLabelValues(st.Name, "adopt").Inc()
 		r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventBGPPeerAdopted,
 			"deleted hand-written BGPPeer %s: calico-rr-autoscaler's BGPPeers cover the sessions of its %d nodes (%s)", b.Name, len(scopes[b.Name]), p.Handover)
@@ -244,16 +244,9 @@ func wiredByPlan(st *State, wanted map[string]extender.NodeState, names []string
 		if lbl, ann := state.OwnedChanges(p.RRLabelKey, n, want); len(lbl)+len(ann) > 0 {
 			return "node " + name + " is not as the plan wants it yet"
 		}
-		if isCurrentRR(p, n) {
-			continue
-		}
-		list := n.Annotations[extender.AnnotationRouteReflectors]
-		if list == "" || n.Labels[extender.LabelPeeringSet] == "" {
-			return "client " + name + " has no route reflectors"
-		}
-		for _, rr := range strings.Split(list, ",") {
-			if v := st.View[rr]; v == nil || !isCurrentRR(p, v) {
-				return "client " + name + ": " + rr + " is not a route reflector yet"
+		if !isCurrentRR(p, n) {
+			if why := clientWired(p, st.View, name); why != "" {
+				return why
 			}
 		}
 	}

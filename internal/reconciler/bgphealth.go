@@ -149,14 +149,12 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	r.mu.Unlock()
 	m := r.memo(st.Name)
 	st.HealthStatuses = make(map[string]bool, len(rrs))
-	st.HealthReported = make(map[string]bool, len(rrs))
 	for _, rr := range rrs {
 		st.HealthStatuses[rr] = true
 		if have[rr] != nil {
 			at := have[rr].Status.LastUpdated.Time
-			st.HealthReported[rr] = !at.IsZero()
-			if st.HealthReported[rr] && (m.trans.ReportsSeen.IsZero() || at.Before(m.trans.ReportsSeen)) {
-				m.trans.ReportsSeen = at // calico-node reports (transitions.Reporting)
+			if !at.IsZero() && (st.trans.ReportsSeen.IsZero() || at.Before(st.trans.ReportsSeen)) {
+				st.trans.ReportsSeen = at // calico-node reports (transitions.Reporting)
 			}
 			continue
 		}
@@ -185,17 +183,17 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 		return uplinkIDs
 	}
-	orphaning, witnessed := orphaningNow(rrs, have, clients, view, ips, st.Now, func(rr string) bool { return justStarted(m, rr, st.Now) })
+	orphaning, witnessed := orphaningNow(rrs, have, clients, view, ips, st.Now, func(rr string) bool { return justStarted(st, rr) })
 	next := map[string]extender.BGPHealth{}
 	grace, failed := map[extender.Families]int{}, map[extender.Families]int{}
 	for _, rr := range rrs {
 		cns := have[rr]
 		h, had := prev[rr]
-		if rec := m.trans.Newest(rr); rec != nil && !rec.Alive && cns != nil && !cns.Status.LastUpdated.Time.Before(rec.Started) &&
+		if rec := st.trans.Newest(rr); rec != nil && !rec.Alive && cns != nil && !cns.Status.LastUpdated.Time.Before(rec.Started) &&
 			sessions.RoleUp(cns, rolePeers(rr, clients[rr], view, uplinks), view, ips) {
-			m.trans.SeenAlive(rr, cns.Status.LastUpdated.Time)
+			st.trans.SeenAlive(rr, cns.Status.LastUpdated.Time)
 		}
-		starting := justStarted(m, rr, st.Now)
+		starting := justStarted(st, rr)
 		if cns == nil || cns.Status.LastUpdated.IsZero() || !extender.IsReady(view[rr]) || starting {
 			if had && extender.IsReady(view[rr]) {
 				next[rr] = h // not reported yet, or its sessions are starting: no judgement
@@ -224,7 +222,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 				// nothing watchBGPHealth looks at, so without this no reconcile would see it alive,
 				// and a BIRD dying after that would be judged only transitions.DefaultMax after the
 				// role change (TestBGPHealthSeesSettledRouteReflectorsAlive).
-				rec := m.trans.Newest(rr)
+				rec := st.trans.Newest(rr)
 				st.requeue(min(healthEvery, rec.Started.Add(rec.Max).Sub(st.Now)+100*time.Millisecond))
 			}
 			continue
@@ -358,9 +356,9 @@ func orphaningNow(rrs []string, have map[string]*apiv3.CalicoNodeStatus, clients
 // (gracePeriod 5 s) route reflectors just promoted were replaced, or given spine standbys, before
 // their first sessions came up (10-15 s on two loaded cores), which moved or promoted nodes again.
 // A route reflector whose BIRD is dead from the start is replaced transitions.DefaultMax later.
-func justStarted(m *handoverMemo, rr string, now time.Time) bool {
-	rec := m.trans.Newest(rr)
-	return rec != nil && rec.Starting(now)
+func justStarted(st *State, rr string) bool {
+	rec := st.trans.Newest(rr)
+	return rec != nil && rec.Starting(st.Now)
 }
 
 // rolePeers names the nodes route reflector rr peers with in its present role: its clients (the

@@ -74,16 +74,15 @@ type handoverMemo struct {
 	// adoptRetry: hand-written BGPPeer (name@resourceVersion) -> when the graph model may be asked
 	// again after refusing it.
 	adoptRetry map[string]time.Time
-	// adoptWhy: hand-written BGPPeer -> why the last adopt step kept it, for the status.
-	adoptWhy map[string]string
 	// bgpAnnounced: route reflectors whose BGP failure was announced (RouteReflectorBGPDown).
 	bgpAnnounced map[string]bool
 	// trans: the moves in flight (internal/transitions): route reflectors whose sessions
 	// (re)started lately (renumbered, promoted, given clients or rack route reflectors by a move,
 	// released), which the next cluster-ID change, the moves between sets and the release's next
 	// step wait for, and the mesh's and the adopt step's waits (MeshOff, Adopt). Read from the
-	// policy's status by the load step of this leader's first reconcile, written back there before
-	// the moves they record (persistTransitions); persisted is what the status holds.
+	// policy's status by the load step of this leader's first reconcile (and put in State.trans by
+	// every load step: the steps read them there), written back there before the moves they
+	// record (persistTransitions); persisted is what the status holds.
 	trans         *transitions.Table
 	persisted     []v1alpha1.Transition
 	persistedSeen time.Time // the status's sessionReportsSeen
@@ -135,15 +134,13 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		return nil
 	}
 	draining, clients := drainingRRs(st), clientsByRR(st)
-	famOf := func(c string) extender.Families {
-		return sessions.IPsFamilies(sessions.Addresses(st.sessionIPs, st.View, c))
-	}
 	var patches []nodePatch
 	for _, d := range draining {
 		if !r.handoverInPlace(st, d) {
 			continue
 		}
-		missing := unverified(st, m, clients, replacementsAll(st, d))
+		to := replacementsAll(st, d)
+		missing := unverified(st, clients, to)
 		cur := st.View[d]
 		mark := cur.Annotations[extender.AnnotationDrainingSince]
 		if !slices.Contains(st.Demotions, d) {
@@ -162,12 +159,11 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 			// rebalanced onto route reflectors not verified here: that is no timeout.
 			m.reported[d+"@"+ts] = true
 			m.degraded = ""
-			to := strings.Join(replacementsAll(st, d), ", ")
 			// On the node too: the policy's Events share one spam-filter budget (25, then one per
 			// 5 min), which a rebalancing cluster can spend before this one.
 			r.Recorder.Eventf(nodeRef(d, cur), corev1.EventTypeNormal, EventHandedOver,
-				"Handed over: every moving client has an Established BGP session with %s", to)
-			r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventHandedOver, "%s: every moving client has an Established BGP session with %s", d, to)
+				"Handed over: every moving client has an Established BGP session with %s", strings.Join(to, ", "))
+			r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventHandedOver, "%s: every moving client has an Established BGP session with %s", d, strings.Join(to, ", "))
 			continue
 		}
 		// The planner demotes it: removalDelay has passed.
@@ -176,7 +172,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		}
 		m.reported[d+"@"+mark] = true
 		msg := fmt.Sprintf("%s: handover timed out after %s; clients that never established a BGP session with %s: %s",
-			d, p.RemovalDelay, strings.Join(replacementsAll(st, d), ", "), joinCapped(lackingNames(st, replacementsAll(st, d), missing, famOf), 20))
+			d, p.RemovalDelay, strings.Join(to, ", "), joinCapped(lackingNames(st, to, missing), 20))
 		m.degraded, m.degradedUntil = msg, st.Now.Add(max(p.RemovalDelay, time.Minute))
 		r.Recorder.Event(nodeRef(d, cur), corev1.EventTypeWarning, EventHandoverTimeout, msg)
 		r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventHandoverTimeout, msg)
@@ -200,16 +196,16 @@ func (r *Reconciler) degradedCondition(st *State) *metav1.Condition {
 }
 
 // lackingNames names the clients, each with the families it was last seen lacking when it has
-// others (famOf: the client's families): "node-07 (IPv6)", a dual-stack client whose IPv6 session
+// others (its addresses' families): "node-07 (IPv6)", a dual-stack client whose IPv6 session
 // never came up while its IPv4 one did.
-func lackingNames(st *State, rrs, clients []string, famOf func(string) extender.Families) []string {
+func lackingNames(st *State, rrs, clients []string) []string {
 	out := make([]string, 0, len(clients))
 	for _, c := range clients {
 		var fams extender.Families
 		for _, rr := range rrs {
 			fams |= st.lacking[rr][c]
 		}
-		if fams != 0 && fams != famOf(c) {
+		if fams != 0 && fams != sessions.IPsFamilies(sessions.Addresses(st.sessionIPs, st.View, c)) {
 			out = append(out, fmt.Sprintf("%s (%s)", c, fams))
 			continue
 		}

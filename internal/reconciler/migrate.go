@@ -25,8 +25,8 @@ const EventMeshDisabled = "NodeToNodeMeshDisabled"
 
 // meshPending: migrateFromNodeMesh is on, the mesh is not known to be off, and every client has
 // its route reflectors in place (the condition the sessions are then checked for).
-func (r *Reconciler) meshPending(st *State, m *handoverMemo) bool {
-	if !st.Managed.Resolved.MigrateFromNodeMesh || m.meshOff {
+func (r *Reconciler) meshPending(st *State) bool {
+	if !st.Managed.Resolved.MigrateFromNodeMesh || r.memo(st.Name).meshOff {
 		return false
 	}
 	ok, _ := meshReady(st.Managed.Resolved, st.View, r.Nodes.List())
@@ -52,28 +52,28 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	m := r.memo(st.Name)
 	m.meshOff = m.meshOff && p.MigrateFromNodeMesh
 	if !p.MigrateFromNodeMesh || m.meshOff {
-		m.trans.Drop(transitions.MeshOff)
+		st.trans.Drop(transitions.MeshOff)
 		return nil
 	}
 	if ok, why := meshReady(p, st.View, r.Nodes.List()); !ok {
 		r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", why)
-		m.trans.Drop(transitions.MeshOff)
+		st.trans.Drop(transitions.MeshOff)
 		return nil
 	}
 	// The wait is the layout's MeshOff record (a new leader resumes it), started now, once this
 	// reconcile's writes (in the view) are made; with handover Delay its sessions are waited for
 	// transitions.DefaultMax at most.
 	layout := meshLayout(st.View)
-	m.trans.Drop(transitions.MeshOff, layout)
+	st.trans.Drop(transitions.MeshOff, layout)
 	d := max(p.RemovalDelay, transitions.DefaultSettle)
-	rec := m.trans.Hold(transitions.MeshOff, layout, r.now(), transitions.Waits{Min: d, Settle: d, Max: max(d, transitions.DefaultMax)})
+	rec := st.trans.Hold(transitions.MeshOff, layout, r.now(), transitions.Waits{Min: d, Settle: d, Max: max(d, transitions.DefaultMax)})
 	var rrs []string
 	for _, name := range slices.Sorted(maps.Keys(st.View)) {
 		if isCurrentRR(p, st.View[name]) {
 			rrs = append(rrs, name)
 		}
 	}
-	if wait, on := settlingWait(st, m, rrs); wait > 0 {
+	if wait, on := settlingWait(st, rrs); wait > 0 {
 		r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", "route reflector sessions settling", "nodes", on)
 		st.requeue(wait)
 		return nil
@@ -81,7 +81,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 	sessions := verifies(st)
 	if meshReads(st) && (sessions || st.Now.Sub(rec.Started) < rec.Max) {
 		clients := clientsByRR(st)
-		if rest := unverified(st, m, clients, meshRRs(st, clients)); len(rest) > 0 {
+		if rest := unverified(st, clients, meshRRs(st, clients)); len(rest) > 0 {
 			r.Log.V(1).Info("node-to-node mesh kept", "policy", st.Name, "reason", "sessions not seen Established", "nodes", joinCapped(rest, 5))
 			st.requeue(handoverRetry)
 			return nil
@@ -119,7 +119,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 			}
 		}
 		m.meshOff = true
-		m.trans.Drop(transitions.MeshOff)
+		st.trans.Drop(transitions.MeshOff)
 		return nil
 	default:
 		orig := cfg.DeepCopy()
@@ -132,7 +132,7 @@ func (r *Reconciler) migrateMesh(ctx context.Context, st *State) error {
 		}
 	}
 	m.meshOff = true
-	m.trans.Drop(transitions.MeshOff)
+	st.trans.Drop(transitions.MeshOff)
 	r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventMeshDisabled,
 		"node-to-node mesh turned off in BGPConfiguration default: every client has its route reflector sessions (%s)", p.Handover)
 	return nil
@@ -157,14 +157,8 @@ func meshReady(p *policy.Resolved, view map[string]*extender.Node, all []*extend
 		if isCurrentRR(p, n) {
 			continue
 		}
-		list := n.Annotations[extender.AnnotationRouteReflectors]
-		if list == "" || n.Labels[extender.LabelPeeringSet] == "" {
-			return false, "client " + name + " has no route reflectors"
-		}
-		for _, rr := range strings.Split(list, ",") {
-			if v := view[rr]; v == nil || !isCurrentRR(p, v) {
-				return false, "client " + name + ": " + rr + " is not a route reflector yet"
-			}
+		if why := clientWired(p, view, name); why != "" {
+			return false, why
 		}
 	}
 	for _, n := range all {
@@ -176,6 +170,22 @@ func meshReady(p *policy.Resolved, view map[string]*extender.Node, all []*extend
 		}
 	}
 	return true, ""
+}
+
+// clientWired returns why client name of the view lacks route reflectors: no peering set or
+// route reflectors listed, or one listed not carrying its role ("" when it has them all).
+func clientWired(p *policy.Resolved, view map[string]*extender.Node, name string) string {
+	n := view[name]
+	list := n.Annotations[extender.AnnotationRouteReflectors]
+	if list == "" || n.Labels[extender.LabelPeeringSet] == "" {
+		return "client " + name + " has no route reflectors"
+	}
+	for _, rr := range strings.Split(list, ",") {
+		if v := view[rr]; v == nil || !isCurrentRR(p, v) {
+			return "client " + name + ": " + rr + " is not a route reflector yet"
+		}
+	}
+	return ""
 }
 
 // meshLayout fingerprints what the clients' sessions to their route reflectors depend on: every
@@ -205,7 +215,7 @@ func meshReads(st *State) bool {
 				return false
 			}
 			n++
-			reported = reported || st.HealthReported[name]
+			reported = reported || st.healthReported(name)
 		}
 	}
 	// Statuses nobody reports into (calico-node without CalicoNodeStatus support, a cluster whose

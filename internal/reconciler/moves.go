@@ -108,15 +108,15 @@ var setKinds = [...]setKind{
 
 // settled: route reflector rr is Ready and its records (transitions.Table.Wait) let a move relying
 // on its sessions go.
-func settled(st *State, m *handoverMemo, rr string) bool {
-	return readyNode(st, rr) && m.trans.Wait(rr, st.Now, sessionWaits(st, m.trans)) == 0
+func settled(st *State, rr string) bool {
+	return readyNode(st, rr) && st.trans.Wait(rr, st.Now, sessionWaits(st)) == 0
 }
 
 // settlingWait is the longest wait (transitions.Table.Wait) of the Ready route reflectors among rrs
 // that have not settled yet, and those route reflectors.
-func settlingWait(st *State, m *handoverMemo, rrs []string) (w time.Duration, waiting []string) {
+func settlingWait(st *State, rrs []string) (w time.Duration, waiting []string) {
 	for _, rr := range rrs {
-		if d := m.trans.Wait(rr, st.Now, sessionWaits(st, m.trans)); readyNode(st, rr) && d > 0 {
+		if d := st.trans.Wait(rr, st.Now, sessionWaits(st)); readyNode(st, rr) && d > 0 {
 			w = max(w, d)
 			waiting = append(waiting, rr)
 		}
@@ -143,7 +143,7 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 		for _, np := range ps {
 			if id := np.ann[extender.AnnotationClusterID]; id != nil {
 				// Promoted or renumbered: every session of the node (re)starts.
-				m.trans.Start(transitions.SessionsRestart, st.Now, np.name)
+				st.trans.Start(transitions.SessionsRestart, st.Now, np.name)
 				idNow[np.name] = np.phase
 			}
 		}
@@ -167,7 +167,7 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 	var held [len(setKinds)][]string
 	moves := 0
 	for ki, k := range setKinds {
-		next[k.phase], added[ki], held[ki] = stageSetMoves(st, m, k, phases[k.phase], sets, rrOf, idNow)
+		next[k.phase], added[ki], held[ki] = stageSetMoves(st, k, phases[k.phase], sets, rrOf, idNow)
 		moves += len(added[ki]) + len(held[ki])
 	}
 	if moves == 0 {
@@ -202,7 +202,7 @@ func (r *Reconciler) stageMoves(ctx context.Context, st *State, phases *[3][]nod
 		for _, rrs := range added[ki] {
 			for _, rr := range rrs {
 				if rr != "" {
-					m.trans.Start(k.kind, st.Now, rr)
+					st.trans.Start(k.kind, st.Now, rr)
 				}
 			}
 		}
@@ -256,8 +256,8 @@ func (r *Reconciler) adoptTransitionalSets(st *State, m *handoverMemo, rrOf map[
 			cur = peerIDs(st.Peers)
 		}
 		for _, id := range cur[name] {
-			if rr := rrOf[id]; rr != "" && !m.trans.Has(rr) {
-				m.trans.Start(transitions.SetInherited, st.Now, rr)
+			if rr := rrOf[id]; rr != "" && !st.trans.Has(rr) {
+				st.trans.Start(transitions.SetInherited, st.Now, rr)
 			}
 		}
 	}
@@ -276,7 +276,7 @@ func (r *Reconciler) adoptTransitionalSets(st *State, m *handoverMemo, rrOf map[
 // rack's cluster ID (on the live spine relabel: clients of its old rack lost other racks for
 // seconds). Such a move waits for the next reconcile. A client's new route reflector is written
 // in an earlier phase, before the client.
-func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, sets map[string]extender.BGPPeer,
+func stageSetMoves(st *State, k setKind, patches []nodePatch, sets map[string]extender.BGPPeer,
 	rrOf map[string]string, idNow map[string]int) (next []nodePatch, added map[string][]string, held []string) {
 	p := st.Managed.Resolved
 	cur, planned := setIDs(st.Peers, k.label), map[string][]string{}
@@ -307,10 +307,10 @@ func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, s
 		for _, id := range kept {
 			keptRRs = append(keptRRs, rrOf[id])
 		}
-		wait, waitOn := settlingWait(st, m, keptRRs)
+		wait, waitOn := settlingWait(st, keptRRs)
 		// keeps: a route reflector it keeps is settled, so its routes stay with it while its other
 		// sessions change.
-		keeps := slices.ContainsFunc(keptRRs, func(rr string) bool { return settled(st, m, rr) })
+		keeps := slices.ContainsFunc(keptRRs, func(rr string) bool { return settled(st, rr) })
 		transitional := extender.IsTransitionalSet(from)
 		switch {
 		case len(removed) == 0:
@@ -333,7 +333,7 @@ func stageSetMoves(st *State, m *handoverMemo, k setKind, patches []nodePatch, s
 				st.requeue(transitions.DefaultMin)
 				continue
 			}
-			ids := union(minus(old, replaced(st, m, removed, kept, rrOf)), []string{next})
+			ids := union(minus(old, replaced(st, removed, kept, rrOf)), []string{next})
 			tp := extender.TransitionalBGPPeer(p, k.label, ids)
 			if _, ok := sets[tp.Name]; !ok && len(sets) >= maxTransitionalSets {
 				held = append(held, np.name) // in its transitional set until the next reconcile
@@ -404,10 +404,10 @@ func nextWritten(st *State, k setKind, add []string, rrOf map[string]string, idN
 // new ones it keeps is Ready and settled; the old ones of the other planes stay. When no old one
 // shares such a plane (the old set had no planes), the first old one goes: the set never grows
 // past the old route reflectors and one new one.
-func replaced(st *State, m *handoverMemo, removed, kept []string, rrOf map[string]string) []string {
+func replaced(st *State, removed, kept []string, rrOf map[string]string) []string {
 	covered := map[string]bool{}
 	for _, id := range kept {
-		if rr := rrOf[id]; settled(st, m, rr) {
+		if rr := rrOf[id]; settled(st, rr) {
 			covered[planeOf(st, rr)] = true
 		}
 	}
@@ -475,24 +475,12 @@ func (r *Reconciler) writeTransitionalPeers(ctx context.Context, st *State, sets
 	}
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
 		obj := calico.BGPPeer(r.PeerAPI, sets[name])
-		if h := have[name]; h != nil {
-			upd, changed := calico.NeedsUpdate(h, obj)
-			if !changed {
-				continue
-			}
-			if err := r.peers().Update(ctx, upd); err != nil {
-				return fmt.Errorf("updating transitional BGPPeer %s: %w", name, err)
-			}
-			r.peerSynced(name, obj)
-			peerWrites.WithLabelValues(st.Name, "update").Inc()
-			continue
+		if err := r.writePeer(ctx, st, have[name], obj); err != nil && (have[name] != nil || !apierrors.IsAlreadyExists(err)) {
+			return fmt.Errorf("writing transitional BGPPeer %s: %w", name, err)
 		}
-		if err := r.peers().Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating transitional BGPPeer %s: %w", name, err)
+		if have[name] == nil {
+			st.Peers = append(st.Peers, obj)
 		}
-		r.peerSynced(name, obj)
-		st.Peers = append(st.Peers, obj)
-		peerWrites.WithLabelValues(st.Name, "create").Inc()
 	}
 	return nil
 }

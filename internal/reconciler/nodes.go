@@ -100,7 +100,7 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 			return err
 		}
 	}
-	r.memo(st.Name).trans.Restamp(st.Now, r.now())
+	st.trans.Restamp(st.Now, r.now())
 	return r.persistTransitions(ctx, st)
 }
 

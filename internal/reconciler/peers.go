@@ -51,39 +51,37 @@ func (r *Reconciler) applyPeers(ctx context.Context, st *State) error {
 				st.requeue(handoverRetry) // narrowed once the new route reflectors are labelled and settled
 			}
 		}
-		obj := calico.BGPPeer(r.PeerAPI, want)
-		if !ok {
-			drift := r.peerDrift(nil, obj)
-			err := r.peers().Create(ctx, obj)
-			if apierrors.IsAlreadyExists(err) {
+		if err := r.writePeer(ctx, st, have, calico.BGPPeer(r.PeerAPI, want)); err != nil {
+			if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
 				st.requeue(handoverRetry) // the cache is behind: compare on the next pass
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			r.peerSynced(want.Name, obj)
-			r.reportPeerDrift(st, drift)
-			peerWrites.WithLabelValues(st.Name, "create").Inc()
-			continue
-		}
-		upd, changed := calico.NeedsUpdate(have, obj)
-		if !changed {
-			r.peerSynced(want.Name, obj)
-			continue
-		}
-		drift := r.peerDrift(have, obj)
-		if err := r.peers().Update(ctx, upd); err != nil {
-			if apierrors.IsConflict(err) {
-				st.requeue(handoverRetry)
 				continue
 			}
 			return err
 		}
-		r.peerSynced(want.Name, obj)
-		r.reportPeerDrift(st, drift)
-		peerWrites.WithLabelValues(st.Name, "update").Inc()
 	}
+	return nil
+}
+
+// writePeer creates obj (have nil) or brings have up to it, and records it as this reconciler's
+// (peerSynced); a hand change or deletion it reverts is reported (reportPeerDrift). The plan's
+// BGPPeers (applyPeers) and the transitional sets' (writeTransitionalPeers) are written by it.
+func (r *Reconciler) writePeer(ctx context.Context, st *State, have, obj *apiv3.BGPPeer) error {
+	write, verb := func() error { return r.peers().Create(ctx, obj) }, "create"
+	if have != nil {
+		upd, changed := calico.NeedsUpdate(have, obj)
+		if !changed {
+			r.peerSynced(obj.Name, obj)
+			return nil
+		}
+		write, verb = func() error { return r.peers().Update(ctx, upd) }, "update"
+	}
+	drift := r.peerDrift(have, obj)
+	if err := write(); err != nil {
+		return err
+	}
+	r.peerSynced(obj.Name, obj)
+	r.reportPeerDrift(st, drift)
+	peerWrites.WithLabelValues(st.Name, verb).Inc()
 	return nil
 }
 
@@ -146,7 +144,6 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 	if !ok || !ok2 {
 		return labelled
 	}
-	m := r.memo(st.Name)
 	planned := map[string]string{}
 	for _, rr := range st.Result.RouteReflectors {
 		planned[rr.Node] = rr.ClusterID
@@ -161,11 +158,11 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		// of its role was seen Established (or transitions.DefaultMax passed): on the live lab a
 		// rack's two replacements' sessions came up 17-20 s after their promotion, past
 		// transitions.DefaultSettle.
-		return settled(st, m, rr) && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
-			!(st.HealthReported[rr] && justStarted(m, rr, st.Now))
+		return settled(st, rr) && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
+			!(st.healthReported(rr) && justStarted(st, rr))
 	}
 	for _, id := range intersect(old, ids) {
-		if rr := byID[id]; settled(rr) && membersUp(st, m, rr, want.Name) {
+		if rr := byID[id]; settled(rr) && membersUp(st, rr, want.Name) {
 			return labelled
 		}
 	}
@@ -180,7 +177,7 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		// together) the clients dropped the sessions whose stale routes graceful restart held
 		// (issue 52 item 4, 0.9 s after the plan on the live lab).
 		rr := byID[id]
-		if slices.Contains(old, id) && !slices.Contains(ids, id) || rr == "" || settled(rr) && membersUp(st, m, rr, want.Name) {
+		if slices.Contains(old, id) && !slices.Contains(ids, id) || rr == "" || settled(rr) && membersUp(st, rr, want.Name) {
 			return true
 		}
 		st.waitFor(rr)
@@ -197,13 +194,13 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 // (CI, 2026-12-02, TestTwoRouteReflectorsKilledOnRealBIRD) a rack's set narrowed 11 s after the
 // replacements' promotion, its clients' sessions to them came up 9 s later, and 293 pair-samples
 // were lost between nodes that keep their role.
-func membersUp(st *State, m *handoverMemo, rr, name string) bool {
-	rec, cns := m.trans.Newest(rr), st.healthReports[rr]
+func membersUp(st *State, rr, name string) bool {
+	rec, cns := st.trans.Newest(rr), st.healthReports[rr]
 	key, set, ok := extender.SetLabelOf(name)
 	if !ok || rec == nil || cns == nil || cns.Status.LastUpdated.IsZero() || st.Now.Sub(rec.Started) >= rec.Max {
 		return true
 	}
-	if m.trans.Stale(rr, cns.Status.LastUpdated.Time) {
+	if st.trans.Stale(rr, cns.Status.LastUpdated.Time) {
 		return false // the verifier's freshness rule
 	}
 	var members []string
@@ -212,5 +209,5 @@ func membersUp(st *State, m *handoverMemo, rr, name string) bool {
 			members = append(members, n)
 		}
 	}
-	return len(missingPeers(m, rr, members, cns, st.View, st.healthIPs)) == 0
+	return len(missingPeers(st.trans, rr, members, cns, st.View, st.healthIPs)) == 0
 }

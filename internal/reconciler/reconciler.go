@@ -35,6 +35,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calicoetcd"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -180,9 +181,6 @@ type State struct {
 	// HealthStatuses are the nodes whose CalicoNodeStatus bgpHealth keeps (the handover leaves
 	// them in place).
 	HealthStatuses map[string]bool
-	// HealthReported are those of HealthStatuses that calico-node has reported into at least
-	// once (status.lastUpdated set): a cluster whose calico-node does not report leaves them empty.
-	HealthReported map[string]bool
 	// healthReports are the policy's CalicoNodeStatuses bgpHealth read (node -> status) and
 	// healthIPs Calico's BGP addresses it read with them (nil in the Kubernetes datastore).
 	healthReports map[string]*apiv3.CalicoNodeStatus
@@ -199,6 +197,8 @@ type State struct {
 	statuses   map[string]*apiv3.CalicoNodeStatus
 	lacking    map[string]map[string]extender.Families
 	sessionIPs map[string][]string
+	// adoptWhy: hand-written BGPPeer -> why the adopt step kept it, for the status step.
+	adoptWhy map[string]string
 	// outside is what stageOutside read, once per reconcile: the nodes step's two stagings both
 	// model it before either writes.
 	outside *outsideRead
@@ -207,11 +207,23 @@ type State struct {
 	// then, set by a step, replaces the steps after it (load: a deleted policy's release).
 	then []Step
 
+	// trans are the policy's records of the moves in flight (handoverMemo.trans, loaded from its
+	// status by the load step): the steps read and start them here.
+	trans *transitions.Table
+
 	facts    *viewFacts      // what the steps read of the plan's view (nil: no plan)
 	patched  int             // the patches of this reconcile in View
 	marks    marks           // what happened since the last reconcile (see absorb)
 	valid    []state.Managed // the valid policies the plan partitioned the nodes among
 	absorbed bool            // the absorb step ended the reconcile
+}
+
+// healthReported: bgpHealth keeps route reflector rr's CalicoNodeStatus (HealthStatuses) and
+// calico-node has reported into it at least once (status.lastUpdated set): in a cluster whose
+// calico-node does not report, none is.
+func (st *State) healthReported(rr string) bool {
+	cns := st.healthReports[rr]
+	return st.HealthStatuses[rr] && cns != nil && !cns.Status.LastUpdated.IsZero()
 }
 
 // RoleChange is a role change this reconcile made, for Events and metrics.

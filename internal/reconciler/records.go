@@ -36,6 +36,7 @@ const EventTransitionDropped = "TransitionDropped"
 func (r *Reconciler) loadTransitions(ctx context.Context, st *State) {
 	m := r.memo(st.Name)
 	if m.loaded {
+		st.trans = m.trans
 		return
 	}
 	src := st.Policy
@@ -48,7 +49,7 @@ func (r *Reconciler) loadTransitions(ctx context.Context, st *State) {
 		m.trans.ReportsSeen = seen.Time
 	}
 	m.persisted, m.persistedSeen = src.Status.Transitions, m.trans.ReportsSeen
-	m.loaded = true
+	m.loaded, st.trans = true, m.trans
 	if n := m.trans.Len(); n > 0 {
 		r.Log.Info("transitions resumed from the policy's status", "policy", st.Name, "records", n)
 	}
@@ -58,7 +59,7 @@ func (r *Reconciler) loadTransitions(ctx context.Context, st *State) {
 // holds. An error stops the reconcile before the move the records gate.
 func (r *Reconciler) persistTransitions(ctx context.Context, st *State) error {
 	m := r.memo(st.Name)
-	want, seen := m.trans.API(), m.trans.ReportsSeen
+	want, seen := st.trans.API(), st.trans.ReportsSeen
 	if equality.Semantic.DeepEqual(want, m.persisted) && seen.Equal(m.persistedSeen) {
 		return nil
 	}
@@ -91,12 +92,11 @@ func reportsSeen(at time.Time) *metav1.Time {
 // was deleted), and comes back when the next runs its course: a settled cluster has nothing else
 // to reconcile for, and its status would keep the records.
 func (r *Reconciler) expireTransitions(st *State) {
-	m := r.memo(st.Name)
-	for _, rec := range m.trans.Expire(st.Now, func(node string) bool { return r.Nodes.Get(node) != nil }) {
+	for _, rec := range st.trans.Expire(st.Now, func(node string) bool { return r.Nodes.Get(node) != nil }) {
 		r.Recorder.Eventf(st.Policy, corev1.EventTypeNormal, EventTransitionDropped,
 			"%s record of %s (started %s) dropped: the node is gone", rec.Kind, rec.Node, rec.Started.UTC().Format("15:04:05.000"))
 	}
-	if next := m.trans.NextExpiry(); !next.IsZero() {
+	if next := st.trans.NextExpiry(); !next.IsZero() {
 		st.requeue(next.Sub(st.Now) + 100*time.Millisecond)
 	}
 }
@@ -111,7 +111,7 @@ func (r *Reconciler) expireTransitions(st *State) {
 // one does not read it again.
 func (r *Reconciler) unrecordedRenumber(ctx context.Context, st *State, held []nodePatch) {
 	m := r.memo(st.Name)
-	if m.writesRead || m.trans.Latest(transitions.Renumber) != nil {
+	if m.writesRead || st.trans.Latest(transitions.Renumber) != nil {
 		return
 	}
 	m.writesRead = true
@@ -137,7 +137,7 @@ func (r *Reconciler) unrecordedRenumber(ctx context.Context, st *State, held []n
 		at = st.Now
 	}
 	if st.Now.Sub(at) < transitions.DefaultSettle {
-		m.trans.Hold(transitions.Renumber, node, at, transitions.DefaultWaits)
+		st.trans.Hold(transitions.Renumber, node, at, transitions.DefaultWaits)
 		r.Log.Info("a cluster-ID change no record holds: the next waits for it", "policy", st.Name, "node", node, "written", at.UTC().Format(time.RFC3339))
 	}
 }

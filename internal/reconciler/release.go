@@ -155,9 +155,8 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, cfg *apiv3.B
 		}
 		change.Started, change.Max = at, p.RemovalDelay+transitions.DefaultMax
 	}
-	m := r.memo(st.Name)
 	r.expireTransitions(st)
-	if last := m.trans.Latest(transitions.ReleaseStep); last != nil && last.Started.After(change.Started) {
+	if last := st.trans.Latest(transitions.ReleaseStep); last != nil && last.Started.After(change.Started) {
 		change = last
 	}
 	sim, err := r.newReleaseSim(ctx, st)
@@ -191,7 +190,7 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, cfg *apiv3.B
 	// this one's among them, are seen Established (keeperSessionsWait). The record is in the
 	// policy's status before the release it records.
 	began := r.now()
-	m.trans.Start(transitions.ReleaseStep, began, next)
+	st.trans.Start(transitions.ReleaseStep, began, next)
 	if err := r.persistTransitions(ctx, st); err != nil {
 		return false, err
 	}
@@ -208,7 +207,7 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, cfg *apiv3.B
 			return false, err
 		}
 	}
-	m.trans.Restamp(began, r.now())
+	st.trans.Restamp(began, r.now())
 	if err := r.persistTransitions(ctx, st); err != nil {
 		return false, err
 	}

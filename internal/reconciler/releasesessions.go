@@ -67,16 +67,16 @@ func (r *Reconciler) keeperSessionsWait(ctx context.Context, st *State, keeper s
 			peers = append(peers, n.Name)
 		}
 	}
-	m, from := r.memo(st.Name), change.Started.Add(change.Min)
-	if rec := m.trans.Get(transitions.Sessions, transitions.Subject(keeper, peers)); rec != nil && rec.Started.Before(from) {
-		m.trans.Drop(transitions.Sessions)
+	from := change.Started.Add(change.Min)
+	if rec := st.trans.Get(transitions.Sessions, transitions.Subject(keeper, peers)); rec != nil && rec.Started.Before(from) {
+		st.trans.Drop(transitions.Sessions)
 	}
-	err := r.verify(ctx, st, m, map[string]*sessionNeed{keeper: {peers: peers}}, view, ips, from)
+	err := r.verify(ctx, st, map[string]*sessionNeed{keeper: {peers: peers}}, view, ips, from)
 	cns, missing := st.statuses[keeper], st.lacking[keeper]
 	switch {
 	case err != nil && !sessions.Unavailable(err):
 		return false, err
-	case err != nil || sessionsUp(m, keeper, peers):
+	case err != nil || sessionsUp(st, keeper, peers):
 		return false, nil // up, or no CalicoNodeStatus API: removalDelay only
 	case cns == nil:
 		return wait("no CalicoNodeStatus of the keeper yet")

@@ -77,7 +77,6 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 		putBack(held...)
 		return
 	}
-	m := r.memo(st.Name)
 	// hold keeps every held change for a later reconcile when the state without them passes (the
 	// other patches, or none), else puts them back.
 	hold := func(wait time.Duration, why ...any) {
@@ -96,8 +95,8 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 	}
 	r.unrecordedRenumber(ctx, st, held)
 	// The last renumbering's record: the next one waits for its sessions.
-	if last := m.trans.Latest(transitions.Renumber); last != nil && st.View[last.Node] != nil {
-		if wait := last.Wait(st.Now, sessionWaits(st, m.trans)); wait > 0 {
+	if last := st.trans.Latest(transitions.Renumber); last != nil && st.View[last.Node] != nil {
+		if wait := last.Wait(st.Now, sessionWaits(st)); wait > 0 {
 			hold(wait, "until the sessions of", last.Node)
 			return
 		}
@@ -120,7 +119,7 @@ func (r *Reconciler) stageClusterIDs(ctx context.Context, st *State, phases *[3]
 			continue
 		}
 		putBack(np)
-		m.trans.Start(transitions.Renumber, st.Now, np.name)
+		st.trans.Start(transitions.Renumber, st.Now, np.name)
 		transitionHeld.WithLabelValues(st.Name).Set(float64(len(held) - 1))
 		if len(held) > 1 {
 			st.requeue(transitions.DefaultMin)
@@ -347,11 +346,11 @@ func verifies(st *State) bool { return st.Managed.Resolved.Handover == v1alpha1.
 // without verifies; else the reports, and once calico-node is known to fill them in (the policy's
 // status.sessionReportsSeen: a record's report, or BGP health's), nothing but a fresh report or
 // Max ends a wait.
-func sessionWaits(st *State, t *transitions.Table) transitions.Verify {
+func sessionWaits(st *State) transitions.Verify {
 	switch {
 	case !verifies(st):
 		return transitions.Timed
-	case t.Reported():
+	case st.trans.Reported():
 		return transitions.Reporting
 	}
 	return transitions.Reports

@@ -156,7 +156,7 @@ func TestStagedClusterIDKeepsTopLevel(t *testing.T) {
 		resolved, errs := h.r.Policies.Resolve(pol)
 		require.Empty(t, errs)
 		st := &State{Name: "default", Now: h.now, Policy: pol, Managed: state.Managed{Policy: pol, Resolved: resolved},
-			Result: &extender.Result{Nodes: want, BGPPeers: peers}, View: map[string]*extender.Node{}}
+			Result: &extender.Result{Nodes: want, BGPPeers: peers}, View: map[string]*extender.Node{}, trans: h.r.memo("default").trans}
 		for _, n := range h.r.Nodes.List() {
 			if n.Labels["pool"] == "c" {
 				st.View[n.Name] = n

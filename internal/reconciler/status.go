@@ -49,8 +49,8 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	// The moves in flight, as persistTransitions wrote them before each move; in Observe and
 	// Paused the ones an earlier Enforce left, dropped as they run their course.
 	r.expireTransitions(st)
-	s.Transitions = r.memo(st.Name).trans.API()
-	s.SessionReportsSeen = reportsSeen(r.memo(st.Name).trans.ReportsSeen)
+	s.Transitions = st.trans.API()
+	s.SessionReportsSeen = reportsSeen(st.trans.ReportsSeen)
 	if st.Invalid != nil {
 		msg := st.Invalid.ToAggregate().Error()
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalidPolicy, Message: msg, ObservedGeneration: pol.Generation})
@@ -169,7 +169,7 @@ func (r *Reconciler) setForeignPeers(ctx context.Context, st *State, s *v1alpha1
 		c.Status, c.Reason = metav1.ConditionTrue, "HandWritten"
 		c.Message = fmt.Sprintf("%d BGPPeers not written by calico-rr-autoscaler, left as they are: %s", len(foreign), strings.Join(shown, ", "))
 		if p := st.Managed.Resolved; p.AdoptBGPPeers && p.Mode == v1alpha1.Enforce {
-			why := r.memo(st.Name).adoptWhy
+			why := st.adoptWhy
 			for i, n := range shown {
 				if why[n] != "" {
 					shown[i] = n + " (" + why[n] + ")"

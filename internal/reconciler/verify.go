@@ -49,9 +49,9 @@ func sessionPeers(st *State, clients map[string][]string, rr string) []string {
 }
 
 // sessionNeeds gathers the nodes whose sessions a step awaits (see above).
-func (r *Reconciler) sessionNeeds(st *State, m *handoverMemo) map[string]*sessionNeed {
+func (r *Reconciler) sessionNeeds(st *State) map[string]*sessionNeed {
 	verify := verifies(st)
-	mesh := r.meshPending(st, m) && meshReads(st)
+	mesh := r.meshPending(st) && meshReads(st)
 	need := map[string]*sessionNeed{}
 	if !verify && !mesh {
 		return need
@@ -68,7 +68,7 @@ func (r *Reconciler) sessionNeeds(st *State, m *handoverMemo) map[string]*sessio
 			add(rr)
 		}
 	}
-	if verify && m.trans.Latest(transitions.Adopt) != nil {
+	if verify && st.trans.Latest(transitions.Adopt) != nil {
 		for rr := range clients {
 			add(rr)
 		}
@@ -83,7 +83,7 @@ func (r *Reconciler) sessionNeeds(st *State, m *handoverMemo) map[string]*sessio
 			}
 		}
 	}
-	if last := m.trans.Latest(transitions.Renumber); last != nil && !last.Up {
+	if last := st.trans.Latest(transitions.Renumber); last != nil && !last.Up {
 		add(last.Node, transitions.Renumber)
 	}
 	for rr := range st.SettleWaits {
@@ -94,8 +94,7 @@ func (r *Reconciler) sessionNeeds(st *State, m *handoverMemo) map[string]*sessio
 
 // verifySessions is the session verifier's step (see above).
 func (r *Reconciler) verifySessions(ctx context.Context, st *State) error {
-	m := r.memo(st.Name)
-	if err := r.verify(ctx, st, m, r.sessionNeeds(st, m), st.View, st.healthIPs, r.now()); err != nil {
+	if err := r.verify(ctx, st, r.sessionNeeds(st), st.View, st.healthIPs, r.now()); err != nil {
 		r.Log.Error(err, "CalicoNodeStatus", "policy", st.Name)
 		st.requeue(5 * time.Second)
 	}
@@ -107,25 +106,25 @@ func (r *Reconciler) verifySessions(ctx context.Context, st *State) error {
 // the peers' addresses are; ips: Calico's BGP addresses when the caller read them this reconcile,
 // nil: read here when needed). Without the CalicoNodeStatus API (or the right to use it) the waits
 // fall back to their timers: the verifier's step logs an error, never stops the other steps.
-func (r *Reconciler) verify(ctx context.Context, st *State, m *handoverMemo, need map[string]*sessionNeed, view map[string]*extender.Node,
+func (r *Reconciler) verify(ctx context.Context, st *State, need map[string]*sessionNeed, view map[string]*extender.Node,
 	ips map[string][]string, from time.Time) error {
 	var want, keep []string
 	recs := map[string]*transitions.Record{}
 	for _, rr := range slices.Sorted(maps.Keys(need)) {
 		if len(need[rr].peers) == 0 {
 			if len(need[rr].settle) > 0 {
-				m.trans.Settled(rr, need[rr].settle...) // no session to wait for
+				st.trans.Settled(rr, need[rr].settle...) // no session to wait for
 			}
 			continue
 		}
-		rec := m.trans.Hold(transitions.Sessions, transitions.Subject(rr, need[rr].peers), from, transitions.SessionsWaits)
+		rec := st.trans.Hold(transitions.Sessions, transitions.Subject(rr, need[rr].peers), from, transitions.SessionsWaits)
 		keep = append(keep, rec.Node)
 		if !rec.Up {
 			want, recs[rr] = append(want, rr), rec
 		}
 	}
-	m.trans.Drop(transitions.Sessions, keep...)
-	statuses, err := r.syncNodeStatuses(ctx, st, m, want)
+	st.trans.Drop(transitions.Sessions, keep...)
+	statuses, err := r.syncNodeStatuses(ctx, st, want)
 	if ips == nil {
 		ips = r.calicoBGPAddresses(ctx, len(statuses) > 0)
 	}
@@ -135,11 +134,11 @@ func (r *Reconciler) verify(ctx context.Context, st *State, m *handoverMemo, nee
 		// The freshness rule: made after its Sessions record and every other record of the node
 		// started, each record's Min after.
 		cns := statuses[rr]
-		if cns == nil || !rec.Fresh(cns.Status.LastUpdated.Time) || m.trans.Stale(rr, cns.Status.LastUpdated.Time) {
+		if cns == nil || !rec.Fresh(cns.Status.LastUpdated.Time) || st.trans.Stale(rr, cns.Status.LastUpdated.Time) {
 			continue
 		}
-		st.lacking[rr] = missingPeers(m, rr, need[rr].peers, cns, view, st.sessionIPs)
-		m.trans.Observe(rr, cns.Status.LastUpdated.Time, len(st.lacking[rr]))
+		st.lacking[rr] = missingPeers(st.trans, rr, need[rr].peers, cns, view, st.sessionIPs)
+		st.trans.Observe(rr, cns.Status.LastUpdated.Time, len(st.lacking[rr]))
 	}
 	if len(want) > 0 {
 		st.requeue(handoverRetry)
@@ -150,21 +149,21 @@ func (r *Reconciler) verify(ctx context.Context, st *State, m *handoverMemo, nee
 // missingPeers are the peers (their addresses in view and ips) without an Established session with
 // rr in its report cns, with the families they lack; the sessions a renumbering of rr restarted
 // count only once up again since (sessions.RestartedAfter).
-func missingPeers(m *handoverMemo, rr string, peers []string, cns *apiv3.CalicoNodeStatus,
+func missingPeers(recs *transitions.Table, rr string, peers []string, cns *apiv3.CalicoNodeStatus,
 	view map[string]*extender.Node, ips map[string][]string) map[string]extender.Families {
 	addrs := make(map[string][]string, len(peers))
 	for _, c := range peers {
 		addrs[c] = sessions.Addresses(ips, view, c)
 	}
-	if rn := m.trans.Get(transitions.Renumber, rr); rn != nil {
+	if rn := recs.Get(transitions.Renumber, rr); rn != nil {
 		cns = sessions.RestartedAfter(cns, rn.Started, rn.Settle)
 	}
 	return sessions.Missing(addrs, sessions.Addresses(ips, view, rr), cns)
 }
 
 // sessionsUp: rr's Sessions record of these peers is Up, or it awaits none.
-func sessionsUp(m *handoverMemo, rr string, peers []string) bool {
-	rec := m.trans.Get(transitions.Sessions, transitions.Subject(rr, peers))
+func sessionsUp(st *State, rr string, peers []string) bool {
+	rec := st.trans.Get(transitions.Sessions, transitions.Subject(rr, peers))
 	return len(peers) == 0 || rec != nil && rec.Up
 }
 
@@ -184,11 +183,11 @@ func meshRRs(st *State, clients map[string][]string) []string {
 // unverified lists the peers of the given route reflectors whose Sessions record is not Up: those
 // the verifier last read without an Established session (State.lacking), or all of them when it
 // read none.
-func unverified(st *State, m *handoverMemo, clients map[string][]string, rrs []string) []string {
+func unverified(st *State, clients map[string][]string, rrs []string) []string {
 	var out []string
 	for _, rr := range rrs {
 		peers := sessionPeers(st, clients, rr)
-		if sessionsUp(m, rr, peers) {
+		if sessionsUp(st, rr, peers) {
 			continue
 		}
 		lacking, read := st.lacking[rr]
@@ -205,7 +204,8 @@ func unverified(st *State, m *handoverMemo, clients map[string][]string, rrs []s
 // syncNodeStatuses keeps one CalicoNodeStatus per node of want, at most MaxNodeStatuses at once
 // (the first in name order; the rest wait), deletes the others but BGP health's, and returns the
 // present ones by node.
-func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, m *handoverMemo, want []string) (map[string]*apiv3.CalicoNodeStatus, error) {
+func (r *Reconciler) syncNodeStatuses(ctx context.Context, st *State, want []string) (map[string]*apiv3.CalicoNodeStatus, error) {
+	m := r.memo(st.Name)
 	if len(want) == 0 && m.statusesChecked && st.HealthStatuses == nil {
 		return nil, nil
 	}
