@@ -76,13 +76,19 @@ func check(d string) error {
 	return nil
 }
 
-// moduleRoot is this repository's root (where go.mod is), from this file's path.
+// moduleRoot is this repository's root (where go.mod is), from this file's path; "" (the working
+// directory) when the path is not on this machine (a -trimpath build names the file by its
+// package path): tests run in their package's directory, inside the module.
 func moduleRoot() string {
 	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "."
+	if !ok || !filepath.IsAbs(file) {
+		return ""
 	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	if !fileExists(filepath.Join(root, "go.mod")) {
+		return ""
+	}
+	return root
 }
 
 func goBin() string {
