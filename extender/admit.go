@@ -896,7 +896,11 @@ func (s *AdmitState) chooseRackSet(a *Admission, n *Node) {
 // must split), gets its route reflectors from promoteRackRR, or waits for the reconciler.
 func (s *AdmitState) chooseZoneRack(a *Admission) {
 	one := ZoneRackName("", 1)
-	rack, ok := s.roomyZoneRack(a.Zone)
+	rack := s.knownRack(a.Node, a.Zone, "")
+	ok := rack != ""
+	if !ok {
+		rack, ok = s.roomyZoneRack(a.Zone)
+	}
 	if !ok {
 		if !s.oneRack || ZoneRackName(a.Zone, 1) == one {
 			return

@@ -57,6 +57,22 @@ func (s *AdmitState) newRackFor(zone string) (string, bool) {
 	}
 }
 
+// knownRack is the rack of the state that a node's admission reads it in: onNode (the rack on its
+// Node) when the state has it, else the rack the plan put the node in when the node is still in
+// that zone: it is counted there already (the plan's writes may not have reached the Node yet);
+// else "". Without it, a node the
+// plan placed in a full rack while it was NotReady, turning Ready before its rack annotation
+// landed, found every rack of its zone full and opened a new one as its route reflector.
+func (s *AdmitState) knownRack(node, zone, onNode string) string {
+	if onNode != "" && s.racks[onNode] != nil {
+		return onNode
+	}
+	if prev, ok := s.node(node); ok && prev.zone == zone && prev.rack != "" && s.racks[prev.rack] != nil {
+		return prev.rack
+	}
+	return ""
+}
+
 // promoteRackRR makes an eligible joining node a route reflector of its rack when the rack has
 // fewer than `redundancy` of them: the lowest free plane, the rack's cluster ID (a new rack takes the
 // lowest free one above the spine's), the rack's peering set with it (and, for the planes the rack
@@ -64,8 +80,8 @@ func (s *AdmitState) newRackFor(zone string) (string, bool) {
 // across zones takes a second route reflector only from another zone (or while the cluster has
 // one zone). It reports whether it promoted.
 func (s *AdmitState) promoteRackRR(a *Admission, ni *NodeInfo) bool {
-	rack := ni.Rack
-	if rack == "" || s.racks[rack] == nil {
+	rack := s.knownRack(a.Node, a.Zone, ni.Rack)
+	if rack == "" {
 		var ok bool
 		if rack, ok = s.roomyZoneRack(a.Zone); !ok {
 			if rack, ok = s.newRackFor(a.Zone); !ok {

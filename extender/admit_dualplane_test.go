@@ -79,3 +79,38 @@ func TestAdmitDualPlaneRoles(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmitDualPlaneKnownNodeKeepsItsRack: a node the plan placed in a full rack while it was
+// NotReady turns Ready before the plan's writes reach its Node (no rack annotation on it yet): its
+// admission reads it in the rack the plan gave it, where its own place is counted, and does not
+// open a new rack with a new cluster ID beside the rack's route reflectors (seen live on
+// 2026-12-02: a ninth route reflector at admission, drained by the next plan for removalDelay).
+func TestAdmitDualPlaneKnownNodeKeepsItsRack(t *testing.T) {
+	size := int32(5)
+	p := admitPolicy(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: &size}
+	})
+	const late = 13
+	var nodes []*extender.Node
+	for i := range 15 {
+		nodes = append(nodes, admitNode(i, fmt.Sprintf("zone-%c", 'a'+i%3), i != late))
+	}
+	in := extender.Input{Policy: p, Nodes: nodes, Now: admitT0.Add(time.Hour)}
+	res := extender.Plan(in)
+	var rack string
+	for i, st := range res.Nodes {
+		if i == late {
+			rack = st.Annotations[extender.AnnotationRack]
+			continue
+		}
+		applyState(p, nodes[i], st)
+	}
+	require.NotEmpty(t, rack, "the plan places the NotReady node in a rack")
+	st := extender.NewAdmitState(in, res)
+	st.Now = in.Now
+	ready := admitNode(late, "zone-b", true)
+	a := st.Admit(ready)
+	require.NotEqual(t, extender.AdmitRouteReflector, a.Role, "promoted %s into rack %s with cluster ID %s (%s)", a.Node, a.Rack, a.ClusterID, a.Reason)
+	require.Equal(t, extender.AdmitClient, a.Role, "%s: a client of its rack (%s)", a.Node, a.Reason)
+	require.Equal(t, rack, a.Rack, "the plan's rack")
+}

@@ -68,7 +68,13 @@ func TestBGPHealthOnRealBIRD(t *testing.T) {
 	for i, n := range names {
 		w.joinCalico(n, zones[i%3], bgpverify.NodeAddress(i).String(), bgpverify.Block(i).String())
 	}
-	w.eventually("8 route reflectors (3 racks of 2, a spine of 2)", time.Minute, func() error { return w.snapshot().settled(8) })
+	w.eventually("8 route reflectors (3 racks of 2, a spine of 2)", time.Minute, func() error {
+		s := w.snapshot()
+		if err := s.settled(8); err != nil {
+			return fmt.Errorf("%w; roles %s; racks %s", err, s.roles(), s.racks())
+		}
+		return nil
+	})
 
 	// calico-node and confd: every second, render and reload the BIRDs, and write every
 	// CalicoNodeStatus from its node's BIRD (calico-node reports every updatePeriodSeconds, 10).
@@ -111,14 +117,16 @@ func TestBGPHealthOnRealBIRD(t *testing.T) {
 				return err
 			}
 			if len(missing) > 0 {
-				return fmt.Errorf("%d missing pairs, e.g. %s", len(missing), strings.Join(missing[:min(5, len(missing))], ", "))
+				a, b, _ := strings.Cut(missing[0], "->")
+				return fmt.Errorf("%d missing pairs, e.g. %s (sessions of %s: %v; of %s: %v)", len(missing),
+					strings.Join(missing[:min(5, len(missing))], ", "), a, lab.Peers(a), b, lab.Peers(b))
 			}
 			return nil
 		})
 		return time.Since(start)
 	}
 	took := noMissing("every pair routed on the BIRDs before", 15, 2*time.Minute)
-	t.Logf("15 BIRDs configured by confd: 0 missing pairs after %v", took.Round(100*time.Millisecond))
+	t.Logf("15 BIRDs configured by confd: 0 missing pairs after %v (%d sessions stuck and opened again from one end)", took.Round(100*time.Millisecond), lab.Reopens())
 
 	// A rack route reflector of plane 1 that clients list as theirs, with the same clients for
 	// 10 s (while the joins settle, a rack's clients may still be moving between peering sets: the

@@ -3,6 +3,7 @@ package serve_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -294,6 +295,16 @@ func (s *snapshot) roles() string {
 		}
 	}
 	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
+// racks lists every node's rack and plane annotations, for failure messages.
+func (s *snapshot) racks() string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
+		n := s.nodes[name]
+		out = append(out, fmt.Sprintf("%s:%s/%s", name, n.Annotations[extender.AnnotationRack], n.Annotations[extender.AnnotationPlane]))
+	}
 	return strings.Join(out, " ")
 }
 

@@ -98,6 +98,10 @@ type Options struct {
 	// EtcdOnly starts etcd alone (StartEtcd): for Calico's etcd datastore, which needs no API
 	// server.
 	EtcdOnly bool
+	// Name is put in the environment's folder name (rra-testenv-<Name>-*), which etcd's and
+	// kube-apiserver's command lines carry: ps, and a CPU sampler, tell which test runs them.
+	// Start and StartEtcd set it to the test's name.
+	Name string
 }
 
 // Option changes Options.
@@ -179,7 +183,7 @@ type Env struct {
 // test if a binary is missing or the apiserver does not become ready.
 func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
-	var o Options
+	o := Options{Name: t.Name()}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -200,7 +204,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 func StartEtcd(t testing.TB) *Env {
 	t.Helper()
 	RequireBinary(t, ToolEtcd)
-	env, err := StartEnv(t.Context(), Options{EtcdOnly: true})
+	env, err := StartEnv(t.Context(), Options{EtcdOnly: true, Name: t.Name()})
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -258,8 +262,18 @@ func StartEnv(ctx context.Context, o Options) (*Env, error) {
 
 var errPortInUse = errors.New("port in use")
 
+// folderName is name (a test's) as the start of a folder name: path separators and spaces become
+// '_', at most 60 bytes, and a '-' after it.
+func folderName(name string) string {
+	if name == "" {
+		return ""
+	}
+	name = strings.NewReplacer("/", "_", " ", "_", string(os.PathSeparator), "_").Replace(name)
+	return name[:min(len(name), 60)] + "-"
+}
+
 func startOnce(ctx context.Context, o Options, etcdBin, apiBin string) (_ *Env, err error) {
-	dir, err := os.MkdirTemp("", "rra-testenv-")
+	dir, err := os.MkdirTemp("", "rra-testenv-"+folderName(o.Name))
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -46,6 +47,7 @@ type birdFleet struct {
 	notUp     map[gateKey]time.Time
 	reopening map[[2]int]bool
 	peerIDs   []map[string]int // by node: its peers' indexes by protoID
+	reopens   atomic.Int32     // sessions reopenStuck opened again
 }
 
 // gateKey is node's session end toward peer.
@@ -384,6 +386,7 @@ func (f *birdFleet) reopenStuck(a, b int, down time.Duration) {
 		delete(f.reopening, [2]int{a, b})
 		f.mu.Unlock()
 	}()
+	f.reopens.Add(1)
 	logf(f.opts, "%s %s: session with %s not established for %v: opening it again from one end",
 		filepath.Base(f.bin), f.nodes[a].name, f.nodes[b].name, down.Round(time.Second))
 	ea, eb := gateEntry{f, a, f.nodes[b].addr}, gateEntry{f, b, f.nodes[a].addr}

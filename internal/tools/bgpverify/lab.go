@@ -98,7 +98,7 @@ func startLab(kubeconfig string, names []string, confdPath, birdPath string) (*L
 		nodes: make([]speakerNode, len(names)), configs: make([]string, len(names)),
 		procs: make([]*exec.Cmd, len(names)), conns: make([]*birdConn, len(names))}
 	for i, n := range names {
-		l.f.nodes[i] = speakerNode{name: n}
+		l.f.nodes[i] = speakerNode{name: n, addr: addrs[i].Addr()}
 	}
 	if err := lab.setup(addrs, nil); err != nil {
 		l.Close()
@@ -152,7 +152,7 @@ func (l *Lab) apply(ctx context.Context) error {
 				errs = append(errs, err)
 				continue
 			}
-			l.cfgs[i] = cfg
+			l.setConfig(i, cfg)
 		case !bytes.Equal(cfg, l.cfgs[i]):
 			if out, err := l.configure(c, i); err != nil {
 				errs = append(errs, fmt.Errorf("bird %s: configure: %v: %s", l.names[i], err, out))
@@ -161,10 +161,38 @@ func (l *Lab) apply(ctx context.Context) error {
 			l.rmu.Lock()
 			l.reconfigs = append(l.reconfigs, diffProtocols(l.names[i], l.cfgs[i], cfg))
 			l.rmu.Unlock()
-			l.cfgs[i] = cfg
+			l.setConfig(i, cfg)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// setConfig (under mu) records cfg as node i's loaded bird.cfg, and its neighbors as the node's
+// peers in the fleet: a session of two running BIRDs that stays short of Established is then
+// opened again from one end (birdFleet.watch, as the speakers' fleets do). Two BIRD 1.6 ends that
+// connect at about the same time can drop each other's session over and over with graceful
+// restart (OpenInOrder); without this, on a machine at load 30, two nodes of
+// TestBGPHealthOnRealBIRD's lab had no route to each other for the 2 minutes it waits (2026-12-02).
+func (l *Lab) setConfig(i int, cfg []byte) {
+	l.cfgs[i] = cfg
+	var peers []speakerPeer
+	for _, m := range neighborLine.FindAllSubmatch(cfg, -1) {
+		a, err := netip.ParseAddr(string(m[1]))
+		if err != nil {
+			continue
+		}
+		for j := range l.names {
+			if j != i && NodeAddress(j).Addr() == a {
+				peers = append(peers, speakerPeer{idx: j, addr: a})
+			}
+		}
+	}
+	l.f.mu.Lock()
+	defer l.f.mu.Unlock()
+	l.f.nodes[i].peers = peers
+	if l.f.peerIDs != nil {
+		l.f.peerIDs[i] = nil // watch maps the protocols again
+	}
 }
 
 // configure has node i's BIRD load its configuration. A node's confd watch (Follow) may write
@@ -381,6 +409,9 @@ func (l *Lab) MissingPairs(ctx context.Context) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Reopens is how many sessions the lab has opened again from one end so far (setConfig).
+func (l *Lab) Reopens() int { return int(l.f.reopens.Load()) }
 
 // Close stops every BIRD and deletes the namespaces and the folder.
 func (l *Lab) Close() { l.f.close() }
