@@ -60,9 +60,9 @@ func (s *AdmitState) newRackFor(zone string) (string, bool) {
 // knownRack is the rack of the state that a node's admission reads it in: onNode (the rack on its
 // Node) when the state has it, else the rack the plan put the node in when the node is still in
 // that zone: it is counted there already (the plan's writes may not have reached the Node yet);
-// else "". Without it, a node the
-// plan placed in a full rack while it was NotReady, turning Ready before its rack annotation
-// landed, found every rack of its zone full and opened a new one as its route reflector.
+// else "". Without it, a node the plan placed in a full rack while it was NotReady, turning Ready
+// before its rack annotation landed, found every rack of its zone full and opened a new one as its
+// route reflector.
 func (s *AdmitState) knownRack(node, zone, onNode string) string {
 	if onNode != "" && s.racks[onNode] != nil {
 		return onNode

@@ -113,4 +113,9 @@ func TestAdmitDualPlaneKnownNodeKeepsItsRack(t *testing.T) {
 	require.NotEqual(t, extender.AdmitRouteReflector, a.Role, "promoted %s into rack %s with cluster ID %s (%s)", a.Node, a.Rack, a.ClusterID, a.Reason)
 	require.Equal(t, extender.AdmitClient, a.Role, "%s: a client of its rack (%s)", a.Node, a.Reason)
 	require.Equal(t, rack, a.Rack, "the plan's rack")
+
+	// Ready in another zone: the plan's rack of its old zone is not its rack.
+	moved := admitNode(late, "zone-a", true)
+	a = st.Admit(moved)
+	require.NotEqual(t, rack, a.Rack, "%s moved to zone-a: %s", a.Node, a.Reason)
 }
