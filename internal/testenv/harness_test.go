@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,4 +64,19 @@ func TestTail(t *testing.T) {
 	assert.Equal(t, "b\nc", Tail(f, 2))
 	assert.Equal(t, "a\nb\nc", Tail(f, 10))
 	assert.Contains(t, Tail(filepath.Join(t.TempDir(), "none"), 2), "cannot read")
+}
+
+func TestFolderName(t *testing.T) {
+	for _, tt := range []struct{ name, want string }{
+		{"", ""},
+		{"TestX", "TestX-"},
+		{"TestX/two,_both migrate", "TestX_two__both_migrate-"},
+		{strings.Repeat("a", 70), strings.Repeat("a", 60) + "-"},
+	} {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := folderName(tt.name); got != tt.want {
+				t.Errorf("folderName(%q) = %q, want %q", tt.name, got, tt.want)
+			}
+		})
+	}
 }

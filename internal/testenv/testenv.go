@@ -262,14 +262,20 @@ func StartEnv(ctx context.Context, o Options) (*Env, error) {
 
 var errPortInUse = errors.New("port in use")
 
-// folderName is name (a test's) as the start of a folder name: path separators and spaces become
-// '_', at most 60 bytes, and a '-' after it.
+// folderName is name (a test's) as the start of a folder name: every byte but ASCII letters and
+// digits becomes '_' (a subtest's name has '/', spaces and commas, and helm reads a comma in -f as
+// a list), at most 60 bytes, and a '-' after it.
 func folderName(name string) string {
 	if name == "" {
 		return ""
 	}
-	name = strings.NewReplacer("/", "_", " ", "_", string(os.PathSeparator), "_").Replace(name)
-	return name[:min(len(name), 60)] + "-"
+	b := []byte(name[:min(len(name), 60)])
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return string(b) + "-"
 }
 
 func startOnce(ctx context.Context, o Options, etcdBin, apiBin string) (_ *Env, err error) {
