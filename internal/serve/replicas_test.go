@@ -125,7 +125,7 @@ spec:
 		active := 0
 		for name, id := range s.rrs {
 			if o, dup := ids[id]; dup {
-				violations = append(violations, fmt.Sprintf("%s and %s share cluster ID %s", o, name, id))
+				violations = append(violations, fmt.Sprintf("%s: %s and %s share cluster ID %s", time.Now().Format("15:04:05.000"), o, name, id))
 			}
 			ids[id] = name
 			if s.nodes[name].Annotations[extender.AnnotationDrainingSince] == "" {
@@ -192,7 +192,8 @@ spec:
 			drains, killedAt.Format("15:04:05.000"), testenv.NodeEvents(t.Context(), w.admin, "RouteReflector"), labelWriters(t, w)))
 	}
 	if len(violations) > 0 {
-		require.Fail(t, fmt.Sprintf("cluster ID collisions: %v", violations[:min(5, len(violations))]))
+		require.Fail(t, fmt.Sprintf("cluster ID collisions: %v\nleader stopped at %s; role events:\n%s\nwho set the route reflector label:\n%s",
+			violations[:min(5, len(violations))], killedAt.Format("15:04:05.000"), testenv.NodeEvents(t.Context(), w.admin, "RouteReflector"), labelWriters(t, w)))
 	}
 	require.Falsef(t, maxActive > 6, "%d active route reflectors at one time, the plan wants 6", maxActive)
 	t.Logf("admissions served: replica 1 %d, replica 2 %d; max active route reflectors %d", proxy.served[0].Load(), proxy.served[1].Load(), maxActive)
