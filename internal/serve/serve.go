@@ -280,6 +280,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.Nodes, s.Policies = state.NewNodeStore(nodeIdx), state.NewPolicies(polIdx)
+	s.Ledger.Cached = func(name string) bool { return s.Nodes.Get(name) != nil }
 	keys.SetRelist(nodeIdx, relist.Relist)
 	relist.progress.setCache(s.Nodes.Get)
 	if err := wantLabelKeys(ctx, mgr.GetCache(), s.Policies, keys, etcd == nil); err != nil {

@@ -55,6 +55,11 @@ type Ledger struct {
 	// BGPHealth returns the leader's BGP health records of route reflectors (the policies'
 	// bgpHealth), nil when none: every plan reads them (extender.Input.BGPHealth).
 	BGPHealth func() map[string]extender.BGPHealth
+	// Cached reports whether the node cache holds a node (nil: assumed to). An update admitted
+	// while it does not (a node's first status update can come before the watch delivers its
+	// create) is recorded as a creation: until the cache shows the change, the node's absence
+	// from the cache is the cache's lag, not a deletion (stale).
+	Cached func(name string) bool
 
 	// built, when set (tests), is called by Commit once it has built the plan's state, before it
 	// takes any lock to publish it.
@@ -222,7 +227,8 @@ func (l *Ledger) AdmitNode(pols *Policies, req NodeAdmission) (m Managed, ans ex
 	if !record || ans.Action != extender.AdmitDrain && !ans.Recorded {
 		return m, ans, true
 	}
-	change := Change{Node: req.Node.Name, Object: req.Node.DeepCopy(), Create: req.Old == nil}
+	unseen := req.Old != nil && l.Cached != nil && !l.Cached(req.Node.Name)
+	change := Change{Node: req.Node.Name, Object: req.Node.DeepCopy(), Create: req.Old == nil || unseen}
 	if req.Old != nil {
 		change.BaseRV = req.Old.ResourceVersion
 	}

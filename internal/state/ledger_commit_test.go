@@ -337,3 +337,33 @@ func TestLedgerPlanReadsCalicoAddresses(t *testing.T) {
 		assert.NotContains(t, n.Annotations, extender.AnnotationCalicoIPv4, "the cache's node %s was changed", n.Name)
 	}
 }
+
+// TestLedgerPromotionOfANodeTheCacheLacks: a node's first update (its Ready status through
+// nodes/status) is admitted before the cache holds the node at all (the watch lags its create). A
+// promotion decided then is what every later plan and admission must see until the cache shows
+// it: the node's absence from the cache is the cache's lag, not a deletion. Seen live
+// (TestTwoReplicasBurst, 2026-12-02): the entry was dropped as "the node is gone", and a later
+// promotion took the same cluster ID.
+func TestLedgerPromotionOfANodeTheCacheLacks(t *testing.T) {
+	f := newAdmitFixtureSpec(t, 0, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster, ClusterIDs: v1alpha1.PerRouteReflector}
+	})
+	f.l.Cached = func(string) bool { return false } // the cache holds none of the joining nodes yet
+	update := func(name, zone string) extender.AdmitAnswer {
+		old := mkNode(name, zone)
+		_, ans, _ := f.l.AdmitNode(f.pols, NodeAdmission{Node: mkNode(name, zone), Old: old, Now: tNow})
+		return ans
+	}
+	first := update("late-1", "zone-a")
+	require.Equal(t, extender.AdmitRouteReflector, first.Role, "late-1, the cluster's first node: %+v", first)
+
+	nodes, _ := f.l.Overlay(f.cache) // the cache still lacks late-1
+	require.Len(t, nodes, 1, "the plan's input shows late-1 as admitted")
+	require.Equal(t, first.ClusterID, nodes[0].Annotations[extender.AnnotationClusterID])
+
+	_, _, ok := f.l.Plan(f.pols.Valid(), f.cache, f.m, tNow, nil) // the reconciler plans meanwhile
+	require.True(t, ok)
+	second := update("late-2", "zone-b")
+	require.Equal(t, extender.AdmitRouteReflector, second.Role, "late-2, the first node of zone-b: %+v", second)
+	require.NotEqual(t, first.ClusterID, second.ClusterID, "late-2 takes late-1's cluster ID")
+}
