@@ -28,9 +28,11 @@ import (
 type Lab struct {
 	names []string
 	index map[string]int
-	confd string
-	etc   string
-	env   []string
+	// byAddr: each node's index by its address (NodeAddress).
+	byAddr map[netip.Addr]int
+	confd  string
+	etc    string
+	env    []string
 	// kubeconfig is the API server's (in env as well).
 	kubeconfig string
 	dir        string
@@ -81,13 +83,14 @@ func startLab(kubeconfig string, names []string, confdPath, birdPath string) (*L
 	if err != nil {
 		return nil, err
 	}
-	l := &Lab{names: names, index: map[string]int{}, confd: confd, etc: etc, dir: dir, dead: map[int]bool{}, kubeconfig: kubeconfig,
+	l := &Lab{names: names, index: map[string]int{}, byAddr: map[netip.Addr]int{}, confd: confd, etc: etc, dir: dir, dead: map[int]bool{}, kubeconfig: kubeconfig,
 		env: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + kubeconfig, "USE_POD_CIDR=true",
 			"NAMESPACE=" + ConfdNamespace}} // where confd reads the Secrets of BGPPeer passwords
 	addrs := make([]netip.Prefix, len(names))
 	for i, n := range names {
 		l.index[n] = i
 		addrs[i] = NodeAddress(i)
+		l.byAddr[addrs[i].Addr()] = i
 	}
 	lab, err := newNetLab(ip, len(names))
 	if err != nil {
@@ -178,13 +181,8 @@ func (l *Lab) setConfig(i int, cfg []byte) {
 	var peers []speakerPeer
 	for _, m := range neighborLine.FindAllSubmatch(cfg, -1) {
 		a, err := netip.ParseAddr(string(m[1]))
-		if err != nil {
-			continue
-		}
-		for j := range l.names {
-			if j != i && NodeAddress(j).Addr() == a {
-				peers = append(peers, speakerPeer{idx: j, addr: a})
-			}
+		if j, ok := l.byAddr[a]; err == nil && ok && j != i {
+			peers = append(peers, speakerPeer{idx: j, addr: a})
 		}
 	}
 	l.f.mu.Lock()
@@ -423,26 +421,19 @@ var neighborLine = regexp.MustCompile(`(?m)^\s*neighbor\s+([0-9a-fA-F.:]+)\s+as\
 // opened by one end only (openInOrder, the lower-indexed node first): two BIRD 1.6 ends with
 // graceful restart that connect at once can drop each other's sessions for minutes, which a
 // fresh 100-node mesh (4,950 sessions) did not get past in 3 minutes. Call it after the first
-// Sync, before Follow.
+// Sync, before Follow. The sessions are the neighbors of each loaded bird.cfg (setConfig).
 func (l *Lab) OpenInOrder(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	byAddr := make(map[netip.Addr]int, len(l.names))
-	for i := range l.names {
-		byAddr[NodeAddress(i).Addr()] = i
-	}
 	var o openOrder
 	for i := range l.names {
 		if l.dead[i] || l.cfgs[i] == nil {
 			continue
 		}
-		for _, m := range neighborLine.FindAllSubmatch(l.cfgs[i], -1) {
-			a, err := netip.ParseAddr(string(m[1]))
-			j, ok := byAddr[a]
-			if err != nil || !ok || l.dead[j] || l.cfgs[j] == nil {
-				continue
+		for _, p := range l.f.nodes[i].peers {
+			if !l.dead[p.idx] && l.cfgs[p.idx] != nil {
+				o.add(l.f, i, p.idx, p.addr)
 			}
-			o.add(l.f, i, j, a)
 		}
 	}
 	return o.open(ctx)

@@ -1,6 +1,7 @@
 package bgpverify
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -13,9 +14,10 @@ import (
 // address outside the lab is no peer.
 func TestLabSetConfigGivesTheWatchItsPeers(t *testing.T) {
 	names := []string{"node-00", "node-01", "node-02"}
-	l := &Lab{names: names, cfgs: make([][]byte, len(names)), f: &birdFleet{nodes: make([]speakerNode, len(names)), conns: make([]*birdConn, len(names))}}
+	l := &Lab{names: names, byAddr: map[netip.Addr]int{}, cfgs: make([][]byte, len(names)), f: &birdFleet{nodes: make([]speakerNode, len(names)), conns: make([]*birdConn, len(names))}}
 	for i, n := range names {
 		l.f.nodes[i] = speakerNode{name: n, addr: NodeAddress(i).Addr()}
+		l.byAddr[NodeAddress(i).Addr()] = i
 	}
 	proto := func(i int) string {
 		return "protocol bgp Node_" + protoID(NodeAddress(i).Addr()) + " from bgp_template {\n  neighbor " + NodeAddress(i).Addr().String() + " as 64512;\n}\n"
