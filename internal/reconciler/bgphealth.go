@@ -279,6 +279,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 	}
 	r.setBGP(st.Name, next)
+	st.health = next
 	bgpDownGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	for _, fam := range bgpDownFamilies {
 		bgpDownGauge.WithLabelValues(st.Name, "grace", fam.Key()).Set(float64(grace[fam]))

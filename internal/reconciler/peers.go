@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"slices"
+	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	corev1 "k8s.io/api/core/v1"
@@ -137,7 +138,8 @@ func (r *Reconciler) prunePeers(ctx context.Context, st *State) error {
 // node of the set up with it (membersUp), unless the set keeps such a one, with which its nodes'
 // routes stay meanwhile. A new one in the union the previous reconcile wrote is no such keeper
 // until then. A route reflector this plan promotes or renumbers (written by the nodes step,
-// after this one) has not settled.
+// after this one) has not settled. An old one whose sessions are down stays until the restart
+// time since (staleHold), whatever the set keeps.
 func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender.BGPPeer, labelled func(string) bool) func(string) bool {
 	old, ok := extender.PeerRouteReflectorIDs(have.Spec.PeerSelector)
 	ids, ok2 := extender.PeerRouteReflectorIDs(want.Spec.PeerSelector)
@@ -161,8 +163,12 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		return settled(st, rr) && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
 			!(st.healthReported(rr) && justStarted(st, rr))
 	}
+	var hold time.Duration // an old one the plan drops whose stale routes its members' BIRDs hold
+	for _, id := range minus(old, ids) {
+		hold = max(hold, staleHold(st, byID[id]))
+	}
 	for _, id := range intersect(old, ids) {
-		if rr := byID[id]; settled(rr) && membersUp(st, rr, want.Name) {
+		if rr := byID[id]; hold == 0 && settled(rr) && membersUp(st, rr, want.Name) {
 			return labelled
 		}
 	}
@@ -171,19 +177,52 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 			return false
 		}
 		// An old one the plan drops is kept while labelled; one the plan keeps or adds is ready
-		// once settled. A new one is in have's selector too once the union was written (the
+		// once settled, and once no old one the plan drops holds stale routes (staleHold). A new one is in have's selector too once the union was written (the
 		// reconcile after the promotion): counting it ready for that broke the union before its
 		// sessions were up, and with every old one failed (a rack's two route reflectors killed
 		// together) the clients dropped the sessions whose stale routes graceful restart held
 		// (issue 52 item 4, 0.9 s after the plan on the live lab).
 		rr := byID[id]
-		if slices.Contains(old, id) && !slices.Contains(ids, id) || rr == "" || settled(rr) && membersUp(st, rr, want.Name) {
+		if slices.Contains(old, id) && !slices.Contains(ids, id) || rr == "" {
+			return true
+		}
+		if hold > 0 {
+			st.requeue(hold + 100*time.Millisecond)
+			return false
+		}
+		if settled(rr) && membersUp(st, rr, want.Name) {
 			return true
 		}
 		st.waitFor(rr)
 		return false
 	}
 }
+
+// staleHold is how much longer an old route reflector rr whose BGP sessions are down (BGP
+// health's record: down, not back) stays in a set the plan narrows: until the graceful-restart
+// time (bgpPeer.maxRestartTime, BIRD's 120 s) has passed since it was first seen down. Until
+// then its members' BIRDs hold the routes they learnt over it as stale, and BIRD flushes a
+// removed protocol's routes at once, so narrowing it away gains nothing and risks every route a
+// new route reflector's sessions do not carry yet: on two busy cores
+// (TestTwoRouteReflectorsKilledOnRealBIRD, 2026-12-02) a rack's set narrowed 11 s after its two
+// replacements' promotion on a report that showed their clients' sessions Established, the
+// sessions restarted, and 28 to 1,472 pair-samples were lost between nodes that keep their role.
+// Once the restart time has passed, BIRD has dropped the stale routes itself.
+func staleHold(st *State, rr string) time.Duration {
+	h, ok := st.health[rr]
+	if !ok || h.DownSince.IsZero() || !h.UpSince.IsZero() {
+		return 0
+	}
+	restart := bgpRestartTime
+	if d := st.Managed.Resolved.BGPPeer.MaxRestartTime; d != nil {
+		restart = d.Duration
+	}
+	return h.DownSince.Add(restart).Sub(st.Now)
+}
+
+// bgpRestartTime is BIRD's graceful-restart time when bgpPeer.maxRestartTime is not set
+// (Calico's default too).
+const bgpRestartTime = 120 * time.Second
 
 // membersUp: every Ready node of the set BGPPeer name selects has an Established session with
 // route reflector rr in rr's CalicoNodeStatus (BGP health's), read by the session verifier's rule

@@ -185,6 +185,8 @@ type State struct {
 	// healthIPs Calico's BGP addresses it read with them (nil in the Kubernetes datastore).
 	healthReports map[string]*apiv3.CalicoNodeStatus
 	healthIPs     map[string][]string
+	// health are the BGP health records bgpHealth kept in this reconcile (node -> record).
+	health map[string]extender.BGPHealth
 	// SettleWaits are the route reflectors whose sessions a held client move or BGPPeer narrowing
 	// waits for (moves.go): with handover BGPSessions the session verifier reads their
 	// CalicoNodeStatus.

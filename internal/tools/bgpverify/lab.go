@@ -408,7 +408,8 @@ func (l *Lab) MissingPairs(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Reopens is how many sessions the lab has opened again from one end so far (setConfig).
+// Reopens is how many sessions the lab has opened again from one end so far (setConfig; the
+// watch runs on MissingPairs' and the Sampler's reads).
 func (l *Lab) Reopens() int { return int(l.f.reopens.Load()) }
 
 // Close stops every BIRD and deletes the namespaces and the folder.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -236,6 +237,10 @@ type TransitionFigures struct {
 	// SinceChanges counts protocols that stayed Established but whose `show protocols` since
 	// time moved between two samples (a re-feed; not counted as a restart).
 	SinceChanges int
+	// Reopened counts the sessions the lab opened again from one end in the window, after they
+	// stayed short of Established for birdStuckAfter with both BIRDs running (birdFleet.watch,
+	// fed by the sampler's reads): BIRD 1.6's crossing connections, not the product's doing.
+	Reopened int
 	// Reconfigured are the configures the Lab gave BIRDs in the window, with the protocols each
 	// changed (BIRD restarts a changed protocol).
 	Reconfigured []Reconfigure
@@ -317,7 +322,7 @@ func (f *TransitionFigures) String() string {
 	for _, n := range names {
 		parts = append(parts, fmt.Sprintf("%s:%d", n, byNode[n]))
 	}
-	fmt.Fprintf(&b, "; %d sessions restarted [%s], %d removed, %d down to dead peers, %d since-changes while Established", len(f.Restarts), strings.Join(parts, " "), len(f.Removed), f.DownToDeadPeers, f.SinceChanges)
+	fmt.Fprintf(&b, "; %d sessions restarted [%s], %d removed, %d down to dead peers, %d since-changes while Established, %d stuck ones the lab reopened", len(f.Restarts), strings.Join(parts, " "), len(f.Removed), f.DownToDeadPeers, f.SinceChanges, f.Reopened)
 	var changed []string
 	for _, r := range f.Reconfigured {
 		if len(r.Changed) > 0 {
@@ -339,6 +344,8 @@ type Sampler struct {
 	mu    sync.Mutex
 	win   *TransitionFigures
 	began time.Time
+	// reopens is the lab's count of reopened sessions (Lab.Reopens) when the window began.
+	reopens int
 	// State kept across windows.
 	proc    []*exec.Cmd                // the BIRD process last read per node (a new one resets)
 	seen    map[[2]int]bool            // pairs routed at least once by the observer's current BIRD
@@ -399,7 +406,7 @@ func (s *Sampler) Err() error {
 func (s *Sampler) Begin(event string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.began = time.Now()
+	s.began, s.reopens = time.Now(), s.l.Reopens()
 	s.win = &TransitionFigures{Event: event, MissingByPair: map[string]int{}, SteadyRoutes: -1}
 	// Pairs missing when the window begins count from its start.
 	for p := range s.since {
@@ -420,7 +427,7 @@ func (s *Sampler) End() TransitionFigures {
 	}
 	f.Restarts, f.Removed = splitRemoved(f.Restarts, s.l.names, cfgs, s.peerOf)
 	now := time.Now()
-	f.Began, f.Duration = s.began, now.Sub(s.began)
+	f.Began, f.Duration, f.Reopened = s.began, now.Sub(s.began), s.l.Reopens()-s.reopens
 	for p, t := range s.since {
 		if g := now.Sub(t); g > f.LongestGap {
 			f.LongestGap, f.LongestGapPair = g, s.l.names[p[0]]+"->"+s.l.names[p[1]]
@@ -473,6 +480,9 @@ func (s *Sampler) round(ctx context.Context) {
 		}
 		ns.at, ns.ok, ns.cmd = time.Now(), true, cmd
 		samples[i], conns[i] = ns, c
+		for _, name := range slices.Sorted(maps.Keys(ns.protos)) {
+			l.f.watch(i, name, ns.protos[name].up, ns.at) // a stuck session is opened again, as in the lab's other reads
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
