@@ -312,6 +312,17 @@ func stageSetMoves(st *State, k setKind, patches []nodePatch, sets map[string]ex
 		// sessions change.
 		keeps := slices.ContainsFunc(keptRRs, func(rr string) bool { return settled(st, rr) })
 		transitional := extender.IsTransitionalSet(from)
+		// stale: the old route reflectors it leaves whose sessions are down, within the restart time
+		// since (staleHold): they stay until it passes, as in a narrowed set (peers.go), so a move
+		// that would drop one goes through transitional sets that keep it.
+		var stale []string
+		var hold time.Duration
+		for _, id := range removed {
+			if d := staleHold(st, rrOf[id]); d > 0 {
+				stale, hold = append(stale, id), max(hold, d)
+			}
+		}
+		keeps = keeps && (transitional || hold == 0)
 		switch {
 		case len(removed) == 0:
 		case transitional && wait > 0:
@@ -333,7 +344,7 @@ func stageSetMoves(st *State, k setKind, patches []nodePatch, sets map[string]ex
 				st.requeue(transitions.DefaultMin)
 				continue
 			}
-			ids := union(minus(old, replaced(st, removed, kept, rrOf)), []string{next})
+			ids := union(minus(old, minus(replaced(st, removed, kept, rrOf), stale)), []string{next})
 			tp := extender.TransitionalBGPPeer(p, k.label, ids)
 			if _, ok := sets[tp.Name]; !ok && len(sets) >= maxTransitionalSets {
 				held = append(held, np.name) // in its transitional set until the next reconcile
@@ -344,6 +355,10 @@ func stageSetMoves(st *State, k setKind, patches []nodePatch, sets map[string]ex
 			_, set, _ := extender.SetLabelOf(tp.Name)
 			np = transitionalPatch(np, k.label, set, st.View[np.name], want, intersect(old, ids), minus(old, ids), rrOf)
 			added[np.name] = append(added[np.name], rrOf[next])
+		case hold > 0 && len(add) == 0:
+			held = append(held, np.name) // leaves its down old ones once their restart time has passed
+			st.requeue(hold + 100*time.Millisecond)
+			continue
 		case transitional && len(add) == 0:
 			// Every new route reflector is in its transitional set and has settled (or none is
 			// Ready): it leaves the old ones.

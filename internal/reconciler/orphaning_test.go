@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	client2 "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
@@ -136,4 +138,94 @@ func TestOrphaningNow(t *testing.T) {
 	have := map[string]*apiv3.CalicoNodeStatus{"a": st("a", time.Second, nil), "b": st("b", time.Second, nil), "s": st("s", time.Second, spineDown)}
 	got, _ := orphaningNow([]string{"a", "b", "s"}, have, clients, nil, ips, now, func(rr string) bool { return rr == "b" })
 	require.Nil(t, got)
+}
+
+// TestClientMoveKeepsDownRouteReflectorsForTheRestartTime: every route reflector of a client
+// down at once (BIRD killed, Nodes Ready) in a topology whose clients move between peering sets
+// as their route reflectors are replaced (MultiCluster: a set per group of route reflectors). The
+// client's BIRD holds the routes it learnt over the dead ones as stale for the graceful-restart
+// time (bgpPeer.maxRestartTime, 30 s here), and drops a removed protocol's routes at once: so
+// whatever set it is in keeps the dead ones until the restart time has passed since they were
+// seen down, and it leaves them after (staleHold).
+func TestClientMoveKeepsDownRouteReflectorsForTheRestartTime(t *testing.T) {
+	on := true
+	const restart = 30 * time.Second
+	h := newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+		s.Topology = &v1alpha1.Topology{Type: v1alpha1.MultiCluster}
+		s.BGPHealth = &v1alpha1.BGPHealth{Enabled: &on, GracePeriod: &metav1.Duration{Duration: 2 * time.Minute}}
+		s.BGPPeer = &v1alpha1.BGPPeerSettings{MaxRestartTime: &metav1.Duration{Duration: restart}}
+		s.RemovalDelay = &metav1.Duration{Duration: 3 * time.Minute}
+	}, dualCluster(12))
+	h.r.Ledger.BGPHealth = h.r.BGPHealthRecords
+	h.reconcile()
+	h.reconcile()
+	allUp := func(string, string, extender.Families) bool { return true }
+	for start := h.now; h.now.Sub(start) <= transitions.DefaultMax; {
+		h.now = h.now.Add(5 * time.Second)
+		h.calicoNodeBy(allUp)
+		h.reconcile()
+	}
+	// The clients of one set of route reflectors; the one followed is one not promoted in its
+	// replacement.
+	var clients []string
+	var set []string
+	for _, n := range h.nodes() {
+		a := n.Annotations[extender.AnnotationRouteReflectors]
+		if a == "" || n.Labels[extender.LabelPeeringSet] == "" {
+			continue
+		}
+		if set == nil {
+			set = strings.Split(a, ",")
+		}
+		if a == strings.Join(set, ",") {
+			clients = append(clients, n.Name)
+		}
+	}
+	require.NotEmpty(t, clients)
+	var client string
+	// peersOf: the route reflector IDs the client's peering set's BGPPeer selects.
+	peersOf := func() []string {
+		name := extender.SetBGPPeerName(extender.LabelPeeringSet, h.node(client).Labels[extender.LabelPeeringSet])
+		p := &apiv3.BGPPeer{}
+		require.NoError(t, h.client.Get(context.Background(), client2.ObjectKey{Name: name}, p))
+		ids, _ := extender.PeerRouteReflectorIDs(p.Spec.PeerSelector)
+		return ids
+	}
+	var downIDs []string
+	for _, rr := range set {
+		downIDs = append(downIDs, extender.RouteReflectorID(rr))
+	}
+	dead := func(rr, peer string, _ extender.Families) bool {
+		return !slices.Contains(set, rr) && !slices.Contains(set, peer)
+	}
+	h.now = h.now.Add(time.Second)
+	downAt := h.now
+	h.calicoNodeBy(dead)
+	h.reconcile()
+	for _, c := range clients {
+		if h.node(c).Labels[extender.LabelPeeringSet] != "" && client == "" {
+			client = c
+		}
+	}
+	require.NotEmptyf(t, client, "every client of %v promoted: %v", set, h.rrs())
+	moved := false
+	for h.now.Sub(downAt) < restart-time.Second {
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeBy(dead)
+		h.reconcile()
+		ids := peersOf()
+		for _, id := range downIDs {
+			require.Containsf(t, ids, id, "%v after they went down: %s's set dropped a down route reflector within the restart time: %v", h.now.Sub(downAt), client, ids)
+		}
+		moved = moved || len(ids) > len(downIDs)
+	}
+	require.True(t, moved, "%s never peered with a replacement within the restart time: %v", client, peersOf())
+	for h.now.Sub(downAt) < restart+20*time.Second {
+		h.now = h.now.Add(time.Second)
+		h.calicoNodeBy(dead)
+		h.reconcile()
+	}
+	for _, id := range downIDs {
+		require.NotContainsf(t, peersOf(), id, "%s still peers with a down route reflector 20 s past the restart time", client)
+	}
 }
