@@ -198,26 +198,37 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 	}
 }
 
-// staleHold is how much longer an old route reflector rr whose BGP sessions are down (BGP
-// health's record: down, not back) stays in a set the plan narrows: until the graceful-restart
-// time (bgpPeer.maxRestartTime, BIRD's 120 s) has passed since it was first seen down. Until
-// then its members' BIRDs hold the routes they learnt over it as stale, and BIRD flushes a
-// removed protocol's routes at once, so narrowing it away gains nothing and risks every route a
-// new route reflector's sessions do not carry yet: on two busy cores
+// staleHold is how much longer an old route reflector rr whose BGP sessions are down while every
+// other route reflector of a client of it is down too (BGP health's record: down, not back,
+// Orphaning) stays in a set the plan narrows: until the graceful-restart time
+// (bgpPeer.maxRestartTime, BIRD's 120 s) has passed since it was first seen down. Until then
+// those clients' BIRDs hold the routes they learnt over it as stale, their only ones until the
+// replacements' sessions carry theirs, and BIRD flushes a removed protocol's routes at once, so
+// narrowing it away gains nothing and risks every route a new route reflector's sessions do not
+// carry yet (a client that keeps a live route reflector has its routes from it: no hold): on two busy cores
 // (TestTwoRouteReflectorsKilledOnRealBIRD, 2026-12-02) a rack's set narrowed 11 s after its two
 // replacements' promotion on a report that showed their clients' sessions Established, the
 // sessions restarted, and 28 to 1,472 pair-samples were lost between nodes that keep their role.
-// Once the restart time has passed, BIRD has dropped the stale routes itself.
+// Once the restart time has passed, BIRD has dropped the stale routes itself. The hold never
+// outlasts the policy's removalDelay from the drain (the draining-since annotation): a policy
+// whose removalDelay is shorter than the restart time asked for the node to go sooner.
 func staleHold(st *State, rr string) time.Duration {
 	h, ok := st.health[rr]
-	if !ok || h.DownSince.IsZero() || !h.UpSince.IsZero() {
+	if !ok || h.DownSince.IsZero() || !h.UpSince.IsZero() || len(h.Orphaning) == 0 {
 		return 0
 	}
+	p := st.Managed.Resolved
 	restart := bgpRestartTime
-	if d := st.Managed.Resolved.BGPPeer.MaxRestartTime; d != nil {
+	if d := p.BGPPeer.MaxRestartTime; d != nil {
 		restart = d.Duration
 	}
-	return h.DownSince.Add(restart).Sub(st.Now)
+	until := h.DownSince.Add(restart)
+	if n := st.View[rr]; n != nil {
+		if since, err := time.Parse(time.RFC3339, n.Annotations[extender.AnnotationDrainingSince]); err == nil && since.Add(p.RemovalDelay).Before(until) {
+			until = since.Add(p.RemovalDelay)
+		}
+	}
+	return until.Sub(st.Now)
 }
 
 // bgpRestartTime is BIRD's graceful-restart time when bgpPeer.maxRestartTime is not set
