@@ -83,6 +83,20 @@ spec:
 // 5.9-14.2 s after, the victims demoted 41.3-45.8 s after; the event's window 46.5-51.4 s. The
 // test took 90 s (setup 41 s) at a load average of 8-13; the other run, started at 40-47, 855 s,
 // of which 13 minutes built the product's binary with a cold build cache (its event 51 s).
+//
+// Failed in the `.ci/run` of 2026-12-02 17:09 (1,472 pair-samples lost between kept nodes) and in
+// one of four runs at once beside four busy loops (load 8, 28 lost): the rack's set narrowed away
+// the victims 11-16 s after their replacements' promotion, on reports that showed the clients'
+// sessions with the replacements Established before some of them restarted, and the clients'
+// BIRDs flushed the stale routes with the removed protocols. In the CI run the replacements'
+// sessions were moreover all Established only 85.7 s after the kill, past the restart time
+// (other pairs' gaps began at 29.8 s, when graceful restart ended). Since then a failed route
+// reflector whose clients have no other stays in their sets for the restart time since it was
+// seen down (staleHold, internal/reconciler/peers.go), and the lab's sampler feeds its
+// stuck-session watch (the figures' "stuck ones the lab reopened": a session of two running
+// BIRDs short of Established for 20 s is opened again from one end), which bounds, not removes,
+// the second cause. Four runs at once at load 8 passed: 0 pair-samples lost, the replacements'
+// sessions all Established 18.7-27.7 s after.
 func TestTwoRouteReflectorsKilledOnRealBIRD(t *testing.T) {
 	l := startTwoRR(t, 14, 2, 7, twoRRRemovalSmall, sampleEvery)
 	l.lose("SIGKILL of a rack's two route reflectors", "zone-a", false)
