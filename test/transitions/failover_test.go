@@ -127,7 +127,7 @@ func TestFailoverRenumberingOnRealBIRDLarge(t *testing.T) {
 	failoverRenumbering(t, killAfterFirst, false)
 }
 
-// TestFailoverRenumberingReportedOnRealBIRDLarge is TestFailoverRenumberingOnRealBIRDLarge on a
+// TestFailoverRenumberingReportedOnRealBIRD is TestFailoverRenumberingOnRealBIRDLarge on a
 // cluster whose calico-node reports, as production clusters do: calico-node's status
 // reporter is played from each BIRD's protocol table into the product's CalicoNodeStatuses every
 // second, and the policy's handover is BGPSessions. The product then holds renumberings apart by
@@ -162,8 +162,13 @@ func TestFailoverRenumberingOnRealBIRDLarge(t *testing.T) {
 // (the policy's status.sessionReportsSeen, transitions.Reporting): here the first renumbering's
 // report sets it, and a late report only delays the next renumbering, up to its Max. Passed at
 // 01:48 and in the `.ci/run` at 02:30 (236 s and 3.3 minutes).
-func TestFailoverRenumberingReportedOnRealBIRDLarge(t *testing.T) {
-	skipUnlessAll(t, "the live failover proof between two renumberings, calico-node reporting")
+//
+// In make test again since 2026-12-02 19:05 (issue 51: "the shortest one in make test"), as
+// TestFailoverRenumberingReportedOnRealBIRD (it was ...Large in make test-all): make test took 7.5
+// minutes on that day's machine (2 cores), and three runs of it at once beside two busy loops
+// passed (154, 185 and 247 s; 0 pair-samples lost between kept nodes, 3,888 to 5,571 in all; the
+// lease moved 17.9 s after the kill; the follow loop's longest round 1.8 s).
+func TestFailoverRenumberingReportedOnRealBIRD(t *testing.T) {
 	failoverRenumbering(t, killAfterFirst, true)
 }
 
@@ -537,7 +542,7 @@ func clockOn(since string, on time.Time) (time.Time, bool) {
 
 // failoverRenumbering is TestFailoverRenumberingOnRealBIRDLarge with the leader taken away at
 // moment; reported: with calico-node's status reports and handover BGPSessions
-// (TestFailoverRenumberingReportedOnRealBIRDLarge).
+// (TestFailoverRenumberingReportedOnRealBIRD, in make test).
 func failoverRenumbering(t *testing.T, moment failoverMoment, reported bool) {
 	pol := failoverPolicy
 	if reported {
