@@ -315,13 +315,7 @@ func stageSetMoves(st *State, k setKind, patches []nodePatch, sets map[string]ex
 		// stale: the old route reflectors it leaves whose sessions are down, within the restart time
 		// since (staleHold): they stay until it passes, as in a narrowed set (peers.go), so a move
 		// that would drop one goes through transitional sets that keep it.
-		var stale []string
-		var hold time.Duration
-		for _, id := range removed {
-			if d := staleHold(st, rrOf[id]); d > 0 {
-				stale, hold = append(stale, id), max(hold, d)
-			}
-		}
+		stale, hold := staleHolds(st, removed, rrOf)
 		keeps = keeps && (transitional || hold == 0)
 		switch {
 		case len(removed) == 0:

@@ -163,10 +163,7 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		return settled(st, rr) && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
 			!(st.healthReported(rr) && justStarted(st, rr))
 	}
-	var hold time.Duration // an old one the plan drops whose stale routes its members' BIRDs hold
-	for _, id := range minus(old, ids) {
-		hold = max(hold, staleHold(st, byID[id]))
-	}
+	_, hold := staleHolds(st, minus(old, ids), byID) // old ones the plan drops whose stale routes its members' BIRDs hold
 	for _, id := range intersect(old, ids) {
 		if rr := byID[id]; hold == 0 && settled(rr) && membersUp(st, rr, want.Name) {
 			return labelled
@@ -177,9 +174,9 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 			return false
 		}
 		// An old one the plan drops is kept while labelled; one the plan keeps or adds is ready
-		// once settled, and once no old one the plan drops holds stale routes (staleHold). A new one is in have's selector too once the union was written (the
-		// reconcile after the promotion): counting it ready for that broke the union before its
-		// sessions were up, and with every old one failed (a rack's two route reflectors killed
+		// once settled, and once no old one the plan drops holds stale routes (staleHold). A new
+		// one is in have's selector too once the union was written (the reconcile after the
+		// promotion): counting it ready for that broke the union before its sessions were up, and with every old one failed (a rack's two route reflectors killed
 		// together) the clients dropped the sessions whose stale routes graceful restart held
 		// (issue 52 item 4, 0.9 s after the plan on the live lab).
 		rr := byID[id]
@@ -205,9 +202,9 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 // those clients' BIRDs hold the routes they learnt over it as stale, their only ones until the
 // replacements' sessions carry theirs, and BIRD flushes a removed protocol's routes at once, so
 // narrowing it away gains nothing and risks every route a new route reflector's sessions do not
-// carry yet (a client that keeps a live route reflector has its routes from it: no hold): on two busy cores
-// (TestTwoRouteReflectorsKilledOnRealBIRD, 2026-12-02) a rack's set narrowed 11 s after its two
-// replacements' promotion on a report that showed their clients' sessions Established, the
+// carry yet (a client that keeps a live route reflector has its routes from it: no hold): on two
+// busy cores (TestTwoRouteReflectorsKilledOnRealBIRD, 2026-12-02) a rack's set narrowed 11 s
+// after its two replacements' promotion on a report that showed their clients' sessions Established, the
 // sessions restarted, and 28 to 1,472 pair-samples were lost between nodes that keep their role.
 // Once the restart time has passed, BIRD has dropped the stale routes itself. The hold never
 // outlasts the policy's removalDelay from the drain (the draining-since annotation): a policy
@@ -229,6 +226,17 @@ func staleHold(st *State, rr string) time.Duration {
 		}
 	}
 	return until.Sub(st.Now)
+}
+
+// staleHolds are those of ids (route reflector IDs; node names by byID) that staleHold keeps, and
+// the longest hold among them.
+func staleHolds(st *State, ids []string, byID map[string]string) (held []string, longest time.Duration) {
+	for _, id := range ids {
+		if d := staleHold(st, byID[id]); d > 0 {
+			held, longest = append(held, id), max(longest, d)
+		}
+	}
+	return held, longest
 }
 
 // bgpRestartTime is BIRD's graceful-restart time when bgpPeer.maxRestartTime is not set
