@@ -15,6 +15,7 @@ import (
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/sessions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/state"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy/v1alpha1"
 )
 
@@ -106,7 +107,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	}
 	p := st.Managed.Resolved
 	if p.BGPHealth != nil && !*p.BGPHealth { // on unless turned off (see the README: BGP health)
-		r.setBGP(st.Name, nil)
+		r.keepHealth(st, nil)
 		bgpDownGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 		return nil
 	}
@@ -126,14 +127,15 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	slices.Sort(rrs)
 	list, err := r.statuses().List(ctx, st.Name)
 	if err != nil {
-		r.setBGP(st.Name, nil)
 		if sessions.Unavailable(err) {
+			r.keepHealth(st, nil)
 			if p.BGPHealth != nil { // asked for explicitly
 				r.Log.Error(err, "bgpHealth is on but the CalicoNodeStatus API cannot be used", "policy", st.Name)
 			}
 			return nil
 		}
 		r.Log.Error(err, "bgpHealth: listing CalicoNodeStatuses", "policy", st.Name)
+		r.setBGP(st.Name, nil) // the records stay: the sessions were not read
 		st.requeue(sessions.Period * time.Second)
 		return nil
 	}
@@ -166,9 +168,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 	}
 
-	r.mu.Lock()
-	prev := r.bgp[st.Name]
-	r.mu.Unlock()
+	prev := healthRecords(st.trans, rrs)
 	clients := rrClients(view, func(n *extender.Node) bool { return p.IsRouteReflectorLabel(n.Labels) }) // Ready or not
 	ips := r.calicoBGPAddresses(ctx, len(rrs) > 0)
 	st.healthReports, st.healthIPs = have, ips
@@ -278,8 +278,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			delete(m.bgpAnnounced, rr) // no longer a route reflector
 		}
 	}
-	r.setBGP(st.Name, next)
-	st.health = next
+	r.keepHealth(st, next)
 	bgpDownGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	for _, fam := range bgpDownFamilies {
 		bgpDownGauge.WithLabelValues(st.Name, "grace", fam.Key()).Set(float64(grace[fam]))
@@ -287,6 +286,39 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	}
 	return nil
 }
+
+// healthRecords are BGP health's records of the route reflectors rrs as the policy's BGPDown
+// records hold them: the previous reconcile's, or an earlier leader's (read from the status). The
+// sessions down are named again at the next observation.
+func healthRecords(t *transitions.Table, rrs []string) map[string]extender.BGPHealth {
+	out := map[string]extender.BGPHealth{}
+	for _, rr := range rrs {
+		if rec := t.Get(transitions.BGPDown, rr); rec != nil {
+			out[rr] = extender.BGPHealth{DownSince: rec.Started, UpSince: rec.UpSince, Orphaning: rec.Orphaning}
+		}
+	}
+	return out
+}
+
+// keepHealth makes next BGP health's records: the plan's (state.Ledger.BGPHealth) and the
+// policy's BGPDown records, which the nodes step writes to its status before the moves they decide
+// (a replacement's promotion, a narrowing) and a new leader resumes. A record's Max is the
+// graceful-restart time (staleHold).
+func (r *Reconciler) keepHealth(st *State, next map[string]extender.BGPHealth) {
+	restart := restartTime(st.Managed.Resolved)
+	for _, rr := range slices.Sorted(maps.Keys(next)) {
+		h := next[rr]
+		rec := st.trans.Hold(transitions.BGPDown, rr, h.DownSince, transitions.Waits{Max: restart})
+		rec.Started, rec.UpSince = h.DownSince, h.UpSince
+		rec.Orphaning = slices.Clone(h.Orphaning[:min(len(h.Orphaning), maxOrphaningRecorded)])
+	}
+	st.trans.Drop(transitions.BGPDown, slices.Collect(maps.Keys(next))...)
+	r.setBGP(st.Name, next)
+	st.health = next
+}
+
+// maxOrphaningRecorded bounds the clients a BGPDown record names (v1alpha1.Transition.Orphaning).
+const maxOrphaningRecorded = 10
 
 // orphaningNow applies extender.BGPOrphaning (two route reflectors of a client lost at once) to
 // what the statuses say now: a route reflector is down when its status, filled in, shows no

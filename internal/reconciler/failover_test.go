@@ -31,6 +31,9 @@ func (h *harness) failover() {
 		Client: old.Client, APIReader: old.APIReader, Nodes: old.Nodes, Policies: old.Policies,
 		Ledger: ledger, Recorder: old.Recorder, PeerAPI: old.PeerAPI, Now: old.Now,
 	}
+	if old.Ledger.BGPHealth != nil { // the plans read the new leader's BGP health records
+		ledger.BGPHealth = h.r.BGPHealthRecords
+	}
 }
 
 // rendered is what confd renders of each node's BGP configuration from the product's writes: the

@@ -115,7 +115,12 @@ func TestDualPlaneRackLostKeepsFailedInClientSet(t *testing.T) {
 	// The clients' sessions come up, but the failed ones went down less than the restart time
 	// (BIRD's 120 s, the policy sets none) ago: their members' BIRDs still hold the stale routes
 	// learnt over them, which narrowing would flush (staleHold), so the set keeps them until then.
-	keepsFailed(5, dead, "the restart time since they went down")
+	// A new leader takes over here (a failover, or a `helm upgrade` rolling the replicas) with none
+	// of the old one's memory: with the replacements in place it would no longer see the clients
+	// orphaned, nor the failed ones failed (its grace would start again), and narrowed the set to
+	// the dead ones at once. The policy's BGPDown records carry the judgement and the hold over.
+	h.failover()
+	keepsFailed(5, dead, "the restart time since they went down, after a leader change")
 	for h.now.Sub(downAt) < bgpRestartTime {
 		h.now = h.now.Add(5 * time.Second)
 		h.calicoNodeBy(dead)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/calico"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
+	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/policy"
 )
 
 // managedPeers selects the BGPPeers of a policy.
@@ -160,8 +162,10 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		// of its role was seen Established (or transitions.DefaultMax passed): on the live lab a
 		// rack's two replacements' sessions came up 17-20 s after their promotion, past
 		// transitions.DefaultSettle.
+		// One BGP health sees down is never the set's only ones (a leader that lost the failure
+		// judgement must not narrow a set to its dead route reflectors).
 		return settled(st, rr) && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
-			!(st.healthReported(rr) && justStarted(st, rr))
+			!(st.healthReported(rr) && justStarted(st, rr)) && !st.health[rr].Suspect()
 	}
 	_, hold := staleHolds(st, minus(old, ids), byID) // old ones the plan drops whose stale routes its members' BIRDs hold
 	for _, id := range intersect(old, ids) {
@@ -196,8 +200,8 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 }
 
 // staleHold is how much longer an old route reflector rr whose BGP sessions are down while every
-// other route reflector of a client of it is down too (BGP health's record: down, not back,
-// Orphaning) stays in a set the plan narrows: until the graceful-restart time
+// other route reflector of a client of it is down too (BGP health's BGPDown record, persisted so
+// that a new leader holds it too: down, not back, Orphaning) stays in a set the plan narrows: until the graceful-restart time
 // (bgpPeer.maxRestartTime, BIRD's 120 s) has passed since it was first seen down. Until then
 // those clients' BIRDs hold the routes they learnt over it as stale, their only ones until the
 // replacements' sessions carry theirs, and BIRD flushes a removed protocol's routes at once, so
@@ -210,19 +214,15 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 // outlasts the policy's removalDelay from the drain (the draining-since annotation): a policy
 // whose removalDelay is shorter than the restart time asked for the node to go sooner.
 func staleHold(st *State, rr string) time.Duration {
-	h, ok := st.health[rr]
-	if !ok || h.DownSince.IsZero() || !h.UpSince.IsZero() || len(h.Orphaning) == 0 {
+	rec := st.trans.Get(transitions.BGPDown, rr)
+	if rec == nil || !rec.UpSince.IsZero() || len(rec.Orphaning) == 0 {
 		return 0
 	}
-	p := st.Managed.Resolved
-	restart := bgpRestartTime
-	if d := p.BGPPeer.MaxRestartTime; d != nil {
-		restart = d.Duration
-	}
-	until := h.DownSince.Add(restart)
+	until := rec.Started.Add(rec.Max)
 	if n := st.View[rr]; n != nil {
-		if since, err := time.Parse(time.RFC3339, n.Annotations[extender.AnnotationDrainingSince]); err == nil && since.Add(p.RemovalDelay).Before(until) {
-			until = since.Add(p.RemovalDelay)
+		delay := st.Managed.Resolved.RemovalDelay
+		if since, err := time.Parse(time.RFC3339, n.Annotations[extender.AnnotationDrainingSince]); err == nil && since.Add(delay).Before(until) {
+			until = since.Add(delay)
 		}
 	}
 	return until.Sub(st.Now)
@@ -242,6 +242,14 @@ func staleHolds(st *State, ids []string, byID map[string]string) (held []string,
 // bgpRestartTime is BIRD's graceful-restart time when bgpPeer.maxRestartTime is not set
 // (Calico's default too).
 const bgpRestartTime = 120 * time.Second
+
+// restartTime is the policy's graceful-restart time (bgpPeer.maxRestartTime, or BIRD's).
+func restartTime(p *policy.Resolved) time.Duration {
+	if d := p.BGPPeer.MaxRestartTime; d != nil {
+		return d.Duration
+	}
+	return bgpRestartTime
+}
 
 // membersUp: every Ready node of the set BGPPeer name selects has an Established session with
 // route reflector rr in rr's CalicoNodeStatus (BGP health's), read by the session verifier's rule

@@ -239,7 +239,9 @@ func (r *twinRun) narrowedAt() int {
 // DualPlane rack's two route reflectors cordoned: the rack's BGPPeer selects the old and the new
 // ones, then the new ones); BGP health's settling (the same with BGP health on and the new route
 // reflectors' reports showing every session down for 20 s: starting, by their SessionsRestart
-// records, they are not judged and keep their role); a demotion (a scale-down from 9 route
+// records, they are not judged and keep their role); BGP health's failure (a DualPlane rack's two
+// route reflectors' BIRDs killed: replaced at once and kept in the rack's set through the restart
+// time, by their BGPDown records); a demotion (a scale-down from 9 route
 // reflectors to 3, through client moves); the mesh turned off (BGPSessions); the mesh restored by
 // a deleted policy's release; the mesh turned off with handover Delay (its MeshOff record) and the
 // adoption of hand-written BGPPeers (their Adopt records: with Delay, the wait's start; with
@@ -293,6 +295,23 @@ func TestFailoverResumesEveryKind(t *testing.T) {
 					cns.Status.BGP.PeersV4[i].State = apiv3.BGPSessionStateActive
 				}
 			}
+		})
+	}
+	// killRack kills the BIRDs of the first rack's two route reflectors (deadBIRDs reports it):
+	// every client of the rack is left without a route reflector, so BGP health fails both at once.
+	killed := map[*harness][]string{}
+	killRack := func(h *harness) {
+		var id string
+		for _, rr := range h.r.last[h.policyNm].RouteReflectors {
+			if !rr.Spine && (id == "" || rr.ClusterID == id) {
+				id = rr.ClusterID
+				killed[h] = append(killed[h], rr.Node)
+			}
+		}
+	}
+	deadBIRDs := func(h *harness) {
+		h.calicoNodeBy(func(rr, peer string, _ extender.Families) bool {
+			return !slices.Contains(killed[h], rr) && !slices.Contains(killed[h], peer)
 		})
 	}
 	meshHarness := func(mode v1alpha1.HandoverMode) func() *harness {
@@ -365,6 +384,36 @@ func TestFailoverResumesEveryKind(t *testing.T) {
 				}
 			}
 			require.Positive(t, promoted, "route reflectors promoted")
+		}},
+		{"BGP health failure", func() *harness {
+			return settle(newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {
+				s.Topology = &v1alpha1.Topology{Type: v1alpha1.DualPlane, MaxRackSize: ptrTo(int32(10))}
+				s.RemovalDelay = &metav1.Duration{Duration: 75 * time.Second}
+				s.BGPHealth = &v1alpha1.BGPHealth{Enabled: &on, GracePeriod: &metav1.Duration{Duration: 2 * time.Minute}}
+			}, ipCluster(30)), func(h *harness) { h.r.Ledger.BGPHealth = h.r.BGPHealthRecords; up(h) }, time.Minute)
+		}, killRack, deadBIRDs, 12, 2 * time.Second, func(t *testing.T, one *twinRun) {
+			// Replaced at once (a client orphaned), and kept in the rack's BGPPeer beside the
+			// replacements through the restart time (staleHold): its BGPDown records say both.
+			require.True(t, one.sawKind(transitions.BGPDown), "BGP health's records: %q", one.records)
+			dead := killed[one.h]
+			last := one.rendered[len(one.rendered)-1]
+			for _, rr := range dead {
+				require.True(t, strings.HasPrefix(last[rr], "rr=false") || strings.Contains(one.h.node(rr).Annotations[extender.AnnotationDrainingSince], "T"),
+					"%s, its BIRD dead, neither replaced nor draining: %s", rr, last[rr])
+			}
+			sets := 0
+			for n, sel := range last {
+				ids, ok := extender.PeerRouteReflectorIDs(sel)
+				if !strings.HasPrefix(n, "BGPPeer "+extender.BGPPeerPrefix+"rack-") || !ok || !slices.Contains(ids, dead[0]) {
+					continue
+				}
+				sets++
+				for _, rr := range dead {
+					require.Contains(t, ids, extender.RouteReflectorID(rr), "%s keeps the rack's dead route reflectors: %v", n, ids)
+				}
+				require.Greater(t, len(ids), len(dead), "the replacements in %s: %v", n, ids)
+			}
+			require.Positive(t, sets, "the rack's clients' set")
 		}},
 		{"demotion", func() *harness {
 			return settle(newHarness(t, func(s *v1alpha1.RouteReflectorPolicySpec) {

@@ -60,6 +60,13 @@ const (
 	// fingerprint of those peers (Subject): other peers are another record, and any record of the
 	// node started later starts it again (Start). The verifier drops those no step needs (Drop).
 	Sessions Kind = "Sessions"
+	// BGPDown is BGP health's record of a route reflector seen with no Established session since
+	// Started (extender.BGPHealth, its DownSince): the grace period counts from then, for a new
+	// leader too. Its Max is bgpPeer.maxRestartTime: a set keeps a route reflector that orphaned a
+	// client (Orphaning) until then, as its clients' BIRDs hold the routes learnt over it. Its
+	// step keeps it (Drop) while the route reflector is down, or back for less than the hold; no
+	// wait of the node's sessions reads it.
+	BGPDown Kind = "BGPDown"
 )
 
 // SessionsWaits are a Sessions record's bounds: a report counts from its start (Min 0).
@@ -74,10 +81,13 @@ func Subject(node string, peers []string) string {
 	return fmt.Sprintf("%s@%016x", node, h.Sum64())
 }
 
-// of: the record's key is the node's own, or its Sessions record's.
+// of: the record's key is the node's own, or its Sessions record's (BGP health's is not: is).
 func (k key) of(node string) bool {
-	return k.node == node || k.kind == Sessions && strings.HasPrefix(k.node, node+"@")
+	return k.is(node) || k.kind == Sessions && strings.HasPrefix(k.node, node+"@")
 }
+
+// is: the record is the node's own and about its sessions' (re)start (not BGP health's).
+func (k key) is(node string) bool { return k.node == node && k.kind != BGPDown }
 
 // What a record's Sessions field says of the reports read since it started.
 const (
@@ -129,6 +139,9 @@ type Record struct {
 	// fresh report, its Settle counts from then: the old leader may have died before it asked
 	// calico-node for one (the CalicoNodeStatus the handover creates).
 	Resumed time.Time
+	// Orphaning and UpSince are a BGPDown record's (extender.BGPHealth's).
+	Orphaning []string
+	UpSince   time.Time
 }
 
 // Verify is what a wait reads of the sessions.
@@ -214,7 +227,10 @@ func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
 		}
 		rec := &Record{Kind: Kind(tr.Kind), Node: tr.Node, Started: tr.StartedAt.Time, Waits: w,
 			Seen: tr.Sessions == SessionsReported || tr.Sessions == SessionsEstablished,
-			Up:   tr.Sessions == SessionsEstablished || tr.Sessions == SessionsSettled, Alive: tr.Alive}
+			Up:   tr.Sessions == SessionsEstablished || tr.Sessions == SessionsSettled, Alive: tr.Alive, Orphaning: tr.Orphaning}
+		if tr.UpSince != nil {
+			rec.UpSince = tr.UpSince.Time
+		}
 		if tr.Pending {
 			rec.Started, rec.Seen, rec.Up, rec.Alive = now, false, false, false
 		}
@@ -227,7 +243,7 @@ func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
 }
 
 // kinds are the kinds a record may have.
-var kinds = []Kind{Renumber, SessionsRestart, ClientMove, UplinkMove, SetInherited, ReleaseStep, MeshOff, Adopt, Sessions}
+var kinds = []Kind{Renumber, SessionsRestart, ClientMove, UplinkMove, SetInherited, ReleaseStep, MeshOff, Adopt, Sessions, BGPDown}
 
 // API is the table as the policy's status holds it, sorted by kind and node.
 func (t *Table) API() []v1alpha1.Transition {
@@ -238,7 +254,11 @@ func (t *Table) API() []v1alpha1.Transition {
 	for _, r := range t.sorted() {
 		tr := v1alpha1.Transition{Kind: string(r.Kind), Node: r.Node, StartedAt: metav1.NewMicroTime(r.Started),
 			MinWait: metav1.Duration{Duration: r.Min}, SettleWait: metav1.Duration{Duration: r.Settle},
-			MaxWait: metav1.Duration{Duration: r.Max}, Alive: r.Alive, Pending: r.Pending}
+			MaxWait: metav1.Duration{Duration: r.Max}, Alive: r.Alive, Pending: r.Pending, Orphaning: r.Orphaning}
+		if !r.UpSince.IsZero() {
+			t := metav1.NewMicroTime(r.UpSince)
+			tr.UpSince = &t
+		}
 		switch {
 		case r.Up && !r.Seen:
 			tr.Sessions = SessionsSettled
@@ -292,7 +312,7 @@ func (t *Table) restart(node string) {
 func (t *Table) Hold(kind Kind, subject string, now time.Time, w Waits) *Record {
 	r := t.Get(kind, subject)
 	if r == nil {
-		if kind != Sessions {
+		if kind != Sessions && kind != BGPDown {
 			t.restart(subject)
 		}
 		r = &Record{Kind: kind, Node: subject, Started: now}
@@ -319,10 +339,10 @@ func (t *Table) Get(kind Kind, node string) *Record {
 	return t.recs[key{kind, node}]
 }
 
-// Has: the node has a record of any kind.
+// Has: the node has a record of any kind but BGPDown.
 func (t *Table) Has(node string) bool {
 	for k := range t.recs {
-		if k.node == node {
+		if k.is(node) {
 			return true
 		}
 	}
@@ -341,22 +361,24 @@ func (t *Table) Latest(kind Kind) *Record {
 	return out
 }
 
-// Newest is the node's most recently started record of any kind but ReleaseStep (nil: none).
+// Newest is the node's most recently started record of any kind but ReleaseStep and BGPDown
+// (nil: none).
 func (t *Table) Newest(node string) *Record {
 	var out *Record
 	for _, r := range t.sorted() {
-		if r.Node == node && r.Kind != ReleaseStep && (out == nil || r.Started.After(out.Started)) {
+		if (key{r.Kind, r.Node}).is(node) && r.Kind != ReleaseStep && (out == nil || r.Started.After(out.Started)) {
 			out = r
 		}
 	}
 	return out
 }
 
-// Wait is the longest wait of the node's records but ReleaseStep (0: none, or all settled).
+// Wait is the longest wait of the node's records but ReleaseStep and BGPDown (0: none, or all
+// settled).
 func (t *Table) Wait(node string, now time.Time, v Verify) time.Duration {
 	var w time.Duration
 	for k, r := range t.recs {
-		if k.node == node && k.kind != ReleaseStep {
+		if k.is(node) && k.kind != ReleaseStep {
 			w = max(w, r.Wait(now, v))
 		}
 	}
@@ -367,10 +389,10 @@ func (t *Table) Wait(node string, now time.Time, v Verify) time.Duration {
 func (t *Table) Reported() bool { return !t.ReportsSeen.IsZero() }
 
 // Stale: a report of the node made at reported is too early for one of its records (of kinds, or
-// of any kind but ReleaseStep when none is given).
+// of any kind but ReleaseStep and BGPDown when none is given).
 func (t *Table) Stale(node string, reported time.Time, kinds ...Kind) bool {
 	for k, r := range t.recs {
-		if k.node != node || k.kind == ReleaseStep || (len(kinds) > 0 && !slices.Contains(kinds, k.kind)) {
+		if !k.is(node) || k.kind == ReleaseStep || (len(kinds) > 0 && !slices.Contains(kinds, k.kind)) {
 			continue
 		}
 		if !r.Fresh(reported) {
@@ -398,7 +420,7 @@ func (t *Table) Observe(node string, reported time.Time, missing int) {
 // without clients). They stay not Seen: no report says that calico-node reports (Reported).
 func (t *Table) Settled(node string, kinds ...Kind) {
 	for k, r := range t.recs {
-		if k.node == node && (len(kinds) == 0 || slices.Contains(kinds, k.kind)) {
+		if k.is(node) && (len(kinds) == 0 || slices.Contains(kinds, k.kind)) {
 			r.Up = true
 		}
 	}
@@ -408,7 +430,7 @@ func (t *Table) Settled(node string, kinds ...Kind) {
 // reported.
 func (t *Table) SeenAlive(node string, reported time.Time) {
 	for k, r := range t.recs {
-		if k.node == node && !reported.Before(r.Started) {
+		if k.is(node) && !reported.Before(r.Started) {
 			r.Alive = true
 		}
 	}
@@ -446,8 +468,11 @@ func (t *Table) Expire(now time.Time, exists func(node string) bool) (gone []Rec
 	return gone
 }
 
-// stepOwned: a step's wait (MeshOff, Adopt) or the verifier's (Sessions), which its step drops.
-func (r *Record) stepOwned() bool { return r.Kind == MeshOff || r.Kind == Adopt || r.Kind == Sessions }
+// stepOwned: a step's wait (MeshOff, Adopt), the verifier's (Sessions) or BGP health's
+// (BGPDown), which its step drops.
+func (r *Record) stepOwned() bool {
+	return r.Kind == MeshOff || r.Kind == Adopt || r.Kind == Sessions || r.Kind == BGPDown
+}
 
 // NextExpiry is when the first record that Expire drops at its Max runs its course (zero: none).
 func (t *Table) NextExpiry() time.Time {

@@ -229,3 +229,33 @@ func TestSessionsRecords(t *testing.T) {
 	tb.Hold(Renumber, "rr-1", t0, DefaultWaits)
 	require.Nil(t, tb.Get(Sessions, s), "a Renumber held starts it again too")
 }
+
+// TestBGPDownRecords: BGP health's record survives the API with its clients and its return, no
+// wait or judgement of the node's sessions reads it, it starts nothing again, and it is its step's
+// to drop (not Expire's, not even at its Max).
+func TestBGPDownRecords(t *testing.T) {
+	tb := &Table{}
+	tb.Start(ClientMove, t0, "rr-1")
+	s := Subject("rr-1", []string{"a"})
+	tb.Hold(Sessions, s, t0, SessionsWaits)
+	rec := tb.Hold(BGPDown, "rr-1", t0.Add(time.Second), Waits{Max: 2 * time.Minute})
+	rec.Orphaning, rec.UpSince = []string{"a", "b"}, t0.Add(90*time.Second)
+	require.NotNil(t, tb.Get(Sessions, s), "BGP health's record starts no session again")
+	require.Equal(t, ClientMove, tb.Newest("rr-1").Kind, "not the node's newest (re)start")
+	require.Equal(t, tb.Get(ClientMove, "rr-1").Wait(t0.Add(5*time.Second), Timed), tb.Wait("rr-1", t0.Add(5*time.Second), Timed))
+	require.False(t, tb.Stale("rr-1", t0.Add(3*time.Second)), "no freshness rule of its own")
+	tb.Observe("rr-1", t0.Add(2*time.Minute), 0)
+	tb.SeenAlive("rr-1", t0.Add(2*time.Minute))
+	back := FromAPI(tb.API(), t0.Add(3*time.Minute))
+	got := back.Get(BGPDown, "rr-1")
+	require.NotNil(t, got)
+	require.Equal(t, []string{"a", "b"}, got.Orphaning)
+	require.Equal(t, t0.Add(90*time.Second), got.UpSince)
+	require.Equal(t, t0.Add(time.Second), got.Started)
+	require.False(t, got.Alive || got.Up || got.Seen, "the sessions' findings are not its")
+	require.Equal(t, 2*time.Minute, got.Max)
+	back.Expire(t0.Add(time.Hour), func(string) bool { return false })
+	require.NotNil(t, back.Get(BGPDown, "rr-1"), "not Expire's")
+	back.Drop(BGPDown)
+	require.Nil(t, back.Get(BGPDown, "rr-1"))
+}

@@ -505,7 +505,9 @@ type Transition struct {
 	// had its route reflectors, the layout unchanged, long enough), Adopt (a hand-written BGPPeer
 	// goes once the product's plan has covered its nodes long enough); or the session verifier's:
 	// Sessions (a node whose sessions with its peers a wait reads; Established once one report showed
-	// every one of them up).
+	// every one of them up); or BGP health's: BGPDown (a route reflector seen with no Established
+	// session since StartedAt: its grace period counts from then, and MaxWait is
+	// bgpPeer.maxRestartTime, how long its clients' BIRDs hold the routes learnt over it).
 	Kind string `json:"kind"`
 	// Node is the route reflector whose sessions the moves wait for; for a step's wait, what it
 	// waits on, with an '@' no node name has: MeshOff the layout (layout@ and its fingerprint, a
@@ -535,6 +537,17 @@ type Transition struct {
 	// when it read it.
 	// +optional
 	Pending bool `json:"pending,omitempty"`
+	// Orphaning (BGPDown) names clients of the route reflector (sorted, the first ten) whose
+	// every route reflector was down with it: it was failed without bgpHealth.gracePeriod, and the
+	// peering sets it is in keep it until MaxWait after StartedAt, whatever replaced it.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	Orphaning []string `json:"orphaning,omitempty"`
+	// UpSince (BGPDown): when its sessions were seen Established again after it failed; it counts
+	// healthy once they have stayed so for the policy's scale-down stabilization window (at most
+	// bgpHealth.gracePeriod).
+	// +optional
+	UpSince *metav1.MicroTime `json:"upSince,omitempty"`
 }
 
 // RouteCost is the graph model's figures for a plan. Paths per prefix are decimals ("2.0"): the
