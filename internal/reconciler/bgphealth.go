@@ -73,29 +73,37 @@ var bgpDownFamilies = []extender.Families{extender.FamilyIPv4, extender.FamilyIP
 func init() { metrics.Registry.MustRegister(bgpDownGauge) }
 
 // BGPHealthRecords returns the BGP health records of every policy's route reflectors, by node
-// (state.Ledger.BGPHealth).
+// (state.Ledger.BGPHealth): as this leader's last reconcile of the policy judged them, or, for a
+// policy it has not judged (a replica without the lease: its webhooks plan too), as the policy's
+// status holds them (its BGPDown records), so that every replica plans with the leader's judgement.
 func (r *Reconciler) BGPHealthRecords() map[string]extender.BGPHealth {
+	out := map[string]extender.BGPHealth{}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out map[string]extender.BGPHealth
-	for _, recs := range r.bgp {
-		if out == nil {
-			out = map[string]extender.BGPHealth{}
-		}
+	judged := map[string]bool{}
+	for name, recs := range r.bgp {
+		judged[name] = true
 		maps.Copy(out, recs)
+	}
+	r.mu.Unlock()
+	if r.Policies != nil {
+		for _, m := range r.Policies.Valid() {
+			if on := m.Resolved.BGPHealth; !judged[m.Policy.Name] && (on == nil || *on) {
+				maps.Copy(out, healthRecords(transitions.FromAPI(m.Policy.Status.Transitions, time.Time{})))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }
 
+// setBGP keeps what this leader judged of the policy's route reflectors (none: recs nil).
 func (r *Reconciler) setBGP(policy string, recs map[string]extender.BGPHealth) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.bgp == nil {
 		r.bgp = map[string]map[string]extender.BGPHealth{}
-	}
-	if len(recs) == 0 {
-		delete(r.bgp, policy)
-		return
 	}
 	r.bgp[policy] = recs
 }
@@ -168,7 +176,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		}
 	}
 
-	prev := healthRecords(st.trans, rrs)
+	prev := healthRecords(st.trans)
 	clients := rrClients(view, func(n *extender.Node) bool { return p.IsRouteReflectorLabel(n.Labels) }) // Ready or not
 	ips := r.calicoBGPAddresses(ctx, len(rrs) > 0)
 	st.healthReports, st.healthIPs = have, ips
@@ -287,15 +295,13 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	return nil
 }
 
-// healthRecords are BGP health's records of the route reflectors rrs as the policy's BGPDown
-// records hold them: the previous reconcile's, or an earlier leader's (read from the status). The
-// sessions down are named again at the next observation.
-func healthRecords(t *transitions.Table, rrs []string) map[string]extender.BGPHealth {
+// healthRecords are BGP health's records as the policy's BGPDown records hold them: the previous
+// reconcile's, or an earlier leader's (read from the status). The sessions down are named again at
+// the next observation.
+func healthRecords(t *transitions.Table) map[string]extender.BGPHealth {
 	out := map[string]extender.BGPHealth{}
-	for _, rr := range rrs {
-		if rec := t.Get(transitions.BGPDown, rr); rec != nil {
-			out[rr] = extender.BGPHealth{DownSince: rec.Started, UpSince: rec.UpSince, Orphaning: rec.Orphaning}
-		}
+	for _, rec := range t.Of(transitions.BGPDown) {
+		out[rec.Node] = extender.BGPHealth{DownSince: rec.Started, UpSince: rec.UpSince, Orphaning: rec.Orphaning}
 	}
 	return out
 }

@@ -120,6 +120,12 @@ func TestDualPlaneRackLostKeepsFailedInClientSet(t *testing.T) {
 	// orphaned, nor the failed ones failed (its grace would start again), and narrowed the set to
 	// the dead ones at once. The policy's BGPDown records carry the judgement and the hold over.
 	h.failover()
+	// Before its first reconcile (and on a replica without the lease, whose webhooks plan too),
+	// the plans read BGP health's judgement from the policy's status.
+	seen, p := h.r.BGPHealthRecords(), h.r.Policies.Valid()[0].Resolved
+	for _, id := range old {
+		require.Truef(t, seen[byID[id]].Failed(h.now, p), "%s not failed for a replica that has not reconciled: %+v", id, seen[byID[id]])
+	}
 	keepsFailed(5, dead, "the restart time since they went down, after a leader change")
 	for h.now.Sub(downAt) < bgpRestartTime {
 		h.now = h.now.Add(5 * time.Second)

@@ -339,6 +339,17 @@ func (t *Table) Get(kind Kind, node string) *Record {
 	return t.recs[key{kind, node}]
 }
 
+// Of are the kind's records, sorted by node.
+func (t *Table) Of(kind Kind) []*Record {
+	var out []*Record
+	for _, r := range t.sorted() {
+		if r.Kind == kind {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Has: the node has a record of any kind but BGPDown.
 func (t *Table) Has(node string) bool {
 	for k := range t.recs {
