@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -63,9 +64,6 @@ type handoverMemo struct {
 	announced []string
 	// reported: draining route reflectors (name and mark) whose timeout was reported.
 	reported map[string]bool
-	// degraded holds the HandoverTimeout condition's message until degradedUntil.
-	degraded      string
-	degradedUntil time.Time
 	// statusesChecked: the verifier's last list found no CalicoNodeStatus object (no list needed
 	// until it needs one, or bgpHealth's read of the same reconcile keeps some: State.HealthStatuses).
 	statusesChecked bool
@@ -127,9 +125,6 @@ func (r *Reconciler) reader() client.Reader {
 func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	p := st.Managed.Resolved
 	m := r.memo(st.Name)
-	if m.degraded != "" && !st.Now.Before(m.degradedUntil) {
-		m.degraded = ""
-	}
 	if !verifies(st) {
 		return nil
 	}
@@ -158,7 +153,8 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 			// The planner demotes it next, by the mark moved back, maybe with its clients
 			// rebalanced onto route reflectors not verified here: that is no timeout.
 			m.reported[d+"@"+ts] = true
-			m.degraded = ""
+			st.handoverTimeout = "" // handed over: the condition goes (degradedCondition)
+			st.handedOver = true
 			// On the node too: the policy's Events share one spam-filter budget (25, then one per
 			// 5 min), which a rebalancing cluster can spend before this one.
 			r.Recorder.Eventf(nodeRef(d, cur), corev1.EventTypeNormal, EventHandedOver,
@@ -173,7 +169,7 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 		m.reported[d+"@"+mark] = true
 		msg := fmt.Sprintf("%s: handover timed out after %s; clients that never established a BGP session with %s: %s",
 			d, p.RemovalDelay, strings.Join(to, ", "), joinCapped(lackingNames(st, to, missing), 20))
-		m.degraded, m.degradedUntil = msg, st.Now.Add(max(p.RemovalDelay, time.Minute))
+		st.handoverTimeout, st.handedOver = msg, false
 		r.Recorder.Event(nodeRef(d, cur), corev1.EventTypeWarning, EventHandoverTimeout, msg)
 		r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventHandoverTimeout, msg)
 		handoverTimeouts.WithLabelValues(st.Name).Inc()
@@ -184,15 +180,23 @@ func (r *Reconciler) handover(ctx context.Context, st *State) error {
 	return r.applyPatches(ctx, st, patches)
 }
 
-// degradedCondition is the HandoverTimeout condition while it holds.
-func (r *Reconciler) degradedCondition(st *State) *metav1.Condition {
-	m := r.memo(st.Name)
-	if m.degraded == "" {
+// degradedCondition is the HandoverTimeout condition while it holds: from a timeout of this
+// reconcile, or as the policy's status holds it (the condition's lastTransitionTime is the timeout,
+// so a new leader keeps it as long), for removalDelay (at least a minute) after the timeout, unless
+// a handover of this reconcile was confirmed. nil: none.
+func degradedCondition(st *State, s *v1alpha1.RouteReflectorPolicyStatus) *metav1.Condition {
+	c := metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionTrue, Reason: ReasonHandoverTimeout, Message: st.handoverTimeout,
+		ObservedGeneration: st.Policy.Generation, LastTransitionTime: metav1.NewTime(st.Now)}
+	if old := meta.FindStatusCondition(s.Conditions, ConditionDegraded); c.Message == "" && !st.handedOver && old != nil &&
+		old.Status == metav1.ConditionTrue && old.Reason == ReasonHandoverTimeout {
+		c.Message, c.LastTransitionTime = old.Message, old.LastTransitionTime
+	}
+	until := c.LastTransitionTime.Add(max(st.Managed.Resolved.RemovalDelay, time.Minute))
+	if c.Message == "" || !st.Now.Before(until) {
 		return nil
 	}
-	st.requeue(m.degradedUntil.Sub(st.Now) + time.Second)
-	return &metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionTrue, Reason: ReasonHandoverTimeout, Message: m.degraded,
-		ObservedGeneration: st.Policy.Generation}
+	st.requeue(until.Sub(st.Now) + time.Second)
+	return &c
 }
 
 // lackingNames names the clients, each with the families it was last seen lacking when it has

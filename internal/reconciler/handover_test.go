@@ -202,6 +202,21 @@ func TestHandoverBGPSessionsTimeout(t *testing.T) {
 	require.Equal(t, metav1.ConditionTrue, c.Status, "Degraded %+v", c)
 	require.Equal(t, ReasonHandoverTimeout, c.Reason, "Degraded %+v", c)
 	require.Contains(t, c.Message, "node-07, node-13", "Degraded %+v", c)
+	// A new leader keeps the condition from the policy's status for removalDelay (a minute here)
+	// after the timeout, then drops it.
+	degraded := func() *metav1.Condition {
+		pol := &v1alpha1.RouteReflectorPolicy{}
+		require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: "default"}, pol))
+		return findCondition(pol.Status.Conditions, ConditionDegraded)
+	}
+	h.failover()
+	h.now = h.now.Add(50 * time.Second)
+	h.reconcile()
+	require.Equal(t, ReasonHandoverTimeout, degraded().Reason, "a new leader, 50 s after the timeout: %+v", degraded())
+	require.Equal(t, c.LastTransitionTime.Unix(), degraded().LastTransitionTime.Unix(), "the timeout's time kept")
+	h.now = h.now.Add(15 * time.Second)
+	h.reconcile()
+	require.Equal(t, metav1.ConditionFalse, degraded().Status, "65 s after the timeout: %+v", degraded())
 }
 
 func TestHandoverBGPSessionsBounded(t *testing.T) {

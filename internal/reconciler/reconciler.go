@@ -201,6 +201,10 @@ type State struct {
 	sessionIPs map[string][]string
 	// adoptWhy: hand-written BGPPeer -> why the adopt step kept it, for the status step.
 	adoptWhy map[string]string
+	// handoverTimeout: the HandoverTimeout condition's message of a handover that timed out in
+	// this reconcile; handedOver: one was confirmed (degradedCondition).
+	handoverTimeout string
+	handedOver      bool
 	// outside is what stageOutside read, once per reconcile: the nodes step's two stagings both
 	// model it before either writes.
 	outside *outsideRead

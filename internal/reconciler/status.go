@@ -80,7 +80,8 @@ func (r *Reconciler) status(ctx context.Context, st *State) error {
 	}
 	if d := res.Degraded(); d != nil {
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionTrue, Reason: d.Reason, Message: d.Message, ObservedGeneration: pol.Generation})
-	} else if c := r.degradedCondition(st); c != nil {
+	} else if c := degradedCondition(st, s); c != nil {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionDegraded) // its time is the timeout's
 		meta.SetStatusCondition(&s.Conditions, *c)
 	} else {
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsPlanned, Message: "the plan meets the policy", ObservedGeneration: pol.Generation})
