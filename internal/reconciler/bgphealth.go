@@ -115,7 +115,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	}
 	p := st.Managed.Resolved
 	if p.BGPHealth != nil && !*p.BGPHealth { // on unless turned off (see the README: BGP health)
-		r.keepHealth(st, nil)
+		r.keepHealth(st, nil, nil)
 		bgpDownGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 		return nil
 	}
@@ -136,7 +136,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	list, err := r.statuses().List(ctx, st.Name)
 	if err != nil {
 		if sessions.Unavailable(err) {
-			r.keepHealth(st, nil)
+			r.keepHealth(st, nil, nil)
 			if p.BGPHealth != nil { // asked for explicitly
 				r.Log.Error(err, "bgpHealth is on but the CalicoNodeStatus API cannot be used", "policy", st.Name)
 			}
@@ -157,7 +157,6 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	}
 	r.healthSeen[st.Name] = sessions.Fingerprint(list, st.Now)
 	r.mu.Unlock()
-	m := r.memo(st.Name)
 	st.HealthStatuses = make(map[string]bool, len(rrs))
 	for _, rr := range rrs {
 		st.HealthStatuses[rr] = true
@@ -177,6 +176,10 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 	}
 
 	prev := healthRecords(st.trans)
+	announced := map[string]bool{} // failures announced (RouteReflectorBGPDown), kept in the records
+	for _, rec := range st.trans.Of(transitions.BGPDown) {
+		announced[rec.Node] = rec.Failed
+	}
 	clients := rrClients(view, func(n *extender.Node) bool { return p.IsRouteReflectorLabel(n.Labels) }) // Ready or not
 	ips := r.calicoBGPAddresses(ctx, len(rrs) > 0)
 	st.healthReports, st.healthIPs = have, ips
@@ -249,7 +252,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 				nh.Orphaning = o // kept while down, and through the hold once back (Observe)
 			}
 		}
-		wasFailed, isFailed := m.bgpAnnounced[rr], keep && nh.Failed(st.Now, p)
+		wasFailed, isFailed := announced[rr], keep && nh.Failed(st.Now, p)
 		if keep {
 			next[rr] = nh
 			switch {
@@ -266,7 +269,7 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 		ref := nodeRef(rr, view[rr])
 		switch {
 		case isFailed && !wasFailed:
-			m.bgpAnnounced[rr] = true
+			announced[rr] = true
 			var clientFams extender.Families
 			for _, c := range clients[rr] {
 				clientFams |= sessions.IPsFamilies(sessions.Addresses(ips, view, c))
@@ -275,18 +278,13 @@ func (r *Reconciler) bgpHealth(ctx context.Context, st *State) error {
 			r.Recorder.Event(ref, corev1.EventTypeWarning, EventBGPDown, msg)
 			r.Recorder.Event(st.Policy, corev1.EventTypeWarning, EventBGPDown, msg)
 		case wasFailed && !keep:
-			delete(m.bgpAnnounced, rr)
+			delete(announced, rr)
 			msg := fmt.Sprintf("%s: BGP sessions Established again for %s: it may be a route reflector again", rr, extender.BGPHold(p))
 			r.Recorder.Event(ref, corev1.EventTypeNormal, EventBGPUp, msg)
 			r.Recorder.Event(st.Policy, corev1.EventTypeNormal, EventBGPUp, msg)
 		}
 	}
-	for rr := range m.bgpAnnounced {
-		if _, ok := next[rr]; !ok {
-			delete(m.bgpAnnounced, rr) // no longer a route reflector
-		}
-	}
-	r.keepHealth(st, next)
+	r.keepHealth(st, next, announced)
 	bgpDownGauge.DeletePartialMatch(prometheus.Labels{"policy": st.Name})
 	for _, fam := range bgpDownFamilies {
 		bgpDownGauge.WithLabelValues(st.Name, "grace", fam.Key()).Set(float64(grace[fam]))
@@ -308,14 +306,14 @@ func healthRecords(t *transitions.Table) map[string]extender.BGPHealth {
 
 // keepHealth makes next BGP health's records: the plan's (state.Ledger.BGPHealth) and the
 // policy's BGPDown records, which the nodes step writes to its status before the moves they decide
-// (a replacement's promotion, a narrowing) and a new leader resumes. A record's Max is the
-// graceful-restart time (staleHold).
-func (r *Reconciler) keepHealth(st *State, next map[string]extender.BGPHealth) {
+// (a replacement's promotion, a narrowing) and a new leader resumes; announced are the failures
+// announced (the records' Failed). A record's Max is the graceful-restart time (staleHold).
+func (r *Reconciler) keepHealth(st *State, next map[string]extender.BGPHealth, announced map[string]bool) {
 	restart := restartTime(st.Managed.Resolved)
 	for _, rr := range slices.Sorted(maps.Keys(next)) {
 		h := next[rr]
 		rec := st.trans.Hold(transitions.BGPDown, rr, h.DownSince, transitions.Waits{Max: restart})
-		rec.Started, rec.UpSince = h.DownSince, h.UpSince
+		rec.Started, rec.UpSince, rec.Failed = h.DownSince, h.UpSince, announced[rr]
 		rec.Orphaning = slices.Clone(h.Orphaning[:min(len(h.Orphaning), maxOrphaningRecorded)])
 	}
 	st.trans.Drop(transitions.BGPDown, slices.Collect(maps.Keys(next))...)

@@ -72,8 +72,6 @@ type handoverMemo struct {
 	// adoptRetry: hand-written BGPPeer (name@resourceVersion) -> when the graph model may be asked
 	// again after refusing it.
 	adoptRetry map[string]time.Time
-	// bgpAnnounced: route reflectors whose BGP failure was announced (RouteReflectorBGPDown).
-	bgpAnnounced map[string]bool
 	// trans: the moves in flight (internal/transitions): route reflectors whose sessions
 	// (re)started lately (renumbered, promoted, given clients or rack route reflectors by a move,
 	// released), which the next cluster-ID change, the moves between sets and the release's next
@@ -108,7 +106,7 @@ func (r *Reconciler) memo(name string) *handoverMemo {
 	m := r.memos[name]
 	if m == nil {
 		m = &handoverMemo{reported: map[string]bool{},
-			adoptRetry: map[string]time.Time{}, bgpAnnounced: map[string]bool{}, moveSets: map[string]bool{}, trans: &transitions.Table{}}
+			adoptRetry: map[string]time.Time{}, moveSets: map[string]bool{}, trans: &transitions.Table{}}
 		r.memos[name] = m
 	}
 	return m

@@ -119,6 +119,16 @@ func TestDualPlaneRackLostKeepsFailedInClientSet(t *testing.T) {
 	// of the old one's memory: with the replacements in place it would no longer see the clients
 	// orphaned, nor the failed ones failed (its grace would start again), and narrowed the set to
 	// the dead ones at once. The policy's BGPDown records carry the judgement and the hold over.
+	bgpDownEvents := func() (n int) { // the Events recorded since the last call
+		for _, e := range h.events() {
+			if strings.Contains(e, EventBGPDown) {
+				n++
+			}
+		}
+		return n
+	}
+	announced := bgpDownEvents()
+	require.Positive(t, announced, "the failures announced")
 	h.failover()
 	// Before its first reconcile (and on a replica without the lease, whose webhooks plan too),
 	// the plans read BGP health's judgement from the policy's status.
@@ -127,6 +137,7 @@ func TestDualPlaneRackLostKeepsFailedInClientSet(t *testing.T) {
 		require.Truef(t, seen[byID[id]].Failed(h.now, p), "%s not failed for a replica that has not reconciled: %+v", id, seen[byID[id]])
 	}
 	keepsFailed(5, dead, "the restart time since they went down, after a leader change")
+	require.Zero(t, bgpDownEvents(), "a new leader announced the failures again")
 	for h.now.Sub(downAt) < bgpRestartTime {
 		h.now = h.now.Add(5 * time.Second)
 		h.calicoNodeBy(dead)

@@ -139,9 +139,11 @@ type Record struct {
 	// fresh report, its Settle counts from then: the old leader may have died before it asked
 	// calico-node for one (the CalicoNodeStatus the handover creates).
 	Resumed time.Time
-	// Orphaning and UpSince are a BGPDown record's (extender.BGPHealth's).
+	// Orphaning and UpSince are a BGPDown record's (extender.BGPHealth's); Failed: its failure was
+	// announced.
 	Orphaning []string
 	UpSince   time.Time
+	Failed    bool
 }
 
 // Verify is what a wait reads of the sessions.
@@ -227,7 +229,7 @@ func FromAPI(list []v1alpha1.Transition, now time.Time) *Table {
 		}
 		rec := &Record{Kind: Kind(tr.Kind), Node: tr.Node, Started: tr.StartedAt.Time, Waits: w,
 			Seen: tr.Sessions == SessionsReported || tr.Sessions == SessionsEstablished,
-			Up:   tr.Sessions == SessionsEstablished || tr.Sessions == SessionsSettled, Alive: tr.Alive, Orphaning: tr.Orphaning}
+			Up:   tr.Sessions == SessionsEstablished || tr.Sessions == SessionsSettled, Alive: tr.Alive, Orphaning: tr.Orphaning, Failed: tr.Failed}
 		if tr.UpSince != nil {
 			rec.UpSince = tr.UpSince.Time
 		}
@@ -254,7 +256,7 @@ func (t *Table) API() []v1alpha1.Transition {
 	for _, r := range t.sorted() {
 		tr := v1alpha1.Transition{Kind: string(r.Kind), Node: r.Node, StartedAt: metav1.NewMicroTime(r.Started),
 			MinWait: metav1.Duration{Duration: r.Min}, SettleWait: metav1.Duration{Duration: r.Settle},
-			MaxWait: metav1.Duration{Duration: r.Max}, Alive: r.Alive, Pending: r.Pending, Orphaning: r.Orphaning}
+			MaxWait: metav1.Duration{Duration: r.Max}, Alive: r.Alive, Pending: r.Pending, Orphaning: r.Orphaning, Failed: r.Failed}
 		if !r.UpSince.IsZero() {
 			t := metav1.NewMicroTime(r.UpSince)
 			tr.UpSince = &t

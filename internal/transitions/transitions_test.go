@@ -239,7 +239,7 @@ func TestBGPDownRecords(t *testing.T) {
 	s := Subject("rr-1", []string{"a"})
 	tb.Hold(Sessions, s, t0, SessionsWaits)
 	rec := tb.Hold(BGPDown, "rr-1", t0.Add(time.Second), Waits{Max: 2 * time.Minute})
-	rec.Orphaning, rec.UpSince = []string{"a", "b"}, t0.Add(90*time.Second)
+	rec.Orphaning, rec.UpSince, rec.Failed = []string{"a", "b"}, t0.Add(90*time.Second), true
 	require.NotNil(t, tb.Get(Sessions, s), "BGP health's record starts no session again")
 	require.Equal(t, ClientMove, tb.Newest("rr-1").Kind, "not the node's newest (re)start")
 	require.Equal(t, tb.Get(ClientMove, "rr-1").Wait(t0.Add(5*time.Second), Timed), tb.Wait("rr-1", t0.Add(5*time.Second), Timed))
@@ -251,6 +251,7 @@ func TestBGPDownRecords(t *testing.T) {
 	require.NotNil(t, got)
 	require.Equal(t, []string{"a", "b"}, got.Orphaning)
 	require.Equal(t, t0.Add(90*time.Second), got.UpSince)
+	require.True(t, got.Failed)
 	require.Equal(t, t0.Add(time.Second), got.Started)
 	require.False(t, got.Alive || got.Up || got.Seen, "the sessions' findings are not its")
 	require.Equal(t, 2*time.Minute, got.Max)

@@ -548,6 +548,10 @@ type Transition struct {
 	// bgpHealth.gracePeriod).
 	// +optional
 	UpSince *metav1.MicroTime `json:"upSince,omitempty"`
+	// Failed (BGPDown): judged failed, its replacement promoted, and announced so
+	// (RouteReflectorBGPDown); RouteReflectorBGPUp announces its return.
+	// +optional
+	Failed bool `json:"failed,omitempty"`
 }
 
 // RouteCost is the graph model's figures for a plan. Paths per prefix are decimals ("2.0"): the
