@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -97,7 +98,11 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 	}
 	for _, patches := range phases {
 		if err := r.applyPatches(ctx, st, patches); err != nil {
-			return err
+			// A call that failed may have landed (a timeout after the API server wrote it): the
+			// records count from now, as if made, so that no wait is shortened; a move not made is
+			// made again, and started again, by a later reconcile.
+			st.trans.Restamp(st.Now, r.now())
+			return errors.Join(err, r.persistTransitions(ctx, st))
 		}
 	}
 	st.trans.Restamp(st.Now, r.now())

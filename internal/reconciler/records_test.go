@@ -5,14 +5,17 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	apiv3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/extender"
 	"github.com/calico-rr-autoscaler/calico-rr-autoscaler/internal/transitions"
@@ -467,5 +470,41 @@ func TestFailoverResumesBoundedHandover(t *testing.T) {
 	for _, d := range drained {
 		_, ok := many.h.rrs()[d]
 		require.False(t, ok, "%s not handed over by the new leaders: %v", d, many.h.rrs())
+	}
+}
+
+// TestPatchThatLandsAndFailsRestartsItsRecords: a node patch the API server writes but whose
+// answer is lost (a timeout 10 s later): the reconcile fails, and the records of its moves count
+// from when the call returned, confirmed in the policy's status. Left pending from the reconcile's
+// start, this leader's waits would count from before the write reached the node.
+func TestPatchThatLandsAndFailsRestartsItsRecords(t *testing.T) {
+	h := newHarness(t, nil, cluster(30))
+	var clock atomic.Int64
+	clock.Store(h.now.UnixNano())
+	h.r.Now = func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+	var failed atomic.Bool
+	h.r.Client = interceptor.NewClient(h.client.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if err := c.Patch(ctx, obj, p, opts...); err != nil {
+				return err
+			}
+			if _, ok := obj.(*corev1.Node); ok && failed.CompareAndSwap(false, true) {
+				clock.Add(int64(10 * time.Second))
+				return apierrors.NewTimeoutError("the answer lost", 10)
+			}
+			return nil
+		},
+	})
+	began := h.r.Now()
+	h.sync()
+	_, err := h.r.Reconcile(context.Background(), request(h.policyNm))
+	require.ErrorContains(t, err, "the answer lost")
+	pol := &v1alpha1.RouteReflectorPolicy{}
+	require.NoError(t, h.client.Get(context.Background(), client.ObjectKey{Name: h.policyNm}, pol))
+	require.NotEmpty(t, pol.Status.Transitions, "the promotions' records")
+	for _, tr := range pol.Status.Transitions {
+		require.Falsef(t, tr.Pending, "%s %s still pending", tr.Kind, tr.Node)
+		require.Truef(t, !tr.StartedAt.Time.Before(began.Add(10*time.Second)), "%s %s started %v, before the failed call returned (%v)",
+			tr.Kind, tr.Node, tr.StartedAt.Time, began.Add(10*time.Second))
 	}
 }
