@@ -3,7 +3,6 @@ package reconciler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -98,15 +97,10 @@ func (r *Reconciler) patchNodes(ctx context.Context, st *State) error {
 	}
 	for _, patches := range phases {
 		if err := r.applyPatches(ctx, st, patches); err != nil {
-			// A call that failed may have landed (a timeout after the API server wrote it): the
-			// records count from now, as if made, so that no wait is shortened; a move not made is
-			// made again, and started again, by a later reconcile.
-			st.trans.Restamp(st.Now, r.now())
-			return errors.Join(err, r.persistTransitions(ctx, st))
+			return r.confirm(ctx, st, st.Now, err)
 		}
 	}
-	st.trans.Restamp(st.Now, r.now())
-	return r.persistTransitions(ctx, st)
+	return r.confirm(ctx, st, st.Now, nil)
 }
 
 // ownedChange is a planned node whose owned labels or annotations differ from the cache.

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -76,6 +77,16 @@ func (r *Reconciler) persistTransitions(ctx context.Context, st *State) error {
 	}
 	m.persisted, m.persistedSeen = want, seen
 	return nil
+}
+
+// confirm confirms the records started at began (Restamp) once their moves' writes are made, or
+// failed (err): a call that failed may have landed (a timeout after the API server wrote it), so
+// they count from now either way and no wait is shortened; a move not made is made, and started,
+// again by a later reconcile. It writes them to the status and returns err joined with that
+// write's error.
+func (r *Reconciler) confirm(ctx context.Context, st *State, began time.Time, err error) error {
+	st.trans.Restamp(began, r.now())
+	return errors.Join(err, r.persistTransitions(ctx, st))
 }
 
 // reportsSeen is the policy's status.sessionReportsSeen of the records' ReportsSeen (nil: never).

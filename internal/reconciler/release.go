@@ -194,21 +194,15 @@ func (r *Reconciler) boundedRelease(ctx context.Context, st *State, cfg *apiv3.B
 	if err := r.persistTransitions(ctx, st); err != nil {
 		return false, err
 	}
-	if err := r.applyPatches(ctx, st, []nodePatch{{name: next, lbl: lbl, ann: ann}}); err != nil {
-		return false, err
-	}
-	if r.CalicoNodes != nil {
+	err = r.applyPatches(ctx, st, []nodePatch{{name: next, lbl: lbl, ann: ann}})
+	if err == nil && r.CalicoNodes != nil {
 		view := map[string]*extender.Node{next: n}
 		if v := st.View[next]; v != nil {
 			view[next] = v
 		}
-		release := &State{Name: st.Name, Managed: st.Managed, View: view}
-		if err := r.releaseCalicoRoles(ctx, release); err != nil {
-			return false, err
-		}
+		err = r.releaseCalicoRoles(ctx, &State{Name: st.Name, Managed: st.Managed, View: view})
 	}
-	st.trans.Restamp(began, r.now())
-	if err := r.persistTransitions(ctx, st); err != nil {
+	if err := r.confirm(ctx, st, began, err); err != nil {
 		return false, err
 	}
 	st.requeue(max(handoverRetry, min(p.RemovalDelay, releaseStep)))
