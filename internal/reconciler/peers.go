@@ -162,8 +162,8 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 		// of its role was seen Established (or transitions.DefaultMax passed): on the live lab a
 		// rack's two replacements' sessions came up 17-20 s after their promotion, past
 		// transitions.DefaultSettle.
-		// One BGP health sees down is never the set's only ones (a leader that lost the failure
-		// judgement must not narrow a set to its dead route reflectors).
+		// A route reflector BGP health sees down is not settled: a set is never narrowed to its
+		// dead route reflectors (as a leader that had lost BGP health's judgement did).
 		return settled(st, rr) && n.Annotations[extender.AnnotationClusterID] == planned[rr] &&
 			!(st.healthReported(rr) && justStarted(st, rr)) && !st.health[rr].Suspect()
 	}
@@ -201,8 +201,9 @@ func (r *Reconciler) readyForBreak(st *State, have *apiv3.BGPPeer, want extender
 
 // staleHold is how much longer an old route reflector rr whose BGP sessions are down while every
 // other route reflector of a client of it is down too (BGP health's BGPDown record, persisted so
-// that a new leader holds it too: down, not back, Orphaning) stays in a set the plan narrows: until the graceful-restart time
-// (bgpPeer.maxRestartTime, BIRD's 120 s) has passed since it was first seen down. Until then
+// that a new leader holds it too: down, not back, Orphaning) stays in a set the plan narrows:
+// until the graceful-restart time (bgpPeer.maxRestartTime, BIRD's 120 s) has passed since it was
+// first seen down. Until then
 // those clients' BIRDs hold the routes they learnt over it as stale, their only ones until the
 // replacements' sessions carry theirs, and BIRD flushes a removed protocol's routes at once, so
 // narrowing it away gains nothing and risks every route a new route reflector's sessions do not
